@@ -1,0 +1,115 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// PowerState is a host's power state as its BMC reports it.
+// +kubebuilder:validation:Enum=On;Off;Unknown
+type PowerState string
+
+const (
+	// PowerOn: the host is powered on.
+	PowerOn PowerState = "On"
+	// PowerOff: the host is powered off, as confirmed by its BMC.
+	PowerOff PowerState = "Off"
+	// PowerUnknown: the BMC could not be read, or reported a transitional state.
+	PowerUnknown PowerState = "Unknown"
+)
+
+// SecretReference names a Secret in the BMC's own namespace.
+type SecretReference struct {
+	// name of the Secret. It must hold the keys username and password.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+}
+
+// BMCSpec says how to reach one host's baseboard management controller.
+type BMCSpec struct {
+	// nodeName is the Node this BMC powers. One BMC per node.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	NodeName string `json:"nodeName"`
+
+	// address is the BMC's URL, in metal3's conventions:
+	// redfish://host[:port]/redfish/v1/Systems/ID (also redfish+http, redfish+https, idrac-redfish,
+	// ilo5-redfish; https unless the scheme says http), ipmi://host[:port] (port 623 by default; a bare
+	// host or host:port also means IPMI), or ironic://host:6385/NODE-UUID (ironic+https for TLS).
+	// IPv6 hosts go in brackets: redfish://[fd00::5]/redfish/v1/Systems/1.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="!self.contains('://') || self.matches('^(redfish|redfish\\\\+http|redfish\\\\+https|idrac-redfish|idrac-redfish\\\\+http|idrac-redfish\\\\+https|ilo5-redfish|ilo5-redfish\\\\+http|ilo5-redfish\\\\+https|ipmi|ironic|ironic\\\\+http|ironic\\\\+https)://')",message="address scheme must be one of redfish, redfish+http, redfish+https, idrac-redfish, ilo5-redfish, ipmi, ironic, ironic+https"
+	// +kubebuilder:validation:XValidation:rule="!self.contains('://') || self.matches('^[a-z0-9+-]+://(\\\\[[0-9A-Fa-f:.]+\\\\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?)(:[0-9]{1,5})?(/.*)?$')",message="address must name a host, e.g. redfish://10.0.0.5/redfish/v1/Systems/1 or ipmi://bmc-7.example.com:623"
+	// +kubebuilder:validation:XValidation:rule="self.contains('://') || self.matches('^(\\\\[[0-9A-Fa-f:.]+\\\\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?)(:[0-9]{1,5})?$')",message="an address without a scheme must be an IPMI host or host:port, e.g. 10.0.0.5 or 10.0.0.5:623"
+	Address string `json:"address"`
+
+	// credentialsSecretRef names the Secret, in this namespace, holding the keys username and password.
+	// +required
+	CredentialsSecretRef SecretReference `json:"credentialsSecretRef"`
+
+	// disableCertificateVerification skips TLS verification of the BMC's certificate (self-signed BMC
+	// certificates are common). Certificates are verified unless this is true.
+	// +optional
+	DisableCertificateVerification bool `json:"disableCertificateVerification,omitempty"`
+}
+
+// BMCStatus is what the last check of the BMC found.
+type BMCStatus struct {
+	// powerState is the host's power state as last read.
+	// +optional
+	PowerState PowerState `json:"powerState,omitempty"`
+
+	// lastChecked is when the BMC was last checked.
+	// +optional
+	LastChecked *metav1.Time `json:"lastChecked,omitempty"`
+
+	// observedGeneration is the generation of the spec this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: Reachable (the BMC answers) and CredentialsValid (it accepts the credentials).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=32
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// BMC is one host's baseboard management controller: where it is and which Secret holds its
+// credentials. metalheal checks every BMC periodically, so a misconfigured one is reported before the
+// node it guards fails.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:path=bmcs,singular=bmc,categories=metalheal
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
+// +kubebuilder:printcolumn:name="Power",type=string,JSONPath=`.status.powerState`
+// +kubebuilder:printcolumn:name="Reachable",type=string,JSONPath=`.status.conditions[?(@.type=="Reachable")].status`
+// +kubebuilder:printcolumn:name="Credentials",type=string,JSONPath=`.status.conditions[?(@.type=="CredentialsValid")].status`
+// +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.spec.address`,priority=1
+// +kubebuilder:printcolumn:name="Checked",type=date,JSONPath=`.status.lastChecked`
+type BMC struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is where the BMC is and how to log in.
+	// +required
+	Spec BMCSpec `json:"spec"`
+
+	// status is what the last check found.
+	// +optional
+	Status BMCStatus `json:"status,omitempty"`
+}
+
+// BMCList is a list of BMCs.
+// +kubebuilder:object:root=true
+type BMCList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []BMC `json:"items"`
+}

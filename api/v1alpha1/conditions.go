@@ -1,0 +1,96 @@
+package v1alpha1
+
+// Condition types and reasons. The remediation request conditions (Processing, Succeeded,
+// PermanentNodeDeletionExpected) are the external remediation contract that health checkers from other
+// projects (medik8s NodeHealthCheck) read: keep their names.
+const (
+	// ConditionProcessing is True while a remediation is acting on its target.
+	ConditionProcessing = "Processing"
+	// ConditionSucceeded is True when the remediation brought the target back (or fenced it, for
+	// power-off), False when it gave up: the health check then escalates to its next template.
+	ConditionSucceeded = "Succeeded"
+	// ConditionPermanentNodeDeletionExpected is True when the remediation will delete the target (its
+	// Machine), so the health check does not wait for the same Node to come back.
+	ConditionPermanentNodeDeletionExpected = "PermanentNodeDeletionExpected"
+	// ConditionLeaseAcquired is True while the remediation holds the node's maintenance lease.
+	ConditionLeaseAcquired = "LeaseAcquired"
+	// ConditionBMCReady is True when the node's BMC and its credentials were found and a driver built.
+	ConditionBMCReady = "BMCReady"
+
+	// ConditionReachable (BMC) is True when the BMC answered the last check.
+	ConditionReachable = "Reachable"
+	// ConditionCredentialsValid (BMC) is True when the BMC accepted the credentials at the last check.
+	ConditionCredentialsValid = "CredentialsValid"
+
+	// ConditionRemediationAllowed (health checks) is False while the unhealthy budget short-circuits.
+	ConditionRemediationAllowed = "RemediationAllowed"
+	// ConditionStormActive (NodeHealthCheck) is True while a remediation storm holds remediation back,
+	// including the cooldown after it.
+	ConditionStormActive = "StormActive"
+	// ConditionDisabled (NodeHealthCheck) is True when the check cannot work, e.g. its template is missing.
+	ConditionDisabled = "Disabled"
+	// ConditionPaused (health checks) is True while remediation is paused.
+	ConditionPaused = "Paused"
+)
+
+// Condition reasons.
+const (
+	ReasonRemediationStarted   = "RemediationStarted"
+	ReasonPoweringOff          = "PoweringOff"
+	ReasonPoweringOn           = "PoweringOn"
+	ReasonWaitingForNode       = "WaitingForNode"
+	ReasonNodeReady            = "NodeReady"
+	ReasonFenced               = "Fenced"
+	ReasonRetrying             = "Retrying"
+	ReasonRetriesExhausted     = "RetriesExhausted"
+	ReasonMachineDeleted       = "MachineDeleted"
+	ReasonTimedOut             = "TimedOut"
+	ReasonRemediationCancelled = "RemediationCancelled"
+	ReasonLeaseHeldByOther     = "LeaseHeldByOther"
+	ReasonLeaseAcquired        = "LeaseAcquired"
+	ReasonNodeNotFound         = "NodeNotFound"
+	ReasonBMCNotFound          = "BMCNotFound"
+	ReasonSecretNotFound       = "SecretNotFound"
+	ReasonInvalidCredentials   = "InvalidCredentials"
+	ReasonInvalidAddress       = "InvalidAddress"
+	ReasonBMCUnreachable       = "Unreachable"
+	ReasonAuthenticationFailed = "AuthenticationFailed"
+	ReasonBMCTimeout           = "Timeout"
+	ReasonUnsupported          = "Unsupported"
+	ReasonCheckSucceeded       = "CheckSucceeded"
+	ReasonTemplateNotFound     = "TemplateNotFound"
+	ReasonTemplateInvalid      = "TemplateInvalid"
+	ReasonPauseRequested       = "PauseRequested"
+	ReasonTooManyUnhealthy     = "TooManyUnhealthy"
+	ReasonWithinBudget         = "WithinBudget"
+	ReasonStormCooldown        = "StormCooldown"
+	ReasonNoStorm              = "NoStorm"
+	ReasonAsExpected           = "AsExpected"
+)
+
+// Well-known annotations, labels and taints.
+const (
+	// AnnotationNodeName on a remediation request names the Node to remediate (medik8s convention).
+	AnnotationNodeName = "remediation.medik8s.io/node-name"
+	// AnnotationTemplateName on a remediation request names the template it was made from.
+	AnnotationTemplateName = "remediation.medik8s.io/template-name"
+	// AnnotationTimedOut on a remediation request says the health check gave up on it (RFC 3339 time):
+	// the remediator must stop and clean up.
+	AnnotationTimedOut = "remediation.medik8s.io/nhc-timed-out"
+	// AnnotationClonedFromName and AnnotationClonedFromGroupKind record the template (Cluster API).
+	AnnotationClonedFromName      = "cluster.x-k8s.io/cloned-from-name"
+	AnnotationClonedFromGroupKind = "cluster.x-k8s.io/cloned-from-groupkind"
+	// LabelExcludeFromRemediation=true on a Node keeps every health check and remediator away from it.
+	LabelExcludeFromRemediation = "remediation.medik8s.io/exclude-from-remediation"
+
+	// TaintOutOfService is Kubernetes' non-graceful node shutdown taint key (value nodeshutdown,
+	// effect NoExecute): pods are force-deleted and volumes detached.
+	TaintOutOfService = "node.kubernetes.io/out-of-service"
+	// TaintOutOfServiceValue is the value metalheal sets on the out-of-service taint.
+	TaintOutOfServiceValue = "nodeshutdown"
+	// TaintRemediation (NoSchedule) marks a Node being remediated by metalheal.
+	TaintRemediation = "remediation.metalheal.io/power-cycle"
+
+	// FinalizerPowerCycle lets the remediator power the host back on and clean up before a request goes.
+	FinalizerPowerCycle = "remediation.metalheal.io/power-cycle"
+)

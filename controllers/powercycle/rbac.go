@@ -1,0 +1,17 @@
+package powercycle
+
+// The remediator works PowerCycleRemediations, reads BMCs and their credential Secrets (only in the
+// manager's own namespace: a namespaced Role), taints Nodes, deletes Machines when it escalates, and
+// takes node leases.
+// +kubebuilder:rbac:groups=remediation.metalheal.io,resources=powercycleremediations,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=remediation.metalheal.io,resources=powercycleremediations/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=remediation.metalheal.io,resources=powercycleremediations/finalizers,verbs=update
+// +kubebuilder:rbac:groups=remediation.metalheal.io,resources=powercycleremediationtemplates,verbs=get;list;watch
+// +kubebuilder:rbac:groups=remediation.metalheal.io,resources=bmcs,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=remediation.metalheal.io,resources=bmcs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;create
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch,namespace=metalheal-system

@@ -1,0 +1,105 @@
+package manifests_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/metalheal/metalheal/internal/testenv"
+)
+
+func render(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	root := testenv.RepoRoot()
+	cmd := exec.Command(filepath.Join(root, "bin", "kustomize"), "build", filepath.Join(root, dir))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kustomize build %s (run `make tools` first): %v\n%s", dir, err, stderr.String())
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			return objs
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+}
+
+func TestDefaultDeploysOnARealAPIServer(t *testing.T) {
+	g := NewWithT(t)
+	// No CRDs preinstalled: the rendered manifests must bring their own.
+	env, cfg, err := testenv.Start(testenv.Options{SkipCRDs: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(cfg, client.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	objs := render(t, "config/default")
+	kinds := map[string]int{}
+	for _, obj := range objs {
+		kinds[obj.GetKind()]++
+		g.Expect(c.Patch(context.Background(), obj, client.Apply, client.FieldOwner("test"), client.ForceOwnership)).
+			To(Succeed(), "applying %s %s", obj.GetKind(), obj.GetName())
+	}
+	g.Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 5))
+	g.Expect(kinds).To(HaveKeyWithValue("Deployment", 1))
+	g.Expect(kinds).To(HaveKeyWithValue("Namespace", 1))
+
+	for _, obj := range objs {
+		switch obj.GetKind() {
+		case "Deployment":
+			var d appsv1.Deployment
+			g.Expect(convert(obj, &d)).To(Succeed())
+			pod := d.Spec.Template.Spec
+			g.Expect(pod.SecurityContext.RunAsNonRoot).To(HaveValue(BeTrue()), "the manager runs as non-root")
+			g.Expect(pod.Containers[0].SecurityContext.ReadOnlyRootFilesystem).To(HaveValue(BeTrue()), "read-only root filesystem")
+			g.Expect(pod.Containers[0].Args).To(ContainElement("--leader-elect"))
+		case "ClusterRole":
+			var r rbacv1.ClusterRole
+			g.Expect(convert(obj, &r)).To(Succeed())
+			for _, rule := range r.Rules {
+				g.Expect(rule.Resources).NotTo(ContainElement("secrets"), "ClusterRole %s must not grant Secrets cluster-wide", r.Name)
+			}
+		case "Role":
+			var r rbacv1.Role
+			g.Expect(convert(obj, &r)).To(Succeed())
+			g.Expect(r.Namespace).To(Equal("metalheal-system"))
+		}
+	}
+	// Secrets are readable only in the manager's namespace.
+	var roles rbacv1.RoleList
+	g.Expect(c.List(context.Background(), &roles, client.InNamespace("metalheal-system"))).To(Succeed())
+	g.Expect(roles.Items).To(ContainElement(HaveField("Rules", ContainElement(HaveField("Resources", ContainElement("secrets"))))))
+	var ns corev1.Namespace
+	g.Expect(c.Get(context.Background(), client.ObjectKey{Name: "metalheal-system"}, &ns)).To(Succeed())
+}
+
+func TestSamplesRender(t *testing.T) {
+	objs := render(t, "config/samples")
+	NewWithT(t).Expect(len(objs)).To(BeNumerically(">=", 6))
+}
+
+func convert(u *unstructured.Unstructured, into any) error {
+	return runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into)
+}
