@@ -1,0 +1,158 @@
+package redfish
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/stmcginnis/gofish/common"
+)
+
+// client is the common.Client gofish's models use to reach the BMC. It lives for one driver call: every
+// request is bound to that call's context and carries the driver's current credentials.
+type client struct {
+	ctx context.Context //nolint:containedctx // gofish's Client interface has no context parameter
+	d   *driver
+}
+
+var _ common.Client = client{}
+
+// errNoTarget: gofish asked for a resource the BMC never linked (a reset action without a target, say).
+var errNoTarget = errors.New("the BMC links no such resource")
+
+func (c client) Get(url string) (*http.Response, error) {
+	return c.do(http.MethodGet, url, nil, nil)
+}
+
+func (c client) GetWithHeaders(url string, h map[string]string) (*http.Response, error) {
+	return c.do(http.MethodGet, url, nil, h)
+}
+
+func (c client) Post(url string, payload any) (*http.Response, error) {
+	return c.do(http.MethodPost, url, payload, nil)
+}
+
+func (c client) PostWithHeaders(url string, payload any, h map[string]string) (*http.Response, error) {
+	return c.do(http.MethodPost, url, payload, h)
+}
+
+func (c client) PostMultipart(string, map[string]io.Reader) (*http.Response, error) {
+	return nil, errors.New("multipart requests are not used by this driver")
+}
+
+func (c client) PostMultipartWithHeaders(string, map[string]io.Reader, map[string]string) (*http.Response, error) {
+	return nil, errors.New("multipart requests are not used by this driver")
+}
+
+func (c client) Patch(url string, payload any) (*http.Response, error) {
+	return c.do(http.MethodPatch, url, payload, nil)
+}
+
+func (c client) PatchWithHeaders(url string, payload any, h map[string]string) (*http.Response, error) {
+	return c.do(http.MethodPatch, url, payload, h)
+}
+
+func (c client) Put(url string, payload any) (*http.Response, error) {
+	return c.do(http.MethodPut, url, payload, nil)
+}
+
+func (c client) PutWithHeaders(url string, payload any, h map[string]string) (*http.Response, error) {
+	return c.do(http.MethodPut, url, payload, h)
+}
+
+func (c client) Delete(url string) (*http.Response, error) {
+	return c.DeleteWithHeaders(url, nil)
+}
+
+func (c client) DeleteWithHeaders(url string, h map[string]string) (*http.Response, error) {
+	resp, err := c.do(http.MethodDelete, url, nil, h)
+	if err == nil {
+		_ = resp.Body.Close()
+	}
+	return resp, err
+}
+
+// do sends one request. A status of 300 or more comes back as a *statusError.
+func (c client) do(method, path string, payload any, headers map[string]string) (*http.Response, error) {
+	if path == "" {
+		return nil, errNoTarget
+	}
+	var body io.Reader
+	if payload != nil {
+		b, err := json.Marshal(payload)
+		if err != nil {
+			return nil, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(c.ctx, method, c.d.endpoint+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range headers {
+		if k != "" {
+			req.Header.Set(k, v)
+		}
+	}
+	c.d.authenticate(req)
+
+	resp, err := c.d.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= http.StatusMultipleChoices {
+		defer resp.Body.Close()
+		return nil, newStatusError(method, path, resp)
+	}
+	return resp, nil
+}
+
+// statusError is a BMC's answer with an error status. It keeps the Redfish error's message, never the
+// request body.
+type statusError struct {
+	method, path string
+	code         int
+	message      string
+}
+
+func newStatusError(method, path string, resp *http.Response) *statusError {
+	e := &statusError{method: method, path: path, code: resp.StatusCode}
+	var body struct {
+		Error struct {
+			Message string `json:"message"`
+			Info    []struct {
+				Message string
+			} `json:"@Message.ExtendedInfo"`
+		} `json:"error"`
+	}
+	if json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body) == nil {
+		e.message = body.Error.Message
+		if len(body.Error.Info) > 0 && body.Error.Info[0].Message != e.message {
+			e.message = strings.TrimSpace(e.message + " " + body.Error.Info[0].Message)
+		}
+	}
+	return e
+}
+
+func (e *statusError) Error() string {
+	s := fmt.Sprintf("%s %s: %d %s", e.method, e.path, e.code, http.StatusText(e.code))
+	if e.message != "" {
+		s += ": " + e.message
+	}
+	return s
+}
+
+// hasStatus reports whether err is the BMC answering code.
+func hasStatus(err error, code int) bool {
+	var se *statusError
+	return errors.As(err, &se) && se.code == code
+}

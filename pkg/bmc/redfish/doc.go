@@ -1,0 +1,16 @@
+// Package redfish is the bmc.Driver for Redfish BMCs, built on gofish's resource models.
+//
+// A driver logs in lazily on its first call: it reads the service root, opens a session
+// (POST SessionService/Sessions, then X-Auth-Token) or falls back to HTTP basic auth when the service has
+// no SessionService, and keeps the session for every later call. A 401 on a cached session means the BMC
+// dropped it: the driver logs in again once and retries. Close logs out.
+//
+// The ComputerSystem is the one the BMC address names (/redfish/v1/Systems/ID) or, when it names none,
+// the only one the service lists. Power on is the On reset; power off is ForceOff, or GracefulShutdown
+// when not forced and the system allows it. Both are no-ops when the system is already there.
+//
+// Every call is bounded by its context and by Options.Timeout. gofish's own client keeps the context it
+// was connected with, so the driver hands gofish a small common.Client of its own, bound to each call's
+// context. Errors are *bmc.Error of one kind (unreachable, authentication, unsupported, timeout); the
+// password is scrubbed from every message.
+package redfish

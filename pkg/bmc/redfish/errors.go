@@ -1,0 +1,106 @@
+package redfish
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/metalheal/metalheal/pkg/bmc"
+)
+
+// unsupportedError says the BMC does not offer what was asked.
+type unsupportedError string
+
+func (e unsupportedError) Error() string { return string(e) }
+
+// fail turns err into a *bmc.Error of the right kind, with the password scrubbed from its message.
+func (d *driver) fail(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &bmc.Error{Driver: DriverName, Operation: op, Kind: kindOf(ctx, err), Err: scrub(explain(err), d.creds.Password)}
+}
+
+// kindOf classifies an error: what the BMC said (its status) first, then what the network did.
+func kindOf(ctx context.Context, err error) error {
+	var status *statusError
+	var unsupported unsupportedError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &unsupported), errors.Is(err, errNoTarget):
+		return bmc.ErrUnsupported
+	case errors.As(err, &status):
+		return statusKind(status.code)
+	case ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
+		errors.As(err, &netErr) && netErr.Timeout():
+		return bmc.ErrTimeout
+	default: // refused, reset, dropped, DNS, TLS, a garbled answer
+		return bmc.ErrUnreachable
+	}
+}
+
+// statusKind classifies an HTTP error status. What may pass if tried again (5xx, 408, 409, 429) is
+// unreachable; other refusals of the request itself (404 no such system, 400 no such reset type) are
+// unsupported.
+func statusKind(code int) error {
+	switch {
+	case code == http.StatusUnauthorized, code == http.StatusForbidden:
+		return bmc.ErrAuthentication
+	case code == http.StatusNotImplemented:
+		return bmc.ErrUnsupported
+	case code >= 500, code == http.StatusRequestTimeout, code == http.StatusConflict, code == http.StatusTooManyRequests:
+		return bmc.ErrUnreachable
+	case code >= 400:
+		return bmc.ErrUnsupported
+	default:
+		return bmc.ErrUnreachable
+	}
+}
+
+// explain says in plain words when the BMC's certificate was not trusted.
+func explain(err error) error {
+	var verify *tls.CertificateVerificationError
+	var authority x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	if errors.As(err, &verify) || errors.As(err, &authority) || errors.As(err, &hostname) || errors.As(err, &invalid) {
+		return fmt.Errorf("certificate verification failed (trust the BMC's certificate, or disable certificate verification for this BMC): %w", err)
+	}
+	return err
+}
+
+// scrubbed is an error whose message has the password cut out. errors.Is and errors.As still reach the
+// cause.
+type scrubbed struct {
+	msg string
+	err error
+}
+
+func (e *scrubbed) Error() string { return e.msg }
+func (e *scrubbed) Unwrap() error { return e.err }
+
+// scrub cuts the password, in the forms a message could carry it (raw, JSON- or URL-escaped), out of
+// err's message. The driver never puts the password in an error; this guards against a BMC or a library
+// that echoes it.
+func scrub(err error, password string) error {
+	if password == "" {
+		return err
+	}
+	msg := err.Error()
+	clean := msg
+	jsonForm, _ := json.Marshal(password)
+	for _, form := range []string{password, strings.Trim(string(jsonForm), `"`), url.QueryEscape(password), url.PathEscape(password)} {
+		clean = strings.ReplaceAll(clean, form, "<redacted>")
+	}
+	if clean == msg {
+		return err
+	}
+	return &scrubbed{msg: clean, err: err}
+}

@@ -1,0 +1,23 @@
+// Package redfishmock simulates Redfish BMCs for tests, the demo and benchmarks.
+//
+// One Mock serves a Redfish service root with any number of ComputerSystems (thousands are cheap: a map
+// behind one mutex, no goroutine per system). It speaks enough real Redfish for real clients (gofish,
+// sushy, redfishtool): the service root, the Systems collection, ComputerSystem with its
+// #ComputerSystem.Reset action, and a SessionService whose Sessions collection logs in (X-Auth-Token) and
+// out. Everything but the service root and the login needs credentials, as a session token or HTTP basic
+// auth.
+//
+// A Mock is built fluently and then started:
+//
+//	m, err := redfishmock.New().WithSystems(3).WithCredentials("admin", "secret").WithPowerDelay(5 * time.Second).Start()
+//	defer m.Close()
+//	// m.URL(), m.SystemPath("1"), m.PowerState("1"), m.Requests() ...
+//
+// Power transitions take the configured delay on an injected clock (a fake clock in unit tests): the
+// system shows PoweringOn or PoweringOff meanwhile, and OnPowerChange hooks hear every step. Faults are
+// injected per system or for the whole service, from Go (SetFaults, SetGlobalFaults) or, when the control
+// endpoint is on, over HTTP under /mock/ (see control.go). Every Redfish request is recorded with the kind
+// of authentication it carried, so tests can assert on what a client really sent.
+//
+// Production code never imports this package.
+package redfishmock
