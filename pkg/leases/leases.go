@@ -1,0 +1,289 @@
+package leases
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// DefaultNamespace is where medik8s-compatible node leases live.
+const DefaultNamespace = "medik8s-leases"
+
+// maxAttempts bounds how often RequestLease and InvalidateLease re-read and retry after losing a race.
+const maxAttempts = 3
+
+// HolderIdentity returns the holder identity of the object of kind and name that acts on a node, e.g.
+// HolderIdentity("PowerCycleRemediation", "worker-3") is "PowerCycleRemediation-worker-3".
+func HolderIdentity(kind, name string) string {
+	return kind + "-" + name
+}
+
+// LeaseName returns the name of nodeName's lease: "node-<nodename>".
+func LeaseName(nodeName string) string {
+	return "node-" + nodeName
+}
+
+// AlreadyHeldError means another holder has a valid lease on the node.
+type AlreadyHeldError struct {
+	// Holder is the current holder's identity.
+	Holder string
+	// Until is when its lease expires unless renewed.
+	Until time.Time
+}
+
+func (e *AlreadyHeldError) Error() string {
+	return fmt.Sprintf("node lease is held by %q until %s", e.Holder, e.Until.UTC().Format(time.RFC3339))
+}
+
+// NamespaceNotFoundError means the lease namespace does not exist.
+type NamespaceNotFoundError struct {
+	Namespace string
+	Err       error
+}
+
+func (e *NamespaceNotFoundError) Error() string {
+	return fmt.Sprintf("lease namespace %q does not exist: %v", e.Namespace, e.Err)
+}
+
+func (e *NamespaceNotFoundError) Unwrap() error { return e.Err }
+
+// Option configures a Manager.
+type Option func(*Manager)
+
+// WithNamespace keeps leases in ns instead of DefaultNamespace.
+func WithNamespace(ns string) Option {
+	return func(m *Manager) { m.namespace = ns }
+}
+
+// Manager requests, renews and releases node leases for one holder.
+type Manager struct {
+	client    client.Client
+	holder    string
+	clock     clock.PassiveClock
+	namespace string
+}
+
+// NewManager returns a Manager acting as holderIdentity (see HolderIdentity). Read the package
+// documentation about which client to give it.
+func NewManager(c client.Client, holderIdentity string, clk clock.PassiveClock, opts ...Option) (*Manager, error) {
+	m := &Manager{client: c, holder: holderIdentity, clock: clk, namespace: DefaultNamespace}
+	for _, o := range opts {
+		o(m)
+	}
+	switch {
+	case c == nil:
+		return nil, errors.New("lease manager needs a client")
+	case clk == nil:
+		return nil, errors.New("lease manager needs a clock")
+	case holderIdentity == "":
+		return nil, errors.New("lease manager needs a holder identity")
+	case m.namespace == "":
+		return nil, errors.New("lease manager needs a namespace")
+	}
+	return m, nil
+}
+
+// HolderIdentity returns the identity the Manager holds leases as.
+func (m *Manager) HolderIdentity() string { return m.holder }
+
+// Namespace returns the namespace the Manager keeps leases in.
+func (m *Manager) Namespace() string { return m.namespace }
+
+// RequestLease makes sure we hold node's lease for duration (rounded up to whole seconds) from now: it
+// creates the lease, renews ours, or takes over one that has expired or has no holder (counting a
+// transition). A valid lease held by someone else yields an *AlreadyHeldError and leaves the lease
+// untouched. A missing lease namespace yields a *NamespaceNotFoundError.
+func (m *Manager) RequestLease(ctx context.Context, node *corev1.Node, duration time.Duration) error {
+	if node == nil || node.Name == "" || node.UID == "" {
+		return errors.New("requesting a node lease needs a node with a name and a uid")
+	}
+	if duration < time.Second {
+		return fmt.Errorf("lease duration %s is shorter than one second", duration)
+	}
+	seconds := int32(min(math.Ceil(duration.Seconds()), math.MaxInt32))
+
+	var lastErr error
+	for range maxAttempts {
+		done, err := m.requestOnce(ctx, node, seconds)
+		if done {
+			return err
+		}
+		lastErr = err
+	}
+	return fmt.Errorf("requesting lease %s/%s: gave up after %d attempts: %w", m.namespace, LeaseName(node.Name), maxAttempts, lastErr)
+}
+
+// requestOnce makes one attempt; done is false when it lost a race and should be retried.
+func (m *Manager) requestOnce(ctx context.Context, node *corev1.Node, seconds int32) (done bool, err error) {
+	logger := log.FromContext(ctx).WithValues("node", klog.KObj(node), "holder", m.holder)
+	now := metav1.NewMicroTime(m.clock.Now())
+	key := client.ObjectKey{Namespace: m.namespace, Name: LeaseName(node.Name)}
+
+	lease := &coordinationv1.Lease{}
+	if err := m.client.Get(ctx, key, lease); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return true, fmt.Errorf("getting lease %s: %w", key, err)
+		}
+		lease = &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity:       &m.holder,
+				LeaseDurationSeconds: &seconds,
+				AcquireTime:          &now,
+				RenewTime:            &now,
+				LeaseTransitions:     new(int32(0)),
+			},
+		}
+		setNodeOwner(lease, node)
+		switch err := m.client.Create(ctx, lease); {
+		case err == nil:
+			logger.V(4).Info("Acquired node lease")
+			return true, nil
+		case apierrors.IsAlreadyExists(err):
+			return false, err
+		case apierrors.IsNotFound(err):
+			return true, &NamespaceNotFoundError{Namespace: m.namespace, Err: err}
+		default:
+			return true, fmt.Errorf("creating lease %s: %w", key, err)
+		}
+	}
+
+	holder := holderOf(lease)
+	until, valid := validUntil(lease, now.Time)
+	msg := "Renewed node lease"
+	switch {
+	case holder == m.holder:
+		if !valid {
+			msg = "Reacquired expired node lease"
+			lease.Spec.AcquireTime = &now
+		}
+	case valid && holder != "":
+		return true, &AlreadyHeldError{Holder: holder, Until: until}
+	default:
+		msg = "Took over expired node lease"
+		logger = logger.WithValues("previousHolder", holder, "expired", until)
+		transitions := int32(0)
+		if lease.Spec.LeaseTransitions != nil {
+			transitions = *lease.Spec.LeaseTransitions
+		}
+		lease.Spec.HolderIdentity = &m.holder
+		lease.Spec.AcquireTime = &now
+		lease.Spec.LeaseTransitions = new(transitions + 1)
+	}
+	lease.Spec.RenewTime = &now
+	lease.Spec.LeaseDurationSeconds = &seconds
+	setNodeOwner(lease, node)
+	if err := m.client.Update(ctx, lease); err != nil {
+		if apierrors.IsConflict(err) {
+			return false, err
+		}
+		return true, fmt.Errorf("updating lease %s: %w", key, err)
+	}
+	if holder != m.holder {
+		logger.Info(msg) // a hand-over between holders is worth telling
+	} else {
+		logger.V(4).Info(msg)
+	}
+	return true, nil
+}
+
+// InvalidateLease releases nodeName's lease if we hold it, by deleting it. A missing lease, or one held by
+// someone else, is left alone and nil is returned.
+func (m *Manager) InvalidateLease(ctx context.Context, nodeName string) error {
+	key := client.ObjectKey{Namespace: m.namespace, Name: LeaseName(nodeName)}
+	var lastErr error
+	for range maxAttempts {
+		lease := &coordinationv1.Lease{}
+		if err := m.client.Get(ctx, key, lease); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("getting lease %s: %w", key, err)
+		}
+		if holderOf(lease) != m.holder {
+			return nil
+		}
+		err := m.client.Delete(ctx, lease, client.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion})
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+			log.FromContext(ctx).V(4).Info("Released node lease", "node", nodeName, "holder", m.holder)
+			return nil
+		case apierrors.IsConflict(err):
+			lastErr = err
+		default:
+			return fmt.Errorf("deleting lease %s: %w", key, err)
+		}
+	}
+	return fmt.Errorf("releasing lease %s: gave up after %d attempts: %w", key, maxAttempts, lastErr)
+}
+
+// GetLease returns nodeName's lease. A missing lease is an error for which apierrors.IsNotFound is true.
+func (m *Manager) GetLease(ctx context.Context, nodeName string) (*coordinationv1.Lease, error) {
+	key := client.ObjectKey{Namespace: m.namespace, Name: LeaseName(nodeName)}
+	lease := &coordinationv1.Lease{}
+	if err := m.client.Get(ctx, key, lease); err != nil {
+		return nil, fmt.Errorf("getting lease %s: %w", key, err)
+	}
+	return lease, nil
+}
+
+// HolderOf reports who holds nodeName's lease, whether the lease is still valid now, and until when. A
+// missing lease yields "", false, zero time and no error.
+func (m *Manager) HolderOf(ctx context.Context, nodeName string) (holder string, valid bool, until time.Time, err error) {
+	lease, err := m.GetLease(ctx, nodeName)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", false, time.Time{}, nil
+		}
+		return "", false, time.Time{}, err
+	}
+	until, valid = validUntil(lease, m.clock.Now())
+	return holderOf(lease), valid, until, nil
+}
+
+// ValidUntil returns when lease expires (renewTime, or acquireTime if it was never renewed, plus
+// leaseDurationSeconds) and whether it is still valid at now. A lease is valid up to and including that
+// instant. A lease without a duration or without either time is not valid, and its expiry is zero.
+func ValidUntil(lease *coordinationv1.Lease, now time.Time) (until time.Time, valid bool) {
+	return validUntil(lease, now)
+}
+
+func validUntil(lease *coordinationv1.Lease, now time.Time) (time.Time, bool) {
+	base := lease.Spec.RenewTime
+	if base == nil {
+		base = lease.Spec.AcquireTime
+	}
+	if base == nil || lease.Spec.LeaseDurationSeconds == nil {
+		return time.Time{}, false
+	}
+	until := base.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
+	return until, !now.After(until)
+}
+
+func holderOf(lease *coordinationv1.Lease) string {
+	if lease.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *lease.Spec.HolderIdentity
+}
+
+// setNodeOwner makes node the lease's only owner, as medik8s does.
+func setNodeOwner(lease *coordinationv1.Lease, node *corev1.Node) {
+	lease.OwnerReferences = []metav1.OwnerReference{{
+		APIVersion: corev1.SchemeGroupVersion.String(),
+		Kind:       "Node",
+		Name:       node.Name,
+		UID:        node.UID,
+	}}
+}
