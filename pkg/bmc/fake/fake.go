@@ -1,0 +1,178 @@
+package fake
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"github.com/metalheal/metalheal/pkg/bmc"
+)
+
+// Call is one call a Driver received.
+type Call struct {
+	// Operation is bmc.OperationPowerState, bmc.OperationPowerOn, bmc.OperationPowerOff or bmc.OperationClose.
+	Operation string
+	// Force is PowerOff's argument (false for the other operations).
+	Force bool
+}
+
+// Driver is a fake bmc.Driver: one host behind its BMC.
+type Driver struct {
+	mu          sync.Mutex
+	state       bmc.PowerState
+	pending     *transition
+	delay       int
+	calls       []Call
+	next        map[string][]error
+	always      map[string]error
+	credentials bmc.Credentials
+}
+
+// transition is a power change in progress: the host reaches to after readsLeft more PowerState reads.
+type transition struct {
+	to        bmc.PowerState
+	readsLeft int
+}
+
+var _ bmc.Driver = (*Driver)(nil)
+
+// New returns a Driver for a host in the given power state.
+func New(state bmc.PowerState) *Driver {
+	return &Driver{state: state, next: map[string][]error{}, always: map[string]error{}}
+}
+
+// SetPowerState sets the host's power state, cancelling any transition in progress.
+func (d *Driver) SetPowerState(state bmc.PowerState) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.state, d.pending = state, nil
+}
+
+// SetTransitionDelay makes later PowerOn and PowerOff calls take effect only after n PowerState reads:
+// the next n reads still report the old state, the one after reports the new state. Zero (the default)
+// applies power changes at once.
+func (d *Driver) SetTransitionDelay(n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.delay = n
+}
+
+// FailNext queues errors for operation: each call to it returns the next queued error, and has no effect,
+// until the queue is empty.
+func (d *Driver) FailNext(operation string, errs ...error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.next[operation] = append(d.next[operation], errs...)
+}
+
+// FailAlways makes every call to operation return err, and have no effect, once the queued errors are
+// used up. A nil err clears it.
+func (d *Driver) FailAlways(operation string, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err == nil {
+		delete(d.always, operation)
+		return
+	}
+	d.always[operation] = err
+}
+
+// Calls returns the calls received so far, oldest first.
+func (d *Driver) Calls() []Call {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.calls)
+}
+
+// CallCount returns how many times operation was called.
+func (d *Driver) CallCount(operation string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, c := range d.calls {
+		if c.Operation == operation {
+			n++
+		}
+	}
+	return n
+}
+
+// Credentials returns the credentials the driver was last built with by a Factory.
+func (d *Driver) Credentials() bmc.Credentials {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.credentials
+}
+
+// PowerState reports the host's power state, completing a slow transition when its reads are used up.
+func (d *Driver) PowerState(ctx context.Context) (bmc.PowerState, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.begin(ctx, Call{Operation: bmc.OperationPowerState}); err != nil {
+		return "", err
+	}
+	if d.pending != nil {
+		if d.pending.readsLeft > 0 {
+			d.pending.readsLeft--
+		} else {
+			d.state, d.pending = d.pending.to, nil
+		}
+	}
+	return d.state, nil
+}
+
+// PowerOn powers the host on (see SetTransitionDelay).
+func (d *Driver) PowerOn(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.begin(ctx, Call{Operation: bmc.OperationPowerOn}); err != nil {
+		return err
+	}
+	d.powerTo(bmc.PowerStateOn)
+	return nil
+}
+
+// PowerOff powers the host off (see SetTransitionDelay); force is recorded, not simulated.
+func (d *Driver) PowerOff(ctx context.Context, force bool) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.begin(ctx, Call{Operation: bmc.OperationPowerOff, Force: force}); err != nil {
+		return err
+	}
+	d.powerTo(bmc.PowerStateOff)
+	return nil
+}
+
+// Close records the call. The fake stays usable afterwards, as a real host outlives one connection.
+func (d *Driver) Close(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.begin(ctx, Call{Operation: bmc.OperationClose})
+}
+
+// begin records c and returns the error the call must fail with, if any. d.mu must be held.
+func (d *Driver) begin(ctx context.Context, c Call) error {
+	d.calls = append(d.calls, c)
+	if err := ctx.Err(); err != nil {
+		return &bmc.Error{Driver: "fake", Operation: c.Operation, Kind: bmc.ErrTimeout, Err: err}
+	}
+	if q := d.next[c.Operation]; len(q) > 0 {
+		d.next[c.Operation] = q[1:]
+		return q[0]
+	}
+	return d.always[c.Operation]
+}
+
+// powerTo starts (or completes at once) a change to target. d.mu must be held.
+func (d *Driver) powerTo(target bmc.PowerState) {
+	switch {
+	case d.pending != nil && d.pending.to == target:
+		// Already on its way: asking again does not restart the wait.
+	case d.state == target:
+		d.pending = nil // a change the other way, if any, is cancelled
+	case d.delay == 0:
+		d.state, d.pending = target, nil
+	default:
+		d.pending = &transition{to: target, readsLeft: d.delay}
+	}
+}

@@ -1,0 +1,169 @@
+package fake_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/metalheal/metalheal/pkg/bmc"
+	"github.com/metalheal/metalheal/pkg/bmc/fake"
+)
+
+const (
+	on  = bmc.PowerStateOn
+	off = bmc.PowerStateOff
+)
+
+// step is one call in a scenario: an operation and, for PowerState, the state it must report.
+type step struct {
+	op   string
+	want bmc.PowerState
+}
+
+func read(want bmc.PowerState) step { return step{op: bmc.OperationPowerState, want: want} }
+
+var (
+	powerOn  = step{op: bmc.OperationPowerOn}
+	powerOff = step{op: bmc.OperationPowerOff}
+)
+
+func TestDriverPowerTransitions(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		initial bmc.PowerState
+		delay   int
+		steps   []step
+	}{
+		{name: "off at once", initial: on, steps: []step{read(on), powerOff, read(off)}},
+		{name: "on at once", initial: off, steps: []step{powerOn, read(on)}},
+		{name: "power off is idempotent", initial: off, steps: []step{powerOff, read(off), powerOff, read(off)}},
+		{name: "slow power off", initial: on, delay: 2, steps: []step{powerOff, read(on), read(on), read(off), read(off)}},
+		{name: "slow power on", initial: off, delay: 1, steps: []step{powerOn, read(off), read(on)}},
+		{name: "asking again does not restart the wait", initial: on, delay: 2, steps: []step{powerOff, read(on), powerOff, read(on), read(off)}},
+		{name: "power on cancels a slow power off", initial: on, delay: 2, steps: []step{powerOff, read(on), powerOn, read(on), read(on), read(on)}},
+		{name: "a full slow cycle", initial: on, delay: 1, steps: []step{powerOff, read(on), read(off), powerOn, read(off), read(on)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+			d := fake.New(tc.initial)
+			d.SetTransitionDelay(tc.delay)
+			for i, s := range tc.steps {
+				switch s.op {
+				case bmc.OperationPowerState:
+					got, err := d.PowerState(ctx)
+					g.Expect(err).NotTo(HaveOccurred())
+					g.Expect(got).To(Equal(s.want), "step %d", i)
+				case bmc.OperationPowerOn:
+					g.Expect(d.PowerOn(ctx)).To(Succeed())
+				case bmc.OperationPowerOff:
+					g.Expect(d.PowerOff(ctx, true)).To(Succeed())
+				}
+			}
+			g.Expect(d.Calls()).To(HaveLen(len(tc.steps)))
+		})
+	}
+}
+
+func TestDriverQueuedErrors(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	d := fake.New(on)
+	d.FailNext(bmc.OperationPowerOff, bmc.ErrUnreachable, bmc.ErrTimeout)
+
+	g.Expect(d.PowerOff(ctx, true)).To(MatchError(bmc.ErrUnreachable))
+	g.Expect(d.PowerOff(ctx, false)).To(MatchError(bmc.ErrTimeout))
+	g.Expect(d.PowerState(ctx)).To(Equal(on), "a failed PowerOff must not change the power state")
+	g.Expect(d.PowerOff(ctx, true)).To(Succeed())
+	g.Expect(d.PowerState(ctx)).To(Equal(off))
+	g.Expect(d.Calls()).To(Equal([]fake.Call{
+		{Operation: bmc.OperationPowerOff, Force: true},
+		{Operation: bmc.OperationPowerOff, Force: false},
+		{Operation: bmc.OperationPowerState},
+		{Operation: bmc.OperationPowerOff, Force: true},
+		{Operation: bmc.OperationPowerState},
+	}))
+}
+
+func TestDriverFailAlways(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	d := fake.New(on)
+	d.FailNext(bmc.OperationPowerState, bmc.ErrTimeout)
+	d.FailAlways(bmc.OperationPowerState, bmc.ErrAuthentication)
+
+	_, err := d.PowerState(ctx)
+	g.Expect(err).To(MatchError(bmc.ErrTimeout), "queued errors come first")
+	for range 3 {
+		_, err = d.PowerState(ctx)
+		g.Expect(err).To(MatchError(bmc.ErrAuthentication))
+	}
+	d.FailAlways(bmc.OperationPowerState, nil)
+	g.Expect(d.PowerState(ctx)).To(Equal(on))
+	g.Expect(d.CallCount(bmc.OperationPowerState)).To(Equal(5))
+}
+
+func TestDriverHonoursCancelledContext(t *testing.T) {
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	d := fake.New(on)
+	err := d.PowerOff(ctx, true)
+	g.Expect(err).To(MatchError(bmc.ErrTimeout))
+	g.Expect(errors.Is(err, context.Canceled)).To(BeTrue())
+	d.SetPowerState(on)
+	g.Expect(d.PowerState(context.Background())).To(Equal(on))
+}
+
+func TestDriverIsSafeForConcurrentUse(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	d := fake.New(on)
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() {
+			if i%2 == 0 {
+				_ = d.PowerOff(ctx, true)
+			} else {
+				_ = d.PowerOn(ctx)
+			}
+			_, _ = d.PowerState(ctx)
+		})
+	}
+	wg.Wait()
+	g.Expect(d.Calls()).To(HaveLen(100))
+	g.Expect(d.CallCount(bmc.OperationPowerOff)).To(Equal(25))
+}
+
+func TestFactoryHandsOutOneDriverPerAddress(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	hosts := fake.NewFactory(on)
+	registry := bmc.NewRegistry()
+	g.Expect(registry.Register(bmc.DriverIPMI, hosts.New)).To(Succeed())
+	g.Expect(registry.Register(bmc.DriverRedfish, hosts.New)).To(Succeed())
+	creds := bmc.Credentials{Username: "admin", Password: "pw"}
+
+	d, err := registry.New("10.0.0.1", creds, bmc.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(d.PowerOff(ctx, true)).To(Succeed())
+
+	// Another spelling of the same address reaches the same host; another address, another host.
+	g.Expect(hosts.Driver("ipmi://10.0.0.1:623").PowerState(ctx)).To(Equal(off))
+	g.Expect(hosts.Driver("ipmi://10.0.0.1:623").Credentials()).To(Equal(creds))
+	g.Expect(hosts.Driver("10.0.0.2").PowerState(ctx)).To(Equal(on))
+
+	again, err := registry.New("ipmi:10.0.0.1", creds, bmc.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(again.PowerState(ctx)).To(Equal(off))
+
+	hosts.SetNewError("redfish://10.0.0.3", bmc.ErrUnsupported)
+	_, err = registry.New("redfish://10.0.0.3:443", creds, bmc.Options{})
+	g.Expect(err).To(MatchError(bmc.ErrUnsupported))
+	hosts.SetNewError("redfish://10.0.0.3", nil)
+	_, err = registry.New("redfish://10.0.0.3:443", creds, bmc.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+}
