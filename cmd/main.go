@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,9 +23,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	remediationv1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/controllers/powercycle"
+	"github.com/metalheal/metalheal/internal/bmcaccess"
+	"github.com/metalheal/metalheal/pkg/bmc"
 )
 
 // config is everything the flags set.
@@ -120,31 +125,56 @@ func run(cfg config) error {
 		return fmt.Errorf("adding ready check: %w", err)
 	}
 
-	deps := dependencies{cfg: cfg, clock: clock.RealClock{}}
+	ctx := ctrl.SetupSignalHandler()
+	// One Access for every controller: one driver, and so one BMC session, per BMC.
+	access := bmcaccess.New(mgr.GetClient(), cfg.namespace, newBMCRegistry(bmc.NewMetrics(ctrlmetrics.Registry)), bmcaccess.Options{})
+	if err := mgr.Add(access); err != nil { // logs every BMC session out on shutdown
+		return fmt.Errorf("adding the BMC access layer: %w", err)
+	}
+	if err := access.SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return fmt.Errorf("indexing BMCs: %w", err)
+	}
+
+	deps := dependencies{cfg: cfg, clock: clock.RealClock{}, access: access}
 	for _, name := range enabled {
-		if err := setups[name](mgr, deps); err != nil {
+		if err := setups[name](ctx, mgr, deps); err != nil {
 			return fmt.Errorf("setting up the %s controller: %w", name, err)
 		}
 		log.Info("Controller enabled", "controller", name)
 	}
 
 	log.Info("Starting manager", "namespace", cfg.namespace, "leaseNamespace", cfg.leaseNamespace, "leaderElection", cfg.leaderElect)
-	return mgr.Start(ctrl.SetupSignalHandler())
+	return mgr.Start(ctx)
 }
 
 // dependencies are what the controllers are built from.
 type dependencies struct {
-	cfg   config
-	clock clock.Clock
+	cfg    config
+	clock  clock.Clock
+	access *bmcaccess.Access
 }
 
 // setups wires each controller into the manager. A controller whose issue has not landed yet is wired
 // as a no-op so that flags and deployment stay stable.
-var setups = map[string]func(ctrl.Manager, dependencies) error{
-	"machinehealthcheck": func(ctrl.Manager, dependencies) error { return nil },
-	"nodehealthcheck":    func(ctrl.Manager, dependencies) error { return nil },
-	"powercycle":         func(ctrl.Manager, dependencies) error { return nil },
-	"bmc":                func(ctrl.Manager, dependencies) error { return nil },
+var setups = map[string]func(context.Context, ctrl.Manager, dependencies) error{
+	"machinehealthcheck": func(context.Context, ctrl.Manager, dependencies) error { return nil },
+	"nodehealthcheck":    func(context.Context, ctrl.Manager, dependencies) error { return nil },
+	"powercycle":         func(context.Context, ctrl.Manager, dependencies) error { return nil },
+	"bmc":                setupBMC,
+}
+
+func setupBMC(ctx context.Context, mgr ctrl.Manager, deps dependencies) error {
+	r := &powercycle.BMCReconciler{
+		Client:   mgr.GetClient(),
+		Access:   deps.access,
+		Recorder: mgr.GetEventRecorder(powercycle.BMCControllerName),
+		Clock:    deps.clock,
+		Options: powercycle.BMCReconcilerOptions{
+			Interval:                deps.cfg.bmcCheckInterval,
+			MaxConcurrentReconciles: deps.cfg.maxConcurrentCycles,
+		},
+	}
+	return r.SetupWithManager(ctx, mgr)
 }
 
 func parseControllers(s string) ([]string, error) {

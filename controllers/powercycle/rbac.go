@@ -15,3 +15,4 @@ package powercycle
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;create
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch,namespace=metalheal-system
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

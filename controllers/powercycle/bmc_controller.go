@@ -1,0 +1,244 @@
+package powercycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/bmcaccess"
+	"github.com/metalheal/metalheal/pkg/bmc"
+)
+
+// Defaults of BMCReconcilerOptions.
+const (
+	DefaultBMCCheckInterval           = 5 * time.Minute
+	DefaultBMCCheckTimeout            = 10 * time.Second
+	DefaultBMCMaxConcurrentReconciles = 20
+)
+
+// BMCControllerName names the BMC inventory controller (logs, metrics, events).
+const BMCControllerName = "bmc"
+
+// BMCReconcilerOptions tune the BMC inventory.
+type BMCReconcilerOptions struct {
+	// Interval between two checks of the same BMC. Zero means DefaultBMCCheckInterval.
+	Interval time.Duration
+	// CheckTimeout bounds one check (building the driver and one PowerState call). Zero means
+	// DefaultBMCCheckTimeout.
+	CheckTimeout time.Duration
+	// MaxConcurrentReconciles is how many BMCs are checked at once, so that slow or unreachable BMCs
+	// never hold up the others. Zero means DefaultBMCMaxConcurrentReconciles.
+	MaxConcurrentReconciles int
+}
+
+// BMCReconciler is the BMC inventory: it checks every BMC in the Access's namespace (reachability,
+// credentials and power state) when the BMC changes, when its credentials Secret changes, and every
+// Interval, and reports the result in the BMC's status and, on change, in events. An administrator thus
+// learns that a BMC is misconfigured before the node it guards fails.
+type BMCReconciler struct {
+	// Client reads BMCs (from the cache) and writes their status.
+	Client client.Client
+	// Access builds and caches the drivers; share it with the power-cycle remediator.
+	Access *bmcaccess.Access
+	// Recorder emits events on the BMCs.
+	Recorder events.EventRecorder
+	// Clock stamps lastChecked and decides when a check is due.
+	Clock clock.PassiveClock
+	// Options tune the checks.
+	Options BMCReconcilerOptions
+
+	mu      sync.Mutex
+	checked map[types.NamespacedName]bmcCheckRecord
+}
+
+func (r *BMCReconciler) interval() time.Duration {
+	if r.Options.Interval > 0 {
+		return r.Options.Interval
+	}
+	return DefaultBMCCheckInterval
+}
+
+func (r *BMCReconciler) checkTimeout() time.Duration {
+	if r.Options.CheckTimeout > 0 {
+		return r.Options.CheckTimeout
+	}
+	return DefaultBMCCheckTimeout
+}
+
+// SetupWithManager registers the BMC field indexes (through the Access) and the controller: BMCs in the
+// Access's namespace, and the Secrets there, mapped to the BMCs that use them.
+func (r *BMCReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if r.Client == nil || r.Access == nil || r.Recorder == nil || r.Clock == nil {
+		return errors.New("BMCReconciler needs a Client, an Access, a Recorder and a Clock")
+	}
+	if err := r.Access.SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	workers := r.Options.MaxConcurrentReconciles
+	if workers <= 0 {
+		workers = DefaultBMCMaxConcurrentReconciles
+	}
+	ns := r.Access.Namespace()
+	inNamespace := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() == ns })
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(BMCControllerName).
+		// Our own status writes do not change the generation: they need no reconcile.
+		For(&v1alpha1.BMC{}, builder.WithPredicates(inNamespace, predicate.GenerationChangedPredicate{})).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.bmcsUsingSecret), builder.WithPredicates(inNamespace)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		Complete(r)
+}
+
+// bmcsUsingSecret maps a Secret to the BMCs whose credentials it holds.
+func (r *BMCReconciler) bmcsUsingSecret(ctx context.Context, secret client.Object) []reconcile.Request {
+	var list v1alpha1.BMCList
+	if err := r.Client.List(ctx, &list, client.InNamespace(secret.GetNamespace()),
+		client.MatchingFields{bmcaccess.IndexSecretName: secret.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the BMCs of a Secret failed", "secret", klog.KObj(secret))
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, b := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: b.Namespace, Name: b.Name}})
+	}
+	return reqs
+}
+
+// Reconcile checks one BMC when a check is due, and says when the next one is.
+func (r *BMCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	b := &v1alpha1.BMC{}
+	if err := r.Client.Get(ctx, req.NamespacedName, b); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(ctx, req.NamespacedName)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if b.Namespace != r.Access.Namespace() {
+		return ctrl.Result{}, nil
+	}
+	secretVersion, err := r.Access.CredentialsVersion(ctx, b)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	cur := bmcCheckRecord{uid: b.UID, generation: b.Generation, secretVersion: secretVersion}
+	last := r.last(req.NamespacedName)
+	if last != nil && last.uid != b.UID {
+		r.Access.Forget(ctx, last.uid) // deleted and recreated under the same name while we looked away
+	}
+	due, wait := bmcCheckDue(last, cur, r.Clock.Now(), r.interval())
+	if !due {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+
+	a, err := r.check(ctx, b)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	cur.at = r.Clock.Now()
+	if err := r.report(ctx, b, a, cur.at); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	r.remember(req.NamespacedName, cur)
+	return ctrl.Result{RequeueAfter: r.interval()}, nil
+}
+
+// check reads the BMC's power state once, bounded by the check timeout, and assesses the outcome. It
+// returns an error only for what is not the BMC's fault (reading its Secret failed): that is retried.
+func (r *BMCReconciler) check(ctx context.Context, b *v1alpha1.BMC) (bmcAssessment, error) {
+	checkCtx, cancel := context.WithTimeout(ctx, r.checkTimeout())
+	defer cancel()
+	state := bmc.PowerStateUnknown
+	d, err := r.Access.ForBMC(checkCtx, b)
+	if err != nil && bmcaccess.Reason(err) == "" {
+		return bmcAssessment{}, err
+	}
+	if err == nil {
+		state, err = d.PowerState(checkCtx)
+	}
+	if ctx.Err() != nil {
+		// The manager is stopping: the BMC did not time out, we gave up on it.
+		return bmcAssessment{}, ctx.Err()
+	}
+	ctrl.LoggerFrom(ctx).V(4).Info("Checked BMC", "BMC", klog.KObj(b), "powerState", state, "reason", bmcaccess.Reason(err))
+	return bmcAssess(b, state, err, r.checkTimeout()), nil
+}
+
+// report writes the assessment into the BMC's status and, when the BMC's state changed, logs it and
+// emits an event.
+func (r *BMCReconciler) report(ctx context.Context, b *v1alpha1.BMC, a bmcAssessment, now time.Time) error {
+	oldReachable := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionReachable).DeepCopy()
+	oldCredentials := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionCredentialsValid).DeepCopy()
+	oldPower := b.Status.PowerState
+
+	patch := client.MergeFrom(b.DeepCopy())
+	checkedAt := metav1.NewTime(now)
+	b.Status.PowerState = a.power
+	b.Status.LastChecked = &checkedAt
+	b.Status.ObservedGeneration = b.Generation
+	for _, c := range []metav1.Condition{a.reachable, a.credentials} {
+		c.ObservedGeneration, c.LastTransitionTime = b.Generation, checkedAt
+		meta.SetStatusCondition(&b.Status.Conditions, c)
+	}
+	if err := r.Client.Status().Patch(ctx, b, patch); err != nil {
+		return fmt.Errorf("updating the status of BMC %s: %w", klog.KObj(b), err)
+	}
+
+	log := ctrl.LoggerFrom(ctx).WithValues("BMC", klog.KObj(b))
+	if ev := bmcTransitionEvent(oldReachable, oldCredentials, a); ev != nil {
+		r.Recorder.Eventf(b, nil, ev.kind, ev.reason, ActionCheckBMC, "%s", ev.note)
+		log.Info("BMC state changed", "reachable", a.reachable.Reason, "credentialsValid", a.credentials.Reason, "powerState", a.power)
+	} else if oldPower != a.power {
+		log.V(1).Info("Host power state changed", "from", oldPower, "to", a.power)
+	}
+	return nil
+}
+
+func (r *BMCReconciler) last(key types.NamespacedName) *bmcCheckRecord {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec, ok := r.checked[key]
+	if !ok {
+		return nil
+	}
+	return &rec
+}
+
+func (r *BMCReconciler) remember(key types.NamespacedName, rec bmcCheckRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.checked == nil {
+		r.checked = map[types.NamespacedName]bmcCheckRecord{}
+	}
+	r.checked[key] = rec
+}
+
+// forget drops what is known of a deleted BMC, closing its driver.
+func (r *BMCReconciler) forget(ctx context.Context, key types.NamespacedName) {
+	r.mu.Lock()
+	rec, ok := r.checked[key]
+	delete(r.checked, key)
+	r.mu.Unlock()
+	if ok {
+		r.Access.Forget(ctx, rec.uid)
+	}
+}

@@ -1,0 +1,20 @@
+package powercycle
+
+// Event reasons of the powercycle package's controllers. Events are emitted on transitions only.
+const (
+	// EventBMCUnreachable (Warning): a BMC stopped answering, or timed out.
+	EventBMCUnreachable = "BMCUnreachable"
+	// EventBMCCredentialsInvalid (Warning): a BMC refused its credentials, or its Secret is missing or
+	// incomplete.
+	EventBMCCredentialsInvalid = "BMCCredentialsInvalid"
+	// EventBMCMisconfigured (Warning): a BMC's address is invalid, or no driver here can use it.
+	EventBMCMisconfigured = "BMCMisconfigured"
+	// EventBMCRecovered (Normal): a BMC that had a problem answered and accepted its credentials again.
+	EventBMCRecovered = "BMCRecovered"
+)
+
+// Event actions (the events.k8s.io "action" field): what the controller was doing.
+const (
+	// ActionCheckBMC is the BMC inventory's periodic reachability and credentials check.
+	ActionCheckBMC = "CheckBMC"
+)

@@ -1,0 +1,304 @@
+package bmcaccess
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/pkg/bmc"
+)
+
+// Field indexes on BMC objects that SetupIndexes registers.
+const (
+	// IndexNodeName indexes BMCs by spec.nodeName (ForNode).
+	IndexNodeName = "spec.nodeName"
+	// IndexSecretName indexes BMCs by spec.credentialsSecretRef.name (which BMCs a Secret change concerns).
+	IndexSecretName = "spec.credentialsSecretRef.name"
+)
+
+// indexes are the field indexes SetupIndexes registers.
+var indexes = []struct {
+	field   string
+	extract client.IndexerFunc
+}{
+	{IndexNodeName, func(o client.Object) []string { return []string{o.(*v1alpha1.BMC).Spec.NodeName} }},
+	{IndexSecretName, func(o client.Object) []string { return []string{o.(*v1alpha1.BMC).Spec.CredentialsSecretRef.Name} }},
+}
+
+// DefaultCloseTimeout bounds closing a replaced or forgotten driver (a Redfish logout).
+const DefaultCloseTimeout = 5 * time.Second
+
+// Options tune an Access.
+type Options struct {
+	// RequestTimeout bounds one BMC request when the caller's context has no earlier deadline. Zero
+	// leaves the drivers' default (bmc.DefaultRequestTimeout).
+	RequestTimeout time.Duration
+	// CloseTimeout bounds closing a driver that is replaced or forgotten. Zero means DefaultCloseTimeout.
+	CloseTimeout time.Duration
+}
+
+// Access resolves BMC objects to drivers and caches one driver per BMC. It is safe for concurrent use;
+// share one between every controller of a manager.
+type Access struct {
+	client    client.Reader
+	namespace string
+	registry  *bmc.Registry
+	opts      Options
+
+	indexOnce sync.Once
+	indexErr  error
+
+	mu      sync.Mutex
+	drivers map[types.UID]*entry
+}
+
+// entry is a cached driver and what it was built from.
+type entry struct {
+	driver        bmc.Driver
+	generation    int64
+	secretVersion string
+}
+
+// New returns an Access that reads BMCs and Secrets through c, only in namespace, and builds drivers
+// with registry. c should be the manager's cache-backed client.
+func New(c client.Reader, namespace string, registry *bmc.Registry, opts Options) *Access {
+	if opts.CloseTimeout <= 0 {
+		opts.CloseTimeout = DefaultCloseTimeout
+	}
+	return &Access{client: c, namespace: namespace, registry: registry, opts: opts, drivers: map[types.UID]*entry{}}
+}
+
+// Namespace is the namespace the Access reads BMCs and Secrets in.
+func (a *Access) Namespace() string { return a.namespace }
+
+// SetupIndexes registers IndexNodeName and IndexSecretName with indexer (the manager's field indexer).
+// Every controller using the Access may call it: only the first call registers, later ones return its
+// result.
+func (a *Access) SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
+	a.indexOnce.Do(func() {
+		for _, ix := range indexes {
+			if err := indexer.IndexField(ctx, &v1alpha1.BMC{}, ix.field, ix.extract); err != nil {
+				a.indexErr = fmt.Errorf("indexing BMCs by %s: %w", ix.field, err)
+				return
+			}
+		}
+	})
+	return a.indexErr
+}
+
+// ForNode returns the BMC whose spec.nodeName is nodeName, and its driver. It fails with ErrBMCNotFound
+// when no BMC, or more than one, names the node; otherwise as ForBMC.
+func (a *Access) ForNode(ctx context.Context, nodeName string) (*v1alpha1.BMC, bmc.Driver, error) {
+	var list v1alpha1.BMCList
+	if err := a.client.List(ctx, &list, client.InNamespace(a.namespace), client.MatchingFields{IndexNodeName: nodeName}); err != nil {
+		return nil, nil, fmt.Errorf("listing BMCs of node %q: %w", nodeName, err)
+	}
+	switch len(list.Items) {
+	case 0:
+		return nil, nil, &Error{Node: nodeName, Kind: ErrBMCNotFound,
+			Err: fmt.Errorf("no BMC in namespace %q has spec.nodeName %q", a.namespace, nodeName)}
+	case 1:
+	default:
+		names := make([]string, 0, len(list.Items))
+		for _, b := range list.Items {
+			names = append(names, b.Name)
+		}
+		slices.Sort(names)
+		return nil, nil, &Error{Node: nodeName, Kind: ErrBMCNotFound,
+			Err: fmt.Errorf("%d BMCs in namespace %q name this node (%v); exactly one must", len(names), a.namespace, names)}
+	}
+	b := list.Items[0].DeepCopy()
+	d, err := a.ForBMC(ctx, b)
+	if err != nil {
+		return b, nil, err
+	}
+	return b, d, nil
+}
+
+// CredentialsVersion returns the resourceVersion of b's credentials Secret as the client sees it, or ""
+// when the Secret does not exist (or b is outside the Access's namespace). A controller compares it to
+// the version it last checked to notice rotated credentials.
+func (a *Access) CredentialsVersion(ctx context.Context, b *v1alpha1.BMC) (string, error) {
+	if b.Namespace != a.namespace {
+		return "", nil
+	}
+	var s corev1.Secret
+	err := a.client.Get(ctx, types.NamespacedName{Namespace: a.namespace, Name: b.Spec.CredentialsSecretRef.Name}, &s)
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("reading credentials Secret of BMC %s: %w", klog.KObj(b), err)
+	}
+	return s.ResourceVersion, nil
+}
+
+// ForBMC returns the driver of b, built on first use and cached until b's generation or its Secret's
+// resourceVersion changes. It fails with ErrSecretNotFound, ErrInvalidCredentials, ErrInvalidAddress or
+// bmc.ErrUnsupported (see Error), or with the API error that kept it from reading the Secret.
+func (a *Access) ForBMC(ctx context.Context, b *v1alpha1.BMC) (bmc.Driver, error) {
+	key := types.NamespacedName{Namespace: b.Namespace, Name: b.Name}
+	fail := func(kind, err error) (bmc.Driver, error) { return nil, &Error{BMC: key, Kind: kind, Err: err} }
+	if b.Namespace != a.namespace {
+		return fail(ErrSecretNotFound, fmt.Errorf("the BMC is outside namespace %q, the only one whose Secrets metalheal reads", a.namespace))
+	}
+
+	secretName := b.Spec.CredentialsSecretRef.Name
+	var secret corev1.Secret
+	if err := a.client.Get(ctx, types.NamespacedName{Namespace: a.namespace, Name: secretName}, &secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			a.drop(ctx, b)
+			return fail(ErrSecretNotFound, fmt.Errorf("secret %q does not exist in namespace %q", secretName, a.namespace))
+		}
+		return nil, fmt.Errorf("reading credentials Secret of BMC %s: %w", key, err)
+	}
+
+	a.mu.Lock()
+	cached := a.drivers[b.UID]
+	if cached != nil && (cached.generation > b.Generation ||
+		(cached.generation == b.Generation && cached.secretVersion == secret.ResourceVersion)) {
+		// Up to date, or built from a newer BMC than a stale cache handed this caller: keep it.
+		a.mu.Unlock()
+		return cached.driver, nil
+	}
+	d, err := a.build(ctx, b, &secret)
+	if err != nil {
+		a.mu.Unlock()
+		a.drop(ctx, b) // it was built from a spec or credentials that are gone
+		return nil, err
+	}
+	a.drivers[b.UID] = &entry{driver: d, generation: b.Generation, secretVersion: secret.ResourceVersion}
+	a.mu.Unlock()
+
+	log := ctrl.LoggerFrom(ctx).WithValues("BMC", klog.KObj(b))
+	if cached != nil {
+		log.V(2).Info("Rebuilt BMC driver", "generation", b.Generation, "secretResourceVersion", secret.ResourceVersion)
+		a.closeDriver(ctx, b, cached.driver)
+	} else {
+		log.V(4).Info("Built BMC driver", "generation", b.Generation, "secretResourceVersion", secret.ResourceVersion)
+	}
+	return d, nil
+}
+
+// build makes b's driver from its Secret. a.mu is held; nothing here contacts the BMC.
+func (a *Access) build(ctx context.Context, b *v1alpha1.BMC, secret *corev1.Secret) (bmc.Driver, error) {
+	key := types.NamespacedName{Namespace: b.Namespace, Name: b.Name}
+	creds, err := bmc.CredentialsFromSecretData(secret.Data)
+	if err != nil {
+		return nil, &Error{BMC: key, Kind: ErrInvalidCredentials, Err: fmt.Errorf("secret %q: %w", secret.Name, err)}
+	}
+	forms := secretForms(creds)
+	log := ctrl.LoggerFrom(ctx).WithValues("BMC", klog.KObj(b))
+	d, err := a.registry.New(b.Spec.Address, creds, bmc.Options{
+		DisableCertificateVerification: b.Spec.DisableCertificateVerification,
+		RequestTimeout:                 a.opts.RequestTimeout,
+		// Drivers report credential-free messages (a session re-established, a fallback taken); scrub anyway.
+		Report: func(reason, message string) { log.V(1).Info(scrub(message, forms), "reason", reason) },
+	})
+	if err != nil {
+		err = redact(err, forms)
+		var addrErr *bmc.AddressError
+		var schemeErr *bmc.UnknownSchemeError
+		if errors.As(err, &addrErr) || errors.As(err, &schemeErr) {
+			return nil, &Error{BMC: key, Kind: ErrInvalidAddress, Err: err}
+		}
+		return nil, &Error{BMC: key, Kind: bmc.ErrUnsupported, Err: err}
+	}
+	return &redacting{next: d, forms: forms}, nil
+}
+
+// drop closes and forgets b's cached driver, if any.
+func (a *Access) drop(ctx context.Context, b *v1alpha1.BMC) {
+	a.mu.Lock()
+	cached := a.drivers[b.UID]
+	delete(a.drivers, b.UID)
+	a.mu.Unlock()
+	if cached != nil {
+		a.closeDriver(ctx, b, cached.driver)
+	}
+}
+
+// Forget closes and drops the cached driver of the BMC with this UID (a deleted BMC). It is a no-op
+// when none is cached.
+func (a *Access) Forget(ctx context.Context, uid types.UID) {
+	a.mu.Lock()
+	cached := a.drivers[uid]
+	delete(a.drivers, uid)
+	a.mu.Unlock()
+	if cached != nil {
+		a.closeDriver(ctx, nil, cached.driver)
+	}
+}
+
+// CloseAll closes and drops every cached driver.
+func (a *Access) CloseAll(ctx context.Context) {
+	a.mu.Lock()
+	all := a.drivers
+	a.drivers = map[types.UID]*entry{}
+	a.mu.Unlock()
+	for _, e := range all {
+		a.closeDriver(ctx, nil, e.driver)
+	}
+}
+
+// Start implements manager.Runnable: it waits for the manager to stop, then logs out of every session
+// the cached drivers hold, bounded by the close timeout (BMCs have few session slots: do not leak them
+// on every restart).
+func (a *Access) Start(ctx context.Context) error {
+	<-ctx.Done()
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.opts.CloseTimeout)
+	defer cancel()
+	a.CloseAll(closeCtx)
+	return nil
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: closing drivers is every replica's job.
+func (a *Access) NeedLeaderElection() bool { return false }
+
+// closeDriver closes d, bounded by the close timeout. A failure is only logged: the BMC will expire the
+// session on its own.
+func (a *Access) closeDriver(ctx context.Context, b *v1alpha1.BMC, d bmc.Driver) {
+	ctx, cancel := context.WithTimeout(ctx, a.opts.CloseTimeout)
+	defer cancel()
+	if err := d.Close(ctx); err != nil {
+		log := ctrl.LoggerFrom(ctx)
+		if b != nil {
+			log = log.WithValues("BMC", klog.KObj(b))
+		}
+		log.V(2).Info("Closing a BMC driver failed", "error", err.Error())
+	}
+}
+
+// redacting scrubs the credentials from every error of the driver it wraps.
+type redacting struct {
+	next  bmc.Driver
+	forms []string
+}
+
+func (r *redacting) PowerState(ctx context.Context) (bmc.PowerState, error) {
+	s, err := r.next.PowerState(ctx)
+	return s, redact(err, r.forms)
+}
+
+func (r *redacting) PowerOn(ctx context.Context) error {
+	return redact(r.next.PowerOn(ctx), r.forms)
+}
+
+func (r *redacting) PowerOff(ctx context.Context, force bool) error {
+	return redact(r.next.PowerOff(ctx, force), r.forms)
+}
+
+func (r *redacting) Close(ctx context.Context) error {
+	return redact(r.next.Close(ctx), r.forms)
+}
