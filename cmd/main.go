@@ -14,9 +14,12 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -44,6 +47,10 @@ type config struct {
 	bmcCheckInterval    time.Duration
 	maxConcurrentCycles int
 	resyncPeriod        time.Duration
+	leaseDuration       time.Duration
+	bmcCallTimeout      time.Duration
+	powerPollInterval   time.Duration
+	nodeName            string
 	clientQPS           float64
 	clientBurst         int
 }
@@ -64,6 +71,10 @@ func main() {
 	flag.StringVar(&cfg.leaseNamespace, "lease-namespace", "medik8s-leases", "Namespace of the node maintenance leases (shared with medik8s).")
 	flag.DurationVar(&cfg.bmcCheckInterval, "bmc-check-interval", 5*time.Minute, "How often every BMC is checked for reachability and credentials.")
 	flag.IntVar(&cfg.maxConcurrentCycles, "max-concurrent-remediations", 50, "How many remediations (and BMC checks) are worked on at once.")
+	flag.DurationVar(&cfg.leaseDuration, "lease-duration", 10*time.Minute, "Duration of the node maintenance leases the remediator takes (renewed while it works).")
+	flag.DurationVar(&cfg.bmcCallTimeout, "bmc-call-timeout", 10*time.Second, "Bound on one BMC call by the remediator.")
+	flag.DurationVar(&cfg.powerPollInterval, "power-poll-interval", 5*time.Second, "How often the remediator reads the power state while waiting for a power transition.")
+	flag.StringVar(&cfg.nodeName, "node-name", os.Getenv("NODE_NAME"), "The node the manager runs on (defaults to $NODE_NAME): powering it off is recorded durably first and warned about.")
 	flag.DurationVar(&cfg.resyncPeriod, "resync-period", 10*time.Hour, "Informer resync period: a safety net only, detection never waits for it.")
 	flag.Float64Var(&cfg.clientQPS, "kube-api-qps", 50, "Queries per second to the API server.")
 	flag.IntVar(&cfg.clientBurst, "kube-api-burst", 100, "Burst of queries to the API server.")
@@ -126,6 +137,9 @@ func run(cfg config) error {
 	}
 
 	ctx := ctrl.SetupSignalHandler()
+	if err := ensureNamespace(ctx, restCfg, scheme, cfg.leaseNamespace); err != nil {
+		return err
+	}
 	// One Access for every controller: one driver, and so one BMC session, per BMC.
 	access := bmcaccess.New(mgr.GetClient(), cfg.namespace, newBMCRegistry(bmc.NewMetrics(ctrlmetrics.Registry)), bmcaccess.Options{})
 	if err := mgr.Add(access); err != nil { // logs every BMC session out on shutdown
@@ -159,7 +173,7 @@ type dependencies struct {
 var setups = map[string]func(context.Context, ctrl.Manager, dependencies) error{
 	"machinehealthcheck": func(context.Context, ctrl.Manager, dependencies) error { return nil },
 	"nodehealthcheck":    func(context.Context, ctrl.Manager, dependencies) error { return nil },
-	"powercycle":         func(context.Context, ctrl.Manager, dependencies) error { return nil },
+	"powercycle":         setupPowerCycle,
 	"bmc":                setupBMC,
 }
 
@@ -192,4 +206,38 @@ func parseControllers(s string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// ensureNamespace creates the node lease namespace when it is missing (medik8s operators do the same, so
+// whoever starts first creates it and the others find it).
+func ensureNamespace(ctx context.Context, restCfg *rest.Config, scheme *runtime.Scheme, name string) error {
+	c, err := client.New(restCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("creating a client: %w", err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating the lease namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+func setupPowerCycle(ctx context.Context, mgr ctrl.Manager, deps dependencies) error {
+	r, err := powercycle.NewRemediationReconciler(powercycle.RemediationReconcilerOptions{
+		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		Clock:                   deps.clock,
+		Recorder:                mgr.GetEventRecorder(powercycle.RemediationControllerName),
+		Drivers:                 deps.access,
+		LeaseNamespace:          deps.cfg.leaseNamespace,
+		LeaseDuration:           deps.cfg.leaseDuration,
+		MaxConcurrentReconciles: deps.cfg.maxConcurrentCycles,
+		BMCCallTimeout:          deps.cfg.bmcCallTimeout,
+		PowerPollInterval:       deps.cfg.powerPollInterval,
+		ManagerNodeName:         deps.cfg.nodeName,
+	})
+	if err != nil {
+		return err
+	}
+	return r.SetupWithManager(ctx, mgr)
 }

@@ -138,6 +138,15 @@ type MachineHealthCheckStatus struct {
 	// +kubebuilder:validation:items:MaxLength=253
 	Targets []string `json:"targets,omitempty"`
 
+	// unhealthyMachines are the selected Machines found unhealthy, why, and the remediation requests
+	// created for each (with remediationTemplate or escalatingRemediations). A Machine leaves the list once
+	// it is healthy again. The list is the check's memory of which escalation steps were tried.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=10000
+	UnhealthyMachines []UnhealthyMachine `json:"unhealthyMachines,omitempty"`
+
 	// observedGeneration is the generation of the spec this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
@@ -148,6 +157,62 @@ type MachineHealthCheckStatus struct {
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=32
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// UnhealthyMachine is a Machine a MachineHealthCheck found unhealthy, and the remediation requests it
+// created for it.
+type UnhealthyMachine struct {
+	// name is the Machine's name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// reason says why the Machine is unhealthy, with Cluster API's HealthCheckSucceeded reasons:
+	// UnhealthyNode, NodeStartupTimeout, NodeDeleted, UnhealthyMachine (a terminal failure) or
+	// HasRemediateAnnotation.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	Reason string `json:"reason"`
+
+	// remediations are the remediation requests created for the Machine, oldest first: one per
+	// escalation step tried.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	Remediations []MachineRemediationRequest `json:"remediations,omitempty"`
+}
+
+// MachineRemediationRequest is one remediation request a MachineHealthCheck created for a Machine. The
+// request has the Machine's name and namespace.
+type MachineRemediationRequest struct {
+	// apiVersion of the remediation request, e.g. remediation.metalheal.io/v1alpha1.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=317
+	APIVersion string `json:"apiVersion"`
+
+	// kind of the remediation request, e.g. PowerCycleRemediation.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Kind string `json:"kind"`
+
+	// templateName is the template it was made from.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	TemplateName string `json:"templateName"`
+
+	// started is when the request was created.
+	// +required
+	Started metav1.Time `json:"started"`
+
+	// timedOut is when the check gave up on the request (its escalation step's timeout passed or it
+	// reported Succeeded=False) and moved on to the next step.
+	// +optional
+	TimedOut *metav1.Time `json:"timedOut,omitempty"`
 }
 
 // MachineHealthCheck checks the health of Cluster API Machines (cluster.x-k8s.io/v1beta2) and their Nodes,

@@ -141,10 +141,28 @@ type UnhealthyNode struct {
 	// healthyDelay after it.
 	// +optional
 	ConditionsHealthyTimestamp *metav1.Time `json:"conditionsHealthyTimestamp,omitempty"`
+
+	// skipReason says why this check does not remediate the Node now, when the cause is the Node's own:
+	// Excluded, OwnedByOtherCheck, ControlPlaneBusy, LeaseHeldByOther or RemediationExists. Empty while it
+	// is remediated, and when a check-wide cause (pause, storm, disabled template) holds every Node back:
+	// the conditions say so then.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	SkipReason string `json:"skipReason,omitempty"`
+
+	// skipMessage explains skipReason for humans, e.g. which check or lease holder has the Node.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	SkipMessage string `json:"skipMessage,omitempty"`
 }
 
 // NodeRemediation is one remediation request created for a Node.
 type NodeRemediation struct {
+	// apiVersion of the remediation request, e.g. remediation.metalheal.io/v1alpha1.
+	// +optional
+	// +kubebuilder:validation:MaxLength=317
+	APIVersion string `json:"apiVersion,omitempty"`
+
 	// kind of the remediation request, e.g. PowerCycleRemediation.
 	// +required
 	// +kubebuilder:validation:MaxLength=63

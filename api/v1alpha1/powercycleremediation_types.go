@@ -127,6 +127,10 @@ type PowerCycleAttempt struct {
 	// +optional
 	PoweredOff *metav1.Time `json:"poweredOff,omitempty"`
 
+	// powerOnRequested is when power-on was requested; powerOnTimeoutSeconds counts from it.
+	// +optional
+	PowerOnRequested *metav1.Time `json:"powerOnRequested,omitempty"`
+
 	// poweredOn is when the BMC confirmed the host on.
 	// +optional
 	PoweredOn *metav1.Time `json:"poweredOn,omitempty"`
@@ -144,6 +148,17 @@ type PowerCycleAttempt struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
+}
+
+// PowerRequest is a power change asked of a BMC.
+type PowerRequest struct {
+	// target is the power state asked for: On or Off.
+	// +required
+	Target PowerState `json:"target"`
+
+	// time is when the request was recorded, just before it was sent.
+	// +required
+	Time metav1.Time `json:"time"`
 }
 
 // PowerCycleRemediationStatus is the remediation's state machine and its record.
@@ -179,6 +194,19 @@ type PowerCycleRemediationStatus struct {
 	// nextRetryTime is when the next attempt starts, while Retrying.
 	// +optional
 	NextRetryTime *metav1.Time `json:"nextRetryTime,omitempty"`
+
+	// powerRequest is the power change asked of the BMC in the current phase. It is recorded before the
+	// request is sent, so a restarted controller never sends it twice; every phase transition clears it.
+	// +optional
+	PowerRequest *PowerRequest `json:"powerRequest,omitempty"`
+
+	// appliedTaints are the keys of the taints this remediation added to the Node (a taint that was
+	// already there is not listed). Each is recorded before it is added; cleanup removes exactly these.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=317
+	AppliedTaints []string `json:"appliedTaints,omitempty"`
 
 	// attempts is the history of the most recent attempts, oldest first (at most 10).
 	// +optional

@@ -1,0 +1,28 @@
+package powercycle
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var (
+	// PhaseTransitions counts the phase transitions of PowerCycleRemediations, by the phase left ("None"
+	// for a new request) and the phase entered.
+	PhaseTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "metalheal_powercycle_phase_transitions_total",
+		Help: "Phase transitions of PowerCycleRemediations, by phase left (None for a new request) and phase entered.",
+	}, []string{"from", "to"})
+
+	// RemediationDuration is the time from a remediation's acceptance to its end (Succeeded or Failed), by
+	// strategy and by the reason it ended with (NodeReady, Fenced, MachineDeleted, RetriesExhausted,
+	// TimedOut, NodeExcluded).
+	RemediationDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "metalheal_remediation_duration_seconds",
+		Help:    "Time from a PowerCycleRemediation's acceptance to its end, by strategy and the reason it ended with.",
+		Buckets: []float64{5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 43200},
+	}, []string{"strategy", "result"})
+)
+
+func init() {
+	ctrlmetrics.Registry.MustRegister(PhaseTransitions, RemediationDuration)
+}

@@ -1,0 +1,160 @@
+package powercycle
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+)
+
+// phaseHandler does the work of one phase: it acts, then either transitions (and returns an empty
+// result: the status update it wrote brings the next reconcile) or says when to look again.
+type phaseHandler func(ctx context.Context, s *scope) (ctrl.Result, error)
+
+// phaseHandlers is the state machine: one handler per phase. The empty phase is a new request.
+func (r *RemediationReconciler) phaseHandlers() map[v1alpha1.PowerCyclePhase]phaseHandler {
+	return map[v1alpha1.PowerCyclePhase]phaseHandler{
+		"":                           r.start,
+		v1alpha1.PhasePending:        r.pending,
+		v1alpha1.PhasePoweringOff:    r.poweringOff,
+		v1alpha1.PhasePoweredOff:     r.poweredOff,
+		v1alpha1.PhasePoweringOn:     r.poweringOn,
+		v1alpha1.PhaseWaitingForNode: r.waitingForNode,
+		v1alpha1.PhaseRetrying:       r.retrying,
+		v1alpha1.PhaseEscalating:     r.escalating,
+		v1alpha1.PhaseSucceeded:      r.finished,
+		v1alpha1.PhaseFailed:         r.finished,
+	}
+}
+
+// phaseEvents are the event reasons announcing the entry into each phase.
+var phaseEvents = map[v1alpha1.PowerCyclePhase]string{
+	v1alpha1.PhasePending:        EventRemediationStarted,
+	v1alpha1.PhasePoweringOff:    EventPoweringOff,
+	v1alpha1.PhasePoweredOff:     EventPoweredOff,
+	v1alpha1.PhasePoweringOn:     EventPoweringOn,
+	v1alpha1.PhaseWaitingForNode: EventPoweredOn,
+	v1alpha1.PhaseRetrying:       EventAttemptFailed,
+	v1alpha1.PhaseEscalating:     EventEscalating,
+	v1alpha1.PhaseSucceeded:      EventRemediated,
+	v1alpha1.PhaseFailed:         EventRemediationFailed,
+}
+
+// warningPhases are entered because something went wrong.
+var warningPhases = map[v1alpha1.PowerCyclePhase]bool{
+	v1alpha1.PhaseRetrying:   true,
+	v1alpha1.PhaseEscalating: true,
+	v1alpha1.PhaseFailed:     true,
+}
+
+// transition is the only way the phase changes. It sets the phase, stamps the time, clears the
+// phase's power request, sets the contract conditions (Processing, Succeeded), and records all of it;
+// only once the record is durable does it log the change, emit the event and count it.
+func (r *RemediationReconciler) transition(ctx context.Context, s *scope, to v1alpha1.PowerCyclePhase, reason, message string) error {
+	st := s.status()
+	from := st.Phase
+	var startedAt *time.Time // when the remediation started: Processing has been True since
+	if c := s.condition(v1alpha1.ConditionProcessing); c != nil && c.Status == metav1.ConditionTrue {
+		startedAt = new(c.LastTransitionTime.Time)
+	}
+
+	st.Phase = to
+	st.LastTransitionTime = new(stamp(s.now))
+	st.PowerRequest = nil
+	if to != v1alpha1.PhaseRetrying {
+		st.NextRetryTime = nil
+	}
+	switch {
+	case to == v1alpha1.PhaseSucceeded:
+		s.setCondition(v1alpha1.ConditionProcessing, metav1.ConditionFalse, reason, message)
+		s.setCondition(v1alpha1.ConditionSucceeded, metav1.ConditionTrue, reason, message)
+	case to == v1alpha1.PhaseFailed:
+		s.setCondition(v1alpha1.ConditionProcessing, metav1.ConditionFalse, reason, message)
+		s.setCondition(v1alpha1.ConditionSucceeded, metav1.ConditionFalse, reason, message)
+	default:
+		s.setCondition(v1alpha1.ConditionProcessing, metav1.ConditionTrue, reason, message)
+		s.setCondition(v1alpha1.ConditionSucceeded, metav1.ConditionUnknown, reason, message)
+	}
+	if err := r.persist(ctx, s); err != nil {
+		return err
+	}
+	if s.abandoned {
+		return nil
+	}
+
+	s.log.Info("Phase changed", "from", from, "to", to, "reason", reason, "message", message)
+	eventType := corev1.EventTypeNormal
+	if warningPhases[to] {
+		eventType = corev1.EventTypeWarning
+	}
+	r.opts.Recorder.Eventf(s.pcr, nil, eventType, phaseEvents[to], ActionPowerCycle, "%s", message)
+	PhaseTransitions.WithLabelValues(phaseLabel(from), string(to)).Inc()
+	if terminal(to) && !terminal(from) && startedAt != nil {
+		RemediationDuration.WithLabelValues(string(s.spec.strategy), reason).Observe(max(s.now.Sub(*startedAt), 0).Seconds())
+	}
+	return nil
+}
+
+// phaseLabel names a phase in metrics; a new request has none.
+func phaseLabel(p v1alpha1.PowerCyclePhase) string {
+	if p == "" {
+		return "None"
+	}
+	return string(p)
+}
+
+// start accepts a new request.
+func (r *RemediationReconciler) start(ctx context.Context, s *scope) (ctrl.Result, error) {
+	s.setCondition(v1alpha1.ConditionPermanentNodeDeletionExpected, metav1.ConditionFalse, v1alpha1.ReasonAsExpected,
+		"the node is power-cycled, not deleted")
+	return ctrl.Result{}, r.transition(ctx, s, v1alpha1.PhasePending, v1alpha1.ReasonRemediationStarted,
+		fmt.Sprintf("Remediation accepted: strategy %s", s.spec.strategy))
+}
+
+// startAttempt opens the record of a new attempt and moves to PoweringOff.
+func (r *RemediationReconciler) startAttempt(ctx context.Context, s *scope) error {
+	st := s.status()
+	number := int32(1)
+	if a := s.currentAttempt(); a != nil {
+		number = a.Number + 1
+	}
+	st.Attempts = append(st.Attempts, v1alpha1.PowerCycleAttempt{Number: number, Started: stamp(s.now)})
+	if n := len(st.Attempts); n > maxAttempts {
+		st.Attempts = append([]v1alpha1.PowerCycleAttempt(nil), st.Attempts[n-maxAttempts:]...)
+	}
+	return r.transition(ctx, s, v1alpha1.PhasePoweringOff, v1alpha1.ReasonPoweringOff,
+		fmt.Sprintf("Attempt %d: powering off node %s through BMC %s", number, st.NodeName, st.BMCName))
+}
+
+// failAttempt closes the current attempt as failed and moves on: to Retrying after a backoff, or to
+// Escalating when the escalate strategy has used up its attempts.
+func (r *RemediationReconciler) failAttempt(ctx context.Context, s *scope, why string) (ctrl.Result, error) {
+	st := s.status()
+	number := int32(0)
+	if a := s.currentAttempt(); a != nil && a.Result == "" {
+		a.Finished, a.Result, a.Message = new(stamp(s.now)), attemptFailed, truncate(why, maxAttemptMessage)
+		number = a.Number
+	}
+	st.RetryCount++
+	next, retryAt := afterFailure(s.spec, st.RetryCount, s.now)
+	if next == v1alpha1.PhaseEscalating {
+		return ctrl.Result{}, r.transition(ctx, s, next, v1alpha1.ReasonRetriesExhausted,
+			fmt.Sprintf("Attempt %d failed: %s; %d of %d attempts failed, escalating", number, why, st.RetryCount, s.spec.deleteAfterRetries))
+	}
+	st.NextRetryTime = new(stamp(retryAt))
+	return ctrl.Result{}, r.transition(ctx, s, next, v1alpha1.ReasonRetrying,
+		fmt.Sprintf("Attempt %d failed: %s; next attempt at %s", number, why, st.NextRetryTime.UTC().Format(timeFormat)))
+}
+
+// Attempt results.
+const (
+	attemptSucceeded = "Succeeded"
+	attemptFailed    = "Failed"
+)
+
+const timeFormat = "2006-01-02T15:04:05Z07:00"

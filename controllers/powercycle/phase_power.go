@@ -1,0 +1,170 @@
+package powercycle
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/pkg/bmc"
+)
+
+// poweringOff asks the BMC to power the host off (once: the request is recorded before it is sent) and
+// waits, polling the BMC, until it reads Off. Only that reading moves on to PoweredOff, where the node
+// is fenced: nothing that assumes the host is dead happens on a guess. powerOffTimeoutSeconds after the
+// phase began, the attempt fails.
+func (r *RemediationReconciler) poweringOff(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if err := r.keepLease(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	deadline := s.phaseStart().Add(s.spec.powerOffTimeout)
+	expired := func(why string) (ctrl.Result, error) {
+		return r.failAttempt(ctx, s, fmt.Sprintf("power-off not confirmed within %s: %s", s.spec.powerOffTimeout, why))
+	}
+	d, err := r.driverFor(ctx, s)
+	if err != nil {
+		return r.bmcTrouble(s, err, deadline, expired)
+	}
+	state, err := r.readPower(ctx, s, d)
+	if err != nil {
+		return r.bmcTrouble(s, err, deadline, expired)
+	}
+	if state == bmc.PowerStateOff {
+		if a := s.currentAttempt(); a != nil {
+			a.PoweredOff = new(stamp(s.now))
+		}
+		return ctrl.Result{}, r.transition(ctx, s, v1alpha1.PhasePoweredOff, v1alpha1.ReasonFenced,
+			fmt.Sprintf("BMC %s confirmed node %s powered off", s.status().BMCName, s.status().NodeName))
+	}
+	if !s.now.Before(deadline) {
+		return expired(fmt.Sprintf("the BMC still reports %s", state))
+	}
+	if s.status().PowerRequest == nil {
+		if r.opts.ManagerNodeName != "" && r.opts.ManagerNodeName == s.status().NodeName {
+			r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeWarning, EventPoweringOffManagerNode, ActionPowerCycle,
+				"Powering off node %s, where this manager runs: the next manager resumes from this remediation's status", s.status().NodeName)
+		}
+		if err := r.requestPower(ctx, s, d, v1alpha1.PowerOff); err != nil {
+			return r.bmcTrouble(s, err, deadline, expired)
+		}
+	}
+	return ctrl.Result{RequeueAfter: min(r.opts.PowerPollInterval, untilDeadline(deadline, s.now))}, nil
+}
+
+// poweredOff fences the node, now that the BMC confirmed the host is off: the out-of-service taint, so
+// Kubernetes deletes its pods and detaches their volumes. The power-off strategy stops here; the others
+// power the host on again.
+func (r *RemediationReconciler) poweredOff(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if err := r.keepLease(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.fence(ctx, s); err != nil || s.abandoned {
+		return ctrl.Result{}, err
+	}
+	if s.spec.strategy == v1alpha1.StrategyPowerOff {
+		if a := s.currentAttempt(); a != nil {
+			a.Finished, a.Result = new(stamp(s.now)), attemptSucceeded
+		}
+		return ctrl.Result{}, r.transition(ctx, s, v1alpha1.PhaseSucceeded, v1alpha1.ReasonFenced,
+			fmt.Sprintf("Node %s is powered off and fenced", s.status().NodeName))
+	}
+	if a := s.currentAttempt(); a != nil {
+		a.PowerOnRequested = new(stamp(s.now))
+	}
+	return ctrl.Result{}, r.transition(ctx, s, v1alpha1.PhasePoweringOn, v1alpha1.ReasonPoweringOn,
+		fmt.Sprintf("Powering node %s back on", s.status().NodeName))
+}
+
+// fence adds the out-of-service taint (if the spec wants it) to a node whose host is confirmed off. It
+// is called only from phases entered on the BMC's confirmation.
+func (r *RemediationReconciler) fence(ctx context.Context, s *scope) error {
+	if !s.spec.outOfServiceTaint {
+		return nil
+	}
+	err := r.ensureTaint(ctx, s, outOfServiceTaint(s.now))
+	if apierrors.IsNotFound(err) {
+		return nil // no node left to fence
+	}
+	return err
+}
+
+// poweringOn asks the BMC to power the host on (once) and waits until it reads On.
+// powerOnTimeoutSeconds, counted from the power-on request, bounds it together with WaitingForNode.
+func (r *RemediationReconciler) poweringOn(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if err := r.keepLease(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	onSince := r.powerOnStart(s)
+	deadline := onSince.Add(s.spec.powerOnTimeout)
+	expired := func(why string) (ctrl.Result, error) {
+		return r.failAttempt(ctx, s, fmt.Sprintf("power-on not confirmed within %s: %s", s.spec.powerOnTimeout, why))
+	}
+	d, err := r.driverFor(ctx, s)
+	if err != nil {
+		return r.bmcTrouble(s, err, deadline, expired)
+	}
+	state, err := r.readPower(ctx, s, d)
+	if err != nil {
+		return r.bmcTrouble(s, err, deadline, expired)
+	}
+	if state == bmc.PowerStateOn {
+		if a := s.currentAttempt(); a != nil {
+			a.PoweredOn = new(stamp(s.now))
+		}
+		return ctrl.Result{}, r.transition(ctx, s, v1alpha1.PhaseWaitingForNode, v1alpha1.ReasonWaitingForNode,
+			fmt.Sprintf("BMC %s confirmed node %s powered on; waiting for the node to be Ready", s.status().BMCName, s.status().NodeName))
+	}
+	if !s.now.Before(deadline) {
+		return expired(fmt.Sprintf("the BMC still reports %s", state))
+	}
+	if s.status().PowerRequest == nil {
+		if err := r.requestPower(ctx, s, d, v1alpha1.PowerOn); err != nil {
+			return r.bmcTrouble(s, err, deadline, expired)
+		}
+	}
+	return ctrl.Result{RequeueAfter: min(r.opts.PowerPollInterval, untilDeadline(deadline, s.now))}, nil
+}
+
+// waitingForNode waits for the node to report Ready after the power-on. Then the taints go, the lease
+// is released and the remediation has succeeded. No BMC call is made: the Node watch brings the news.
+func (r *RemediationReconciler) waitingForNode(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if err := r.keepLease(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	onSince := r.powerOnStart(s)
+	deadline := onSince.Add(s.spec.powerOnTimeout)
+	node, err := r.getNode(ctx, s)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	if node != nil && nodeReadySince(node, onSince) {
+		if err := r.removeOurTaints(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+		if err := r.releaseLease(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+		a := s.currentAttempt()
+		if a != nil {
+			a.Finished, a.Result = new(stamp(s.now)), attemptSucceeded
+		}
+		return ctrl.Result{}, r.transition(ctx, s, v1alpha1.PhaseSucceeded, v1alpha1.ReasonNodeReady,
+			fmt.Sprintf("Node %s is Ready again after %d attempt(s)", s.status().NodeName, len(s.status().Attempts)))
+	}
+	if !s.now.Before(deadline) {
+		return r.failAttempt(ctx, s, fmt.Sprintf("node not Ready within %s of power-on", s.spec.powerOnTimeout))
+	}
+	return ctrl.Result{RequeueAfter: untilDeadline(deadline, s.now)}, nil
+}
+
+// powerOnStart is when the current attempt asked for power-on: powerOnTimeoutSeconds counts from it.
+func (r *RemediationReconciler) powerOnStart(s *scope) time.Time {
+	if a := s.currentAttempt(); a != nil && a.PowerOnRequested != nil {
+		return a.PowerOnRequested.Time
+	}
+	return s.phaseStart()
+}

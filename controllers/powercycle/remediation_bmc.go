@@ -1,0 +1,138 @@
+package powercycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/bmcaccess"
+	"github.com/metalheal/metalheal/pkg/bmc"
+)
+
+// reasonBMCError is the BMCReady reason for a driver error of no known kind.
+const reasonBMCError = "BMCError"
+
+// bmcError is a failure to reach or use the node's BMC: the BMC object, its Secret, its address, or the
+// BMC itself. Anything else (an API server error, say) is returned as is and retried by the workqueue.
+type bmcError struct {
+	reason string
+	err    error
+}
+
+func (e *bmcError) Error() string { return e.err.Error() }
+func (e *bmcError) Unwrap() error { return e.err }
+
+// classify wraps err in a *bmcError when it is the BMC's (or its configuration's) fault.
+func classify(err error, fromDriver bool) error {
+	if err == nil {
+		return nil
+	}
+	reason := bmcaccess.Reason(err)
+	if reason == "" && fromDriver {
+		reason = reasonBMCError // a driver call that failed is the BMC's problem, whatever the cause
+	}
+	if reason == "" {
+		return err
+	}
+	return &bmcError{reason: reason, err: err}
+}
+
+// driverFor returns the driver of the node's BMC and records which BMC it is.
+func (r *RemediationReconciler) driverFor(ctx context.Context, s *scope) (bmc.Driver, error) {
+	b, d, err := r.opts.Drivers.ForNode(ctx, s.status().NodeName)
+	if b != nil {
+		s.status().BMCName = b.Name
+	}
+	if err != nil {
+		return nil, classify(fmt.Errorf("finding the BMC of node %s: %w", s.status().NodeName, err), false)
+	}
+	return d, nil
+}
+
+// readPower reads the host's power state, bounded by the BMC call timeout, and records it.
+func (r *RemediationReconciler) readPower(ctx context.Context, s *scope, d bmc.Driver) (bmc.PowerState, error) {
+	callCtx, cancel := context.WithTimeout(ctx, r.opts.BMCCallTimeout)
+	defer cancel()
+	state, err := d.PowerState(callCtx)
+	if err != nil {
+		s.status().PowerState = v1alpha1.PowerUnknown
+		return "", classify(err, true)
+	}
+	s.status().PowerState = v1alpha1.PowerState(state)
+	r.bmcAnswered(s)
+	return state, nil
+}
+
+// requestPower records a power request, then sends it (bounded by the BMC call timeout). A request that
+// failed is forgotten, so that it may be sent again; one that went out is never sent again in the phase.
+func (r *RemediationReconciler) requestPower(ctx context.Context, s *scope, d bmc.Driver, target v1alpha1.PowerState) error {
+	st := s.status()
+	st.PowerRequest = &v1alpha1.PowerRequest{Target: target, Time: stamp(s.now)}
+	if err := r.persist(ctx, s); err != nil {
+		return err
+	}
+	if s.abandoned {
+		return nil
+	}
+	callCtx, cancel := context.WithTimeout(ctx, r.opts.BMCCallTimeout)
+	defer cancel()
+	var err error
+	if target == v1alpha1.PowerOff {
+		err = d.PowerOff(callCtx, true)
+	} else {
+		err = d.PowerOn(callCtx)
+	}
+	if err != nil {
+		st.PowerRequest = nil
+		return classify(err, true)
+	}
+	s.log.V(4).Info("Power change requested", "target", target, "bmc", st.BMCName)
+	return nil
+}
+
+// bmcAnswered marks the BMC ready after it answered.
+func (r *RemediationReconciler) bmcAnswered(s *scope) {
+	s.setCondition(v1alpha1.ConditionBMCReady, metav1.ConditionTrue, v1alpha1.ReasonAsExpected,
+		fmt.Sprintf("BMC %s answered", s.status().BMCName))
+}
+
+// bmcFailed reports a BMC problem in the BMCReady condition (with a warning event when it is news) and
+// returns how long to wait before trying again: from PowerPollInterval, doubling for as long as the
+// problem lasts, at most the retry backoff's max, and never past deadline (when not zero).
+func (r *RemediationReconciler) bmcFailed(s *scope, err *bmcError, deadline time.Time) time.Duration {
+	if s.setCondition(v1alpha1.ConditionBMCReady, metav1.ConditionFalse, err.reason, err.Error()) {
+		r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeWarning, EventBMCNotReady, ActionPowerCycle,
+			"Node %s: %s", s.status().NodeName, err.Error())
+	}
+	s.log.V(2).Info("BMC not usable", "reason", err.reason, "error", err.Error())
+	since := s.now
+	if c := s.condition(v1alpha1.ConditionBMCReady); c != nil {
+		since = c.LastTransitionTime.Time
+	}
+	wait := growingWait(since, s.now, r.opts.PowerPollInterval, s.spec.backoffMax)
+	if !deadline.IsZero() {
+		wait = min(wait, untilDeadline(deadline, s.now))
+	}
+	return wait
+}
+
+// bmcTrouble handles an error met while driving the host's power in a phase bounded by deadline: a BMC
+// problem waits and tries again, or, once the deadline has passed, calls expired. Other errors are
+// returned for the workqueue to retry.
+func (r *RemediationReconciler) bmcTrouble(s *scope, err error, deadline time.Time, expired func(why string) (ctrl.Result, error)) (ctrl.Result, error) {
+	var be *bmcError
+	if !errors.As(err, &be) {
+		return ctrl.Result{}, err
+	}
+	wait := r.bmcFailed(s, be, deadline)
+	if !s.now.Before(deadline) {
+		return expired(fmt.Sprintf("the BMC could not be used (%s): %v", be.reason, be.err))
+	}
+	return ctrl.Result{RequeueAfter: wait}, nil
+}

@@ -1,0 +1,245 @@
+package powercycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/template"
+	"github.com/metalheal/metalheal/pkg/bmc"
+	"github.com/metalheal/metalheal/pkg/leases"
+)
+
+// RemediationControllerName names the power-cycle remediator (logs, metrics, events).
+const RemediationControllerName = "powercycleremediation"
+
+// remediationKind is the kind the remediator's lease holder identities are made of:
+// "PowerCycleRemediation-<name>".
+const remediationKind = "PowerCycleRemediation"
+
+// Defaults of RemediationReconcilerOptions.
+const (
+	DefaultRemediationMaxConcurrentReconciles = 50
+	DefaultBMCCallTimeout                     = 10 * time.Second
+	DefaultPowerPollInterval                  = 5 * time.Second
+	DefaultLeaseDuration                      = 10 * time.Minute
+)
+
+// DriverSource finds a node's BMC object and a driver for it. *bmcaccess.Access is the production one.
+// Its errors carry the kinds of internal/bmcaccess and pkg/bmc (see bmcaccess.Reason).
+type DriverSource interface {
+	ForNode(ctx context.Context, nodeName string) (*v1alpha1.BMC, bmc.Driver, error)
+}
+
+// RemediationReconcilerOptions is everything the remediator is built from.
+type RemediationReconcilerOptions struct {
+	// Client reads PowerCycleRemediations and Nodes (the manager's cached client) and writes them. Status
+	// writes carry the resourceVersion they were computed from, so a stale read never acts twice.
+	Client client.Client
+	// APIReader reads owning Machines straight from the API server (rare reads: no informer over every
+	// Machine). Defaults to Client.
+	APIReader client.Reader
+	// Clock is the only source of time.
+	Clock clock.Clock
+	// Recorder emits events on the remediations.
+	Recorder events.EventRecorder
+	// Drivers finds each node's BMC and driver (share the manager's *bmcaccess.Access).
+	Drivers DriverSource
+	// LeaseClient reads and writes node leases; its Lease cache must be limited to LeaseNamespace (see
+	// pkg/leases). Defaults to Client.
+	LeaseClient client.Client
+	// LeaseNamespace holds the node leases. Defaults to leases.DefaultNamespace.
+	LeaseNamespace string
+	// LeaseDuration is how long a node lease is taken for; it is renewed when less than half is left.
+	// Defaults to DefaultLeaseDuration.
+	LeaseDuration time.Duration
+	// MaxConcurrentReconciles is how many remediations are worked on at once. Defaults to
+	// DefaultRemediationMaxConcurrentReconciles.
+	MaxConcurrentReconciles int
+	// BMCCallTimeout bounds every single BMC call. Defaults to DefaultBMCCallTimeout.
+	BMCCallTimeout time.Duration
+	// PowerPollInterval is how often a power transition is checked while the BMC has not confirmed it,
+	// and the first wait after a BMC error (the waits double from there). Defaults to
+	// DefaultPowerPollInterval.
+	PowerPollInterval time.Duration
+	// ManagerNodeName is the node the manager runs on, if known ($NODE_NAME from the downward API). When
+	// it is the one being powered off, a warning event says so; the power-off is recorded in status
+	// before it is sent, like every power-off, so the replacement manager resumes from there.
+	ManagerNodeName string
+}
+
+// RemediationReconciler reconciles PowerCycleRemediations: the bundled external remediation
+// controller. See the package documentation and docs/powercycle.md.
+type RemediationReconciler struct {
+	opts   RemediationReconcilerOptions
+	phases map[v1alpha1.PowerCyclePhase]phaseHandler
+}
+
+// NewRemediationReconciler checks and defaults opts and returns the remediator.
+func NewRemediationReconciler(opts RemediationReconcilerOptions) (*RemediationReconciler, error) {
+	switch {
+	case opts.Client == nil:
+		return nil, errors.New("the power-cycle remediator needs a client")
+	case opts.Clock == nil:
+		return nil, errors.New("the power-cycle remediator needs a clock")
+	case opts.Recorder == nil:
+		return nil, errors.New("the power-cycle remediator needs an event recorder")
+	case opts.Drivers == nil:
+		return nil, errors.New("the power-cycle remediator needs a BMC driver source")
+	}
+	if opts.APIReader == nil {
+		opts.APIReader = opts.Client
+	}
+	if opts.LeaseClient == nil {
+		opts.LeaseClient = opts.Client
+	}
+	if opts.LeaseNamespace == "" {
+		opts.LeaseNamespace = leases.DefaultNamespace
+	}
+	if opts.LeaseDuration < time.Second {
+		opts.LeaseDuration = DefaultLeaseDuration
+	}
+	if opts.MaxConcurrentReconciles <= 0 {
+		opts.MaxConcurrentReconciles = DefaultRemediationMaxConcurrentReconciles
+	}
+	if opts.BMCCallTimeout <= 0 {
+		opts.BMCCallTimeout = DefaultBMCCallTimeout
+	}
+	if opts.PowerPollInterval <= 0 {
+		opts.PowerPollInterval = DefaultPowerPollInterval
+	}
+	r := &RemediationReconciler{opts: opts}
+	r.phases = r.phaseHandlers()
+	return r, nil
+}
+
+// remediationNodeIndex indexes PowerCycleRemediations by the node they act on, so a Node event finds its
+// remediation without a list of all of them.
+const remediationNodeIndex = "metalheal.powercycle.node"
+
+// remediationNodeKey is the node a remediation acts on: the one it resolved, else the one it names.
+func remediationNodeKey(pcr *v1alpha1.PowerCycleRemediation) string {
+	if pcr.Status.NodeName != "" {
+		return pcr.Status.NodeName
+	}
+	if n := pcr.Annotations[v1alpha1.AnnotationNodeName]; n != "" {
+		return n
+	}
+	return pcr.Name
+}
+
+// SetupWithManager registers the remediator: it watches PowerCycleRemediations, the Nodes they act on
+// (a Node turning Ready is noticed at once) and the BMCs of those nodes (a fixed BMC is tried at once).
+func (r *RemediationReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.PowerCycleRemediation{}, remediationNodeIndex,
+		func(o client.Object) []string {
+			return []string{remediationNodeKey(o.(*v1alpha1.PowerCycleRemediation))}
+		}); err != nil {
+		return fmt.Errorf("indexing PowerCycleRemediations by node: %w", err)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(RemediationControllerName).
+		For(&v1alpha1.PowerCycleRemediation{}).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.remediationsOfNode),
+			builder.WithPredicates(nodeChangePredicate())).
+		Watches(&v1alpha1.BMC{}, handler.EnqueueRequestsFromMapFunc(r.remediationsOfBMC),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).
+		Complete(r)
+}
+
+// remediationsOfNode maps a Node to the remediations acting on it.
+func (r *RemediationReconciler) remediationsOfNode(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.remediationsFor(ctx, o.GetName())
+}
+
+// remediationsOfBMC maps a BMC to the remediations acting on its node.
+func (r *RemediationReconciler) remediationsOfBMC(ctx context.Context, o client.Object) []reconcile.Request {
+	b, ok := o.(*v1alpha1.BMC)
+	if !ok {
+		return nil
+	}
+	return r.remediationsFor(ctx, b.Spec.NodeName)
+}
+
+func (r *RemediationReconciler) remediationsFor(ctx context.Context, nodeName string) []reconcile.Request {
+	var list v1alpha1.PowerCycleRemediationList
+	if err := r.opts.Client.List(ctx, &list, client.MatchingFields{remediationNodeIndex: nodeName}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the remediations of a node", "node", nodeName)
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, p := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}})
+	}
+	return reqs
+}
+
+// nodeChangePredicate lets through what a remediation waits for on its Node: creation, deletion, and a
+// change of its Ready condition (status or heartbeat). The remediator's own changes (taints) are not
+// news to it.
+func nodeChangePredicate() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			oldNode, ok1 := e.ObjectOld.(*corev1.Node)
+			newNode, ok2 := e.ObjectNew.(*corev1.Node)
+			if !ok1 || !ok2 {
+				return true
+			}
+			return readyCondition(oldNode) != readyCondition(newNode)
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// Reconcile is the shell of the state machine: fetch, clean up if the request is gone or timed out,
+// make sure of the finalizer, run the handler of the current phase, and record what changed.
+func (r *RemediationReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+	pcr := &v1alpha1.PowerCycleRemediation{}
+	if err := r.opts.Client.Get(ctx, req.NamespacedName, pcr); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	logger := ctrl.LoggerFrom(ctx).WithValues("powercycleremediation", klog.KObj(pcr), "phase", pcr.Status.Phase)
+	ctx = ctrl.LoggerInto(ctx, logger)
+	s := r.newScope(pcr, logger)
+	defer func() {
+		if !s.abandoned {
+			retErr = errors.Join(retErr, r.persist(ctx, s))
+		}
+		res = s.capRequeue(res)
+		var stale *staleObjectError
+		if errors.As(retErr, &stale) {
+			logger.V(4).Info("Remediation changed since it was read; waiting for the newer version", "error", retErr.Error())
+			res, retErr = ctrl.Result{}, nil
+		}
+	}()
+
+	_, timedOut, _ := template.TimedOut(pcr)
+	if !pcr.DeletionTimestamp.IsZero() || timedOut {
+		return r.cleanup(ctx, s)
+	}
+	if err := r.ensureFinalizer(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	handle, ok := r.phases[pcr.Status.Phase]
+	if !ok {
+		return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("unknown phase %q", pcr.Status.Phase))
+	}
+	return handle(ctx, s)
+}

@@ -1,0 +1,170 @@
+package powercycle
+
+import (
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+)
+
+// The decisions of the state machine that need no API call: pure functions of the observed objects and
+// the time.
+
+// Spec defaults, the same as the CRD's (an object written before a default existed still works).
+const (
+	defaultDeleteAfterRetries = 3
+	defaultPowerOffTimeout    = 120 * time.Second
+	defaultPowerOnTimeout     = 600 * time.Second
+	defaultBackoffInitial     = 30 * time.Second
+	defaultBackoffMax         = 10 * time.Minute
+)
+
+// effectiveSpec is a remediation's spec with every default applied.
+type effectiveSpec struct {
+	strategy           v1alpha1.Strategy
+	deleteAfterRetries int32
+	powerOffTimeout    time.Duration
+	powerOnTimeout     time.Duration
+	backoffInitial     time.Duration
+	backoffMax         time.Duration
+	outOfServiceTaint  bool
+}
+
+func specOf(pcr *v1alpha1.PowerCycleRemediation) effectiveSpec {
+	in := pcr.Spec
+	s := effectiveSpec{
+		strategy:           in.Strategy,
+		deleteAfterRetries: defaultDeleteAfterRetries,
+		powerOffTimeout:    time.Duration(in.PowerOffTimeoutSeconds) * time.Second,
+		powerOnTimeout:     time.Duration(in.PowerOnTimeoutSeconds) * time.Second,
+		backoffInitial:     defaultBackoffInitial,
+		backoffMax:         defaultBackoffMax,
+		outOfServiceTaint:  in.OutOfServiceTaint == nil || *in.OutOfServiceTaint,
+	}
+	if s.strategy == "" {
+		s.strategy = v1alpha1.StrategyReboot
+	}
+	if in.DeleteAfterRetries != nil && *in.DeleteAfterRetries > 0 {
+		s.deleteAfterRetries = *in.DeleteAfterRetries
+	}
+	if s.powerOffTimeout <= 0 {
+		s.powerOffTimeout = defaultPowerOffTimeout
+	}
+	if s.powerOnTimeout <= 0 {
+		s.powerOnTimeout = defaultPowerOnTimeout
+	}
+	if b := in.RetryBackoff; b != nil {
+		if b.Initial.Duration > 0 {
+			s.backoffInitial = b.Initial.Duration
+		}
+		if b.Max.Duration > 0 {
+			s.backoffMax = b.Max.Duration
+		}
+	}
+	s.backoffMax = max(s.backoffMax, s.backoffInitial)
+	return s
+}
+
+// retryBackoff is the wait after the n-th failed attempt (n ≥ 1): initial, doubled for each further
+// failure, capped at max.
+func retryBackoff(spec effectiveSpec, failures int32) time.Duration {
+	d := spec.backoffInitial
+	for i := int32(1); i < failures && d < spec.backoffMax; i++ {
+		d *= 2
+	}
+	return min(d, spec.backoffMax)
+}
+
+// afterFailure decides what follows a failed attempt, once failures attempts have failed: the next
+// attempt after a backoff, or escalation when the escalate strategy has used up its attempts.
+func afterFailure(spec effectiveSpec, failures int32, now time.Time) (next v1alpha1.PowerCyclePhase, retryAt time.Time) {
+	if spec.strategy == v1alpha1.StrategyEscalate && failures >= spec.deleteAfterRetries {
+		return v1alpha1.PhaseEscalating, time.Time{}
+	}
+	return v1alpha1.PhaseRetrying, now.Add(retryBackoff(spec, failures))
+}
+
+// growingWait is how long to wait before trying again something that has been failing since since: the
+// time it has been failing, at least floor and at most ceiling. Successive waits thus double.
+func growingWait(since, now time.Time, floor, ceiling time.Duration) time.Duration {
+	return min(max(now.Sub(since), floor), max(ceiling, floor))
+}
+
+// untilDeadline is the wait until deadline, never less than a second's tick.
+func untilDeadline(deadline, now time.Time) time.Duration {
+	return max(deadline.Sub(now), time.Millisecond)
+}
+
+// readyState is what of a Node's Ready condition a remediation looks at.
+type readyState struct {
+	status     corev1.ConditionStatus
+	heartbeat  time.Time
+	transition time.Time
+}
+
+func readyCondition(node *corev1.Node) readyState {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return readyState{status: c.Status, heartbeat: c.LastHeartbeatTime.Time, transition: c.LastTransitionTime.Time}
+		}
+	}
+	return readyState{}
+}
+
+// nodeReadySince reports whether the Node is Ready according to a report made at or after t (its
+// kubelet's heartbeat, or the condition's change). A Ready condition older than t is what the node said
+// before it was power-cycled, not news of its return.
+func nodeReadySince(node *corev1.Node, t time.Time) bool {
+	c := readyCondition(node)
+	if c.status != corev1.ConditionTrue {
+		return false
+	}
+	t = t.Truncate(time.Second)
+	return !c.heartbeat.Before(t) || !c.transition.Before(t)
+}
+
+// excluded reports whether the Node is labelled to be left alone.
+func excluded(node *corev1.Node) bool {
+	return node.Labels[v1alpha1.LabelExcludeFromRemediation] == "true"
+}
+
+// The taints a remediation puts on its Node.
+func remediationTaint() corev1.Taint {
+	return corev1.Taint{Key: v1alpha1.TaintRemediation, Effect: corev1.TaintEffectNoSchedule}
+}
+
+func outOfServiceTaint(now time.Time) corev1.Taint {
+	t := metav1.NewTime(now.Truncate(time.Second))
+	return corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: v1alpha1.TaintOutOfServiceValue,
+		Effect: corev1.TaintEffectNoExecute, TimeAdded: &t}
+}
+
+// taintEffects are the effects of the taints a remediation adds, by key.
+var taintEffects = map[string]corev1.TaintEffect{
+	v1alpha1.TaintRemediation:  corev1.TaintEffectNoSchedule,
+	v1alpha1.TaintOutOfService: corev1.TaintEffectNoExecute,
+}
+
+// hasTaint reports whether taints hold one with key and effect.
+func hasTaint(taints []corev1.Taint, key string, effect corev1.TaintEffect) bool {
+	return slices.ContainsFunc(taints, func(t corev1.Taint) bool { return t.Key == key && t.Effect == effect })
+}
+
+// terminal reports whether a phase ends the state machine.
+func terminal(p v1alpha1.PowerCyclePhase) bool {
+	return p == v1alpha1.PhaseSucceeded || p == v1alpha1.PhaseFailed
+}
+
+// hostMayBeOffByUs reports whether, in phase, the host may be powered off because of the remediation:
+// cleanup then powers it back on (unless the strategy is power-off).
+func hostMayBeOffByUs(p v1alpha1.PowerCyclePhase) bool {
+	switch p {
+	case v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn,
+		v1alpha1.PhaseRetrying, v1alpha1.PhaseEscalating, v1alpha1.PhaseFailed:
+		return true
+	}
+	return false
+}

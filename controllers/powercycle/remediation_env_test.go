@@ -1,0 +1,444 @@
+package powercycle
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/bmcaccess"
+	"github.com/metalheal/metalheal/internal/testenv"
+	"github.com/metalheal/metalheal/pkg/bmc"
+	"github.com/metalheal/metalheal/pkg/bmc/redfish"
+	"github.com/metalheal/metalheal/pkg/leases"
+)
+
+// remediationScheme knows core Kubernetes, metalheal and Cluster API's Machines.
+func remediationScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(v1alpha1.AddToScheme(s))
+	utilruntime.Must(clusterv1.AddToScheme(s))
+	return s
+}
+
+// apiServer is a real kube-apiserver and etcd with metalheal's and Cluster API's CRDs, a direct client,
+// and a cache that the BMC access layer reads BMCs and Secrets from (as it does in the manager).
+type apiServer struct {
+	cfg    *rest.Config
+	scheme *runtime.Scheme
+	client client.Client
+	cache  cache.Cache
+}
+
+// startAPIServer starts one for the duration of t.
+func startAPIServer(t *testing.T) *apiServer {
+	t.Helper()
+	setupLogging()
+	capi, err := testenv.ClusterAPICRDs()
+	if err != nil {
+		t.Fatalf("locating Cluster API CRDs: %v", err)
+	}
+	env, cfg, err := testenv.Start(testenv.Options{ExtraCRDPaths: []string{capi}})
+	if err != nil {
+		t.Fatalf("starting the API server: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Logf("stopping the API server: %v", err)
+		}
+	})
+	cfg.QPS, cfg.Burst = 500, 1000
+	scheme := remediationScheme()
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatalf("creating a client: %v", err)
+	}
+	ca, err := cache.New(cfg, cache.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatalf("creating a cache: %v", err)
+	}
+	// The field indexes the access layer looks BMCs up by, registered once for every Access built on
+	// this cache.
+	if err := bmcaccess.New(ca, "", nil, bmcaccess.Options{}).SetupIndexes(context.Background(), ca); err != nil {
+		t.Fatalf("indexing BMCs: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = ca.Start(ctx) }()
+	// Informers for what the access layer reads, started now.
+	for _, o := range []client.Object{&v1alpha1.BMC{}, &corev1.Secret{}} {
+		if _, err := ca.GetInformer(ctx, o); err != nil {
+			t.Fatalf("starting an informer: %v", err)
+		}
+	}
+	if !ca.WaitForCacheSync(ctx) {
+		t.Fatal("the cache did not sync")
+	}
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leases.DefaultNamespace}}); err != nil {
+		t.Fatalf("creating the lease namespace: %v", err)
+	}
+	return &apiServer{cfg: cfg, scheme: scheme, client: c, cache: ca}
+}
+
+var loggingOnce sync.Once
+
+// setupLogging sends the controllers' logs to stderr when METALHEAL_TEST_LOG is set, else nowhere.
+func setupLogging() {
+	loggingOnce.Do(func() {
+		var out io.Writer = io.Discard
+		if os.Getenv("METALHEAL_TEST_LOG") != "" {
+			out = os.Stderr
+		}
+		ctrl.SetLogger(zap.New(zap.WriteTo(out), zap.UseDevMode(true)))
+	})
+}
+
+// epoch is where the fake clocks start: whole seconds, as status times are.
+var epoch = time.Date(2031, 3, 4, 5, 6, 0, 0, time.UTC)
+
+// redfishFactory builds Redfish drivers, as cmd/manager's adapter does.
+func redfishFactory(addr bmc.Address, creds bmc.Credentials, opts bmc.Options) (bmc.Driver, error) {
+	return redfish.New(addr.Endpoint(), addr.Path, creds, opts)
+}
+
+var worldSeq atomic.Int32
+
+// world is one scenario: its own namespace (BMCs, Secrets, remediations), nodes with unique names, a
+// fake clock, an event recorder and the BMC drivers of a registry chosen by the scenario.
+type world struct {
+	t        *testing.T
+	ctx      context.Context
+	api      *apiServer
+	c        client.Client
+	ns       string
+	prefix   string
+	clock    *clocktesting.FakeClock
+	recorder *events.FakeRecorder
+	registry *bmc.Registry
+	events   []string
+
+	// reconcilerOptions tweaks the options of every reconciler the world builds.
+	reconcilerOptions func(*RemediationReconcilerOptions)
+}
+
+func newWorld(t *testing.T, api *apiServer, registry *bmc.Registry) *world {
+	t.Helper()
+	n := worldSeq.Add(1)
+	w := &world{
+		t:        t,
+		ctx:      context.Background(),
+		api:      api,
+		c:        api.client,
+		ns:       fmt.Sprintf("scenario-%d", n),
+		prefix:   fmt.Sprintf("s%d-", n),
+		clock:    clocktesting.NewFakeClock(epoch),
+		recorder: events.NewFakeRecorder(10000),
+		registry: registry,
+	}
+	w.must(w.c.Create(w.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}))
+	return w
+}
+
+func (w *world) must(err error) {
+	w.t.Helper()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// reconciler builds a fresh remediator, as a restarted manager would: a new access layer (no cached
+// drivers) over the same API server, registry and clock.
+func (w *world) reconciler() *RemediationReconciler {
+	w.t.Helper()
+	opts := RemediationReconcilerOptions{
+		Client:            w.c,
+		Clock:             w.clock,
+		Recorder:          w.recorder,
+		Drivers:           bmcaccess.New(w.api.cache, w.ns, w.registry, bmcaccess.Options{RequestTimeout: 5 * time.Second}),
+		PowerPollInterval: 5 * time.Second,
+		BMCCallTimeout:    5 * time.Second,
+	}
+	if w.reconcilerOptions != nil {
+		w.reconcilerOptions(&opts)
+	}
+	r, err := NewRemediationReconciler(opts)
+	w.must(err)
+	return r
+}
+
+// node creates a broken node (Ready Unknown since long ago) and returns its full name.
+func (w *world) node(name string, labels map[string]string) string {
+	w.t.Helper()
+	name = w.prefix + name
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	w.must(w.c.Create(w.ctx, n))
+	long := metav1.NewTime(epoch.Add(-time.Hour))
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown,
+		LastHeartbeatTime: long, LastTransitionTime: long, Reason: "NodeStatusUnknown"}}
+	w.must(w.c.Status().Update(w.ctx, n))
+	return name
+}
+
+// setReady sets the node's Ready condition as its kubelet (or the node lifecycle controller) would,
+// stamped with the world's time.
+func (w *world) setReady(name string, status corev1.ConditionStatus) {
+	w.t.Helper()
+	n := &corev1.Node{}
+	w.must(w.c.Get(w.ctx, client.ObjectKey{Name: name}, n))
+	now := metav1.NewTime(w.clock.Now())
+	for i, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			if c.Status != status {
+				n.Status.Conditions[i].LastTransitionTime = now
+			}
+			n.Status.Conditions[i].Status, n.Status.Conditions[i].LastHeartbeatTime = status, now
+		}
+	}
+	w.must(w.c.Status().Update(w.ctx, n))
+}
+
+// bmc creates the node's BMC at address, with a credentials Secret (unless secret is nil).
+func (w *world) bmc(node, address string, secret map[string]string) *v1alpha1.BMC {
+	w.t.Helper()
+	b := &v1alpha1.BMC{
+		ObjectMeta: metav1.ObjectMeta{Name: node + "-bmc", Namespace: w.ns},
+		Spec: v1alpha1.BMCSpec{NodeName: node, Address: address,
+			CredentialsSecretRef: v1alpha1.SecretReference{Name: node + "-bmc-credentials"}},
+	}
+	w.must(w.c.Create(w.ctx, b))
+	if secret != nil {
+		w.secret(b.Spec.CredentialsSecretRef.Name, secret)
+	}
+	w.waitCached(b, func(o client.Object) bool { return true })
+	return b
+}
+
+// secret creates or updates a Secret and waits until the access layer's cache has this version.
+func (w *world) secret(name string, data map[string]string) {
+	w.t.Helper()
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns}}
+	err := w.c.Get(w.ctx, client.ObjectKeyFromObject(s), s)
+	s.StringData = data
+	if apierrors.IsNotFound(err) {
+		w.must(w.c.Create(w.ctx, s))
+	} else {
+		w.must(err)
+		w.must(w.c.Update(w.ctx, s))
+	}
+	rv := s.ResourceVersion
+	w.waitCached(s, func(o client.Object) bool { return o.GetResourceVersion() == rv })
+}
+
+// waitCached waits until the cache holds o in a state ok accepts (the cache is real: it lags).
+func (w *world) waitCached(o client.Object, ok func(client.Object) bool) {
+	w.t.Helper()
+	g := NewWithT(w.t)
+	cached := o.DeepCopyObject().(client.Object)
+	g.Eventually(func() bool {
+		return w.api.cache.Get(w.ctx, client.ObjectKeyFromObject(o), cached) == nil && ok(cached)
+	}).WithTimeout(10 * time.Second).WithPolling(10 * time.Millisecond).Should(BeTrue())
+}
+
+// remediation creates a PowerCycleRemediation in the world's namespace.
+func (w *world) remediation(name string, spec v1alpha1.PowerCycleRemediationSpec, annotations map[string]string, owners ...metav1.OwnerReference) client.ObjectKey {
+	w.t.Helper()
+	p := &v1alpha1.PowerCycleRemediation{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns, Annotations: annotations, OwnerReferences: owners},
+		Spec:       spec,
+	}
+	w.must(w.c.Create(w.ctx, p))
+	return client.ObjectKeyFromObject(p)
+}
+
+// nhcRemediation creates a remediation as NodeHealthCheck does: named after the node, annotated with it,
+// owned by the Node and the health check.
+func (w *world) nhcRemediation(node string, spec v1alpha1.PowerCycleRemediationSpec) client.ObjectKey {
+	w.t.Helper()
+	n := &corev1.Node{}
+	w.must(w.c.Get(w.ctx, client.ObjectKey{Name: node}, n))
+	return w.remediation(node, spec, map[string]string{v1alpha1.AnnotationNodeName: node},
+		metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: node, UID: n.UID},
+		metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeHealthCheck", Name: "workers", UID: "4a1b5e0e-0000-4000-8000-000000000001"})
+}
+
+func (w *world) get(key client.ObjectKey) *v1alpha1.PowerCycleRemediation {
+	w.t.Helper()
+	p := &v1alpha1.PowerCycleRemediation{}
+	w.must(w.c.Get(w.ctx, key, p))
+	return p
+}
+
+func (w *world) getNode(name string) *corev1.Node {
+	w.t.Helper()
+	n := &corev1.Node{}
+	w.must(w.c.Get(w.ctx, client.ObjectKey{Name: name}, n))
+	return n
+}
+
+// taintKeys lists the keys of the node's remediation taints (the API server adds others of its own,
+// such as node.kubernetes.io/not-ready).
+func (w *world) taintKeys(name string) []string {
+	w.t.Helper()
+	var keys []string
+	for _, t := range w.getNode(name).Spec.Taints {
+		if _, ours := taintEffects[t.Key]; ours {
+			keys = append(keys, t.Key)
+		}
+	}
+	return keys
+}
+
+// lease returns the node's lease, or nil.
+func (w *world) lease(node string) *coordinationv1.Lease {
+	w.t.Helper()
+	l := &coordinationv1.Lease{}
+	err := w.c.Get(w.ctx, client.ObjectKey{Namespace: leases.DefaultNamespace, Name: leases.LeaseName(node)}, l)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	w.must(err)
+	return l
+}
+
+// drainEvents moves the recorded events into w.events and returns them all.
+func (w *world) drainEvents() []string {
+	for {
+		select {
+		case e := <-w.recorder.Events:
+			w.events = append(w.events, e)
+		default:
+			return w.events
+		}
+	}
+}
+
+// step is what a drive observed after one reconcile.
+type step struct {
+	phase  v1alpha1.PowerCyclePhase
+	result ctrl.Result
+	at     time.Time // the world's time when the reconcile ran
+	gone   bool
+}
+
+// drive reconciles the remediation until until says stop, with a reconciler from next for every
+// reconcile (the same one, or a fresh one to simulate restarts). After each reconcile react lets the
+// world respond (a kubelet reporting Ready, say), then the clock jumps to the requeue time. It fails the
+// test after maxSteps reconciles, and returns what each reconcile saw.
+func (w *world) drive(key client.ObjectKey, next func() *RemediationReconciler, react func(*v1alpha1.PowerCycleRemediation), until func([]step) bool) []step {
+	w.t.Helper()
+	const maxSteps = 400
+	var steps []step
+	for range maxSteps {
+		at := w.clock.Now()
+		res, err := next().Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+		if err != nil {
+			w.t.Fatalf("reconcile %d (at +%s): %v", len(steps)+1, at.Sub(epoch), err)
+		}
+		p := &v1alpha1.PowerCycleRemediation{}
+		err = w.c.Get(w.ctx, key, p)
+		if apierrors.IsNotFound(err) {
+			steps = append(steps, step{gone: true, result: res, at: at})
+			return steps
+		}
+		w.must(err)
+		steps = append(steps, step{phase: p.Status.Phase, result: res, at: at})
+		if react != nil {
+			react(p)
+		}
+		if until(steps) {
+			return steps
+		}
+		if res.RequeueAfter > 0 {
+			w.clock.Step(res.RequeueAfter)
+		}
+	}
+	w.t.Fatalf("remediation %s did not get there in %d reconciles; phases: %v", key, maxSteps, phases(steps))
+	return nil
+}
+
+// same returns a next func that always hands out r.
+func same(r *RemediationReconciler) func() *RemediationReconciler {
+	return func() *RemediationReconciler { return r }
+}
+
+// untilPhase stops once the remediation entered phase.
+func untilPhase(phase v1alpha1.PowerCyclePhase) func([]step) bool {
+	return func(s []step) bool { return s[len(s)-1].phase == phase }
+}
+
+// untilSettled stops at a terminal phase with nothing left to do, or once the request is gone.
+func untilSettled(s []step) bool {
+	last := s[len(s)-1]
+	return last.gone || (terminal(last.phase) && last.result.RequeueAfter == 0)
+}
+
+// untilTerminal stops at a terminal phase.
+func untilTerminal(s []step) bool {
+	last := s[len(s)-1]
+	return last.gone || terminal(last.phase)
+}
+
+// phases lists the distinct phases in the order they were seen.
+func phases(steps []step) []v1alpha1.PowerCyclePhase {
+	var out []v1alpha1.PowerCyclePhase
+	for _, s := range steps {
+		if s.gone {
+			break
+		}
+		if len(out) == 0 || out[len(out)-1] != s.phase {
+			out = append(out, s.phase)
+		}
+	}
+	return out
+}
+
+// kubeletOnPowerOn answers a power-on the way a healthy host does: once the BMC has confirmed it on, the
+// kubelet reports Ready. healthy says whether this attempt's boot brings the node back.
+func (w *world) kubeletOnPowerOn(node string, healthy func(attempt int32) bool) func(*v1alpha1.PowerCycleRemediation) {
+	return func(p *v1alpha1.PowerCycleRemediation) {
+		if p.Status.Phase != v1alpha1.PhaseWaitingForNode || len(p.Status.Attempts) == 0 {
+			return
+		}
+		a := p.Status.Attempts[len(p.Status.Attempts)-1]
+		if a.PowerOnRequested == nil || !healthy(a.Number) || nodeReadySince(w.getNode(node), a.PowerOnRequested.Time) {
+			return
+		}
+		w.clock.Step(20 * time.Second) // the boot
+		w.setReady(node, corev1.ConditionTrue)
+	}
+}
+
+func always(int32) bool { return true }
+func never(int32) bool  { return false }
+
+func conditionOf(p *v1alpha1.PowerCycleRemediation, condType string) metav1.Condition {
+	for _, c := range p.Status.Conditions {
+		if c.Type == condType {
+			return c
+		}
+	}
+	return metav1.Condition{}
+}

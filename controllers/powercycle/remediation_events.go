@@ -1,0 +1,47 @@
+package powercycle
+
+// Event reasons of the power-cycle remediator. Each phase transition emits one (Warning for Retrying,
+// Escalating and Failed); the others are emitted when something blocks or ends the work, once per change.
+const (
+	// EventRemediationStarted (Normal): a new request was accepted (phase Pending).
+	EventRemediationStarted = "RemediationStarted"
+	// EventPoweringOff (Normal): an attempt started; the host is being powered off.
+	EventPoweringOff = "PoweringOff"
+	// EventPoweredOff (Normal): the BMC confirmed the host off; the node is being fenced.
+	EventPoweredOff = "PoweredOff"
+	// EventPoweringOn (Normal): the host is being powered back on.
+	EventPoweringOn = "PoweringOn"
+	// EventPoweredOn (Normal): the BMC confirmed the host on; waiting for the node to be Ready.
+	EventPoweredOn = "PoweredOn"
+	// EventRemediated (Normal): the node is Ready again, fenced (power-off), or its Machine was deleted.
+	EventRemediated = "Remediated"
+	// EventAttemptFailed (Warning): an attempt failed; the next one starts after a backoff.
+	EventAttemptFailed = "AttemptFailed"
+	// EventEscalating (Warning): the escalate strategy used up its attempts.
+	EventEscalating = "Escalating"
+	// EventRemediationFailed (Warning): the remediation gave up (Succeeded=False) or was timed out.
+	EventRemediationFailed = "RemediationFailed"
+
+	// EventNodeLeaseHeld (Warning): someone else (e.g. node-maintenance) holds the node lease; waiting.
+	EventNodeLeaseHeld = "NodeLeaseHeld"
+	// EventBMCNotReady (Warning): the node's BMC, its Secret or the BMC itself cannot be used.
+	EventBMCNotReady = "BMCNotReady"
+	// EventNodeNotFound (Warning): the node to remediate does not exist.
+	EventNodeNotFound = "NodeNotFound"
+	// EventMachineDeleted (Warning): the owning Machine was deleted to be replaced.
+	EventMachineDeleted = "MachineDeleted"
+	// EventPoweringOffManagerNode (Warning): the node being powered off runs this manager.
+	EventPoweringOffManagerNode = "PoweringOffManagerNode"
+	// EventCleanedUp (Normal): the request was deleted or timed out and the node is cleaned up.
+	EventCleanedUp = "CleanedUp"
+	// EventPowerOnAbandoned (Warning): cleanup could not power the host back on in time.
+	EventPowerOnAbandoned = "PowerOnAbandoned"
+)
+
+// Event actions of the power-cycle remediator (the events.k8s.io "action" field).
+const (
+	// ActionPowerCycle is the remediation's own work.
+	ActionPowerCycle = "PowerCycle"
+	// ActionCleanUp is the work done when the request is deleted or timed out.
+	ActionCleanUp = "CleanUp"
+)

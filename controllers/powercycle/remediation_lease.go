@@ -1,0 +1,121 @@
+package powercycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/pkg/leases"
+)
+
+// reasonLeaseHeldByOwner: the node lease is held by the health check that created the remediation
+// (medik8s NodeHealthCheck holds it as "NodeHealthCheck-<name>" for the remediators it starts).
+const reasonLeaseHeldByOwner = "LeaseHeldByOwner"
+
+// leaseManager is the node lease manager acting as this remediation: "PowerCycleRemediation-<name>".
+func (r *RemediationReconciler) leaseManager(pcr *v1alpha1.PowerCycleRemediation) (*leases.Manager, error) {
+	return leases.NewManager(r.opts.LeaseClient, leases.HolderIdentity(remediationKind, pcr.Name), r.opts.Clock,
+		leases.WithNamespace(r.opts.LeaseNamespace))
+}
+
+// heldByOwner reports whether holder is one of the remediation's owners ("<Kind>-<name>"), which holds
+// the node for the remediations it creates.
+func heldByOwner(pcr *v1alpha1.PowerCycleRemediation, holder string) bool {
+	for _, ref := range pcr.OwnerReferences {
+		if holder == leases.HolderIdentity(ref.Kind, ref.Name) {
+			return true
+		}
+	}
+	return false
+}
+
+// acquireLease makes sure the remediation may act on node: it holds the node lease (taking or renewing
+// it), or its owner does. When someone else holds it, it reports LeaseAcquired=False naming the holder,
+// warns once, and returns how long to wait (until the lease runs out, at most the backoff's max). The
+// lease is renewed only once less than half of it is left; s.leaseRecheck says when that will be.
+func (r *RemediationReconciler) acquireLease(ctx context.Context, s *scope, node *corev1.Node) (ok bool, wait time.Duration, err error) {
+	m, err := r.leaseManager(s.pcr)
+	if err != nil {
+		return false, 0, err
+	}
+	holder, valid, until, err := m.HolderOf(ctx, node.Name)
+	if err != nil {
+		return false, 0, err
+	}
+	half := r.opts.LeaseDuration / 2
+	switch {
+	case valid && holder != m.HolderIdentity() && heldByOwner(s.pcr, holder):
+		s.setCondition(v1alpha1.ConditionLeaseAcquired, metav1.ConditionTrue, reasonLeaseHeldByOwner,
+			fmt.Sprintf("Node lease is held for this remediation by its owner %s", holder))
+		s.leaseRecheck = untilDeadline(until, s.now) + time.Second // in case the owner lets it go
+		return true, 0, nil
+	case valid && holder == m.HolderIdentity() && until.Sub(s.now) > half:
+		s.leaseRecheck = untilDeadline(until.Add(-half), s.now)
+		return true, 0, nil
+	case holder == "" && !valid:
+		// No lease in sight, though we took one less than half a lease ago: the (cached) client has not
+		// seen it yet. Creating it again would only fail; look again when it is due for renewal.
+		if c := s.condition(v1alpha1.ConditionLeaseAcquired); c != nil && c.Status == metav1.ConditionTrue &&
+			c.Reason == v1alpha1.ReasonLeaseAcquired && s.now.Sub(c.LastTransitionTime.Time) < half {
+			s.leaseRecheck = untilDeadline(c.LastTransitionTime.Add(half), s.now)
+			return true, 0, nil
+		}
+	}
+
+	err = m.RequestLease(ctx, node, r.opts.LeaseDuration)
+	var held *leases.AlreadyHeldError
+	if errors.As(err, &held) {
+		msg := fmt.Sprintf("Node lease of %s is held by %s until %s", node.Name, held.Holder, held.Until.UTC().Format(timeFormat))
+		if s.setCondition(v1alpha1.ConditionLeaseAcquired, metav1.ConditionFalse, v1alpha1.ReasonLeaseHeldByOther, msg) {
+			r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeWarning, EventNodeLeaseHeld, ActionPowerCycle,
+				"Waiting: node %s is held by %s until %s", node.Name, held.Holder, held.Until.UTC().Format(timeFormat))
+		}
+		wait := min(untilDeadline(held.Until, s.now)+time.Second, s.spec.backoffMax)
+		return false, wait, nil
+	}
+	if err != nil {
+		return false, 0, fmt.Errorf("taking the node lease of %s: %w", node.Name, err)
+	}
+	s.setCondition(v1alpha1.ConditionLeaseAcquired, metav1.ConditionTrue, v1alpha1.ReasonLeaseAcquired,
+		fmt.Sprintf("Node lease of %s is held as %s", node.Name, m.HolderIdentity()))
+	s.leaseRecheck = r.opts.LeaseDuration - half
+	return true, 0, nil
+}
+
+// keepLease renews the node lease while the remediation acts on the node. Losing it mid-flow (it
+// expired and someone took it) is reported but does not stop a power cycle half done.
+func (r *RemediationReconciler) keepLease(ctx context.Context, s *scope) error {
+	node, err := r.getNode(ctx, s)
+	if err != nil {
+		return ignoreNotFound(err)
+	}
+	_, _, err = r.acquireLease(ctx, s, node)
+	return err
+}
+
+// releaseLease gives the node lease back if this remediation holds it.
+func (r *RemediationReconciler) releaseLease(ctx context.Context, s *scope) error {
+	if s.status().NodeName == "" {
+		return nil
+	}
+	m, err := r.leaseManager(s.pcr)
+	if err != nil {
+		return err
+	}
+	if err := m.InvalidateLease(ctx, s.status().NodeName); err != nil {
+		return fmt.Errorf("releasing the node lease of %s: %w", s.status().NodeName, err)
+	}
+	if c := s.condition(v1alpha1.ConditionLeaseAcquired); c != nil && c.Status == metav1.ConditionTrue {
+		s.setCondition(v1alpha1.ConditionLeaseAcquired, metav1.ConditionFalse, reasonLeaseReleased, "Node lease released")
+	}
+	s.leaseRecheck = 0
+	return nil
+}
+
+// reasonLeaseReleased: the remediation is done with the node and gave its lease back.
+const reasonLeaseReleased = "LeaseReleased"

@@ -1,0 +1,84 @@
+package powercycle
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// ensureTaint puts taint on the node. A taint the node already has is left alone and not counted as
+// ours; one we add is first recorded in status.appliedTaints (durably), so cleanup after a restart
+// still knows to remove it.
+func (r *RemediationReconciler) ensureTaint(ctx context.Context, s *scope, taint corev1.Taint) error {
+	node, err := r.getNode(ctx, s)
+	if err != nil {
+		return fmt.Errorf("reading node %s to taint it: %w", s.status().NodeName, err)
+	}
+	if hasTaint(node.Spec.Taints, taint.Key, taint.Effect) {
+		return nil
+	}
+	st := s.status()
+	if !slices.Contains(st.AppliedTaints, taint.Key) {
+		st.AppliedTaints = append(st.AppliedTaints, taint.Key)
+		if err := r.persist(ctx, s); err != nil {
+			return err
+		}
+		if s.abandoned {
+			return nil
+		}
+	}
+	before := node.DeepCopy()
+	node.Spec.Taints = append(node.Spec.Taints, taint)
+	if err := r.opts.Client.Patch(ctx, node, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		s.nodeRead = false // read it again next time
+		return fmt.Errorf("adding taint %s to node %s: %w", taint.Key, node.Name, err)
+	}
+	s.log.Info("Tainted node", "node", node.Name, "taint", taint.Key, "effect", taint.Effect)
+	return nil
+}
+
+// removeOurTaints removes from the node the taints this remediation added, then forgets them.
+func (r *RemediationReconciler) removeOurTaints(ctx context.Context, s *scope) error {
+	st := s.status()
+	if len(st.AppliedTaints) == 0 {
+		return nil
+	}
+	node, err := r.getNode(ctx, s)
+	if apierrors.IsNotFound(err) {
+		st.AppliedTaints = nil
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading node %s to untaint it: %w", st.NodeName, err)
+	}
+	ours := func(t corev1.Taint) bool {
+		effect, known := taintEffects[t.Key]
+		return known && t.Effect == effect && slices.Contains(st.AppliedTaints, t.Key)
+	}
+	if slices.ContainsFunc(node.Spec.Taints, ours) {
+		before := node.DeepCopy()
+		node.Spec.Taints = slices.DeleteFunc(slices.Clone(node.Spec.Taints), ours)
+		if err := r.opts.Client.Patch(ctx, node, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			s.nodeRead = false
+			if apierrors.IsNotFound(err) {
+				st.AppliedTaints = nil
+				return nil
+			}
+			return fmt.Errorf("removing taints %v from node %s: %w", st.AppliedTaints, node.Name, err)
+		}
+		s.log.Info("Removed taints from node", "node", node.Name, "taints", st.AppliedTaints)
+	}
+	st.AppliedTaints = nil
+	return nil
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,803 @@
+package powercycle
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/pkg/bmc"
+	"github.com/metalheal/metalheal/pkg/bmc/fake"
+	"github.com/metalheal/metalheal/pkg/bmc/ipmi"
+	"github.com/metalheal/metalheal/pkg/leases"
+	"github.com/metalheal/metalheal/test/ipmisim"
+	"github.com/metalheal/metalheal/test/redfish-mock/redfishmock"
+)
+
+// TestRemediation runs the remediator's scenarios (issue 6, "What it must show") against one real API
+// server, each in its own namespace with its own nodes and fake clock, calling Reconcile directly.
+func TestRemediation(t *testing.T) {
+	api := startAPIServer(t)
+	for name, scenario := range map[string]func(*testing.T, *apiServer){
+		"TransientFailureRecovers":         testTransientFailure,
+		"EscalateDeletesOwningMachine":     testEscalateMachine,
+		"EscalateLeavesBareNodeFenced":     testEscalateNodeOnly,
+		"RebootRetriesWithGrowingBackoff":  testRebootBackoff,
+		"CancelledMidFlow":                 testCancelledMidFlow,
+		"PowerOffNeverConfirmed":           testPowerOffNeverConfirmed,
+		"BMCUnreachable":                   testBMCUnreachable,
+		"BMCWrongCredentials":              testBMCWrongCredentials,
+		"BMCSecretMissing":                 testBMCSecretMissing,
+		"LeaseHeldByNodeMaintenance":       testLeaseHeldByNodeMaintenance,
+		"LeaseHeldByOwningHealthCheck":     testLeaseHeldByOwner,
+		"RestartAtEveryPhase":              testRestartAtEveryPhase,
+		"PowerOffIsRecordedBeforeItIsSent": testPowerOffRecordedFirst,
+		"ExcludedNodeIsNeverTouched":       testExcludedNode,
+		"IPMIDriverAgainstIPMISim":         testIPMI,
+	} {
+		t.Run(name, func(t *testing.T) { scenario(t, api) })
+	}
+}
+
+// Test fixtures.
+var (
+	credentials = map[string]string{bmc.UsernameKey: "admin", bmc.PasswordKey: "Pa55-w0rd-kept-secret"}
+	reboot      = v1alpha1.StrategyReboot
+	escalate    = v1alpha1.StrategyEscalate
+	powerOff    = v1alpha1.StrategyPowerOff
+)
+
+// spec is a remediation spec with short, round timeouts: power-off 60s, power-on 300s, backoff 30s..2m.
+func spec(strategy v1alpha1.Strategy, retries int32) v1alpha1.PowerCycleRemediationSpec {
+	return v1alpha1.PowerCycleRemediationSpec{
+		Strategy:               strategy,
+		DeleteAfterRetries:     new(retries),
+		PowerOffTimeoutSeconds: 60,
+		PowerOnTimeoutSeconds:  300,
+		RetryBackoff:           &v1alpha1.RetryBackoff{Initial: metav1.Duration{Duration: 30 * time.Second}, Max: metav1.Duration{Duration: 2 * time.Minute}},
+		OutOfServiceTaint:      new(true),
+	}
+}
+
+// fakeHosts is a world whose Redfish BMCs are fake drivers.
+func fakeHosts(t *testing.T, api *apiServer) (*world, *fake.Factory) {
+	hosts := fake.NewFactory(bmc.PowerStateOn)
+	registry := bmc.NewRegistry()
+	if err := registry.Register(bmc.DriverRedfish, hosts.New); err != nil {
+		t.Fatal(err)
+	}
+	return newWorld(t, api, registry), hosts
+}
+
+// fakeAddress is the BMC address of a node whose host is a fake driver.
+func fakeAddress(node string) string { return "redfish://" + node + ".bmc.test/redfish/v1/Systems/1" }
+
+// mockHosts is a world whose Redfish BMCs are served by a mock on the world's fake clock.
+func mockHosts(t *testing.T, api *apiServer, build func(*redfishmock.Mock) *redfishmock.Mock) (*world, *redfishmock.Mock) {
+	registry := bmc.NewRegistry()
+	if err := registry.Register(bmc.DriverRedfish, redfishFactory); err != nil {
+		t.Fatal(err)
+	}
+	w := newWorld(t, api, registry)
+	m, err := build(redfishmock.New().WithClock(w.clock)).Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return w, m
+}
+
+// mockAddress is the BMC address of system id of mock m.
+func mockAddress(m *redfishmock.Mock, id string) string {
+	u, _ := url.Parse(m.URL())
+	return "redfish+http://" + u.Host + m.SystemPath(id)
+}
+
+// powerOps lists the power requests a fake host received, "Off" or "On", in order.
+func powerOps(d *fake.Driver) []string {
+	var ops []string
+	for _, c := range d.Calls() {
+		switch c.Operation {
+		case bmc.OperationPowerOff:
+			ops = append(ops, "Off")
+		case bmc.OperationPowerOn:
+			ops = append(ops, "On")
+		}
+	}
+	return ops
+}
+
+func histogramCount(h *prometheus.HistogramVec, labels ...string) uint64 {
+	m := &dto.Metric{}
+	if err := h.WithLabelValues(labels...).(prometheus.Metric).Write(m); err != nil {
+		panic(err)
+	}
+	return m.GetHistogram().GetSampleCount()
+}
+
+// Transient failure (medik8s NodeHealthCheck style request, Redfish mock with 8s power transitions): the
+// host is power-cycled, the node is Ready again, Succeeded=True; the checker deletes the request and the
+// finalizer leaves no taint and no lease behind.
+func testTransientFailure(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, m := mockHosts(t, api, func(m *redfishmock.Mock) *redfishmock.Mock {
+		return m.WithSystems(1).WithCredentials(credentials[bmc.UsernameKey], credentials[bmc.PasswordKey]).WithPowerDelay(8 * time.Second)
+	})
+	node := w.node("worker-1", nil)
+	w.bmc(node, mockAddress(m, "1"), credentials)
+	key := w.nhcRemediation(node, spec(reboot, 3))
+	fencedFrom := testutil.ToFloat64(PhaseTransitions.WithLabelValues("PoweredOff", "PoweringOn"))
+	durations := histogramCount(RemediationDuration, "reboot", "NodeReady")
+
+	var firstOutOfServiceWith redfishmock.PowerState // the host's state when the out-of-service taint appeared
+	var leaseHolders []string
+	react := func(p *v1alpha1.PowerCycleRemediation) {
+		state, err := m.PowerState("1")
+		g.Expect(err).NotTo(HaveOccurred())
+		if firstOutOfServiceWith == "" && slices.Contains(w.taintKeys(node), v1alpha1.TaintOutOfService) {
+			firstOutOfServiceWith = state
+		}
+		if l := w.lease(node); l != nil && l.Spec.HolderIdentity != nil {
+			leaseHolders = append(leaseHolders, *l.Spec.HolderIdentity)
+		}
+		switch p.Status.Phase {
+		case v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode:
+			g.Expect(w.taintKeys(node)).To(ContainElement(v1alpha1.TaintRemediation), "marked for the whole flow (%s)", p.Status.Phase)
+		}
+		if state == redfishmock.PowerOn && p.Status.Phase == v1alpha1.PhaseWaitingForNode {
+			w.kubeletOnPowerOn(node, always)(p)
+		}
+	}
+	steps := w.drive(key, same(w.reconciler()), react, untilSettled)
+
+	g.Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePending, v1alpha1.PhasePoweringOff,
+		v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseSucceeded}))
+	g.Expect(m.Resets("1")).To(Equal([]string{"ForceOff", "On"}), "one power-off, one power-on")
+	g.Expect(firstOutOfServiceWith).To(Equal(redfishmock.PowerOff), "fenced only once the BMC confirmed the host off")
+	g.Expect(leaseHolders).NotTo(BeEmpty())
+	g.Expect(slices.Compact(leaseHolders)).To(Equal([]string{"PowerCycleRemediation-" + node}))
+
+	p := w.get(key)
+	g.Expect(p.Finalizers).To(ContainElement(v1alpha1.FinalizerPowerCycle))
+	g.Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonNodeReady, metav1.ConditionTrue))
+	g.Expect(conditionOf(p, v1alpha1.ConditionProcessing).Status).To(Equal(metav1.ConditionFalse))
+	g.Expect(conditionOf(p, v1alpha1.ConditionPermanentNodeDeletionExpected).Status).To(Equal(metav1.ConditionFalse))
+	g.Expect(p.Status.NodeName).To(Equal(node))
+	g.Expect(p.Status.BMCName).To(Equal(node + "-bmc"))
+	g.Expect(p.Status.PowerState).To(Equal(v1alpha1.PowerOn))
+	g.Expect(p.Status.Attempts).To(HaveLen(1))
+	a := p.Status.Attempts[0]
+	g.Expect(a.Result).To(Equal("Succeeded"))
+	g.Expect([]*metav1.Time{a.PoweredOff, a.PowerOnRequested, a.PoweredOn, a.Finished}).NotTo(ContainElement(BeNil()))
+	g.Expect(a.PoweredOff.Sub(a.Started.Time)).To(BeNumerically(">=", 8*time.Second), "the mock takes 8s to power off")
+	g.Expect(w.taintKeys(node)).To(BeEmpty(), "taints are removed once the node is Ready")
+	g.Expect(w.lease(node)).To(BeNil(), "the lease is released once the node is Ready")
+	g.Expect(w.drainEvents()).To(ContainElements(
+		HavePrefix("Normal RemediationStarted"), HavePrefix("Normal PoweringOff"), HavePrefix("Normal PoweredOff"),
+		HavePrefix("Normal PoweringOn"), HavePrefix("Normal PoweredOn"), HavePrefix("Normal Remediated")))
+	g.Expect(testutil.ToFloat64(PhaseTransitions.WithLabelValues("PoweredOff", "PoweringOn")) - fencedFrom).To(Equal(1.0))
+	g.Expect(histogramCount(RemediationDuration, "reboot", "NodeReady") - durations).To(Equal(uint64(1)))
+
+	// The node is healthy: the checker deletes its request.
+	w.must(w.c.Delete(w.ctx, p))
+	steps = w.drive(key, same(w.reconciler()), nil, untilSettled)
+	g.Expect(steps[len(steps)-1].gone).To(BeTrue(), "the finalizer let the request go")
+	g.Expect(w.taintKeys(node)).To(BeEmpty())
+	g.Expect(w.lease(node)).To(BeNil())
+	g.Expect(m.Resets("1")).To(Equal([]string{"ForceOff", "On"}), "a healthy node is not touched again")
+}
+
+// MatchFields matches a condition's reason and status.
+func MatchFields(reason string, status metav1.ConditionStatus) OmegaMatcher {
+	return And(
+		WithTransform(func(c metav1.Condition) string { return c.Reason }, Equal(reason)),
+		WithTransform(func(c metav1.Condition) metav1.ConditionStatus { return c.Status }, Equal(status)))
+}
+
+// Persistent failure, escalate, Cluster API style (request named after the Machine, owned by it, no
+// medik8s annotations): deleteAfterRetries power cycles, then the Machine is deleted.
+func testEscalateMachine(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.node("worker-2", nil)
+	w.bmc(node, fakeAddress(node), credentials)
+	machine := &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Name: "md-0-abcde", Namespace: w.ns},
+		Spec: clusterv1.MachineSpec{
+			ClusterName:       "cluster",
+			Bootstrap:         clusterv1.Bootstrap{DataSecretName: new("bootstrap-data")},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "Metal3Machine", Name: "md-0-abcde"},
+		},
+	}
+	w.must(w.c.Create(w.ctx, machine))
+	machine.Status.NodeRef = clusterv1.MachineNodeReference{Name: node}
+	w.must(w.c.Status().Update(w.ctx, machine))
+	key := w.remediation(machine.Name, spec(escalate, 2), nil, metav1.OwnerReference{
+		APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Name: machine.Name, UID: machine.UID})
+
+	steps := w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, never), untilSettled)
+
+	g.Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePending,
+		v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseRetrying,
+		v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode,
+		v1alpha1.PhaseEscalating, v1alpha1.PhaseSucceeded}))
+	p := w.get(key)
+	g.Expect(p.Status.NodeName).To(Equal(node), "found through the Machine's nodeRef")
+	g.Expect(p.Status.RetryCount).To(Equal(int32(2)))
+	g.Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On", "Off", "On"}))
+	err := w.c.Get(w.ctx, client.ObjectKeyFromObject(machine), &clusterv1.Machine{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the Machine was deleted: %v", err)
+	g.Expect(conditionOf(p, v1alpha1.ConditionPermanentNodeDeletionExpected)).To(MatchFields(v1alpha1.ReasonMachineDeleted, metav1.ConditionTrue))
+	g.Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonMachineDeleted, metav1.ConditionTrue))
+	g.Expect(w.taintKeys(node)).To(BeEmpty())
+	g.Expect(w.lease(node)).To(BeNil())
+	g.Expect(w.drainEvents()).To(ContainElements(HavePrefix("Warning Escalating"), HavePrefix("Warning MachineDeleted")))
+
+	// The Machine's deletion takes the request with it (garbage collection): nothing is powered on.
+	w.must(w.c.Delete(w.ctx, p))
+	steps = w.drive(key, same(w.reconciler()), nil, untilSettled)
+	g.Expect(steps[len(steps)-1].gone).To(BeTrue())
+	g.Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On", "Off", "On"}))
+}
+
+// Persistent failure, escalate, bare node (NodeHealthCheck): deleteAfterRetries power cycles, then the
+// host is left powered off and fenced with Succeeded=False; when the health check times the request out
+// (escalating to its next remediation), the host is powered back on and the node cleaned up.
+func testEscalateNodeOnly(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.node("worker-3", nil)
+	w.bmc(node, fakeAddress(node), credentials)
+	key := w.nhcRemediation(node, spec(escalate, 2))
+	host := hosts.Driver(fakeAddress(node))
+
+	steps := w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, never), untilTerminal)
+
+	g.Expect(phases(steps)).To(HaveExactElements(v1alpha1.PhasePending,
+		v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseRetrying,
+		v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode,
+		v1alpha1.PhaseEscalating, v1alpha1.PhaseFailed))
+	g.Expect(powerOps(host)).To(Equal([]string{"Off", "On", "Off", "On", "Off"}), "two cycles, then left off")
+	g.Expect(host.PowerState(w.ctx)).To(Equal(bmc.PowerStateOff))
+	p := w.get(key)
+	g.Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonRetriesExhausted, metav1.ConditionFalse))
+	g.Expect(conditionOf(p, v1alpha1.ConditionProcessing).Status).To(Equal(metav1.ConditionFalse))
+	g.Expect(conditionOf(p, v1alpha1.ConditionPermanentNodeDeletionExpected).Status).To(Equal(metav1.ConditionFalse))
+	g.Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService), "fenced")
+	g.Expect(*w.lease(node).Spec.HolderIdentity).To(Equal("PowerCycleRemediation-" + node))
+	steps = w.drive(key, same(w.reconciler()), nil, func([]step) bool { return true })
+	last := steps[0]
+	g.Expect(last.result.RequeueAfter).To(BeNumerically(">", 0), "a fenced node's lease is kept alive")
+
+	// Time passes: the lease is renewed, never lost.
+	steps = w.drive(key, same(w.reconciler()), nil, func(s []step) bool { return s[len(s)-1].at.Sub(last.at) > 30*time.Minute })
+	until, valid := leases.ValidUntil(w.lease(node), w.clock.Now())
+	g.Expect(valid).To(BeTrue())
+	g.Expect(until).To(BeTemporally(">", w.clock.Now()))
+	g.Expect(powerOps(host)).To(HaveLen(5), "nothing more is done to the host")
+
+	// NodeHealthCheck escalates: it marks the request timed out.
+	p = w.get(key)
+	p.Annotations[v1alpha1.AnnotationTimedOut] = w.clock.Now().Format(time.RFC3339)
+	w.must(w.c.Update(w.ctx, p))
+	w.drive(key, same(w.reconciler()), nil, func(s []step) bool {
+		return !slices.Contains(w.get(key).Finalizers, v1alpha1.FinalizerPowerCycle)
+	})
+	g.Expect(powerOps(host)).To(Equal([]string{"Off", "On", "Off", "On", "Off", "On"}), "powered back on")
+	g.Expect(host.PowerState(w.ctx)).To(Equal(bmc.PowerStateOn))
+	g.Expect(w.taintKeys(node)).To(BeEmpty())
+	g.Expect(w.lease(node)).To(BeNil())
+	p = w.get(key)
+	g.Expect(conditionOf(p, v1alpha1.ConditionSucceeded).Status).To(Equal(metav1.ConditionFalse))
+	steps = w.drive(key, same(w.reconciler()), nil, func([]step) bool { return true })
+	g.Expect(steps[0].result.RequeueAfter).To(BeZero(), "a cleaned-up request is left alone")
+}
+
+// Reboot strategy: a host that keeps failing is power-cycled again and again, the waits between attempts
+// doubling up to the max, until the fault is fixed and the node comes back (seed story 5).
+func testRebootBackoff(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.node("worker-4", nil)
+	w.bmc(node, fakeAddress(node), credentials)
+	key := w.nhcRemediation(node, spec(reboot, 3))
+	fixedAt := int32(12) // the admin fixes the fault before the 12th attempt
+
+	var backoffs []time.Duration
+	react := func(p *v1alpha1.PowerCycleRemediation) {
+		if p.Status.Phase == v1alpha1.PhaseRetrying && len(backoffs) < int(p.Status.RetryCount) {
+			backoffs = append(backoffs, p.Status.NextRetryTime.Sub(p.Status.LastTransitionTime.Time))
+		}
+		w.kubeletOnPowerOn(node, func(n int32) bool { return n >= fixedAt })(p)
+	}
+	w.drive(key, same(w.reconciler()), react, untilSettled)
+
+	g.Expect(backoffs).To(Equal(append([]time.Duration{30 * time.Second, time.Minute}, slices.Repeat([]time.Duration{2 * time.Minute}, 9)...)))
+	p := w.get(key)
+	g.Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+	g.Expect(p.Status.RetryCount).To(Equal(int32(11)))
+	var numbers []int32
+	var results []string
+	for _, a := range p.Status.Attempts {
+		numbers, results = append(numbers, a.Number), append(results, a.Result)
+	}
+	g.Expect(numbers).To(Equal([]int32{3, 4, 5, 6, 7, 8, 9, 10, 11, 12}), "the last 10 attempts are kept")
+	g.Expect(results).To(Equal(append(slices.Repeat([]string{"Failed"}, 9), "Succeeded")))
+	g.Expect(p.Status.Attempts[0].Message).To(ContainSubstring("node not Ready within 5m0s of power-on"))
+	g.Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal(slices.Repeat([]string{"Off", "On"}, 12)))
+	g.Expect(w.taintKeys(node)).To(BeEmpty())
+	g.Expect(w.lease(node)).To(BeNil())
+}
+
+// A request deleted (or timed out) mid-flow: the host is powered back on (unless the strategy is
+// power-off), our taints and our lease go, then the finalizer.
+func testCancelledMidFlow(t *testing.T, api *apiServer) {
+	for _, tc := range []struct {
+		name      string
+		strategy  v1alpha1.Strategy
+		at        v1alpha1.PowerCyclePhase
+		sent      bool // and the phase's power request was sent
+		timedOut  bool // the health check marks it timed out instead of deleting it
+		wantOps   []string
+		wantState bmc.PowerState
+	}{
+		{name: "deleted while off and fenced", strategy: reboot, at: v1alpha1.PhasePoweringOn, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
+		{name: "deleted just after power-off was confirmed", strategy: reboot, at: v1alpha1.PhasePoweredOff, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
+		{name: "deleted while the power-off is on its way", strategy: reboot, at: v1alpha1.PhasePoweringOff, sent: true, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
+		{name: "deleted before the power-off was sent", strategy: reboot, at: v1alpha1.PhasePoweringOff, wantOps: nil, wantState: bmc.PowerStateOn},
+		{name: "timed out while off and fenced", strategy: reboot, at: v1alpha1.PhasePoweringOn, timedOut: true, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
+		{name: "deleted while waiting for the node", strategy: reboot, at: v1alpha1.PhaseWaitingForNode, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
+		{name: "deleted while waiting between attempts", strategy: reboot, at: v1alpha1.PhaseRetrying, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
+		{name: "power-off strategy: deleted once fenced, left off", strategy: powerOff, at: v1alpha1.PhaseSucceeded, wantOps: []string{"Off"}, wantState: bmc.PowerStateOff},
+		{name: "deleted before anything was done", strategy: reboot, at: v1alpha1.PhasePending, wantOps: nil, wantState: bmc.PowerStateOn},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			w, hosts := fakeHosts(t, api)
+			node := w.node("worker", nil)
+			w.bmc(node, fakeAddress(node), credentials)
+			key := w.nhcRemediation(node, spec(tc.strategy, 3))
+			host := hosts.Driver(fakeAddress(node))
+			host.SetTransitionDelay(1)
+
+			w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, never), func(s []step) bool {
+				return s[len(s)-1].phase == tc.at && (!tc.sent || w.get(key).Status.PowerRequest != nil)
+			})
+			if tc.sent {
+				g.Expect(host.PowerState(w.ctx)).To(Equal(bmc.PowerStateOn), "the BMC does not show the power-off yet")
+			}
+			if tc.at == v1alpha1.PhasePoweringOn {
+				g.Expect(host.PowerState(w.ctx)).To(Equal(bmc.PowerStateOff))
+				g.Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
+			}
+			if tc.at != v1alpha1.PhasePending {
+				g.Expect(w.lease(node)).NotTo(BeNil())
+			}
+
+			p := w.get(key)
+			if tc.timedOut {
+				p.Annotations[v1alpha1.AnnotationTimedOut] = w.clock.Now().Format(time.RFC3339)
+				w.must(w.c.Update(w.ctx, p))
+			} else {
+				w.must(w.c.Delete(w.ctx, p))
+			}
+			w.drive(key, same(w.reconciler()), nil, func(s []step) bool {
+				return s[len(s)-1].gone || !slices.Contains(w.get(key).Finalizers, v1alpha1.FinalizerPowerCycle)
+			})
+
+			if len(tc.wantOps) == 0 {
+				g.Expect(powerOps(host)).To(BeEmpty())
+			} else {
+				g.Expect(powerOps(host)).To(Equal(tc.wantOps))
+			}
+			g.Expect(host.PowerState(w.ctx)).To(Equal(tc.wantState))
+			g.Expect(host.PowerState(w.ctx)).To(Equal(tc.wantState), "and stays so")
+			g.Expect(w.taintKeys(node)).To(BeEmpty())
+			g.Expect(w.lease(node)).To(BeNil())
+			if tc.timedOut {
+				p := w.get(key)
+				g.Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseFailed))
+				g.Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonTimedOut, metav1.ConditionFalse))
+				g.Expect(conditionOf(p, v1alpha1.ConditionProcessing).Status).To(Equal(metav1.ConditionFalse))
+			} else {
+				err := w.c.Get(w.ctx, key, &v1alpha1.PowerCycleRemediation{})
+				g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
+			}
+			g.Expect(w.drainEvents()).To(ContainElement(HavePrefix("Normal CleanedUp")))
+		})
+	}
+}
+
+// A BMC that accepts the power-off but never turns the host off (Redfish mock, StuckPower): the attempt
+// fails powerOffTimeoutSeconds later, and the out-of-service taint is never applied to that host.
+func testPowerOffNeverConfirmed(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, m := mockHosts(t, api, func(m *redfishmock.Mock) *redfishmock.Mock {
+		return m.WithSystems(1).WithCredentials(credentials[bmc.UsernameKey], credentials[bmc.PasswordKey])
+	})
+	g.Expect(m.SetFaults("1", redfishmock.Faults{StuckPower: true})).To(Succeed())
+	node := w.node("worker-5", nil)
+	w.bmc(node, mockAddress(m, "1"), credentials)
+	key := w.nhcRemediation(node, spec(reboot, 3))
+
+	neverOutOfService := func(*v1alpha1.PowerCycleRemediation) {
+		g.Expect(w.taintKeys(node)).NotTo(ContainElement(v1alpha1.TaintOutOfService), "no host that is on is fenced")
+	}
+	steps := w.drive(key, same(w.reconciler()), neverOutOfService, untilPhase(v1alpha1.PhaseRetrying))
+
+	p := w.get(key)
+	g.Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePending, v1alpha1.PhasePoweringOff, v1alpha1.PhaseRetrying}))
+	g.Expect(p.Status.Attempts).To(HaveLen(1))
+	a := p.Status.Attempts[0]
+	g.Expect(a.Result).To(Equal("Failed"))
+	g.Expect(a.Message).To(ContainSubstring("power-off not confirmed within 1m0s"))
+	g.Expect(a.PoweredOff).To(BeNil())
+	g.Expect(a.Finished.Sub(a.Started.Time)).To(Equal(time.Minute))
+	g.Expect(m.Resets("1")).To(Equal([]string{"ForceOff"}), "the power-off was asked once, and polled")
+	g.Expect(w.taintKeys(node)).To(Equal([]string{v1alpha1.TaintRemediation}), "only the NoSchedule marker")
+	g.Expect(w.drainEvents()).To(ContainElement(HavePrefix("Warning AttemptFailed")))
+
+	// The BMC is repaired: the next attempt fences and recovers the node.
+	m.ClearFaults()
+	w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+	g.Expect(m.Resets("1")).To(Equal([]string{"ForceOff", "ForceOff", "On"}))
+}
+
+// An unreachable BMC: BMCReady=False and a warning, retries whose waits grow (no hot loop), attempts
+// that fail at their deadline and are retried with backoff; once the BMC answers, the node recovers.
+func testBMCUnreachable(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.node("worker-6", nil)
+	w.bmc(node, fakeAddress(node), credentials)
+	host := hosts.Driver(fakeAddress(node))
+	host.FailAlways(bmc.OperationPowerState, &bmc.Error{Driver: "fake", Operation: bmc.OperationPowerState, Kind: bmc.ErrUnreachable,
+		Err: fmt.Errorf("dial tcp 10.0.0.6:443: connect: no route to host")})
+	key := w.nhcRemediation(node, spec(reboot, 3))
+
+	start := w.clock.Now()
+	steps := w.drive(key, same(w.reconciler()), nil, func(s []step) bool { return s[len(s)-1].at.Sub(start) >= 30*time.Minute })
+
+	for i, s := range steps {
+		if i == 0 || s.phase != steps[i-1].phase {
+			continue // a transition: its own status update brings the next reconcile
+		}
+		g.Expect(s.result.RequeueAfter).To(BeNumerically(">=", 5*time.Second), "reconcile %d (%s) requeued too soon", i, s.phase)
+	}
+	reads := host.CallCount(bmc.OperationPowerState)
+	g.Expect(reads).To(BeNumerically("<=", 60), "30 minutes of an unreachable BMC cost %d reads", reads)
+	g.Expect(host.CallCount(bmc.OperationPowerOff)).To(BeZero(), "nothing is asked of a BMC that cannot be read")
+	p := w.get(key)
+	g.Expect(conditionOf(p, v1alpha1.ConditionBMCReady)).To(MatchFields(v1alpha1.ReasonBMCUnreachable, metav1.ConditionFalse))
+	g.Expect(conditionOf(p, v1alpha1.ConditionBMCReady).Message).To(ContainSubstring("no route to host"))
+	g.Expect(p.Status.RetryCount).To(BeNumerically(">=", 5), "each attempt gives up at its deadline")
+	g.Expect(p.Status.Attempts[0].Message).To(ContainSubstring("Unreachable"))
+	g.Expect(w.taintKeys(node)).NotTo(ContainElement(v1alpha1.TaintOutOfService))
+	warnings := 0
+	for _, e := range w.drainEvents() {
+		if strings.HasPrefix(e, "Warning BMCNotReady") {
+			warnings++
+		}
+	}
+	g.Expect(warnings).To(Equal(1), "one warning for the outage, not one per retry")
+
+	// The network is fixed.
+	host.FailAlways(bmc.OperationPowerState, nil)
+	w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+	p = w.get(key)
+	g.Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+	g.Expect(conditionOf(p, v1alpha1.ConditionBMCReady).Status).To(Equal(metav1.ConditionTrue))
+	g.Expect(powerOps(host)).To(Equal([]string{"Off", "On"}))
+}
+
+// Wrong credentials (Redfish mock): BMCReady=False AuthenticationFailed, bounded retries, and the
+// password never shows; once the Secret is fixed the remediation proceeds.
+func testBMCWrongCredentials(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, m := mockHosts(t, api, func(m *redfishmock.Mock) *redfishmock.Mock {
+		return m.WithSystems(1).WithCredentials(credentials[bmc.UsernameKey], credentials[bmc.PasswordKey])
+	})
+	node := w.node("worker-7", nil)
+	wrong := map[string]string{bmc.UsernameKey: "admin", bmc.PasswordKey: "An-Old-Pa55word"}
+	b := w.bmc(node, mockAddress(m, "1"), wrong)
+	key := w.nhcRemediation(node, spec(reboot, 3))
+
+	start := w.clock.Now()
+	w.drive(key, same(w.reconciler()), nil, func(s []step) bool { return s[len(s)-1].at.Sub(start) >= 20*time.Minute })
+
+	p := w.get(key)
+	g.Expect(conditionOf(p, v1alpha1.ConditionBMCReady)).To(MatchFields(v1alpha1.ReasonAuthenticationFailed, metav1.ConditionFalse))
+	g.Expect(m.Resets("1")).To(BeEmpty())
+	g.Expect(len(m.Requests())).To(BeNumerically("<=", 120), "20 minutes of refused credentials cost %d requests", len(m.Requests()))
+	events := w.drainEvents()
+	g.Expect(events).To(ContainElement(HavePrefix("Warning BMCNotReady")))
+	for _, text := range append(events, fmt.Sprint(p.Status)) {
+		g.Expect(text).NotTo(ContainSubstring(wrong[bmc.PasswordKey]), "no password in events or status")
+	}
+
+	w.secret(b.Spec.CredentialsSecretRef.Name, credentials)
+	w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+	g.Expect(m.Resets("1")).To(Equal([]string{"ForceOff", "On"}))
+}
+
+// A BMC whose Secret is missing: the remediation waits in Pending (BMCReady=False SecretNotFound) without
+// taking the lease or tainting the node, and proceeds once the Secret exists.
+func testBMCSecretMissing(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.node("worker-8", nil)
+	b := w.bmc(node, fakeAddress(node), nil)
+	key := w.nhcRemediation(node, spec(reboot, 3))
+
+	steps := w.drive(key, same(w.reconciler()), nil, func(s []step) bool { return len(s) == 8 })
+
+	g.Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePending}))
+	var waits []time.Duration
+	for _, s := range steps[1:] {
+		waits = append(waits, s.result.RequeueAfter)
+	}
+	g.Expect(waits).To(Equal([]time.Duration{5 * time.Second, 5 * time.Second, 10 * time.Second, 20 * time.Second,
+		40 * time.Second, 80 * time.Second, 2 * time.Minute}), "waits double up to the backoff max")
+	p := w.get(key)
+	g.Expect(conditionOf(p, v1alpha1.ConditionBMCReady)).To(MatchFields(v1alpha1.ReasonSecretNotFound, metav1.ConditionFalse))
+	g.Expect(w.lease(node)).To(BeNil(), "no lease while the BMC cannot be used")
+	g.Expect(w.taintKeys(node)).To(BeEmpty())
+	g.Expect(hosts.Driver(fakeAddress(node)).Calls()).To(BeEmpty())
+
+	w.secret(b.Spec.CredentialsSecretRef.Name, credentials)
+	w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+}
+
+// A node held by node-maintenance: the remediation waits, says who holds it, touches nothing; once the
+// lease is released it proceeds.
+func testLeaseHeldByNodeMaintenance(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.node("worker-9", nil)
+	w.bmc(node, fakeAddress(node), credentials)
+	held := takeLease(w, node, "node-maintenance", time.Hour)
+	key := w.nhcRemediation(node, spec(reboot, 3))
+
+	steps := w.drive(key, same(w.reconciler()), nil, func(s []step) bool { return len(s) == 4 })
+
+	g.Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePending}))
+	g.Expect(steps[len(steps)-1].result.RequeueAfter).To(Equal(2*time.Minute), "looks again at the backoff max, the lease being longer")
+	p := w.get(key)
+	c := conditionOf(p, v1alpha1.ConditionLeaseAcquired)
+	g.Expect(c).To(MatchFields(v1alpha1.ReasonLeaseHeldByOther, metav1.ConditionFalse))
+	g.Expect(c.Message).To(ContainSubstring("node-maintenance"))
+	g.Expect(w.drainEvents()).To(ContainElement(And(HavePrefix("Warning NodeLeaseHeld"), ContainSubstring("node-maintenance"))))
+	g.Expect(*w.lease(node).Spec.HolderIdentity).To(Equal("node-maintenance"))
+	g.Expect(hosts.Driver(fakeAddress(node)).Calls()).To(BeEmpty())
+	g.Expect(w.taintKeys(node)).To(BeEmpty())
+
+	// Maintenance is over: node-maintenance releases its lease.
+	w.must(w.c.Delete(w.ctx, held))
+	w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+	p = w.get(key)
+	g.Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+	g.Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
+	g.Expect(w.lease(node)).To(BeNil())
+}
+
+// A node lease held by the health check that created the request (medik8s NodeHealthCheck holds it as
+// "NodeHealthCheck-<name>" for its remediators): the remediation proceeds and leaves that lease alone.
+func testLeaseHeldByOwner(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.node("worker-10", nil)
+	w.bmc(node, fakeAddress(node), credentials)
+	takeLease(w, node, "NodeHealthCheck-workers", time.Hour)
+	key := w.nhcRemediation(node, spec(reboot, 3))
+
+	var reasons []string
+	react := func(p *v1alpha1.PowerCycleRemediation) {
+		reasons = append(reasons, conditionOf(p, v1alpha1.ConditionLeaseAcquired).Reason)
+		w.kubeletOnPowerOn(node, always)(p)
+	}
+	w.drive(key, same(w.reconciler()), react, untilSettled)
+
+	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+	g.Expect(reasons).To(ContainElement(reasonLeaseHeldByOwner))
+	g.Expect(reasons).NotTo(ContainElement(v1alpha1.ReasonLeaseHeldByOther))
+	g.Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
+	g.Expect(*w.lease(node).Spec.HolderIdentity).To(Equal("NodeHealthCheck-workers"), "the owner's lease is not ours to release")
+}
+
+// takeLease creates node's lease for holder, valid for d from the world's time.
+func takeLease(w *world, node, holder string, d time.Duration) *coordinationv1.Lease {
+	w.t.Helper()
+	now := metav1.NewMicroTime(w.clock.Now())
+	l := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: leases.LeaseName(node), Namespace: leases.DefaultNamespace},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: new(int32(d.Seconds())),
+			AcquireTime: &now, RenewTime: &now},
+	}
+	w.must(w.c.Create(w.ctx, l))
+	return l
+}
+
+// A restarted controller (a fresh reconciler, a fresh access layer, nothing but the objects) resumes
+// from any phase and completes, and a host is asked to power off exactly once per attempt: never again
+// once it has been cycled. The hosts take two status reads to change power, so the power phases span
+// several reconciles.
+func testRestartAtEveryPhase(t *testing.T, api *apiServer) {
+	for _, tc := range []struct {
+		name        string
+		restartAt   v1alpha1.PowerCyclePhase // restart once, after this phase is entered
+		everyStep   bool                     // restart before every reconcile instead
+		strategy    v1alpha1.Strategy
+		retries     int32
+		healthyFrom int32 // the attempt from which the node comes back; 0: never
+		wantPhase   v1alpha1.PowerCyclePhase
+		wantOps     []string
+	}{
+		{name: "Pending", restartAt: v1alpha1.PhasePending, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
+		{name: "PoweringOff", restartAt: v1alpha1.PhasePoweringOff, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
+		{name: "PoweredOff", restartAt: v1alpha1.PhasePoweredOff, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
+		{name: "PoweringOn", restartAt: v1alpha1.PhasePoweringOn, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
+		{name: "WaitingForNode", restartAt: v1alpha1.PhaseWaitingForNode, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
+		{name: "Retrying", restartAt: v1alpha1.PhaseRetrying, strategy: reboot, healthyFrom: 2, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On", "Off", "On"}},
+		{name: "Escalating", restartAt: v1alpha1.PhaseEscalating, strategy: escalate, retries: 1, wantPhase: v1alpha1.PhaseFailed, wantOps: []string{"Off", "On", "Off"}},
+		{name: "PoweredOff (power-off strategy)", restartAt: v1alpha1.PhasePoweredOff, strategy: powerOff, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off"}},
+		{name: "before every reconcile", everyStep: true, strategy: reboot, healthyFrom: 2, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On", "Off", "On"}},
+		{name: "before every reconcile, escalate", everyStep: true, strategy: escalate, retries: 2, wantPhase: v1alpha1.PhaseFailed, wantOps: []string{"Off", "On", "Off", "On", "Off"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			w, hosts := fakeHosts(t, api)
+			node := w.node("worker", nil)
+			w.bmc(node, fakeAddress(node), credentials)
+			host := hosts.Driver(fakeAddress(node))
+			host.SetTransitionDelay(2)
+			key := w.nhcRemediation(node, spec(tc.strategy, max(tc.retries, 1)))
+
+			current, restarts := w.reconciler(), 0
+			next := func() *RemediationReconciler {
+				if tc.everyStep {
+					restarts++
+					return w.reconciler()
+				}
+				return current
+			}
+			kubelet := w.kubeletOnPowerOn(node, func(n int32) bool { return tc.healthyFrom > 0 && n >= tc.healthyFrom })
+			react := func(p *v1alpha1.PowerCycleRemediation) {
+				if !tc.everyStep && restarts == 0 && p.Status.Phase == tc.restartAt {
+					current, restarts = w.reconciler(), 1
+				}
+				kubelet(p)
+			}
+			w.drive(key, next, react, untilTerminal)
+
+			g.Expect(restarts).To(BeNumerically(">=", 1))
+			p := w.get(key)
+			g.Expect(p.Status.Phase).To(Equal(tc.wantPhase))
+			g.Expect(powerOps(host)).To(Equal(tc.wantOps), "one power-off per attempt (and one to stay off), never a second")
+			for _, c := range host.Calls() {
+				if c.Operation == bmc.OperationPowerOff {
+					g.Expect(c.Force).To(BeTrue())
+				}
+			}
+		})
+	}
+}
+
+// A power-off is recorded in the request's status before it is sent: were the manager on the node it
+// powers off, its successor would find the record. The BMC checks it at the moment it is asked.
+func testPowerOffRecordedFirst(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.node("worker-11", nil)
+	w.bmc(node, fakeAddress(node), credentials)
+	key := w.nhcRemediation(node, spec(reboot, 3))
+	var recorded []bool
+	registry := bmc.NewRegistry()
+	g.Expect(registry.Register(bmc.DriverRedfish, func(addr bmc.Address, creds bmc.Credentials, opts bmc.Options) (bmc.Driver, error) {
+		d, err := hosts.New(addr, creds, opts)
+		return &checkingDriver{Driver: d, beforePowerOff: func() {
+			p := &v1alpha1.PowerCycleRemediation{}
+			w.must(w.c.Get(context.Background(), key, p)) // straight from the API server
+			recorded = append(recorded, p.Status.PowerRequest != nil && p.Status.PowerRequest.Target == v1alpha1.PowerOff)
+		}}, err
+	})).To(Succeed())
+	w.registry = registry
+	w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.ManagerNodeName = node }
+
+	w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+
+	g.Expect(recorded).To(Equal([]bool{true}))
+	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+	g.Expect(w.drainEvents()).To(ContainElement(HavePrefix("Warning PoweringOffManagerNode")))
+}
+
+// checkingDriver runs a check just before passing a power-off on.
+type checkingDriver struct {
+	bmc.Driver
+	beforePowerOff func()
+}
+
+func (d *checkingDriver) PowerOff(ctx context.Context, force bool) error {
+	d.beforePowerOff()
+	return d.Driver.PowerOff(ctx, force)
+}
+
+// A node labelled exclude-from-remediation is never touched: the request fails at once.
+func testExcludedNode(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.node("worker-12", map[string]string{v1alpha1.LabelExcludeFromRemediation: "true"})
+	w.bmc(node, fakeAddress(node), credentials)
+	key := w.nhcRemediation(node, spec(reboot, 3))
+
+	w.drive(key, same(w.reconciler()), nil, untilSettled)
+
+	p := w.get(key)
+	g.Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseFailed))
+	g.Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(reasonNodeExcluded, metav1.ConditionFalse))
+	g.Expect(hosts.Driver(fakeAddress(node)).Calls()).To(BeEmpty())
+	g.Expect(w.lease(node)).To(BeNil())
+	g.Expect(w.taintKeys(node)).To(BeEmpty())
+}
+
+// One remediation through the IPMI driver against OpenIPMI's ipmi_sim: the simulated host (a process)
+// really stops and starts again.
+func testIPMI(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	sim := ipmisim.Start(t)
+	registry := bmc.NewRegistry()
+	g.Expect(registry.Register(bmc.DriverIPMI, ipmi.New)).To(Succeed())
+	w := newWorld(t, api, registry)
+	w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.BMCCallTimeout = 20 * time.Second }
+	node := w.node("worker-ipmi", nil)
+	w.bmc(node, sim.Address, map[string]string{bmc.UsernameKey: sim.Credentials.Username, bmc.PasswordKey: sim.Credentials.Password})
+	key := w.nhcRemediation(node, spec(reboot, 3))
+
+	// A second client to the simulator, to wait (in real time: ipmi_sim takes its time) for a power
+	// change the remediator asked for to show before the next reconcile reads it.
+	addr, err := bmc.ParseAddress(sim.Address)
+	g.Expect(err).NotTo(HaveOccurred())
+	observer, err := ipmi.New(addr, sim.Credentials, bmc.Options{RequestTimeout: 20 * time.Second})
+	g.Expect(err).NotTo(HaveOccurred())
+	hostWasOffWhenFenced := false
+	react := func(p *v1alpha1.PowerCycleRemediation) {
+		if r := p.Status.PowerRequest; r != nil {
+			want := bmc.PowerState(r.Target)
+			g.Eventually(sim.HostPoweredOn).WithTimeout(20 * time.Second).WithPolling(100 * time.Millisecond).Should(Equal(want == bmc.PowerStateOn))
+			g.Eventually(func() (bmc.PowerState, error) { return observer.PowerState(w.ctx) }).
+				WithTimeout(20 * time.Second).WithPolling(200 * time.Millisecond).Should(Equal(want))
+		}
+		if p.Status.Phase == v1alpha1.PhasePoweringOn && slices.Contains(w.taintKeys(node), v1alpha1.TaintOutOfService) && p.Status.PowerRequest == nil {
+			hostWasOffWhenFenced = !sim.HostPoweredOn()
+		}
+		if p.Status.Phase == v1alpha1.PhaseWaitingForNode && sim.HostPoweredOn() {
+			w.kubeletOnPowerOn(node, always)(p)
+		}
+	}
+	steps := w.drive(key, same(w.reconciler()), react, untilSettled)
+
+	g.Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePending, v1alpha1.PhasePoweringOff,
+		v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseSucceeded}))
+	g.Expect(hostWasOffWhenFenced).To(BeTrue(), "the simulated host was really off while the node was fenced")
+	g.Expect(sim.HostPoweredOn()).To(BeTrue())
+	p := w.get(key)
+	g.Expect(conditionOf(p, v1alpha1.ConditionSucceeded).Status).To(Equal(metav1.ConditionTrue))
+	g.Expect(w.taintKeys(node)).To(BeEmpty())
+	g.Expect(w.lease(node)).To(BeNil())
+}
