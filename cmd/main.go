@@ -21,6 +21,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,6 +31,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	remediationv1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/controllers/mhc"
 	"github.com/metalheal/metalheal/controllers/powercycle"
 	"github.com/metalheal/metalheal/internal/bmcaccess"
 	"github.com/metalheal/metalheal/pkg/bmc"
@@ -102,6 +104,7 @@ func run(cfg config) error {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(remediationv1alpha1.AddToScheme(scheme))
+	utilruntime.Must(clusterv1.AddToScheme(scheme))
 
 	restCfg := ctrl.GetConfigOrDie()
 	restCfg.QPS = float32(cfg.clientQPS)
@@ -171,7 +174,7 @@ type dependencies struct {
 // setups wires each controller into the manager. A controller whose issue has not landed yet is wired
 // as a no-op so that flags and deployment stay stable.
 var setups = map[string]func(context.Context, ctrl.Manager, dependencies) error{
-	"machinehealthcheck": func(context.Context, ctrl.Manager, dependencies) error { return nil },
+	"machinehealthcheck": setupMHC,
 	"nodehealthcheck":    func(context.Context, ctrl.Manager, dependencies) error { return nil },
 	"powercycle":         setupPowerCycle,
 	"bmc":                setupBMC,
@@ -236,6 +239,24 @@ func setupPowerCycle(ctx context.Context, mgr ctrl.Manager, deps dependencies) e
 		PowerPollInterval:       deps.cfg.powerPollInterval,
 		ManagerNodeName:         deps.cfg.nodeName,
 	})
+	if err != nil {
+		return err
+	}
+	return r.SetupWithManager(ctx, mgr)
+}
+
+// setupMHC starts the MachineHealthCheck controller when Cluster API is installed; without its CRDs
+// there is nothing to check (and the watches would never sync), so the controller stays off.
+func setupMHC(ctx context.Context, mgr ctrl.Manager, deps dependencies) error {
+	installed, err := mhc.ClusterAPIInstalled(mgr.GetRESTMapper())
+	if err != nil {
+		return err
+	}
+	if !installed {
+		ctrl.Log.WithName("setup").Info("Cluster API is not installed: the MachineHealthCheck controller stays off")
+		return nil
+	}
+	r, err := mhc.New(mhc.Options{Clock: deps.clock, MaxConcurrentReconciles: 4})
 	if err != nil {
 		return err
 	}

@@ -3,4 +3,21 @@
 // unhealthy budget, remediates the unhealthy ones — by marking the Machine for its owner to replace
 // (Cluster API's condition-based remediation) or by creating an external remediation request from a
 // template.
+//
+// A reconcile is three steps:
+//
+//   - observe reads the check's inputs from the informer cache: the selected Machines, their Nodes (from
+//     the management cluster, or from the workload cluster named by clusterName when its
+//     <clusterName>-kubeconfig Secret exists, through a Node cache kept per workload cluster), the
+//     Cluster, and the check's own remediation requests (unstructured, any kind).
+//   - planChecks decides, as a pure function of those inputs and now: each Machine's verdict
+//     (checkTarget: healthy, pending or unhealthy, and when that can next change), which Machines are
+//     skipped, whether the budget short-circuits remediation, what to write on each Machine, which
+//     requests to create, time out or delete (escalate walks escalatingRemediations), the check's new
+//     status and the earliest instant to look again.
+//   - execute writes only what changed, Machine by Machine, so a failure for one never holds up another;
+//     the status is patched last and Reconcile requeues at the earliest expiry.
+//
+// status.unhealthyMachines is the check's memory across restarts: which remediation steps were started
+// for which Machine and when they were given up on.
 package mhc

@@ -1,11 +1,20 @@
 package mhc
 
-// The MachineHealthCheck controller reads Cluster API Machines and Clusters, marks Machines for
-// remediation and creates remediation requests (aggregated ClusterRole metalheal-ext-remediation).
-// +kubebuilder:rbac:groups=remediation.metalheal.io,resources=machinehealthchecks,verbs=get;list;watch;update;patch
+// The MachineHealthCheck controller reads Cluster API Machines and Clusters and the Nodes, marks Machines
+// for remediation through their status (conditions only), and reads a workload cluster's kubeconfig
+// Secret with an uncached, namespaced Get (never list or watch) the first time it connects to it.
+// Remediation templates and requests of any kind are reached through the aggregated ClusterRole
+// ext-remediation (config/rbac/ext_remediation_role.yaml): a remediator grants get/list/watch on its
+// template kind and get/list/watch/create/patch/delete on its request kind there.
+//
+// No Secret rule here: the shipped RBAC reads Secrets only in the manager's namespace (least privilege).
+// Cluster API keeps <cluster>-kubeconfig Secrets in each Cluster's namespace; admins who want Nodes read
+// from workload clusters grant get on Secrets there with a Role (docs/machinehealthcheck.md).
+// +kubebuilder:rbac:groups=remediation.metalheal.io,resources=machinehealthchecks,verbs=get;list;watch
 // +kubebuilder:rbac:groups=remediation.metalheal.io,resources=machinehealthchecks/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=remediation.metalheal.io,resources=machinehealthchecks/finalizers,verbs=update
-// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines;machines/status,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;list;watch
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

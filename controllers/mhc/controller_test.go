@@ -1,0 +1,414 @@
+package mhc
+
+import (
+	"context"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/metrics"
+	"github.com/metalheal/metalheal/internal/template"
+)
+
+var _ = Describe("Unhealthy criteria, with condition-based remediation", func() {
+	DescribeTable("marks the Machine for its owner: HealthCheckSucceeded=False and OwnerRemediated=False",
+		func(ctx SpecContext, setup func(context.Context, *world), wantReason string) {
+			w := newWorld(ctx)
+			w.createCheck(ctx, "workers")
+			setup(ctx, w)
+
+			res := w.reconcile(ctx, "workers")
+
+			m := w.machine(ctx, "m")
+			Expect(condition(m, clusterv1.MachineHealthCheckSucceededCondition)).To(haveCondition(metav1.ConditionFalse, wantReason))
+			Expect(condition(m, clusterv1.MachineOwnerRemediatedCondition)).To(
+				haveCondition(metav1.ConditionFalse, clusterv1.MachineOwnerRemediatedWaitingForRemediationReason))
+			st := w.check(ctx, "workers").Status
+			Expect(st.ExpectedMachines).To(HaveValue(BeEquivalentTo(1)))
+			Expect(st.CurrentHealthy).To(HaveValue(BeEquivalentTo(0)))
+			Expect(st.Targets).To(Equal([]string{"m"}))
+			Expect(st.UnhealthyMachines).To(ConsistOf(And(HaveField("Name", "m"), HaveField("Reason", wantReason))))
+			Expect(meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionRemediationAllowed)).To(BeTrue())
+			Expect(w.rec.all()).To(ContainElement(And(HaveField("Kind", "Machine"), HaveField("Reason", EventMachineMarkedUnhealthy))))
+			Expect(res.RequeueAfter).To(BeZero(), "nothing left to wait for")
+			Expect(testutil.ToFloat64(metrics.UnhealthyTargets.WithLabelValues(metrics.CheckerMHC, w.ns+"/workers"))).To(BeEquivalentTo(1))
+
+			By("a second reconcile writes nothing new")
+			before := w.machine(ctx, "m").ResourceVersion
+			w.reconcile(ctx, "workers")
+			Expect(w.machine(ctx, "m").ResourceVersion).To(Equal(before))
+		},
+		Entry("Node Ready=Unknown for longer than its timeout", func(ctx context.Context, w *world) {
+			w.createNode(ctx, k8s, w.nodeName("n"), corev1.ConditionUnknown, 6*time.Minute)
+			w.createMachine(ctx, "m", withNodeRef(w.nodeName("n")))
+		}, clusterv1.MachineHealthCheckUnhealthyNodeReason),
+		Entry("Node Ready=False for longer than its timeout", func(ctx context.Context, w *world) {
+			w.createNode(ctx, k8s, w.nodeName("n"), corev1.ConditionFalse, 5*time.Minute)
+			w.createMachine(ctx, "m", withNodeRef(w.nodeName("n")))
+		}, clusterv1.MachineHealthCheckUnhealthyNodeReason),
+		Entry("no Node joined within nodeStartupTimeout (10m by default)", func(ctx context.Context, w *world) {
+			w.createMachine(ctx, "m")
+			w.clock.Step(11 * time.Minute)
+		}, clusterv1.MachineHealthCheckNodeStartupTimeoutReason),
+		Entry("the nodeRef points at a Node that no longer exists", func(ctx context.Context, w *world) {
+			w.createMachine(ctx, "m", withNodeRef(w.nodeName("gone")))
+		}, clusterv1.MachineHealthCheckNodeDeletedReason),
+		Entry("the Machine reports a terminal failure", func(ctx context.Context, w *world) {
+			w.createNode(ctx, k8s, w.nodeName("n"), corev1.ConditionTrue, time.Hour)
+			w.createMachine(ctx, "m", withNodeRef(w.nodeName("n")), withTerminalFailure)
+		}, clusterv1.MachineHealthCheckUnhealthyMachineReason),
+		Entry("the Machine carries the remediate-machine annotation", func(ctx context.Context, w *world) {
+			w.createNode(ctx, k8s, w.nodeName("n"), corev1.ConditionTrue, time.Hour)
+			w.createMachine(ctx, "m", withNodeRef(w.nodeName("n")), withAnnotation(clusterv1.RemediateMachineAnnotation))
+		}, clusterv1.MachineHealthCheckHasRemediateAnnotationReason),
+	)
+
+	It("requeues at the exact expiry and remediates then, not before", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		w.createCheck(ctx, "workers")
+		w.createNode(ctx, k8s, w.nodeName("n"), corev1.ConditionUnknown, 2*time.Minute)
+		w.createMachine(ctx, "m", withNodeRef(w.nodeName("n")))
+
+		res := w.reconcile(ctx, "workers")
+		Expect(res.RequeueAfter).To(Equal(3 * time.Minute))
+		m := w.machine(ctx, "m")
+		Expect(condition(m, clusterv1.MachineHealthCheckSucceededCondition)).To(haveCondition(metav1.ConditionTrue, clusterv1.MachineHealthCheckSucceededReason))
+		Expect(condition(m, clusterv1.MachineOwnerRemediatedCondition)).To(BeNil())
+
+		w.clock.Step(3*time.Minute - time.Nanosecond)
+		Expect(w.reconcile(ctx, "workers").RequeueAfter).To(Equal(time.Nanosecond))
+		Expect(condition(w.machine(ctx, "m"), clusterv1.MachineOwnerRemediatedCondition)).To(BeNil())
+
+		w.clock.Step(time.Nanosecond)
+		w.reconcile(ctx, "workers")
+		Expect(condition(w.machine(ctx, "m"), clusterv1.MachineOwnerRemediatedCondition)).To(
+			haveCondition(metav1.ConditionFalse, clusterv1.MachineOwnerRemediatedWaitingForRemediationReason))
+	})
+
+	It("never lets one Machine's state hold up another's", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		w.createCheck(ctx, "workers")
+		// a: already handed to its owner; b: newly unhealthy; c: not controlled (left alone).
+		w.createMachine(ctx, "a", withNodeRef(w.nodeName("gone-a")))
+		w.reconcile(ctx, "workers")
+		w.createMachine(ctx, "b", withNodeRef(w.nodeName("gone-b")))
+		w.createMachine(ctx, "c", withNodeRef(w.nodeName("gone-c")), withoutOwner)
+
+		w.reconcile(ctx, "workers")
+		Expect(condition(w.machine(ctx, "b"), clusterv1.MachineOwnerRemediatedCondition)).To(
+			haveCondition(metav1.ConditionFalse, clusterv1.MachineOwnerRemediatedWaitingForRemediationReason))
+		Expect(w.check(ctx, "workers").Status.UnhealthyMachines).To(HaveLen(3))
+	})
+})
+
+var _ = Describe("Skipping remediation (the user guide's rules)", func() {
+	DescribeTable("leaves the unhealthy Machine untouched",
+		func(ctx SpecContext, machineOpts []machineOpt, checkOpts func(*v1alpha1.MachineHealthCheck), cluster *clusterv1.Cluster, wantTarget, wantPaused bool) {
+			w := newWorld(ctx)
+			if cluster != nil {
+				cluster.Namespace = w.ns
+				Expect(k8s.Create(ctx, cluster)).To(Succeed())
+			}
+			w.createCheck(ctx, "workers", checkOpts)
+			w.createMachine(ctx, "m", append([]machineOpt{withNodeRef(w.nodeName("gone"))}, machineOpts...)...)
+
+			w.reconcile(ctx, "workers")
+
+			m := w.machine(ctx, "m")
+			Expect(m.Status.Conditions).To(BeEmpty(), "no condition is written")
+			st := w.check(ctx, "workers").Status
+			if wantTarget {
+				Expect(st.Targets).To(Equal([]string{"m"}))
+				Expect(st.UnhealthyMachines).To(ConsistOf(HaveField("Name", "m")), "still reported in the check's status")
+			} else {
+				Expect(st.Targets).To(BeEmpty())
+				Expect(st.ExpectedMachines).To(HaveValue(BeEquivalentTo(0)))
+			}
+			Expect(meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionPaused)).To(Equal(wantPaused))
+		},
+		Entry("the Machine has cluster.x-k8s.io/skip-remediation",
+			[]machineOpt{withAnnotation(clusterv1.MachineSkipRemediationAnnotation)}, func(*v1alpha1.MachineHealthCheck) {}, nil, false, false),
+		Entry("the Machine has cluster.x-k8s.io/paused",
+			[]machineOpt{withAnnotation(clusterv1.PausedAnnotation)}, func(*v1alpha1.MachineHealthCheck) {}, nil, false, false),
+		Entry("the MachineHealthCheck has cluster.x-k8s.io/paused", nil, func(mhc *v1alpha1.MachineHealthCheck) {
+			metav1.SetMetaDataAnnotation(&mhc.ObjectMeta, clusterv1.PausedAnnotation, "")
+		}, nil, true, true),
+		Entry("the Cluster has spec.paused=true", nil, func(mhc *v1alpha1.MachineHealthCheck) {
+			mhc.Spec.ClusterName = "c1"
+		}, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "c1"}, Spec: clusterv1.ClusterSpec{Paused: ptr.To(true)}}, true, true),
+	)
+
+	It("reports a Machine without a controlling owner and leaves it alone", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		w.createCheck(ctx, "workers")
+		w.createNode(ctx, k8s, w.nodeName("n"), corev1.ConditionUnknown, time.Hour)
+		w.createMachine(ctx, "m", withNodeRef(w.nodeName("n")), withoutOwner)
+		before := w.machine(ctx, "m").ResourceVersion
+
+		w.reconcile(ctx, "workers")
+		w.reconcile(ctx, "workers")
+
+		m := w.machine(ctx, "m")
+		Expect(m.ResourceVersion).To(Equal(before), "the Machine is not written")
+		st := w.check(ctx, "workers").Status
+		Expect(st.UnhealthyMachines).To(ConsistOf(And(HaveField("Name", "m"), HaveField("Reason", clusterv1.MachineHealthCheckUnhealthyNodeReason))))
+		Expect(st.CurrentHealthy).To(HaveValue(BeEquivalentTo(0)))
+		Expect(w.rec.all()).To(ConsistOf(And(HaveField("Kind", "Machine"), HaveField("Name", "m"),
+			HaveField("Type", corev1.EventTypeWarning), HaveField("Reason", EventMachineNotRemediable))), "one event, on the transition")
+	})
+})
+
+var _ = Describe("Remediation short-circuiting (the user guide's examples)", func() {
+	DescribeTable("remediates only within maxUnhealthy / unhealthyRange, and still reports every unhealthy Machine",
+		func(ctx SpecContext, maxUnhealthy *intstr.IntOrString, unhealthyRange string, total, unhealthy int, wantAllowed bool, wantRemaining int) {
+			w := newWorld(ctx)
+			w.createCheck(ctx, "workers", func(mhc *v1alpha1.MachineHealthCheck) {
+				mhc.Spec.MaxUnhealthy, mhc.Spec.UnhealthyRange = maxUnhealthy, unhealthyRange
+			})
+			for i, name := range machineNames("m", total) {
+				if i < unhealthy {
+					w.createMachine(ctx, name, withNodeRef(w.nodeName("gone-"+name)))
+					continue
+				}
+				node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: w.nodeName(name)}} // no conditions: healthy
+				Expect(k8s.Create(ctx, node)).To(Succeed())
+				DeferCleanup(func(ctx context.Context) { Expect(k8s.Delete(ctx, node)).To(Succeed()) })
+				w.createMachine(ctx, name, withNodeRef(node.Name))
+			}
+
+			w.reconcile(ctx, "workers")
+
+			var reported, marked int
+			for _, name := range machineNames("m", total) {
+				m := w.machine(ctx, name)
+				if c := condition(m, clusterv1.MachineHealthCheckSucceededCondition); c != nil && c.Status == metav1.ConditionFalse {
+					reported++
+				}
+				if c := condition(m, clusterv1.MachineOwnerRemediatedCondition); c != nil && c.Status == metav1.ConditionFalse {
+					marked++
+				}
+			}
+			Expect(reported).To(Equal(unhealthy), "unhealthy Machines are reported either way")
+			st := w.check(ctx, "workers").Status
+			Expect(st.ExpectedMachines).To(HaveValue(BeEquivalentTo(total)))
+			Expect(st.CurrentHealthy).To(HaveValue(BeEquivalentTo(total - unhealthy)))
+			Expect(st.RemediationsAllowed).To(HaveValue(BeEquivalentTo(wantRemaining)))
+			restricted := And(HaveField("Kind", "MachineHealthCheck"), HaveField("Type", corev1.EventTypeWarning), HaveField("Reason", EventRemediationRestricted))
+			if wantAllowed {
+				Expect(marked).To(Equal(unhealthy))
+				Expect(meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRemediationAllowed)).To(
+					And(HaveField("Status", metav1.ConditionTrue), HaveField("Reason", v1alpha1.ReasonWithinBudget)))
+				Expect(w.rec.all()).NotTo(ContainElement(restricted))
+			} else {
+				Expect(marked).To(BeZero())
+				Expect(meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRemediationAllowed)).To(
+					And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonTooManyUnhealthy)))
+				Expect(w.rec.all()).To(ContainElement(restricted))
+			}
+		},
+		Entry("maxUnhealthy 2: 2 of 10 unhealthy are remediated", ptr.To(intstr.FromInt32(2)), "", 10, 2, true, 0),
+		Entry("maxUnhealthy 2: 3 of 10 unhealthy are not", ptr.To(intstr.FromInt32(2)), "", 10, 3, false, 0),
+		Entry("maxUnhealthy 40% of 25: 10 unhealthy are remediated", ptr.To(intstr.FromString("40%")), "", 25, 10, true, 0),
+		Entry("maxUnhealthy 40% of 25: 11 unhealthy are not", ptr.To(intstr.FromString("40%")), "", 25, 11, false, 0),
+		Entry("maxUnhealthy 40% of 6 (rounded down to 2): 2 unhealthy are remediated", ptr.To(intstr.FromString("40%")), "", 6, 2, true, 0),
+		Entry("maxUnhealthy 40% of 6 (rounded down to 2): 3 unhealthy are not", ptr.To(intstr.FromString("40%")), "", 6, 3, false, 0),
+		Entry("unhealthyRange [3-5] of 10: 2 unhealthy are not remediated", nil, "[3-5]", 10, 2, false, 0),
+		Entry("unhealthyRange [3-5] of 10: 3 unhealthy are remediated", nil, "[3-5]", 10, 3, true, 2),
+		Entry("unhealthyRange [3-5] of 10: 5 unhealthy are remediated", nil, "[3-5]", 10, 5, true, 0),
+		Entry("unhealthyRange [3-5] of 10: 6 unhealthy are not remediated", nil, "[3-5]", 10, 6, false, 0),
+		Entry("unhealthyRange takes precedence over maxUnhealthy", ptr.To(intstr.FromInt32(1)), "[3-5]", 10, 4, true, 1),
+		Entry("the default maxUnhealthy is 100%", nil, "", 3, 3, true, 0),
+	)
+})
+
+var _ = Describe("Template-based remediation", func() {
+	It("creates exactly one request with the contract's shape and deletes it when the Machine is healthy again", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		w.createTemplate(ctx, "reboot", "reboot")
+		mhc := w.createCheck(ctx, "workers", func(mhc *v1alpha1.MachineHealthCheck) { mhc.Spec.RemediationTemplate = ptr.To(templateRef("reboot")) })
+		node := w.createNode(ctx, k8s, w.nodeName("n"), corev1.ConditionUnknown, 10*time.Minute)
+		m := w.createMachine(ctx, "m", withNodeRef(node.Name))
+
+		w.reconcile(ctx, "workers")
+		w.reconcile(ctx, "workers")
+
+		emrs := w.powerCycleRemediations(ctx)
+		Expect(emrs).To(HaveLen(1))
+		emr := emrs[0]
+		Expect(emr.GetName()).To(Equal("m"))
+		Expect(emr.GetNamespace()).To(Equal(w.ns))
+		Expect(emr.GetOwnerReferences()).To(ConsistOf(
+			metav1.OwnerReference{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "Machine", Name: "m", UID: m.UID},
+			metav1.OwnerReference{APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "MachineHealthCheck", Name: "workers", UID: mhc.UID},
+		))
+		Expect(emr.GetAnnotations()).To(Equal(map[string]string{
+			template.AnnotationNodeName:            node.Name,
+			template.AnnotationTemplateName:        "reboot",
+			template.AnnotationClonedFromName:      "reboot",
+			template.AnnotationClonedFromGroupKind: "PowerCycleRemediationTemplate.remediation.metalheal.io",
+		}))
+		Expect(emr.Object).To(HaveKeyWithValue("spec", HaveKeyWithValue("strategy", "reboot")))
+		got := w.machine(ctx, "m")
+		Expect(condition(got, clusterv1.MachineOwnerRemediatedCondition)).To(BeNil(), "the owner is not asked to replace it")
+		Expect(condition(got, clusterv1.MachineHealthCheckSucceededCondition)).To(haveCondition(metav1.ConditionFalse, clusterv1.MachineHealthCheckUnhealthyNodeReason))
+		Expect(w.check(ctx, "workers").Status.UnhealthyMachines).To(ConsistOf(HaveField("Remediations", ConsistOf(And(
+			HaveField("Kind", "PowerCycleRemediation"), HaveField("TemplateName", "reboot"), HaveField("TimedOut", BeNil()))))))
+		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventRemediationRequestCreated)))
+		Expect(testutil.ToFloat64(metrics.RemediationsCreated.WithLabelValues(metrics.CheckerMHC, "PowerCycleRemediation"))).To(BeNumerically(">=", 1))
+
+		By("the Node becomes Ready: the request is deleted")
+		w.setReady(ctx, k8s, node, corev1.ConditionTrue, 0)
+		w.reconcile(ctx, "workers")
+		Expect(w.powerCycleRemediations(ctx)).To(BeEmpty())
+		Expect(w.check(ctx, "workers").Status.UnhealthyMachines).To(BeEmpty())
+		Expect(testutil.ToFloat64(metrics.UnhealthyTargets.WithLabelValues(metrics.CheckerMHC, w.ns+"/workers"))).To(BeZero())
+		Expect(condition(w.machine(ctx, "m"), clusterv1.MachineHealthCheckSucceededCondition)).To(haveCondition(metav1.ConditionTrue, clusterv1.MachineHealthCheckSucceededReason))
+		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventRemediationRequestDeleted)))
+	})
+
+	It("escalates to the next template when a step times out, across requests of the same kind", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		w.createTemplate(ctx, "reboot", "reboot")
+		w.createTemplate(ctx, "fence", "power-off")
+		w.createCheck(ctx, "workers", func(mhc *v1alpha1.MachineHealthCheck) {
+			mhc.Spec.EscalatingRemediations = []v1alpha1.EscalatingRemediation{
+				{RemediationTemplate: templateRef("fence"), Order: 2, Timeout: metav1.Duration{Duration: 30 * time.Minute}},
+				{RemediationTemplate: templateRef("reboot"), Order: 1, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
+			}
+		})
+		w.createMachine(ctx, "m", withNodeRef(w.nodeName("gone")))
+
+		res := w.reconcile(ctx, "workers")
+		Expect(res.RequeueAfter).To(Equal(10*time.Minute), "requeued at the step's timeout")
+		Expect(w.powerCycleRemediations(ctx)).To(ConsistOf(HaveField("Object", HaveKeyWithValue("spec", HaveKeyWithValue("strategy", "reboot")))))
+
+		w.clock.Step(10 * time.Minute)
+		w.reconcile(ctx, "workers")
+		Expect(w.powerCycleRemediations(ctx)).To(BeEmpty(), "the timed-out request is deleted so the next one can take the Machine's name")
+		Expect(w.check(ctx, "workers").Status.UnhealthyMachines[0].Remediations).To(ConsistOf(
+			And(HaveField("TemplateName", "reboot"), HaveField("TimedOut", Not(BeNil())))))
+		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventRemediationRequestTimedOut)))
+
+		w.reconcile(ctx, "workers") // the deletion event brings the check back
+		emrs := w.powerCycleRemediations(ctx)
+		Expect(emrs).To(HaveLen(1))
+		Expect(emrs[0].GetAnnotations()).To(HaveKeyWithValue(template.AnnotationTemplateName, "fence"))
+		Expect(emrs[0].Object).To(HaveKeyWithValue("spec", HaveKeyWithValue("strategy", "power-off")))
+	})
+
+	It("marks a request timed out when the remediator gives up, and says so when no step is left", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		w.createTemplate(ctx, "reboot", "reboot")
+		w.createCheck(ctx, "workers", func(mhc *v1alpha1.MachineHealthCheck) { mhc.Spec.RemediationTemplate = ptr.To(templateRef("reboot")) })
+		w.createMachine(ctx, "m", withNodeRef(w.nodeName("gone")))
+		w.reconcile(ctx, "workers")
+
+		emr := &w.powerCycleRemediations(ctx)[0]
+		Expect(unstructured.SetNestedSlice(emr.Object, []any{map[string]any{"type": "Succeeded", "status": "False", "reason": "RetriesExhausted",
+			"message": "gave up", "lastTransitionTime": w.clock.Now().UTC().Format(time.RFC3339)}}, "status", "conditions")).To(Succeed())
+		Expect(k8s.Status().Update(ctx, emr)).To(Succeed())
+
+		w.reconcile(ctx, "workers")
+		emrs := w.powerCycleRemediations(ctx)
+		Expect(emrs).To(HaveLen(1), "kept for the remediator to clean up")
+		Expect(emrs[0].GetAnnotations()).To(HaveKey(template.AnnotationTimedOut))
+		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventRemediationsExhausted)))
+	})
+
+	It("reports a missing template and keeps remediating the other Machines", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		w.createCheck(ctx, "workers", func(mhc *v1alpha1.MachineHealthCheck) { mhc.Spec.RemediationTemplate = ptr.To(templateRef("absent")) })
+		w.createMachine(ctx, "m", withNodeRef(w.nodeName("gone")))
+
+		_, err := w.r.Reconcile(ctx, reconcileRequest(w.ns, "workers"))
+		Expect(err).To(MatchError(ContainSubstring("absent")))
+		Expect(w.powerCycleRemediations(ctx)).To(BeEmpty())
+		Expect(w.check(ctx, "workers").Status.UnhealthyMachines).To(ConsistOf(HaveField("Remediations", BeEmpty())),
+			"no request is recorded that was never created")
+		Expect(w.rec.all()).To(ContainElement(And(HaveField("Reason", EventRemediationFailed), HaveField("Type", corev1.EventTypeWarning))))
+	})
+})
+
+var _ = Describe("Workload clusters", func() {
+	It("checks a Machine whose Node is in a remote workload cluster (kubeconfig Secret) and one whose Node is local", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		Expect(k8s.Create(ctx, newCluster(w.ns, "wl"))).To(Succeed())
+		Expect(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "wl-kubeconfig", Namespace: w.ns},
+			Data: map[string][]byte{"value": workloadEnv.KubeConfig}})).To(Succeed())
+
+		// The same Node name exists in both clusters: healthy here, unhealthy in the workload cluster.
+		shared := w.nodeName("shared")
+		w.createNode(ctx, k8s, shared, corev1.ConditionTrue, time.Hour)
+		remoteNode := w.createNode(ctx, workload, shared, corev1.ConditionUnknown, time.Hour)
+		w.createCheck(ctx, "remote", func(mhc *v1alpha1.MachineHealthCheck) {
+			mhc.Spec.ClusterName = "wl"
+			mhc.Spec.Selector.MatchLabels = map[string]string{"pool": "r"}
+		})
+		w.createMachine(ctx, "remote-m", withCluster("wl"), withLabels("pool", "r"), withNodeRef(shared))
+
+		w.createNode(ctx, k8s, w.nodeName("local"), corev1.ConditionFalse, time.Hour)
+		w.createCheck(ctx, "local", func(mhc *v1alpha1.MachineHealthCheck) { mhc.Spec.Selector.MatchLabels = map[string]string{"pool": "l"} })
+		w.createMachine(ctx, "local-m", withLabels("pool", "l"), withNodeRef(w.nodeName("local")))
+
+		w.reconcile(ctx, "remote")
+		w.reconcile(ctx, "local")
+
+		for _, name := range []string{"remote-m", "local-m"} {
+			Expect(condition(w.machine(ctx, name), clusterv1.MachineOwnerRemediatedCondition)).To(
+				haveCondition(metav1.ConditionFalse, clusterv1.MachineOwnerRemediatedWaitingForRemediationReason), name)
+		}
+		key := types.NamespacedName{Namespace: w.ns, Name: "wl"}
+		Expect(w.r.remotes.connected(key)).To(BeTrue())
+
+		By("the workload cluster's Node recovers: read through the cache")
+		w.setReady(ctx, workload, remoteNode, corev1.ConditionTrue, 0)
+		Eventually(func(g Gomega) {
+			w.reconcile(ctx, "remote")
+			g.Expect(condition(w.machine(ctx, "remote-m"), clusterv1.MachineHealthCheckSucceededCondition)).To(
+				haveCondition(metav1.ConditionTrue, clusterv1.MachineHealthCheckSucceededReason))
+		}).WithContext(ctx).WithTimeout(eventuallyTimeout).Should(Succeed())
+
+		By("the Cluster goes away: its cache is dropped")
+		Expect(k8s.Delete(ctx, newCluster(w.ns, "wl"))).To(Succeed())
+		Eventually(func(g Gomega) {
+			err := k8s.Get(ctx, key, &clusterv1.Cluster{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
+		}).WithContext(ctx).WithTimeout(eventuallyTimeout).Should(Succeed())
+		w.reconcile(ctx, "remote")
+		Expect(w.r.remotes.connected(key)).To(BeFalse())
+	})
+
+	It("refuses a kubeconfig that points at local files or credential plugins", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		Expect(k8s.Create(ctx, newCluster(w.ns, "evil"))).To(Succeed())
+		kubeconfig := `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://example.invalid"}}]
+users: [{name: u, user: {tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`
+		Expect(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "evil-kubeconfig", Namespace: w.ns},
+			Data: map[string][]byte{"value": []byte(kubeconfig)}})).To(Succeed())
+		w.createCheck(ctx, "workers", func(mhc *v1alpha1.MachineHealthCheck) { mhc.Spec.ClusterName = "evil" })
+		w.createMachine(ctx, "m", withCluster("evil"), withNodeRef(w.nodeName("n")))
+
+		_, err := w.r.Reconcile(ctx, reconcileRequest(w.ns, "workers"))
+		Expect(err).To(MatchError(ErrUnsafeKubeconfig))
+		Expect(err.Error()).NotTo(ContainSubstring("serviceaccount"))
+		Expect(w.machine(ctx, "m").Status.Conditions).To(BeEmpty(), "nothing is decided without the workload cluster's Nodes")
+		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventWorkloadClusterUnreachable)))
+	})
+})

@@ -1,0 +1,38 @@
+package mhc
+
+// Event reasons. Events about one Machine regard the Machine (with the MachineHealthCheck as related
+// object); events about the whole check regard the MachineHealthCheck. They are emitted on transitions,
+// not on every reconcile.
+const (
+	// EventMachineMarkedUnhealthy (Normal): OwnerRemediated was set to False so the Machine's owner
+	// replaces it (condition-based remediation).
+	EventMachineMarkedUnhealthy = "MachineMarkedUnhealthy"
+	// EventRemediationRequestCreated (Normal): a remediation request was created from a template.
+	EventRemediationRequestCreated = "RemediationRequestCreated"
+	// EventRemediationRequestTimedOut (Warning): a remediation step ended (its timeout passed or its
+	// request reported Succeeded=False); the request was marked timed out.
+	EventRemediationRequestTimedOut = "RemediationRequestTimedOut"
+	// EventRemediationsExhausted (Warning): the last remediation step ended and the Machine is still
+	// unhealthy; nothing more is tried until it recovers or the spec changes.
+	EventRemediationsExhausted = "RemediationsExhausted"
+	// EventRemediationRequestDeleted (Normal): the Machine is healthy again (or escalation needs its name)
+	// and its remediation request was deleted.
+	EventRemediationRequestDeleted = "RemediationRequestDeleted"
+	// EventMachineNotRemediable (Warning): an unhealthy Machine is not controlled by a MachineSet or a
+	// control plane; it is reported, not remediated.
+	EventMachineNotRemediable = "MachineNotRemediable"
+	// EventRemediationRestricted (Warning): the unhealthy budget (maxUnhealthy or unhealthyRange) stops
+	// remediation.
+	EventRemediationRestricted = "RemediationRestricted"
+	// EventRemediationFailed (Warning): a remediation could not be started, e.g. its template is missing.
+	EventRemediationFailed = "RemediationFailed"
+	// EventWorkloadClusterUnreachable (Warning): the workload cluster's Nodes cannot be read through the
+	// <clusterName>-kubeconfig Secret.
+	EventWorkloadClusterUnreachable = "WorkloadClusterUnreachable"
+)
+
+// Event actions (the events.k8s.io "action" field).
+const (
+	actionCheck     = "HealthCheck"
+	actionRemediate = "Remediate"
+)

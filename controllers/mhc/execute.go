@@ -1,0 +1,195 @@
+package mhc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/template"
+)
+
+// execute carries out the plan, Machine by Machine. A failure for one Machine is collected and the
+// others proceed. A request that could not be created is dropped from p.Status.
+func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, p *plan) []error {
+	var errs []error
+	templates := map[v1alpha1.TemplateReference]templateResult{}
+	for i := range p.Targets {
+		t := &p.Targets[i]
+		if t.NewlyUnhealthy && t.Blocked != notBlocked {
+			countSkipped(t.Blocked)
+		}
+		if err := r.executeTarget(ctx, mhc, t, p, templates); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, e := range p.Events {
+		r.recorder.Eventf(e.Regarding, e.Related, e.Type, e.Reason, actionCheck, "%s", e.Note)
+	}
+	return errs
+}
+
+// templateResult memoises one template read per reconcile.
+type templateResult struct {
+	obj *unstructured.Unstructured
+	err error
+}
+
+func (r *Reconciler) executeTarget(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan, templates map[v1alpha1.TemplateReference]templateResult) error {
+	log := ctrl.LoggerFrom(ctx).WithValues("machine", klog.KObj(t.Machine))
+	var errs []error
+	if t.Conditions != nil {
+		if err := r.patchMachineConditions(ctx, t); err != nil {
+			errs = append(errs, err)
+		} else if t.MarkedForOwner {
+			log.Info("Marked Machine for remediation by its owner", "reason", t.Verdict.Reason)
+			r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeNormal, EventMachineMarkedUnhealthy, actionRemediate,
+				"Machine marked for remediation by its owner: %s", t.Verdict.Message)
+			observeDetection(t.Verdict.ExpiredAt, r.clock.Now())
+		}
+	}
+	for _, req := range t.TimeOut {
+		if err := r.timeOutRequest(ctx, req); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		log.Info("Remediation step timed out", "kind", req.GetKind())
+		r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventRemediationRequestTimedOut, actionRemediate,
+			"%s %s ended without the Machine recovering (timeout or Succeeded=False)", req.GetKind(), req.GetName())
+	}
+	if t.Exhausted {
+		log.Info("All remediation steps ended, Machine still unhealthy")
+		r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventRemediationsExhausted, actionRemediate,
+			"Every remediation step ended and the Machine is still unhealthy (%s)", t.Verdict.Reason)
+	}
+	for _, req := range t.Delete {
+		if err := r.client.Delete(ctx, req, client.Preconditions{UID: ptr.To(req.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting %s %s/%s: %w", req.GetKind(), req.GetNamespace(), req.GetName(), err))
+			continue
+		}
+		log.Info("Deleted remediation request", "kind", req.GetKind())
+		r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeNormal, EventRemediationRequestDeleted, actionRemediate,
+			"Deleted %s %s", req.GetKind(), req.GetName())
+	}
+	if t.Create != nil {
+		created, err := r.createRequest(ctx, mhc, t, templates)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+			dropRecord(&p.Status, t.Machine.Name, t.Create.Step)
+		case created:
+			log.Info("Created remediation request", "kind", t.Create.Step.GVK.Kind, "template", t.Create.Step.Template.Name, "reason", t.Verdict.Reason)
+			r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeNormal, EventRemediationRequestCreated, actionRemediate,
+				"Created %s %s from template %s: %s", t.Create.Step.GVK.Kind, t.Machine.Name, t.Create.Step.Template.Name, t.Verdict.Message)
+			countCreated(t.Create.Step.GVK.Kind)
+			if t.Create.First {
+				observeDetection(t.Verdict.ExpiredAt, r.clock.Now())
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("machine %s: %w", t.Machine.Name, errors.Join(errs...))
+	}
+	return nil
+}
+
+// patchMachineConditions writes the Machine's new conditions, failing on a conflict rather than
+// overwriting conditions another controller set meanwhile.
+func (r *Reconciler) patchMachineConditions(ctx context.Context, t *targetPlan) error {
+	m := t.Machine.DeepCopy()
+	m.Status.Conditions = t.Conditions
+	if err := r.client.Status().Patch(ctx, m, client.MergeFromWithOptions(t.Machine, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("setting conditions on Machine %s: %w", t.Machine.Name, err)
+	}
+	return nil
+}
+
+// timeOutRequest marks a request timed out, telling its remediator to stop and clean up.
+func (r *Reconciler) timeOutRequest(ctx context.Context, req *unstructured.Unstructured) error {
+	marked := req.DeepCopy()
+	template.MarkTimedOut(marked, r.clock.Now())
+	if err := r.client.Patch(ctx, marked, client.MergeFrom(req)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("marking %s %s/%s timed out: %w", req.GetKind(), req.GetNamespace(), req.GetName(), err)
+	}
+	return nil
+}
+
+// createRequest instantiates the step's template for the Machine. created is false when the request
+// already existed.
+func (r *Reconciler) createRequest(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, templates map[v1alpha1.TemplateReference]templateResult) (created bool, err error) {
+	s := t.Create.Step
+	key := types.NamespacedName{Namespace: s.Template.Namespace, Name: s.Template.Name}
+	res, ok := templates[s.Template]
+	if !ok {
+		res = templateResult{obj: &unstructured.Unstructured{}}
+		res.obj.SetAPIVersion(s.Template.APIVersion)
+		res.obj.SetKind(s.Template.Kind)
+		if res.err = r.apiReader.Get(ctx, key, res.obj); res.err != nil {
+			res.err = fmt.Errorf("reading remediation template %s %s: %w", s.Template.Kind, key, res.err)
+			r.recorder.Eventf(mhc, nil, corev1.EventTypeWarning, EventRemediationFailed, actionRemediate, "%s", res.err.Error())
+		}
+		templates[s.Template] = res
+	}
+	if res.err != nil {
+		return false, res.err
+	}
+	emr, err := template.Instantiate(template.Request{
+		Template: res.obj,
+		Name:     t.Machine.Name,
+		NodeName: t.Machine.Status.NodeRef.Name,
+		Target: metav1.OwnerReference{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine",
+			Name: t.Machine.Name, UID: t.Machine.UID},
+		HealthCheck: metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "MachineHealthCheck",
+			Name: mhc.Name, UID: mhc.UID},
+	})
+	if err != nil {
+		return false, fmt.Errorf("instantiating %s: %w", key, err)
+	}
+	if err := r.client.Create(ctx, emr); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("creating %s %s/%s: %w", emr.GetKind(), emr.GetNamespace(), emr.GetName(), err)
+	}
+	return true, nil
+}
+
+// dropRecord removes the record of a request that could not be created.
+func dropRecord(status *v1alpha1.MachineHealthCheckStatus, machine string, s step) {
+	for i := range status.UnhealthyMachines {
+		um := &status.UnhealthyMachines[i]
+		if um.Name != machine {
+			continue
+		}
+		um.Remediations = slices.DeleteFunc(um.Remediations, func(r v1alpha1.MachineRemediationRequest) bool {
+			return s.matches(r) && r.TimedOut == nil
+		})
+	}
+}
+
+// patchStatus writes the check's status when it changed, failing on a conflict (the status is the
+// check's memory: a stale copy must not overwrite a newer one).
+func (r *Reconciler) patchStatus(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, status v1alpha1.MachineHealthCheckStatus) error {
+	if equality.Semantic.DeepEqual(mhc.Status, status) {
+		return nil
+	}
+	updated := mhc.DeepCopy()
+	updated.Status = status
+	if err := r.client.Status().Patch(ctx, updated, client.MergeFromWithOptions(mhc, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("updating the status of MachineHealthCheck %s: %w", client.ObjectKeyFromObject(mhc), err)
+	}
+	return nil
+}

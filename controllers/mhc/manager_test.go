@@ -1,0 +1,99 @@
+package mhc
+
+import (
+	"context"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+)
+
+// The controller as the manager runs it: every reaction below comes from a watch (Machines, local Nodes,
+// a workload cluster's Nodes, remediation requests), not from a direct call. Eventually is used because
+// a real manager runs.
+var _ = Describe("Running in a manager", func() {
+	It("reacts to Machine, Node (local and remote) and remediation request events", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		mgr, err := ctrl.NewManager(mgmtCfg, ctrl.Options{
+			Scheme:                 scheme,
+			Metrics:                metricsserver.Options{BindAddress: "0"},
+			HealthProbeBindAddress: "0",
+			Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+			Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{w.ns: {}}},
+		})
+		Expect(err).NotTo(HaveOccurred())
+		r, err := New(Options{Clock: w.clock, Recorder: w.rec})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
+		mgrCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- mgr.Start(mgrCtx) }()
+		DeferCleanup(func() { stop(); Eventually(done).WithTimeout(eventuallyTimeout).Should(Receive(BeNil())) })
+
+		// A workload cluster checked with a template, a local pool checked with conditions.
+		Expect(k8s.Create(ctx, newCluster(w.ns, "wl"))).To(Succeed())
+		Expect(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "wl-kubeconfig", Namespace: w.ns},
+			Data: map[string][]byte{"value": workloadEnv.KubeConfig}})).To(Succeed())
+		w.createTemplate(ctx, "reboot", "reboot")
+		remoteNode := w.createNode(ctx, workload, w.nodeName("r"), corev1.ConditionUnknown, time.Hour)
+		w.createMachine(ctx, "remote-m", withCluster("wl"), withLabels("pool", "r"), withNodeRef(remoteNode.Name))
+		w.createCheck(ctx, "remote", func(mhc *v1alpha1.MachineHealthCheck) {
+			mhc.Spec.ClusterName = "wl"
+			mhc.Spec.Selector.MatchLabels = map[string]string{"pool": "r"}
+			mhc.Spec.RemediationTemplate = ptr.To(templateRef("reboot"))
+		})
+		localNode := w.createNode(ctx, k8s, w.nodeName("l"), corev1.ConditionTrue, time.Hour)
+		w.createCheck(ctx, "local", func(mhc *v1alpha1.MachineHealthCheck) { mhc.Spec.Selector.MatchLabels = map[string]string{"pool": "l"} })
+		w.createMachine(ctx, "local-m", withLabels("pool", "l"), withNodeRef(localNode.Name))
+
+		By("both checks run")
+		var firstUID types.UID
+		Eventually(func(g Gomega) {
+			emrs := w.powerCycleRemediations(ctx)
+			g.Expect(emrs).To(HaveLen(1))
+			firstUID = emrs[0].GetUID()
+			g.Expect(condition(w.machine(ctx, "local-m"), clusterv1.MachineHealthCheckSucceededCondition)).To(
+				haveCondition(metav1.ConditionTrue, clusterv1.MachineHealthCheckSucceededReason))
+		}).WithContext(ctx).WithTimeout(eventuallyTimeout).Should(Succeed())
+
+		By("a remediation request deleted behind the check's back is recreated (request watch)")
+		emr := w.powerCycleRemediations(ctx)[0]
+		Expect(k8s.Delete(ctx, &emr)).To(Succeed())
+		Eventually(func(g Gomega) {
+			emrs := w.powerCycleRemediations(ctx)
+			g.Expect(emrs).To(HaveLen(1))
+			g.Expect(emrs[0].GetUID()).NotTo(Equal(firstUID))
+		}).WithContext(ctx).WithTimeout(eventuallyTimeout).Should(Succeed())
+
+		By("a local Node goes NotReady (local Node watch)")
+		w.setReady(ctx, k8s, localNode, corev1.ConditionUnknown, time.Hour)
+		Eventually(func(g Gomega) {
+			g.Expect(condition(w.machine(ctx, "local-m"), clusterv1.MachineOwnerRemediatedCondition)).To(
+				haveCondition(metav1.ConditionFalse, clusterv1.MachineOwnerRemediatedWaitingForRemediationReason))
+		}).WithContext(ctx).WithTimeout(eventuallyTimeout).Should(Succeed())
+
+		By("the workload cluster's Node recovers (remote Node watch): the request is deleted")
+		w.setReady(ctx, workload, remoteNode, corev1.ConditionTrue, 0)
+		Eventually(func(g Gomega) {
+			g.Expect(w.powerCycleRemediations(ctx)).To(BeEmpty())
+		}).WithContext(ctx).WithTimeout(eventuallyTimeout).Should(Succeed())
+	})
+})
+
+var _ = Describe("ClusterAPIInstalled", func() {
+	It("tells a management cluster from a cluster without Cluster API", func() {
+		Expect(ClusterAPIInstalled(k8s.RESTMapper())).To(BeTrue())
+		Expect(ClusterAPIInstalled(workload.RESTMapper())).To(BeFalse())
+	})
+})

@@ -1,0 +1,181 @@
+package mhc
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+)
+
+// nodeGetLimit: up to this many Nodes are read one by one; more are read with one List of the cache.
+const nodeGetLimit = 32
+
+// observe reads what planChecks decides from, all from the cache except a workload cluster's kubeconfig
+// Secret the first time the cluster is connected.
+func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, now time.Time) (planInput, error) {
+	in := planInput{Check: mhc, Spec: checkSpecFor(mhc), Now: now}
+	steps, err := stepsFor(mhc)
+	if err != nil {
+		return in, err
+	}
+	in.Steps = steps
+	sel, err := metav1.LabelSelectorAsSelector(&mhc.Spec.Selector)
+	if err != nil {
+		return in, &InvalidSpecError{Field: "selector", Reason: err.Error()}
+	}
+	if sel.Empty() {
+		return in, &InvalidSpecError{Field: "selector", Reason: "an empty selector would select every Machine"}
+	}
+	if _, ok := mhc.Annotations[clusterv1.PausedAnnotation]; ok {
+		in.Paused = "The MachineHealthCheck has the " + clusterv1.PausedAnnotation + " annotation"
+	}
+
+	nodes := r.reader
+	if mhc.Spec.ClusterName != "" {
+		key := clusterKey(mhc)
+		cluster := &clusterv1.Cluster{}
+		switch err := r.reader.Get(ctx, key, cluster); {
+		case apierrors.IsNotFound(err):
+			r.remotes.forget(key)
+		case err != nil:
+			return in, fmt.Errorf("reading Cluster %s: %w", key, err)
+		default:
+			in.Cluster = cluster
+		}
+		switch {
+		case in.Cluster == nil:
+		case !cluster.DeletionTimestamp.IsZero():
+			r.remotes.forget(key)
+			in.Paused = fmt.Sprintf("Cluster %s is being deleted", key.Name)
+		default:
+			if cluster.Spec.Paused != nil && *cluster.Spec.Paused && in.Paused == "" {
+				in.Paused = fmt.Sprintf("Cluster %s is paused", key.Name)
+			}
+			remote, isRemote, err := r.remotes.nodeReader(ctx, r.apiReader, key)
+			if err != nil {
+				return in, err
+			}
+			if isRemote {
+				nodes = remote
+			}
+		}
+	}
+
+	var machines clusterv1.MachineList
+	if err := r.reader.List(ctx, &machines, client.InNamespace(mhc.Namespace), client.MatchingLabelsSelector{Selector: sel},
+		client.UnsafeDisableDeepCopy); err != nil {
+		return in, fmt.Errorf("listing Machines: %w", err)
+	}
+	names := make(map[string]bool, len(machines.Items))
+	var nodeNames []string
+	for i := range machines.Items {
+		m := &machines.Items[i]
+		if mhc.Spec.ClusterName != "" && m.Spec.ClusterName != mhc.Spec.ClusterName {
+			continue
+		}
+		names[m.Name] = true
+		if n := m.Status.NodeRef.Name; n != "" {
+			nodeNames = append(nodeNames, n)
+		}
+		in.Machines = append(in.Machines, observedTarget{Machine: m})
+	}
+	byName, err := readNodes(ctx, nodes, nodeNames)
+	if err != nil {
+		return in, err
+	}
+	requests, err := r.readRequests(ctx, mhc, steps, names)
+	if err != nil {
+		return in, err
+	}
+	for i := range in.Machines {
+		t := &in.Machines[i]
+		if n := t.Machine.Status.NodeRef.Name; n != "" {
+			t.Node = byName[n]
+			t.NodeMissing = t.Node == nil
+		}
+		t.Requests = requests[t.Machine.Name]
+	}
+	slices.SortFunc(in.Machines, func(a, b observedTarget) int { return strings.Compare(a.Machine.Name, b.Machine.Name) })
+	return in, nil
+}
+
+// readNodes reads the named Nodes; absent ones are missing from the map.
+func readNodes(ctx context.Context, reader client.Reader, names []string) (map[string]*corev1.Node, error) {
+	out := make(map[string]*corev1.Node, len(names))
+	if len(names) <= nodeGetLimit {
+		for _, name := range names {
+			n := &corev1.Node{}
+			if err := reader.Get(ctx, types.NamespacedName{Name: name}, n); err != nil {
+				if apierrors.IsNotFound(err) {
+					continue
+				}
+				return nil, fmt.Errorf("reading Node %s: %w", name, err)
+			}
+			out[name] = n
+		}
+		return out, nil
+	}
+	var list corev1.NodeList
+	if err := reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing Nodes: %w", err)
+	}
+	want := make(map[string]bool, len(names))
+	for _, n := range names {
+		want[n] = true
+	}
+	for i := range list.Items {
+		if want[list.Items[i].Name] {
+			out[list.Items[i].Name] = &list.Items[i]
+		}
+	}
+	return out, nil
+}
+
+// readRequests returns, by Machine name, the remediation requests this check owns for the given
+// Machines, of every kind its steps make.
+func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, steps []step, machines map[string]bool) (map[string][]*unstructured.Unstructured, error) {
+	out := map[string][]*unstructured.Unstructured{}
+	var kinds []schema.GroupVersionKind
+	for _, s := range steps {
+		if !slices.Contains(kinds, s.GVK) {
+			kinds = append(kinds, s.GVK)
+		}
+	}
+	for _, gvk := range kinds {
+		if err := r.watchRequests(gvk); err != nil {
+			return nil, fmt.Errorf("watching %s: %w", gvk.Kind, err)
+		}
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		listCtx, cancel := context.WithTimeout(ctx, r.opts.RequestListTimeout)
+		err := r.reader.List(listCtx, list, client.InNamespace(mhc.Namespace), client.UnsafeDisableDeepCopy)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("listing %s in %s (is its CRD installed and may the manager list it?): %w", gvk.Kind, mhc.Namespace, err)
+		}
+		for i := range list.Items {
+			u := &list.Items[i]
+			if machines[u.GetName()] && ownedBy(u, mhc.UID) {
+				out[u.GetName()] = append(out[u.GetName()], u)
+			}
+		}
+	}
+	return out, nil
+}
+
+// ownedBy reports whether o has an owner reference to the object with uid.
+func ownedBy(o metav1.Object, uid types.UID) bool {
+	return slices.ContainsFunc(o.GetOwnerReferences(), func(ref metav1.OwnerReference) bool { return ref.UID == uid })
+}

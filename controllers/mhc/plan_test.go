@@ -1,0 +1,523 @@
+package mhc
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/template"
+)
+
+func controlledBy(apiVersion, kind string) func(*clusterv1.Machine) {
+	return func(m *clusterv1.Machine) {
+		m.OwnerReferences = []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: "owner", UID: "owner-uid", Controller: ptr.To(true)}}
+	}
+}
+
+var byMachineSet = controlledBy("cluster.x-k8s.io/v1beta2", "MachineSet")
+
+func unitCheck(mutate ...func(*v1alpha1.MachineHealthCheck)) *v1alpha1.MachineHealthCheck {
+	mhc := &v1alpha1.MachineHealthCheck{
+		ObjectMeta: metav1.ObjectMeta{Name: "check", Namespace: "ns", UID: "mhc-uid", Generation: 1},
+		Spec: v1alpha1.MachineHealthCheckSpec{
+			Selector: metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}},
+			UnhealthyConditions: []v1alpha1.MachineUnhealthyCondition{
+				{Type: "Ready", Status: "Unknown", Timeout: metav1.Duration{Duration: 300 * time.Second}},
+				{Type: "Ready", Status: "False", Timeout: metav1.Duration{Duration: 300 * time.Second}},
+			},
+		},
+	}
+	for _, f := range mutate {
+		f(mhc)
+	}
+	return mhc
+}
+
+func healthyTarget(name string, mutate ...func(*clusterv1.Machine)) observedTarget {
+	m := unitMachine(name, append([]func(*clusterv1.Machine){byMachineSet}, mutate...)...)
+	return observedTarget{Machine: m, Node: unitNode(m.Status.NodeRef.Name, nodeCond(corev1.ConditionTrue, time.Hour))}
+}
+
+func unhealthyTarget(name string, mutate ...func(*clusterv1.Machine)) observedTarget {
+	m := unitMachine(name, append([]func(*clusterv1.Machine){byMachineSet}, mutate...)...)
+	return observedTarget{Machine: m, Node: unitNode(m.Status.NodeRef.Name, nodeCond(corev1.ConditionUnknown, 10*time.Minute))}
+}
+
+func mustPlan(g Gomega, mhc *v1alpha1.MachineHealthCheck, paused string, targets ...observedTarget) plan {
+	steps, err := stepsFor(mhc)
+	g.Expect(err).NotTo(HaveOccurred())
+	p, err := planChecks(planInput{Check: mhc, Spec: checkSpecFor(mhc), Steps: steps, Paused: paused, Machines: targets, Now: t0})
+	g.Expect(err).NotTo(HaveOccurred())
+	return p
+}
+
+func pool(healthy, unhealthy int) []observedTarget {
+	var out []observedTarget
+	for i := range unhealthy {
+		out = append(out, unhealthyTarget(fmt.Sprintf("sick-%02d", i)))
+	}
+	for i := range healthy {
+		out = append(out, healthyTarget(fmt.Sprintf("well-%02d", i)))
+	}
+	return out
+}
+
+func conditionOf(conds []metav1.Condition, t string) *metav1.Condition {
+	return meta.FindStatusCondition(conds, t)
+}
+
+func eventReasons(events []checkEvent) []string {
+	var out []string
+	for _, e := range events {
+		out = append(out, e.Reason)
+	}
+	return out
+}
+
+// TestPlanBudget: the user guide's "Remediation Short-Circuiting" examples, row by row.
+func TestPlanBudget(t *testing.T) {
+	tests := []struct {
+		name             string
+		maxUnhealthy     *intstr.IntOrString
+		unhealthyRange   string
+		total, unhealthy int
+		wantAllowed      bool
+		wantRemaining    int32
+	}{
+		{name: "maxUnhealthy 2: 2 unhealthy are remediated", maxUnhealthy: ptr.To(intstr.FromInt32(2)), total: 10, unhealthy: 2, wantAllowed: true},
+		{name: "maxUnhealthy 2: 3 unhealthy are not", maxUnhealthy: ptr.To(intstr.FromInt32(2)), total: 10, unhealthy: 3},
+		{name: "maxUnhealthy 2 is independent of the pool size", maxUnhealthy: ptr.To(intstr.FromInt32(2)), total: 30, unhealthy: 3},
+		{name: "40% of 25: 10 unhealthy are remediated", maxUnhealthy: ptr.To(intstr.FromString("40%")), total: 25, unhealthy: 10, wantAllowed: true},
+		{name: "40% of 25: 11 unhealthy are not", maxUnhealthy: ptr.To(intstr.FromString("40%")), total: 25, unhealthy: 11},
+		{name: "40% of 6 rounds down to 2: 2 unhealthy are remediated", maxUnhealthy: ptr.To(intstr.FromString("40%")), total: 6, unhealthy: 2, wantAllowed: true},
+		{name: "40% of 6 rounds down to 2: 3 unhealthy are not", maxUnhealthy: ptr.To(intstr.FromString("40%")), total: 6, unhealthy: 3},
+		{name: "40% of 6 with 1 unhealthy leaves room for 1 more", maxUnhealthy: ptr.To(intstr.FromString("40%")), total: 6, unhealthy: 1, wantAllowed: true, wantRemaining: 1},
+		{name: "unhealthyRange [3-5] of 10: 2 unhealthy are not remediated", unhealthyRange: "[3-5]", total: 10, unhealthy: 2},
+		{name: "unhealthyRange [3-5] of 10: 3 unhealthy are remediated", unhealthyRange: "[3-5]", total: 10, unhealthy: 3, wantAllowed: true, wantRemaining: 2},
+		{name: "unhealthyRange [3-5] of 10: 5 unhealthy are remediated", unhealthyRange: "[3-5]", total: 10, unhealthy: 5, wantAllowed: true},
+		{name: "unhealthyRange [3-5] of 10: 6 unhealthy are not remediated", unhealthyRange: "[3-5]", total: 10, unhealthy: 6},
+		{name: "unhealthyRange takes precedence over maxUnhealthy", maxUnhealthy: ptr.To(intstr.FromInt32(1)), unhealthyRange: "[3-5]", total: 10, unhealthy: 4, wantAllowed: true, wantRemaining: 1},
+		{name: "no budget (the default 100%): all unhealthy are remediated", total: 4, unhealthy: 4, wantAllowed: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			mhc := unitCheck(func(c *v1alpha1.MachineHealthCheck) {
+				c.Spec.MaxUnhealthy, c.Spec.UnhealthyRange = tt.maxUnhealthy, tt.unhealthyRange
+			})
+			p := mustPlan(g, mhc, "", pool(tt.total-tt.unhealthy, tt.unhealthy)...)
+
+			g.Expect(p.Status.ExpectedMachines).To(HaveValue(BeEquivalentTo(tt.total)))
+			g.Expect(p.Status.CurrentHealthy).To(HaveValue(BeEquivalentTo(tt.total - tt.unhealthy)))
+			g.Expect(p.Status.RemediationsAllowed).To(HaveValue(Equal(tt.wantRemaining)))
+			g.Expect(p.Status.UnhealthyMachines).To(HaveLen(tt.unhealthy))
+			allowed := conditionOf(p.Status.Conditions, v1alpha1.ConditionRemediationAllowed)
+			g.Expect(allowed).NotTo(BeNil())
+			g.Expect(allowed.Status == metav1.ConditionTrue).To(Equal(tt.wantAllowed))
+			if tt.wantAllowed {
+				g.Expect(eventReasons(p.Events)).NotTo(ContainElement(EventRemediationRestricted))
+			} else {
+				g.Expect(allowed.Reason).To(Equal(v1alpha1.ReasonTooManyUnhealthy))
+				g.Expect(eventReasons(p.Events)).To(ContainElement(EventRemediationRestricted))
+			}
+			for _, tp := range p.Targets {
+				hc := conditionOf(tp.Conditions, clusterv1.MachineHealthCheckSucceededCondition)
+				g.Expect(hc).NotTo(BeNil(), "machine %s is reported", tp.Machine.Name)
+				if tp.Verdict.State != stateUnhealthy {
+					g.Expect(hc.Status).To(Equal(metav1.ConditionTrue))
+					continue
+				}
+				// Unhealthy Machines are reported even while short-circuited; only remediation waits.
+				g.Expect(hc.Status).To(Equal(metav1.ConditionFalse))
+				g.Expect(tp.MarkedForOwner).To(Equal(tt.wantAllowed), "machine %s", tp.Machine.Name)
+				g.Expect(conditionOf(tp.Conditions, clusterv1.MachineOwnerRemediatedCondition) != nil).To(Equal(tt.wantAllowed))
+			}
+		})
+	}
+}
+
+func TestPlanRestrictedEventOnlyOnTransition(t *testing.T) {
+	g := NewWithT(t)
+	mhc := unitCheck(func(c *v1alpha1.MachineHealthCheck) { c.Spec.MaxUnhealthy = ptr.To(intstr.FromInt32(1)) })
+	first := mustPlan(g, mhc, "", pool(2, 2)...)
+	g.Expect(eventReasons(first.Events)).To(ConsistOf(EventRemediationRestricted))
+
+	mhc.Status = first.Status
+	second := mustPlan(g, mhc, "", pool(2, 2)...)
+	g.Expect(second.Events).To(BeEmpty())
+	g.Expect(second.Status.Conditions).To(Equal(first.Status.Conditions), "transition time kept")
+}
+
+func TestPlanSkipRules(t *testing.T) {
+	tests := []struct {
+		name        string
+		target      observedTarget
+		paused      string
+		wantTarget  bool
+		wantBlocked blocker
+		// wantReported: HealthCheckSucceeded=False is set on the Machine.
+		wantReported bool
+		wantEvent    string
+	}{
+		{name: "skip-remediation annotation: not a target", target: unhealthyTarget("m", func(m *clusterv1.Machine) {
+			m.Annotations = map[string]string{clusterv1.MachineSkipRemediationAnnotation: ""}
+		})},
+		{name: "paused annotation on the Machine: not a target", target: unhealthyTarget("m", func(m *clusterv1.Machine) {
+			m.Annotations = map[string]string{clusterv1.PausedAnnotation: ""}
+		})},
+		{name: "paused check or Cluster: reported in status, Machine untouched", target: unhealthyTarget("m"), paused: "paused",
+			wantTarget: true, wantBlocked: blockedPaused},
+		{name: "no controller: reported in status and by an event, Machine untouched", target: unhealthyTarget("m", func(m *clusterv1.Machine) {
+			m.OwnerReferences = nil
+		}), wantTarget: true, wantBlocked: blockedNotControlled, wantEvent: EventMachineNotRemediable},
+		{name: "owned but not controlled: left alone", target: unhealthyTarget("m", func(m *clusterv1.Machine) {
+			m.OwnerReferences[0].Controller = nil
+		}), wantTarget: true, wantBlocked: blockedNotControlled, wantEvent: EventMachineNotRemediable},
+		{name: "controlled by a MachineDeployment directly: left alone", target: unhealthyTarget("m",
+			controlledBy("cluster.x-k8s.io/v1beta2", "MachineDeployment")), wantTarget: true, wantBlocked: blockedNotControlled, wantEvent: EventMachineNotRemediable},
+		{name: "controlled by a KubeadmControlPlane: remediated", target: unhealthyTarget("m",
+			controlledBy("controlplane.cluster.x-k8s.io/v1beta2", "KubeadmControlPlane")), wantTarget: true, wantReported: true},
+		{name: "being deleted: left alone", target: unhealthyTarget("m", func(m *clusterv1.Machine) {
+			m.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
+		}), wantTarget: true, wantBlocked: blockedDeleting},
+		{name: "Node excluded from remediation: reported, not remediated", target: func() observedTarget {
+			o := unhealthyTarget("m")
+			o.Node.Labels = map[string]string{v1alpha1.LabelExcludeFromRemediation: "true"}
+			return o
+		}(), wantTarget: true, wantBlocked: blockedExcluded, wantReported: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			p := mustPlan(g, unitCheck(), tt.paused, tt.target, healthyTarget("other"))
+			if !tt.wantTarget {
+				g.Expect(p.Status.Targets).To(Equal([]string{"other"}))
+				g.Expect(p.Status.UnhealthyMachines).To(BeEmpty())
+				return
+			}
+			g.Expect(p.Status.Targets).To(Equal([]string{"m", "other"}))
+			g.Expect(p.Status.UnhealthyMachines).To(ConsistOf(HaveField("Name", "m")))
+			tp := p.Targets[0]
+			g.Expect(tp.Blocked).To(Equal(tt.wantBlocked))
+			g.Expect(tp.MarkedForOwner).To(Equal(tt.wantBlocked == notBlocked))
+			g.Expect(tp.Create).To(BeNil())
+			if tt.wantReported {
+				g.Expect(conditionOf(tp.Conditions, clusterv1.MachineHealthCheckSucceededCondition)).To(HaveField("Status", metav1.ConditionFalse))
+			} else {
+				g.Expect(tp.Conditions).To(BeNil(), "the Machine is not touched")
+			}
+			if tt.wantEvent != "" {
+				g.Expect(eventReasons(p.Events)).To(ContainElement(tt.wantEvent))
+			}
+			paused := conditionOf(p.Status.Conditions, v1alpha1.ConditionPaused)
+			g.Expect(paused.Status == metav1.ConditionTrue).To(Equal(tt.paused != ""))
+			if tt.paused != "" {
+				g.Expect(p.Targets[1].Conditions).To(BeNil(), "a paused check touches no Machine, healthy ones included")
+			}
+		})
+	}
+}
+
+func TestPlanConditionRemediation(t *testing.T) {
+	withOwnerRemediated := func(s metav1.ConditionStatus) func(*clusterv1.Machine) {
+		return func(m *clusterv1.Machine) {
+			m.Status.Conditions = []metav1.Condition{
+				{Type: clusterv1.MachineHealthCheckSucceededCondition, Status: metav1.ConditionFalse,
+					Reason: clusterv1.MachineHealthCheckUnhealthyNodeReason, Message: "Health check failed: condition Ready on Node node-m has been Unknown for more than 5m0s",
+					LastTransitionTime: metav1.NewTime(t0.Add(-time.Minute))},
+				{Type: clusterv1.MachineOwnerRemediatedCondition, Status: s, Reason: "Whatever", LastTransitionTime: metav1.NewTime(t0.Add(-time.Minute))},
+			}
+		}
+	}
+	tests := []struct {
+		name           string
+		target         observedTarget
+		wantMarked     bool
+		wantConditions bool
+	}{
+		{name: "first failure: both conditions set", target: unhealthyTarget("m"), wantMarked: true, wantConditions: true},
+		{name: "owner finished an earlier remediation (True): asked again", target: unhealthyTarget("m", withOwnerRemediated(metav1.ConditionTrue)),
+			wantMarked: true, wantConditions: true},
+		{name: "owner is remediating (False): not overwritten, nothing to write", target: unhealthyTarget("m", withOwnerRemediated(metav1.ConditionFalse))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			p := mustPlan(g, unitCheck(), "", tt.target)
+			tp := p.Targets[0]
+			g.Expect(tp.MarkedForOwner).To(Equal(tt.wantMarked))
+			if !tt.wantConditions {
+				g.Expect(tp.Conditions).To(BeNil())
+				return
+			}
+			hc := conditionOf(tp.Conditions, clusterv1.MachineHealthCheckSucceededCondition)
+			g.Expect(hc).To(HaveField("Status", metav1.ConditionFalse))
+			g.Expect(hc.Reason).To(Equal(clusterv1.MachineHealthCheckUnhealthyNodeReason))
+			or := conditionOf(tp.Conditions, clusterv1.MachineOwnerRemediatedCondition)
+			g.Expect(or).To(HaveField("Status", metav1.ConditionFalse))
+			g.Expect(or.Reason).To(Equal(clusterv1.MachineOwnerRemediatedWaitingForRemediationReason))
+			g.Expect(or.LastTransitionTime.Time).To(BeTemporally("==", t0))
+		})
+	}
+}
+
+func TestPlanHealthyWritesOnlyChanges(t *testing.T) {
+	g := NewWithT(t)
+	p := mustPlan(g, unitCheck(), "", healthyTarget("m"))
+	g.Expect(conditionOf(p.Targets[0].Conditions, clusterv1.MachineHealthCheckSucceededCondition)).To(HaveField("Status", metav1.ConditionTrue))
+
+	again := healthyTarget("m", func(m *clusterv1.Machine) { m.Status.Conditions = p.Targets[0].Conditions })
+	p = mustPlan(g, unitCheck(), "", again)
+	g.Expect(p.Targets[0].Conditions).To(BeNil())
+}
+
+func TestPlanNextCheckIsTheEarliestExpiry(t *testing.T) {
+	g := NewWithT(t)
+	soon := healthyTarget("soon")
+	soon.Node.Status.Conditions = []corev1.NodeCondition{nodeCond(corev1.ConditionFalse, 4*time.Minute)} // expires in 1m
+	later := healthyTarget("later")
+	later.Node.Status.Conditions = []corev1.NodeCondition{nodeCond(corev1.ConditionUnknown, time.Minute)} // expires in 4m
+	starting := healthyTarget("starting", func(m *clusterv1.Machine) {
+		m.Status.NodeRef.Name = ""
+		m.CreationTimestamp = metav1.NewTime(t0.Add(-8 * time.Minute)) // startup expires in 2m
+	})
+	starting.Node = nil
+	p := mustPlan(g, unitCheck(), "", later, starting, soon, unhealthyTarget("sick"))
+	g.Expect(p.NextCheck).To(BeTemporally("==", t0.Add(time.Minute)))
+	g.Expect(p.Status.CurrentHealthy).To(HaveValue(BeEquivalentTo(2)), "the starting Machine is neither healthy nor unhealthy")
+	g.Expect(p.Unhealthy).To(Equal(1))
+}
+
+var (
+	pcrGVK  = schema.GroupVersionKind{Group: "remediation.metalheal.io", Version: "v1alpha1", Kind: "PowerCycleRemediation"}
+	m3GVK   = schema.GroupVersionKind{Group: "infrastructure.cluster.x-k8s.io", Version: "v1beta1", Kind: "Metal3Remediation"}
+	reboot  = step{Template: v1alpha1.TemplateReference{APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "PowerCycleRemediationTemplate", Name: "reboot", Namespace: "ns"}, GVK: pcrGVK, Timeout: 10 * time.Minute}
+	fence   = step{Template: v1alpha1.TemplateReference{APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "PowerCycleRemediationTemplate", Name: "fence", Namespace: "ns"}, GVK: pcrGVK, Timeout: 20 * time.Minute}
+	metal3  = step{Template: v1alpha1.TemplateReference{APIVersion: "infrastructure.cluster.x-k8s.io/v1beta1", Kind: "Metal3RemediationTemplate", Name: "m3", Namespace: "ns"}, GVK: m3GVK, Timeout: 20 * time.Minute}
+	noLimit = step{Template: reboot.Template, GVK: pcrGVK}
+)
+
+func request(s step, started time.Time, mutate ...func(*unstructured.Unstructured)) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(s.GVK)
+	u.SetName("m")
+	u.SetNamespace("ns")
+	u.SetCreationTimestamp(metav1.NewTime(started))
+	u.SetAnnotations(map[string]string{template.AnnotationTemplateName: s.Template.Name})
+	for _, f := range mutate {
+		f(u)
+	}
+	return u
+}
+
+func record(s step, started time.Time, timedOut *time.Time) v1alpha1.MachineRemediationRequest {
+	r := v1alpha1.MachineRemediationRequest{APIVersion: s.GVK.GroupVersion().String(), Kind: s.GVK.Kind, TemplateName: s.Template.Name,
+		Started: metav1.NewTime(started)}
+	if timedOut != nil {
+		r.TimedOut = ptr.To(metav1.NewTime(*timedOut))
+	}
+	return r
+}
+
+func succeeded(status metav1.ConditionStatus) func(*unstructured.Unstructured) {
+	return func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedSlice(u.Object, []any{map[string]any{"type": "Succeeded", "status": string(status),
+			"reason": "Done", "message": "", "lastTransitionTime": t0.Format(time.RFC3339)}}, "status", "conditions")
+	}
+}
+
+func deleting(u *unstructured.Unstructured) { u.SetDeletionTimestamp(ptr.To(metav1.NewTime(t0))) }
+
+func TestEscalate(t *testing.T) {
+	ago := func(d time.Duration) time.Time { return t0.Add(-d) }
+	tests := []struct {
+		name          string
+		steps         []step
+		records       []v1alpha1.MachineRemediationRequest
+		requests      []*unstructured.Unstructured
+		wantCreate    *step
+		wantFirst     bool
+		wantTimeOut   int
+		wantDelete    int
+		wantExhausted bool
+		wantRecords   int
+	}{
+		{name: "nothing yet: the first step starts", steps: []step{reboot, metal3},
+			wantCreate: &reboot, wantFirst: true, wantRecords: 1},
+		{name: "first step within its timeout: wait", steps: []step{reboot, metal3},
+			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(5*time.Minute), nil)},
+			requests: []*unstructured.Unstructured{request(reboot, ago(5*time.Minute))}, wantRecords: 1},
+		{name: "first step timed out: marked, next kind starts", steps: []step{reboot, metal3},
+			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(10*time.Minute), nil)},
+			requests: []*unstructured.Unstructured{request(reboot, ago(10*time.Minute))}, wantTimeOut: 1, wantCreate: &metal3, wantRecords: 2},
+		{name: "first step reported Succeeded=False: next step starts early", steps: []step{reboot, metal3},
+			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(time.Minute), nil)},
+			requests: []*unstructured.Unstructured{request(reboot, ago(time.Minute), succeeded(metav1.ConditionFalse))}, wantTimeOut: 1, wantCreate: &metal3, wantRecords: 2},
+		{name: "Succeeded=True does not end a step early", steps: []step{reboot, metal3},
+			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(time.Minute), nil)},
+			requests: []*unstructured.Unstructured{request(reboot, ago(time.Minute), succeeded(metav1.ConditionTrue))}, wantRecords: 1},
+		{name: "next step of the same kind: the old request is deleted first", steps: []step{reboot, fence},
+			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(11*time.Minute), nil)},
+			requests: []*unstructured.Unstructured{request(reboot, ago(11*time.Minute))}, wantTimeOut: 1, wantDelete: 1, wantRecords: 1},
+		{name: "same kind, old request still going away: wait", steps: []step{reboot, fence},
+			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(11*time.Minute), ptr.To(ago(time.Minute)))},
+			requests: []*unstructured.Unstructured{request(reboot, ago(11*time.Minute), deleting)}, wantRecords: 1},
+		{name: "same kind, old request gone: the next step starts (memory in status)", steps: []step{reboot, fence},
+			records:    []v1alpha1.MachineRemediationRequest{record(reboot, ago(11*time.Minute), ptr.To(ago(time.Minute)))},
+			wantCreate: &fence, wantRecords: 2},
+		{name: "last step timed out: exhausted, request marked", steps: []step{reboot, metal3},
+			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(time.Hour), ptr.To(ago(50*time.Minute))), record(metal3, ago(50*time.Minute), nil)},
+			requests: []*unstructured.Unstructured{request(reboot, ago(time.Hour)), request(metal3, ago(50*time.Minute))}, wantTimeOut: 1, wantExhausted: true, wantRecords: 2},
+		{name: "exhausted earlier: nothing more", steps: []step{reboot, metal3},
+			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(time.Hour), ptr.To(ago(50*time.Minute))), record(metal3, ago(50*time.Minute), ptr.To(ago(30*time.Minute)))},
+			requests: []*unstructured.Unstructured{request(reboot, ago(time.Hour)), request(metal3, ago(50*time.Minute))}, wantRecords: 2},
+		{name: "single template without timeout: waits as long as it takes", steps: []step{noLimit},
+			records:  []v1alpha1.MachineRemediationRequest{record(noLimit, ago(48*time.Hour), nil)},
+			requests: []*unstructured.Unstructured{request(noLimit, ago(48*time.Hour))}, wantRecords: 1},
+		{name: "single template gave up (Succeeded=False): exhausted", steps: []step{noLimit},
+			records:  []v1alpha1.MachineRemediationRequest{record(noLimit, ago(time.Hour), nil)},
+			requests: []*unstructured.Unstructured{request(noLimit, ago(time.Hour), succeeded(metav1.ConditionFalse))}, wantTimeOut: 1, wantExhausted: true, wantRecords: 1},
+		{name: "current request vanished: asked again", steps: []step{reboot, metal3},
+			records:    []v1alpha1.MachineRemediationRequest{record(reboot, ago(time.Minute), nil)},
+			wantCreate: &reboot, wantRecords: 1},
+		{name: "current request being deleted: wait", steps: []step{reboot, metal3},
+			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(time.Minute), nil)},
+			requests: []*unstructured.Unstructured{request(reboot, ago(time.Minute), deleting)}, wantRecords: 1},
+		{name: "step removed from the spec: given up, the next one starts", steps: []step{metal3},
+			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(time.Minute), nil)},
+			requests: []*unstructured.Unstructured{request(reboot, ago(time.Minute))}, wantTimeOut: 1, wantCreate: &metal3, wantRecords: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			out := escalate(tt.steps, tt.records, tt.requests, t0)
+			if tt.wantCreate == nil {
+				g.Expect(out.Create).To(BeNil())
+			} else {
+				g.Expect(out.Create).NotTo(BeNil())
+				g.Expect(out.Create.Step).To(Equal(*tt.wantCreate))
+				g.Expect(out.Create.First).To(Equal(tt.wantFirst))
+			}
+			g.Expect(out.TimeOut).To(HaveLen(tt.wantTimeOut))
+			g.Expect(out.Delete).To(HaveLen(tt.wantDelete))
+			g.Expect(out.Exhausted).To(Equal(tt.wantExhausted))
+			g.Expect(out.Records).To(HaveLen(tt.wantRecords))
+			g.Expect(tt.records).To(Equal(tt.records), "input records are not modified")
+		})
+	}
+}
+
+func TestPlanTemplateRemediation(t *testing.T) {
+	withSteps := func(c *v1alpha1.MachineHealthCheck) {
+		c.Spec.EscalatingRemediations = []v1alpha1.EscalatingRemediation{
+			{RemediationTemplate: metal3.Template, Order: 2, Timeout: metav1.Duration{Duration: 20 * time.Minute}},
+			{RemediationTemplate: reboot.Template, Order: 1, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
+		}
+	}
+
+	t.Run("an unhealthy Machine gets the first step's request and nothing from its owner", func(t *testing.T) {
+		g := NewWithT(t)
+		p := mustPlan(g, unitCheck(withSteps), "", unhealthyTarget("m"))
+		tp := p.Targets[0]
+		g.Expect(tp.Create).NotTo(BeNil())
+		g.Expect(tp.Create.Step.Template.Name).To(Equal("reboot"))
+		g.Expect(tp.MarkedForOwner).To(BeFalse())
+		g.Expect(conditionOf(tp.Conditions, clusterv1.MachineOwnerRemediatedCondition)).To(BeNil())
+		g.Expect(p.Status.UnhealthyMachines).To(ConsistOf(HaveField("Remediations", ConsistOf(HaveField("TemplateName", "reboot")))))
+		g.Expect(p.NextCheck).To(BeTemporally("==", t0.Add(10*time.Minute)), "the step's timeout is the next check")
+	})
+
+	t.Run("a healthy Machine's requests are deleted and it leaves the unhealthy list", func(t *testing.T) {
+		g := NewWithT(t)
+		mhc := unitCheck(withSteps)
+		mhc.Status.UnhealthyMachines = []v1alpha1.UnhealthyMachine{{Name: "m", Reason: "UnhealthyNode",
+			Remediations: []v1alpha1.MachineRemediationRequest{record(reboot, t0.Add(-time.Minute), nil)}}}
+		o := healthyTarget("m")
+		o.Requests = []*unstructured.Unstructured{request(reboot, t0.Add(-time.Minute))}
+		p := mustPlan(g, mhc, "", o)
+		g.Expect(p.Targets[0].Delete).To(HaveLen(1))
+		g.Expect(p.Status.UnhealthyMachines).To(BeEmpty())
+	})
+
+	t.Run("a lost status record is rebuilt from the request", func(t *testing.T) {
+		g := NewWithT(t)
+		o := unhealthyTarget("m")
+		o.Requests = []*unstructured.Unstructured{request(reboot, t0.Add(-time.Minute))}
+		p := mustPlan(g, unitCheck(withSteps), "", o)
+		g.Expect(p.Targets[0].Create).To(BeNil())
+		g.Expect(p.Status.UnhealthyMachines[0].Remediations).To(ConsistOf(HaveField("Started.Time", BeTemporally("==", t0.Add(-time.Minute)))))
+	})
+
+	t.Run("short-circuited: nothing new starts, requests stay", func(t *testing.T) {
+		g := NewWithT(t)
+		mhc := unitCheck(withSteps, func(c *v1alpha1.MachineHealthCheck) { c.Spec.MaxUnhealthy = ptr.To(intstr.FromInt32(0)) })
+		o := unhealthyTarget("m")
+		o.Requests = []*unstructured.Unstructured{request(reboot, t0.Add(-time.Hour))}
+		p := mustPlan(g, mhc, "", o, unhealthyTarget("n"))
+		for _, tp := range p.Targets {
+			g.Expect(tp.Blocked).To(Equal(blockedShortCircuit))
+			g.Expect(tp.Create).To(BeNil())
+			g.Expect(tp.TimeOut).To(BeEmpty())
+			g.Expect(tp.Delete).To(BeEmpty())
+		}
+	})
+}
+
+func TestStepsFor(t *testing.T) {
+	g := NewWithT(t)
+	mhc := unitCheck(func(c *v1alpha1.MachineHealthCheck) {
+		c.Spec.EscalatingRemediations = []v1alpha1.EscalatingRemediation{
+			{RemediationTemplate: v1alpha1.TemplateReference{APIVersion: "infrastructure.cluster.x-k8s.io/v1beta1", Kind: "Metal3RemediationTemplate", Name: "m3"},
+				Order: 5, Timeout: metav1.Duration{Duration: time.Hour}},
+			{RemediationTemplate: v1alpha1.TemplateReference{APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "PowerCycleRemediationTemplate", Name: "reboot"},
+				Order: 1, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
+		}
+	})
+	steps, err := stepsFor(mhc)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(steps).To(HaveLen(2))
+	g.Expect(steps[0].GVK).To(Equal(pcrGVK))
+	g.Expect(steps[0].Template.Namespace).To(Equal("ns"))
+	g.Expect(steps[1].GVK).To(Equal(m3GVK))
+
+	elsewhere := unitCheck(func(c *v1alpha1.MachineHealthCheck) {
+		c.Spec.RemediationTemplate = &v1alpha1.TemplateReference{APIVersion: "remediation.metalheal.io/v1alpha1",
+			Kind: "PowerCycleRemediationTemplate", Name: "reboot", Namespace: "other"}
+	})
+	_, err = stepsFor(elsewhere)
+	var inv *InvalidSpecError
+	g.Expect(errors.As(err, &inv)).To(BeTrue())
+}
+
+func TestSelects(t *testing.T) {
+	g := NewWithT(t)
+	mhc := unitCheck(func(c *v1alpha1.MachineHealthCheck) { c.Spec.ClusterName = "prod" })
+	m := unitMachine("m", func(m *clusterv1.Machine) { m.Labels = map[string]string{"pool": "a"}; m.Spec.ClusterName = "prod" })
+	g.Expect(selects(mhc, m)).To(BeTrue())
+	m.Spec.ClusterName = "test"
+	g.Expect(selects(mhc, m)).To(BeFalse(), "another cluster's Machine")
+	m.Spec.ClusterName, m.Labels["pool"] = "prod", "b"
+	g.Expect(selects(mhc, m)).To(BeFalse(), "labels do not match")
+}
+
+func TestRequestToCheck(t *testing.T) {
+	g := NewWithT(t)
+	u := request(reboot, t0)
+	u.SetOwnerReferences([]metav1.OwnerReference{
+		{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "Machine", Name: "m", UID: "m-uid"},
+		{APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "MachineHealthCheck", Name: "check", UID: "mhc-uid"},
+	})
+	g.Expect(requestToCheck(t.Context(), u)).To(ConsistOf(HaveField("NamespacedName.Name", "check")))
+}

@@ -1,0 +1,186 @@
+package mhc
+
+import (
+	"context"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+)
+
+// indexMachineByNodeName indexes Machines by status.nodeRef.name, to map a Node event to its Machine.
+const indexMachineByNodeName = "metalheal.mhc.status.nodeRef.name"
+
+func machineNodeName(o client.Object) []string {
+	m, ok := o.(*clusterv1.Machine)
+	if !ok || m.Status.NodeRef.Name == "" {
+		return nil
+	}
+	return []string{m.Status.NodeRef.Name}
+}
+
+// selects reports whether the check selects the Machine (its selector and clusterName).
+func selects(mhc *v1alpha1.MachineHealthCheck, m *clusterv1.Machine) bool {
+	if mhc.Spec.ClusterName != "" && m.Spec.ClusterName != mhc.Spec.ClusterName {
+		return false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&mhc.Spec.Selector)
+	if err != nil || sel.Empty() {
+		return false
+	}
+	return sel.Matches(labels.Set(m.Labels))
+}
+
+// machineToChecks maps a Machine to the checks in its namespace that select it.
+func (r *Reconciler) machineToChecks(ctx context.Context, o client.Object) []reconcile.Request {
+	m, ok := o.(*clusterv1.Machine)
+	if !ok {
+		return nil
+	}
+	var checks v1alpha1.MachineHealthCheckList
+	if err := r.reader.List(ctx, &checks, client.InNamespace(m.Namespace)); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing MachineHealthChecks for a Machine event", "machine", client.ObjectKeyFromObject(m))
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range checks.Items {
+		if selects(&checks.Items[i], m) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&checks.Items[i])})
+		}
+	}
+	return out
+}
+
+// clusterToChecks maps a Cluster to the checks naming it.
+func (r *Reconciler) clusterToChecks(ctx context.Context, o client.Object) []reconcile.Request {
+	var checks v1alpha1.MachineHealthCheckList
+	if err := r.reader.List(ctx, &checks, client.InNamespace(o.GetNamespace())); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing MachineHealthChecks for a Cluster event", "cluster", client.ObjectKeyFromObject(o))
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range checks.Items {
+		if checks.Items[i].Spec.ClusterName == o.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&checks.Items[i])})
+		}
+	}
+	return out
+}
+
+// nodeToChecks maps a Node to the checks selecting its Machine. cluster is the workload cluster the
+// Node is in, nil for the management cluster's own Nodes.
+func (r *Reconciler) nodeToChecks(ctx context.Context, node client.Object, cluster *types.NamespacedName) []reconcile.Request {
+	var machines clusterv1.MachineList
+	if err := r.reader.List(ctx, &machines, client.MatchingFields{indexMachineByNodeName: node.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing Machines for a Node event", "node", node.GetName())
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range machines.Items {
+		m := &machines.Items[i]
+		if cluster != nil && (m.Namespace != cluster.Namespace || m.Spec.ClusterName != cluster.Name) {
+			continue
+		}
+		for _, req := range r.machineToChecks(ctx, m) {
+			if !slices.Contains(out, req) {
+				out = append(out, req)
+			}
+		}
+	}
+	return out
+}
+
+// requestToCheck maps a remediation request to the check that owns it.
+func requestToCheck(_ context.Context, o client.Object) []reconcile.Request {
+	var out []reconcile.Request
+	for _, ref := range o.GetOwnerReferences() {
+		gv, err := schema.ParseGroupVersion(ref.APIVersion)
+		if err == nil && gv.Group == v1alpha1.GroupVersion.Group && ref.Kind == "MachineHealthCheck" {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}})
+		}
+	}
+	return out
+}
+
+// nodeHealthChanged lets through Node updates that can change a verdict: conditions (type, status,
+// transition time) or the exclusion label. Heartbeats alone (lastHeartbeatTime) are dropped.
+func nodeHealthChanged() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		oldNode, ok1 := e.ObjectOld.(*corev1.Node)
+		newNode, ok2 := e.ObjectNew.(*corev1.Node)
+		if !ok1 || !ok2 {
+			return true
+		}
+		if oldNode.Labels[v1alpha1.LabelExcludeFromRemediation] != newNode.Labels[v1alpha1.LabelExcludeFromRemediation] {
+			return true
+		}
+		return !slices.EqualFunc(oldNode.Status.Conditions, newNode.Status.Conditions, func(a, b corev1.NodeCondition) bool {
+			return a.Type == b.Type && a.Status == b.Status && a.LastTransitionTime.Equal(&b.LastTransitionTime)
+		})
+	}}
+}
+
+// clusterEvents enqueues the checks of a Cluster and drops the Cluster's workload cache when it goes.
+type clusterEvents struct {
+	handler.EventHandler
+	forget func(types.NamespacedName)
+}
+
+func (h clusterEvents) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if !e.ObjectNew.GetDeletionTimestamp().IsZero() {
+		h.forget(client.ObjectKeyFromObject(e.ObjectNew))
+	}
+	h.EventHandler.Update(ctx, e, q)
+}
+
+func (h clusterEvents) Delete(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	h.forget(client.ObjectKeyFromObject(e.Object))
+	h.EventHandler.Delete(ctx, e, q)
+}
+
+// watchRemoteNodes starts watching a workload cluster's Nodes (called once per new Node cache).
+func (r *Reconciler) watchRemoteNodes(cluster types.NamespacedName, c cache.Cache) error {
+	if r.controller == nil {
+		return nil
+	}
+	return r.controller.Watch(source.Kind(c, client.Object(&corev1.Node{}),
+		handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return r.nodeToChecks(ctx, o, &cluster)
+		}), nodeHealthChanged()))
+}
+
+// watchRequests makes sure remediation requests of kind gvk are watched (through the cache, as
+// unstructured objects), once per kind.
+func (r *Reconciler) watchRequests(gvk schema.GroupVersionKind) error {
+	if r.controller == nil || r.cache == nil {
+		return nil
+	}
+	r.watchMu.Lock()
+	defer r.watchMu.Unlock()
+	if r.watched[gvk] {
+		return nil
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	if err := r.controller.Watch(source.Kind(r.cache, client.Object(u), handler.EnqueueRequestsFromMapFunc(requestToCheck))); err != nil {
+		return err
+	}
+	r.watched[gvk] = true
+	return nil
+}
