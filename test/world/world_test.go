@@ -1,0 +1,166 @@
+package world_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/metalheal/metalheal/test/world"
+)
+
+const grace = 8 * time.Second
+
+func TestWorld(t *testing.T) {
+	g := NewWithT(t)
+	w, err := world.Start(t.Context(), world.Options{NodeMonitorGracePeriod: grace})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = w.Stop() })
+	cs, err := kubernetes.NewForConfig(w.RESTConfig())
+	g.Expect(err).NotTo(HaveOccurred())
+
+	t.Run("live", func(t *testing.T) {
+		t.Run("the admin kubeconfig file reaches the API server", func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			cfg, err := clientcmd.BuildConfigFromFlags("", w.Kubeconfig())
+			g.Expect(err).NotTo(HaveOccurred())
+			kc, err := kubernetes.NewForConfig(cfg)
+			g.Expect(err).NotTo(HaveOccurred())
+			_, err = kc.CoreV1().Namespaces().Get(t.Context(), corev1.NamespaceNodeLease, metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+		})
+
+		t.Run("metalheal's CRDs are served", func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			list, err := cs.Discovery().ServerResourcesForGroupVersion("remediation.metalheal.io/v1alpha1")
+			g.Expect(err).NotTo(HaveOccurred())
+			var names []string
+			for _, r := range list.APIResources {
+				names = append(names, r.Name)
+			}
+			g.Expect(names).To(ContainElements("nodehealthchecks", "machinehealthchecks", "powercycleremediations",
+				"powercycleremediationtemplates", "bmcs"))
+		})
+
+		t.Run("the garbage collector deletes a dependent with its owner", func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			ctx := t.Context()
+			owner, err := cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			_, err = cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+				Name:            "dependent",
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID}},
+			}}, metav1.CreateOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(cs.CoreV1().ConfigMaps("default").Delete(ctx, owner.Name, metav1.DeleteOptions{})).To(Succeed())
+			g.Eventually(func() error {
+				_, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "dependent", metav1.GetOptions{})
+				return err
+			}).WithTimeout(30 * time.Second).Should(Satisfy(apierrors.IsNotFound))
+		})
+
+		t.Run("a node without heartbeats turns Ready=Unknown after the grace period", func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			ctx := t.Context()
+			now := metav1.Now()
+			node := &corev1.Node{
+				ObjectMeta: metav1.ObjectMeta{Name: "silent"},
+				Status: corev1.NodeStatus{
+					Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
+					Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+						Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}},
+				},
+			}
+			_, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			var unknownAt time.Time
+			g.Eventually(func(g Gomega) {
+				n, err := cs.CoreV1().Nodes().Get(ctx, "silent", metav1.GetOptions{})
+				g.Expect(err).NotTo(HaveOccurred())
+				ready := readyCondition(n)
+				g.Expect(ready).NotTo(BeNil())
+				g.Expect(ready.Status).To(Equal(corev1.ConditionUnknown))
+				unknownAt = ready.LastTransitionTime.Time
+			}).WithTimeout(grace + 20*time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
+			// Not before the grace period (the controller first sees the node a moment after its creation;
+			// the condition's times have a precision of one second).
+			g.Expect(unknownAt.Sub(now.Time)).To(BeNumerically(">=", grace-time.Second))
+		})
+
+		t.Run("RBAC applies to users outside system:masters", func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			u, err := w.AddUser("nobody", nil, nil)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(u.Kubeconfig).To(BeARegularFile())
+			kc, err := kubernetes.NewForConfig(u.Config)
+			g.Expect(err).NotTo(HaveOccurred())
+			_, err = kc.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+			g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "listing nodes as nobody: %v", err)
+		})
+
+		t.Run("the processes are found with their usage", func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			procs, err := w.Processes()
+			g.Expect(err).NotTo(HaveOccurred())
+			var names []string
+			for _, p := range procs {
+				names = append(names, p.Name)
+				u, err := world.ProcessUsage(p.PID)
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(u.CPU).To(BeNumerically(">", 0), p.Name)
+				g.Expect(u.RSS).To(BeNumerically(">", 1<<20), p.Name)
+				g.Expect(u.PeakRSS).To(BeNumerically(">=", u.RSS), p.Name)
+			}
+			slices.Sort(names)
+			g.Expect(names).To(Equal([]string{"etcd", "kube-apiserver", "kube-controller-manager"}))
+		})
+	})
+
+	// Stop ends every process and removes the directory.
+	procs, err := w.Processes()
+	g.Expect(err).NotTo(HaveOccurred())
+	dir := w.Dir()
+	g.Expect(filepath.Join(w.LogDir(), "kube-controller-manager.log")).To(BeARegularFile())
+	g.Expect(w.Stop()).To(Succeed())
+	for _, p := range procs {
+		_, err := world.ProcessUsage(p.PID)
+		g.Expect(errors.Is(err, world.ErrNoProcess)).To(BeTrue(), "%s (pid %d) still runs after Stop", p.Name, p.PID)
+	}
+	if os.Getenv(world.KeepEnv) == "" {
+		_, err = os.Stat(dir)
+		g.Expect(os.IsNotExist(err)).To(BeTrue(), "the world's directory is left after Stop")
+	}
+	g.Expect(w.Stop()).To(Succeed(), "a second Stop")
+}
+
+func TestStartWithoutBinaries(t *testing.T) {
+	g := NewWithT(t)
+	_, err := world.Start(t.Context(), world.Options{BinDir: t.TempDir()})
+	g.Expect(errors.Is(err, world.ErrMissingBinary)).To(BeTrue(), "%v", err)
+}
+
+func readyCondition(n *corev1.Node) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == corev1.NodeReady {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
