@@ -32,6 +32,7 @@ import (
 
 	remediationv1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/controllers/mhc"
+	"github.com/metalheal/metalheal/controllers/nhc"
 	"github.com/metalheal/metalheal/controllers/powercycle"
 	"github.com/metalheal/metalheal/internal/bmcaccess"
 	"github.com/metalheal/metalheal/pkg/bmc"
@@ -120,6 +121,8 @@ func run(cfg config) error {
 		LeaderElectionNamespace: cfg.namespace,
 		Cache: cache.Options{
 			SyncPeriod: &cfg.resyncPeriod,
+			// Nothing reads managedFields: dropping them keeps the cache small at thousands of nodes.
+			DefaultTransform: cache.TransformStripManagedFields(),
 			// Least privilege and a small cache: Secrets only in our namespace, Leases only in the
 			// maintenance lease namespace (a cached Get of one lease would otherwise watch every lease in
 			// the cluster, including the kubelets' heartbeats).
@@ -175,7 +178,7 @@ type dependencies struct {
 // as a no-op so that flags and deployment stay stable.
 var setups = map[string]func(context.Context, ctrl.Manager, dependencies) error{
 	"machinehealthcheck": setupMHC,
-	"nodehealthcheck":    func(context.Context, ctrl.Manager, dependencies) error { return nil },
+	"nodehealthcheck":    setupNHC,
 	"powercycle":         setupPowerCycle,
 	"bmc":                setupBMC,
 }
@@ -257,6 +260,19 @@ func setupMHC(ctx context.Context, mgr ctrl.Manager, deps dependencies) error {
 		return nil
 	}
 	r, err := mhc.New(mhc.Options{Clock: deps.clock, MaxConcurrentReconciles: 4})
+	if err != nil {
+		return err
+	}
+	return r.SetupWithManager(ctx, mgr)
+}
+
+func setupNHC(ctx context.Context, mgr ctrl.Manager, deps dependencies) error {
+	r, err := nhc.New(nhc.Options{
+		Client:         mgr.GetClient(),
+		Clock:          deps.clock,
+		Recorder:       mgr.GetEventRecorder(nhc.ControllerName),
+		LeaseNamespace: deps.cfg.leaseNamespace,
+	})
 	if err != nil {
 		return err
 	}

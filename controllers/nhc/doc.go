@@ -2,4 +2,60 @@
 // directly against a NodeHealthCheck's conditions and, within the unhealthy budget, creates an external
 // remediation request (any kind, from a template) for each Node that stays unhealthy, deleting it once
 // the Node is healthy again.
+//
+// # Shape
+//
+// Reconcile is a thin shell: observe reads everything from the informer cache (the selected Nodes, the
+// templates, the remediation requests of the templates' kinds, the node leases, the other checks), decide
+// is a pure function of that and now that returns a plan (what to create, time out, delete, which leases
+// to take and release, the status, the events, and when to look again), and execute carries it out. The
+// controller requeues at the earliest deadline decide found: a condition expiring (detection never waits
+// for a resync), healthyDelay, an escalation step's timeout, a lease renewal, the end of a storm cooldown.
+// The resync period is only a safety net.
+//
+// # Cost at scale
+//
+// A reconcile makes no API call per Node: Nodes are listed from the cache without copying, the conditions
+// of each are matched in memory (a few microseconds), and only the Nodes that are unhealthy or being
+// remediated are looked at further. Node events that change neither labels nor the type, status or
+// transition time of a condition (the kubelet's heartbeats) are dropped before they reach the queue. The
+// status lists only the Nodes being remediated or skipped for a reason of their own, so a quiet
+// 5,000-node check has a status of a few hundred bytes, and it is written only when it changes.
+// Unstructured reads (templates, remediation requests of any kind) go through the manager's cache:
+// SetupWithManager starts a watch on each template and remediation kind the first time a check names it.
+//
+// # Rules
+//
+//   - Unhealthy: any unhealthyConditions entry has held for its duration (internal/conditions).
+//   - Budget: maxUnhealthy (percent rounded down) or minHealthy (percent rounded up); remediation stops
+//     while the unhealthy Nodes exceed it (internal/budget, the Cluster API book's rule). That is a storm:
+//     StormActive is True, and stays True for stormCooldownDuration after the budget is met again (the
+//     cooldown runs from RemediationAllowed's last transition to True). Requests in flight go on.
+//   - Steps: remediationTemplate is one step without timeout; escalatingRemediations are steps in
+//     ascending order. A step ends when its timeout passes or its request reports Succeeded=False; the
+//     request is then annotated remediation.medik8s.io/nhc-timed-out and the next step's is created. Every
+//     step's request is named after the Node, in its template's namespace; when two steps would produce the
+//     same name, the earlier request is deleted first.
+//   - Overlapping checks: a Node selected by several checks is remediated by at most one. A check already
+//     remediating the Node keeps it; otherwise the oldest check (creation time, then name) that selects the
+//     Node and finds it unhealthy owns it. Disabled checks own nothing; paused or storm-bound ones do. The
+//     others skip the Node with skipReason OwnedByOtherCheck and an event naming the owner.
+//   - Control-plane Nodes (node-role.kubernetes.io/control-plane or master) are remediated one at a time,
+//     across all checks; one whose lease someone else holds (e.g. under maintenance) counts as that one.
+//   - Leases (pkg/leases, medik8s-compatible): the check takes the Node's lease as "NodeHealthCheck-<name>"
+//     before it creates a request, renews it at half-time while any request of its own for the Node
+//     exists, and releases it once they are all gone. A valid lease held by anyone else (e.g.
+//     node-maintenance) hands the Node off: no request, an event naming the holder, a look again when the
+//     lease runs out (and when the lease changes).
+//   - pauseRequests and a missing or malformed template (phase Disabled) stop new requests; requests in
+//     flight are still timed out and deleted. Nodes labelled
+//     remediation.medik8s.io/exclude-from-remediation=true are never remediated.
+//
+// # Cache requirements (for main)
+//
+// The Lease watch and the lease reads go through the manager's cache: restrict it to the lease namespace
+// (cache.Options.ByObject for coordinationv1.Lease), or the first read opens an informer over every Lease
+// in the cluster, kubelet heartbeats included.
+//
+// docs/nodehealthcheck.md is the administrator's reference.
 package nhc

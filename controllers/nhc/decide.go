@@ -1,0 +1,744 @@
+package nhc
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/budget"
+	"github.com/metalheal/metalheal/internal/conditions"
+)
+
+// Per-node skip reasons: status.unhealthyNodes[].skipReason and the reason label of
+// metalheal_remediations_skipped_total.
+const (
+	SkipExcluded          = "Excluded"
+	SkipOwnedByOtherCheck = "OwnedByOtherCheck"
+	SkipControlPlaneBusy  = "ControlPlaneBusy"
+	SkipLeaseHeldByOther  = v1alpha1.ReasonLeaseHeldByOther
+	SkipRemediationExists = "RemediationExists"
+)
+
+// Check-wide skip reasons, for the skipped metric only (the conditions say so in status).
+const (
+	SkipShortCircuit = "ShortCircuit"
+	SkipPaused       = "Paused"
+	SkipDisabled     = "Disabled"
+)
+
+// Disabled condition reasons besides the API's TemplateNotFound and TemplateInvalid.
+const (
+	// ReasonInvalidBudget: maxUnhealthy or minHealthy cannot be used.
+	ReasonInvalidBudget = "InvalidBudget"
+	// ReasonInvalidSelector: the selector cannot be parsed.
+	ReasonInvalidSelector = "InvalidSelector"
+)
+
+// Control-plane role labels: Nodes with either are remediated one at a time.
+const (
+	labelControlPlane = "node-role.kubernetes.io/control-plane"
+	labelMaster       = "node-role.kubernetes.io/master"
+)
+
+// defaultMaxUnhealthy applies when neither maxUnhealthy nor minHealthy is set (the API's documented default).
+var defaultMaxUnhealthy = intstr.FromString("49%")
+
+// defaultCriteria apply when unhealthyConditions is empty (the API defaults it; this guards old objects).
+var defaultCriteria = []conditions.Criterion{
+	{Type: string(corev1.NodeReady), Status: string(corev1.ConditionFalse), Duration: 300 * time.Second},
+	{Type: string(corev1.NodeReady), Status: string(corev1.ConditionUnknown), Duration: 300 * time.Second},
+}
+
+// plan is what decide wants done, and the status it leads to.
+type plan struct {
+	// Creates are the remediation requests to create (after taking the node lease).
+	Creates []createAction
+	// TimeOuts are requests to mark with the timed-out annotation.
+	TimeOuts []emrRef
+	// Deletes are requests to delete.
+	Deletes []emrRef
+	// Renew are Nodes whose lease we hold (or must retake) while their remediation lives.
+	Renew []*corev1.Node
+	// Release are Nodes whose lease we hold but no longer need.
+	Release []string
+	// Events to emit.
+	Events []event
+	// Skipped are the reasons of new decisions not to remediate, for the skipped counter.
+	Skipped []string
+	// Next is when to look again (zero: nothing pending).
+	Next time.Time
+
+	// Observed, Unhealthy count the selected Nodes and the unhealthy ones among them.
+	Observed, Unhealthy int
+	// Entries are status.unhealthyNodes by Node name; execute adds what it creates.
+	Entries map[string]*v1alpha1.UnhealthyNode
+	// Conditions are the status conditions.
+	Conditions []metav1.Condition
+	// Disabled, Paused and Hold (a storm message) explain the phase.
+	Disabled *cause
+	Paused   []string
+	Hold     string
+}
+
+// createAction asks for one remediation request.
+type createAction struct {
+	Node *corev1.Node
+	// Step is the index in observed.Steps.
+	Step     int
+	Template *unstructured.Unstructured
+	// ExpiredAt is when the Node's unhealthy condition expired, for the detection delay metric; zero for
+	// later escalation steps and for conditions without a transition time.
+	ExpiredAt time.Time
+	// Why says why the Node is unhealthy, e.g. "Ready=Unknown for 5m0s".
+	Why string
+}
+
+// at makes sure the plan looks again no later than t.
+func (p *plan) at(t time.Time) {
+	if !t.IsZero() && (p.Next.IsZero() || t.Before(p.Next)) {
+		p.Next = t
+	}
+}
+
+// decider holds the state of one decide call.
+type decider struct {
+	in      observed
+	now     time.Time
+	p       *plan
+	old     map[string]*v1alpha1.UnhealthyNode
+	work    map[string]*nodeWork
+	hold    bool
+	cands   []candidate
+	creates map[string]bool
+}
+
+// nodeWork is a Node decide has to think about: unhealthy, or remediated by the check.
+type nodeWork struct {
+	node     *corev1.Node // nil: the Node is gone
+	res      conditions.Result
+	selected bool
+}
+
+// candidate is a Node that passed the per-node gates evaluated in the first pass.
+type candidate struct {
+	name      string
+	node      *corev1.Node
+	step      int
+	expiredAt time.Time
+	why       string
+	entry     *v1alpha1.UnhealthyNode
+	prev      *v1alpha1.UnhealthyNode
+}
+
+// decide is the NodeHealthCheck's whole decision: from what the cache shows and now, which remediation
+// requests to create, time out and delete, which leases to take and release, the status and the events,
+// and when to look again. It performs no I/O.
+func decide(in observed, now time.Time) plan {
+	p := &plan{Entries: map[string]*v1alpha1.UnhealthyNode{}, Disabled: in.Disabled, Paused: in.Check.Spec.PauseRequests}
+	d := &decider{in: in, now: now, p: p, old: map[string]*v1alpha1.UnhealthyNode{}, work: map[string]*nodeWork{},
+		creates: map[string]bool{}}
+	for i := range in.Check.Status.UnhealthyNodes {
+		u := &in.Check.Status.UnhealthyNodes[i]
+		d.old[u.Name] = u
+	}
+
+	d.evaluateNodes()
+	d.checkWide()
+
+	names := make([]string, 0, len(d.work))
+	for name := range d.work {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		d.decideNode(name)
+	}
+	d.admitCandidates()
+	d.releaseLeases()
+	return *p
+}
+
+// evaluateNodes matches every selected Node's conditions, counts the unhealthy ones, and keeps the Nodes
+// that need a decision (unhealthy, or remediated by the check) in d.work. Healthy Nodes only contribute
+// the next instant one of their conditions may expire.
+func (d *decider) evaluateNodes() {
+	criteria := criteriaOf(d.in.Check.Spec.UnhealthyConditions)
+	for _, n := range d.in.Nodes {
+		res := evaluate(n, criteria, d.now)
+		d.p.at(res.NextCheck)
+		if res.Unhealthy {
+			d.p.Unhealthy++
+		}
+		if res.Unhealthy || d.old[n.Name] != nil || len(d.in.Ours[n.Name]) > 0 {
+			d.work[n.Name] = &nodeWork{node: n, res: res, selected: true}
+		}
+	}
+	d.p.Observed = len(d.in.Nodes)
+	for name, n := range d.in.Tracked {
+		if d.work[name] != nil {
+			continue
+		}
+		w := &nodeWork{node: n}
+		if n != nil {
+			w.res = evaluate(n, criteria, d.now)
+			d.p.at(w.res.NextCheck)
+		}
+		d.work[name] = w
+	}
+	// Anything else we remember or own without a Node is gone.
+	for name := range d.old {
+		if d.work[name] == nil {
+			d.work[name] = &nodeWork{}
+		}
+	}
+	for name := range d.in.Ours {
+		if d.work[name] == nil {
+			d.work[name] = &nodeWork{}
+		}
+	}
+}
+
+// evaluate matches a Node's conditions. Most Nodes of a large pool match no criterion at all (Ready=True
+// against Ready=False/Unknown): they are answered without converting their conditions.
+func evaluate(n *corev1.Node, criteria []conditions.Criterion, now time.Time) conditions.Result {
+	for _, c := range n.Status.Conditions {
+		for _, crit := range criteria {
+			if string(c.Type) == crit.Type && string(c.Status) == crit.Status {
+				return conditions.Evaluate(conditions.NodeConditions(n.Status.Conditions), criteria, now)
+			}
+		}
+	}
+	return conditions.Result{}
+}
+
+// checkWide sets the conditions (Disabled, Paused, RemediationAllowed, StormActive), the events of their
+// transitions, and whether new remediations are held back for every Node.
+func (d *decider) checkWide() {
+	check, now, p := d.in.Check, d.now, d.p
+	prev := check.Status.Conditions
+	conds := make([]metav1.Condition, len(prev))
+	copy(conds, prev)
+	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&conds, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg,
+			ObservedGeneration: check.Generation, LastTransitionTime: metav1.NewTime(now)})
+	}
+	wasTrue := func(typ string) bool { return meta.IsStatusConditionTrue(prev, typ) }
+
+	dec, err := budget.Evaluate(policyOf(check.Spec), len(d.in.Nodes), p.Unhealthy)
+	if err != nil && p.Disabled == nil {
+		p.Disabled = &cause{Reason: ReasonInvalidBudget, Message: err.Error()}
+	}
+
+	// Disabled.
+	if p.Disabled != nil {
+		set(v1alpha1.ConditionDisabled, metav1.ConditionTrue, p.Disabled.Reason, p.Disabled.Message)
+		if c := meta.FindStatusCondition(prev, v1alpha1.ConditionDisabled); c == nil || c.Status != metav1.ConditionTrue || c.Reason != p.Disabled.Reason {
+			p.Events = append(p.Events, warning(EventDisabled, actionCheck, "", "No remediation can start: "+p.Disabled.Message))
+			p.Skipped = append(p.Skipped, SkipDisabled)
+		}
+	} else {
+		set(v1alpha1.ConditionDisabled, metav1.ConditionFalse, v1alpha1.ReasonAsExpected, "The remediation templates are usable")
+		if wasTrue(v1alpha1.ConditionDisabled) {
+			p.Events = append(p.Events, normal(EventEnabled, actionCheck, "", "The remediation templates are usable again"))
+		}
+	}
+
+	// Paused.
+	if len(p.Paused) > 0 {
+		set(v1alpha1.ConditionPaused, metav1.ConditionTrue, v1alpha1.ReasonPauseRequested, "Paused: "+strings.Join(p.Paused, "; "))
+		if !wasTrue(v1alpha1.ConditionPaused) {
+			p.Events = append(p.Events, normal(EventPaused, actionCheck, "", "No new remediation starts: paused by "+strings.Join(p.Paused, "; ")))
+			p.Skipped = append(p.Skipped, SkipPaused)
+		}
+	} else {
+		set(v1alpha1.ConditionPaused, metav1.ConditionFalse, v1alpha1.ReasonAsExpected, "Not paused")
+		if wasTrue(v1alpha1.ConditionPaused) {
+			p.Events = append(p.Events, normal(EventUnpaused, actionCheck, "", "Pause requests cleared: remediation resumes"))
+		}
+	}
+
+	// RemediationAllowed: the budget alone. Its last transition to True is when a storm ended.
+	allowed := err == nil && dec.Allowed
+	if allowed {
+		set(v1alpha1.ConditionRemediationAllowed, metav1.ConditionTrue, v1alpha1.ReasonWithinBudget, dec.Message)
+	} else {
+		msg := dec.Message
+		if err != nil {
+			msg = err.Error()
+		}
+		set(v1alpha1.ConditionRemediationAllowed, metav1.ConditionFalse, v1alpha1.ReasonTooManyUnhealthy, msg)
+	}
+
+	// StormActive: while the budget is exceeded, and stormCooldownDuration after it is satisfied again.
+	prevStorm := meta.FindStatusCondition(prev, v1alpha1.ConditionStormActive)
+	wasStorm := prevStorm != nil && prevStorm.Status == metav1.ConditionTrue
+	stormReason, stormMsg := "", ""
+	switch {
+	case err == nil && !dec.Allowed:
+		stormReason, stormMsg = v1alpha1.ReasonTooManyUnhealthy, "Remediation short-circuited: "+dec.Message
+	case wasStorm && durationOf(check.Spec.StormCooldownDuration) > 0:
+		since := now
+		if c := meta.FindStatusCondition(conds, v1alpha1.ConditionRemediationAllowed); c != nil && c.Status == metav1.ConditionTrue {
+			since = c.LastTransitionTime.Time
+		}
+		if until := since.Add(durationOf(check.Spec.StormCooldownDuration)); now.Before(until) {
+			stormReason = v1alpha1.ReasonStormCooldown
+			stormMsg = fmt.Sprintf("The storm is over; remediation resumes at %s (stormCooldownDuration)", until.UTC().Format(time.RFC3339))
+			p.at(until)
+		}
+	}
+	if stormReason != "" {
+		set(v1alpha1.ConditionStormActive, metav1.ConditionTrue, stormReason, stormMsg)
+		p.Hold = stormMsg
+		switch {
+		case stormReason == v1alpha1.ReasonTooManyUnhealthy && (!wasStorm || prevStorm.Reason != stormReason):
+			p.Events = append(p.Events, warning(EventRemediationShortCircuited, actionCheck, "", stormMsg))
+			p.Skipped = append(p.Skipped, SkipShortCircuit)
+		case stormReason == v1alpha1.ReasonStormCooldown && (!wasStorm || prevStorm.Reason != stormReason):
+			p.Events = append(p.Events, normal(EventStormCooldown, actionCheck, "", stormMsg))
+		}
+	} else {
+		set(v1alpha1.ConditionStormActive, metav1.ConditionFalse, v1alpha1.ReasonNoStorm, "No remediation storm")
+		if wasStorm {
+			p.Events = append(p.Events, normal(EventStormEnded, actionCheck, "", "The remediation storm is over: remediation resumes"))
+		}
+	}
+	p.Conditions = conds
+	d.hold = p.Disabled != nil || len(p.Paused) > 0 || stormReason != ""
+}
+
+// decideNode decides for one Node that is unhealthy, gone, or remediated by the check.
+func (d *decider) decideNode(name string) {
+	w, prev, ours := d.work[name], d.old[name], d.in.Ours[name]
+	e := &v1alpha1.UnhealthyNode{Name: name}
+	if prev != nil {
+		e.Remediations = slices.Clone(prev.Remediations)
+		e.ConditionsHealthyTimestamp = prev.ConditionsHealthyTimestamp
+	}
+	e.Remediations = syncRemediations(e.Remediations, ours, d.now)
+	switch {
+	case w.node == nil:
+		d.nodeGone(e, ours)
+	case !w.res.Unhealthy:
+		d.nodeHealthy(w.node, e, ours)
+	default:
+		d.nodeUnhealthy(w, e, prev, ours)
+	}
+}
+
+// nodeGone deletes the requests of a Node that no longer exists (the garbage collector would too, through
+// the owner reference, but only where one runs) and forgets the Node once they are gone.
+func (d *decider) nodeGone(e *v1alpha1.UnhealthyNode, ours []remediationObject) {
+	if len(ours) == 0 {
+		return
+	}
+	d.p.Entries[e.Name] = e
+	if d.deleteAll(ours) {
+		d.p.Events = append(d.p.Events, normal(EventNodeGone, actionDelete, "",
+			fmt.Sprintf("Node %s no longer exists: deleting its remediation requests", e.Name)))
+	}
+}
+
+// nodeHealthy deletes the requests of a Node that has been healthy for healthyDelay.
+func (d *decider) nodeHealthy(node *corev1.Node, e *v1alpha1.UnhealthyNode, ours []remediationObject) {
+	if len(ours) == 0 {
+		return // nothing (left) to delete: forget the Node; its lease is released below
+	}
+	d.p.Entries[e.Name] = e
+	if e.ConditionsHealthyTimestamp == nil {
+		e.ConditionsHealthyTimestamp = &metav1.Time{Time: d.now}
+	}
+	if deadline := e.ConditionsHealthyTimestamp.Add(durationOf(d.in.Check.Spec.HealthyDelay)); d.now.Before(deadline) {
+		d.p.at(deadline)
+		d.keepLease(node)
+		return
+	}
+	if d.deleteAll(ours) {
+		refs := make([]string, 0, len(ours))
+		for _, o := range ours {
+			refs = append(refs, o.Ref.String())
+		}
+		d.p.Events = append(d.p.Events, normal(EventRemediationFinished, actionDelete, e.Name,
+			fmt.Sprintf("Node %s is healthy again: deleting %s", e.Name, strings.Join(refs, ", "))))
+	}
+}
+
+// deleteAll asks to delete every request not already being deleted and reports whether there was one.
+func (d *decider) deleteAll(ours []remediationObject) bool {
+	asked := false
+	for _, o := range ours {
+		if !o.Deleting {
+			d.p.Deletes = append(d.p.Deletes, o.Ref)
+			asked = true
+		}
+	}
+	return asked
+}
+
+// nodeUnhealthy runs the escalation of an unhealthy Node: end the current step on timeout or
+// Succeeded=False, then start the next step unless something holds it back.
+func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ours []remediationObject) {
+	node, now := w.node, d.now
+	e.ConditionsHealthyTimestamp = nil
+	if !w.selected && len(e.Remediations) == 0 {
+		return // no longer selected and never remediated: not ours
+	}
+	d.p.Entries[e.Name] = e
+	for _, o := range ours {
+		if o.Deleting && !o.TimedOut {
+			d.keepLease(node) // deleted (by someone) before it ended: wait until it is gone, then start over
+			return
+		}
+	}
+
+	marked := false
+	if i, obj := activeRemediation(e.Remediations, ours); i >= 0 {
+		r := &e.Remediations[i]
+		si := stepOf(d.in.Steps, *r)
+		var timeout time.Duration
+		if si >= 0 {
+			timeout = d.in.Steps[si].Timeout
+		}
+		switch {
+		case obj.Failed:
+			d.markTimedOut(r, obj)
+			d.p.Events = append(d.p.Events, warning(EventRemediationFailed, actionTimeout, e.Name,
+				fmt.Sprintf("%s reported Succeeded=False: marked timed out", obj.Ref)))
+		case timeout > 0 && !now.Before(r.Started.Add(timeout)):
+			d.markTimedOut(r, obj)
+			d.p.Events = append(d.p.Events, warning(EventRemediationTimedOut, actionTimeout, e.Name,
+				fmt.Sprintf("%s did not succeed within %s: marked timed out", obj.Ref, timeout)))
+		default:
+			if timeout > 0 {
+				d.p.at(r.Started.Add(timeout))
+			}
+			d.keepLease(node)
+			return
+		}
+		marked = true
+	}
+
+	next := nextStep(d.in.Steps, e.Remediations)
+	if next >= len(d.in.Steps) {
+		if marked {
+			d.p.Events = append(d.p.Events, warning(EventRemediationsExhausted, actionTimeout, e.Name,
+				fmt.Sprintf("Node %s is still unhealthy and every remediation step has ended", e.Name)))
+		}
+		if len(ours) > 0 {
+			d.keepLease(node)
+		}
+		return
+	}
+	st := d.in.Steps[next]
+	key := emrRef{APIVersion: st.EMR.GroupVersion().String(), Kind: st.EMR.Kind, Namespace: st.Ref.Namespace, Name: e.Name}
+	if i := slices.IndexFunc(ours, func(o remediationObject) bool { return o.Ref == key }); i >= 0 {
+		// An earlier step's request has the next one's name: it goes first.
+		if !ours[i].Deleting {
+			d.p.Deletes = append(d.p.Deletes, key)
+		}
+		d.keepLease(node)
+		return
+	}
+	if len(ours) > 0 {
+		d.keepLease(node)
+	}
+	if d.hold {
+		return // the conditions and the phase say why
+	}
+
+	if node.Labels[v1alpha1.LabelExcludeFromRemediation] == "true" {
+		d.p.skip(e, prev, SkipExcluded, fmt.Sprintf("Node carries %s=true", v1alpha1.LabelExcludeFromRemediation), why(w.res))
+		return
+	}
+	if owner, msg := d.ownerOf(w, len(e.Remediations) > 0); owner != "" {
+		d.p.skip(e, prev, SkipOwnedByOtherCheck, msg, why(w.res))
+		return
+	}
+	if who, ok := d.in.Foreign[key]; ok {
+		msg := fmt.Sprintf("%s exists and was not created by this check", key)
+		if who != "" {
+			msg = fmt.Sprintf("%s exists, created by %s", key, who)
+		}
+		d.p.skip(e, prev, SkipRemediationExists, msg, why(w.res))
+		return
+	}
+	c := candidate{name: e.Name, node: node, step: next, entry: e, prev: prev, why: why(w.res)}
+	if len(e.Remediations) == 0 {
+		c.expiredAt = w.res.ExpiredAt
+	}
+	d.cands = append(d.cands, c)
+}
+
+// admitCandidates applies the gates that need every candidate (control-plane Nodes one at a time) and the
+// lease gate, and turns the survivors into creations. Candidates are taken in order of expiry.
+func (d *decider) admitCandidates() {
+	slices.SortFunc(d.cands, func(a, b candidate) int {
+		return cmp.Or(a.expiredAt.Compare(b.expiredAt), cmp.Compare(a.name, b.name))
+	})
+	busy := map[string]bool{}
+	for _, name := range d.in.BusyControlPlane {
+		busy[name] = true
+	}
+	for name, ours := range d.in.Ours {
+		if w := d.work[name]; len(ours) > 0 && w != nil && w.node != nil && isControlPlane(w.node) {
+			busy[name] = true
+		}
+	}
+	for _, c := range d.cands {
+		cp := isControlPlane(c.node)
+		if other := otherThan(busy, c.name); cp && other != "" {
+			d.p.skip(c.entry, c.prev, SkipControlPlaneBusy,
+				fmt.Sprintf("Control-plane node %s is being remediated or is held by someone else: one control-plane node at a time", other), c.why)
+			continue
+		}
+		if l := d.in.Leases[c.name]; l.Holder != d.in.Holder && l.validAt(d.now) {
+			d.p.skip(c.entry, c.prev, SkipLeaseHeldByOther, fmt.Sprintf("The node's lease is held by %q", l.Holder), c.why)
+			d.p.at(l.Until.Add(time.Second))
+			continue
+		}
+		if cp {
+			busy[c.name] = true
+		}
+		st := d.in.Steps[c.step]
+		d.p.Creates = append(d.p.Creates, createAction{Node: c.node, Step: c.step, Template: st.Template, ExpiredAt: c.expiredAt, Why: c.why})
+		d.creates[c.name] = true
+	}
+}
+
+// releaseLeases releases the leases we hold on Nodes that have no remediation request of ours any more.
+func (d *decider) releaseLeases() {
+	names := make([]string, 0)
+	for name, l := range d.in.Leases {
+		if l.Holder == d.in.Holder && len(d.in.Ours[name]) == 0 && !d.creates[name] {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	d.p.Release = names
+}
+
+// keepLease renews our lease on node once half of it has run out (or retakes it when it is missing or
+// expired), and otherwise looks again at that moment.
+func (d *decider) keepLease(node *corev1.Node) {
+	l := d.in.Leases[node.Name]
+	if l.validAt(d.now) {
+		if l.Holder != d.in.Holder {
+			return // someone else took it; the remediation already runs and is not interrupted
+		}
+		if renewAt := l.Until.Add(-d.in.LeaseDuration / 2); d.now.Before(renewAt) {
+			d.p.at(renewAt)
+			return
+		}
+	}
+	d.p.Renew = append(d.p.Renew, node)
+}
+
+// markTimedOut ends the step r: in status now, on the request through the annotation.
+func (d *decider) markTimedOut(r *v1alpha1.NodeRemediation, obj remediationObject) {
+	r.TimedOut = &metav1.Time{Time: d.now}
+	if !obj.TimedOut {
+		d.p.TimeOuts = append(d.p.TimeOuts, obj.Ref)
+	}
+}
+
+// skip records why a Node is not remediated; the event and the metric only when that changes.
+func (p *plan) skip(e, prev *v1alpha1.UnhealthyNode, reason, msg, why string) {
+	e.SkipReason, e.SkipMessage = reason, msg
+	if prev != nil && prev.SkipReason == reason && prev.SkipMessage == msg {
+		return
+	}
+	p.Skipped = append(p.Skipped, reason)
+	p.Events = append(p.Events, warning(skipEvents[reason], actionSkip, e.Name,
+		fmt.Sprintf("Node %s is unhealthy (%s) but is not remediated: %s", e.Name, why, msg)))
+}
+
+// ownerOf applies the overlapping rule to an unhealthy Node: a check that is already remediating the Node
+// keeps it; otherwise the oldest check (creation time, then name) whose selector matches the Node and
+// whose conditions find it unhealthy owns it. It returns "" when this check owns the Node, else the
+// owner's name and a message.
+func (d *decider) ownerOf(w *nodeWork, remediating bool) (string, string) {
+	if remediating {
+		return "", ""
+	}
+	name := w.node.Name
+	for _, p := range d.in.Peers {
+		if p.InFlight[name] {
+			return p.Name, ownedMessage(p.Name)
+		}
+	}
+	self := d.in.Check
+	bestName, bestCreated := self.Name, self.CreationTimestamp.Time
+	set := labels.Set(w.node.Labels)
+	for _, p := range d.in.Peers {
+		if !older(p.Created, p.Name, bestCreated, bestName) || p.Selector == nil || !p.Selector.Matches(set) {
+			continue
+		}
+		if evaluate(w.node, p.Criteria, d.now).Unhealthy {
+			bestName, bestCreated = p.Name, p.Created
+		}
+	}
+	if bestName == self.Name {
+		return "", ""
+	}
+	return bestName, ownedMessage(bestName)
+}
+
+// ownedMessage is the same whichever half of the rule applied, so that the decision is reported once.
+func ownedMessage(owner string) string {
+	return fmt.Sprintf("NodeHealthCheck %s owns this node (the check already remediating a node keeps it, "+
+		"else the oldest check that selects it and finds it unhealthy)", owner)
+}
+
+// older orders checks by creation time, then name.
+func older(aCreated time.Time, aName string, bCreated time.Time, bName string) bool {
+	if !aCreated.Equal(bCreated) {
+		return aCreated.Before(bCreated)
+	}
+	return aName < bName
+}
+
+// syncRemediations reconciles the status history with the requests that exist. A step whose request
+// carries the timed-out mark has ended, whatever the status says. Requests of ours missing from status
+// (the status read is older than the create, or a status write was lost) are adopted as started now: a
+// timeout then runs from when we learnt of them, never early. Steps whose request vanished before they
+// ended are forgotten (they start again if still needed). Timed-out steps stay as history.
+func syncRemediations(list []v1alpha1.NodeRemediation, ours []remediationObject, now time.Time) []v1alpha1.NodeRemediation {
+	out := make([]v1alpha1.NodeRemediation, 0, len(list)+len(ours))
+	ended := func(o remediationObject) *metav1.Time {
+		if !o.TimedOutAt.IsZero() {
+			return &metav1.Time{Time: o.TimedOutAt}
+		}
+		return &metav1.Time{Time: now}
+	}
+	for _, r := range list {
+		i := slices.IndexFunc(ours, func(o remediationObject) bool { return matches(r, o) })
+		if i < 0 && r.TimedOut == nil {
+			continue
+		}
+		if i >= 0 && r.TimedOut == nil && ours[i].TimedOut {
+			r.TimedOut = ended(ours[i])
+		}
+		out = append(out, r)
+	}
+	for _, o := range ours {
+		if slices.ContainsFunc(out, func(r v1alpha1.NodeRemediation) bool { return matches(r, o) }) {
+			continue
+		}
+		r := v1alpha1.NodeRemediation{APIVersion: o.Ref.APIVersion, Kind: o.Ref.Kind, Namespace: o.Ref.Namespace,
+			TemplateName: o.TemplateName, Started: metav1.Time{Time: now}}
+		if o.TimedOut {
+			r.TimedOut = ended(o)
+		}
+		out = append(out, r)
+	}
+	slices.SortStableFunc(out, func(a, b v1alpha1.NodeRemediation) int { return a.Started.Compare(b.Started.Time) })
+	if n := len(out); n > maxRemediationsPerNode {
+		out = out[n-maxRemediationsPerNode:]
+	}
+	return out
+}
+
+// maxRemediationsPerNode is the API's bound on status.unhealthyNodes[].remediations.
+const maxRemediationsPerNode = 10
+
+// matches tells whether status entry r describes request o (same kind and namespace; the name is the
+// Node's; apiVersion when recorded).
+func matches(r v1alpha1.NodeRemediation, o remediationObject) bool {
+	return r.Kind == o.Ref.Kind && r.Namespace == o.Ref.Namespace && (r.APIVersion == "" || r.APIVersion == o.Ref.APIVersion)
+}
+
+// activeRemediation returns the step in progress: the last entry not timed out whose request exists.
+func activeRemediation(list []v1alpha1.NodeRemediation, ours []remediationObject) (int, remediationObject) {
+	for i := len(list) - 1; i >= 0; i-- {
+		if list[i].TimedOut != nil {
+			continue
+		}
+		for _, o := range ours {
+			if matches(list[i], o) && !o.Deleting {
+				return i, o
+			}
+		}
+	}
+	return -1, remediationObject{}
+}
+
+// stepOf finds the step an entry was made by: same remediation kind, namespace and template.
+func stepOf(steps []step, r v1alpha1.NodeRemediation) int {
+	return slices.IndexFunc(steps, func(s step) bool {
+		return s.EMR.Kind == r.Kind && s.Ref.Namespace == r.Namespace && (r.TemplateName == "" || s.Ref.Name == r.TemplateName)
+	})
+}
+
+// nextStep is the index of the step to start after the history list.
+func nextStep(steps []step, list []v1alpha1.NodeRemediation) int {
+	if len(list) == 0 {
+		return 0
+	}
+	if si := stepOf(steps, list[len(list)-1]); si >= 0 {
+		return si + 1
+	}
+	return len(list) // the spec changed under us: continue by count
+}
+
+func otherThan(set map[string]bool, name string) string {
+	others := make([]string, 0, len(set))
+	for n := range set {
+		if n != name {
+			others = append(others, n)
+		}
+	}
+	if len(others) == 0 {
+		return ""
+	}
+	slices.Sort(others)
+	return others[0]
+}
+
+func isControlPlane(n *corev1.Node) bool {
+	_, cp := n.Labels[labelControlPlane]
+	_, master := n.Labels[labelMaster]
+	return cp || master
+}
+
+// why describes the condition that made a Node unhealthy.
+func why(res conditions.Result) string {
+	if !res.Unhealthy {
+		return "healthy"
+	}
+	return fmt.Sprintf("%s=%s for %s", res.Matched.Type, res.Matched.Status, res.Matched.Duration)
+}
+
+func criteriaOf(in []v1alpha1.NodeUnhealthyCondition) []conditions.Criterion {
+	if len(in) == 0 {
+		return defaultCriteria
+	}
+	out := make([]conditions.Criterion, 0, len(in))
+	for _, c := range in {
+		out = append(out, conditions.Criterion{Type: c.Type, Status: string(c.Status), Duration: c.Duration.Duration})
+	}
+	return out
+}
+
+func policyOf(spec v1alpha1.NodeHealthCheckSpec) budget.Policy {
+	if spec.MaxUnhealthy == nil && spec.MinHealthy == nil {
+		return budget.Policy{MaxUnhealthy: &defaultMaxUnhealthy}
+	}
+	return budget.Policy{MaxUnhealthy: spec.MaxUnhealthy, MinHealthy: spec.MinHealthy}
+}
+
+func durationOf(d *metav1.Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	return d.Duration
+}

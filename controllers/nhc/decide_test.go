@@ -1,0 +1,637 @@
+package nhc
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/conditions"
+)
+
+// Unit tests of decide: pure, no API server. The envtest suite drives the same behaviour end to end.
+
+var (
+	u0      = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	pcRef   = v1alpha1.TemplateReference{APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "PowerCycleRemediationTemplate", Name: "pool-a", Namespace: "metalheal-system"}
+	fenceRf = v1alpha1.TemplateReference{APIVersion: "fence.example.com/v1", Kind: "FenceRemediationTemplate", Name: "fence", Namespace: "ops"}
+	pcGVK   = schema.GroupVersionKind{Group: "remediation.metalheal.io", Version: "v1alpha1", Kind: "PowerCycleRemediation"}
+	fenceGV = schema.GroupVersionKind{Group: "fence.example.com", Version: "v1", Kind: "FenceRemediation"}
+	holder  = "NodeHealthCheck-workers"
+	all     = intstr.FromString("100%")
+)
+
+func tplFor(ref v1alpha1.TemplateReference) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{}}}}}
+	u.SetAPIVersion(ref.APIVersion)
+	u.SetKind(ref.Kind)
+	u.SetNamespace(ref.Namespace)
+	u.SetName(ref.Name)
+	return u
+}
+
+func singleStep() []step {
+	return []step{{Ref: pcRef, Template: tplFor(pcRef), EMR: pcGVK}}
+}
+
+func twoSteps() []step {
+	return []step{
+		{Ref: pcRef, Template: tplFor(pcRef), EMR: pcGVK, Timeout: 5 * time.Minute},
+		{Ref: fenceRf, Template: tplFor(fenceRf), EMR: fenceGV, Timeout: 10 * time.Minute},
+	}
+}
+
+func unitCheck(mods ...func(*v1alpha1.NodeHealthCheck)) *v1alpha1.NodeHealthCheck {
+	c := &v1alpha1.NodeHealthCheck{
+		ObjectMeta: metav1.ObjectMeta{Name: "workers", UID: "nhc-uid", Generation: 1, CreationTimestamp: metav1.NewTime(u0.Add(-time.Hour))},
+		Spec: v1alpha1.NodeHealthCheckSpec{
+			UnhealthyConditions: []v1alpha1.NodeUnhealthyCondition{
+				{Type: "Ready", Status: "Unknown", Duration: metav1.Duration{Duration: 5 * time.Minute}},
+				{Type: "Ready", Status: "False", Duration: metav1.Duration{Duration: 5 * time.Minute}},
+			},
+			RemediationTemplate: &pcRef,
+			MaxUnhealthy:        &all, // most tests look at one node of a small pool; TestDecideBudget sets its own
+		},
+	}
+	for _, m := range mods {
+		m(c)
+	}
+	return c
+}
+
+// unitNode is a Node whose Ready condition has had status since the given time.
+func unitNode(name string, status corev1.ConditionStatus, since time.Time, lbls ...string) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{}}}
+	for i := 0; i+1 < len(lbls); i += 2 {
+		n.Labels[lbls[i]] = lbls[i+1]
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, LastTransitionTime: metav1.NewTime(since)}}
+	return n
+}
+
+func unitObserved(check *v1alpha1.NodeHealthCheck, nodes ...*corev1.Node) observed {
+	return observed{Check: check, Nodes: nodes, Steps: singleStep(), Ours: map[string][]remediationObject{},
+		Foreign: map[emrRef]string{}, Leases: map[string]leaseInfo{}, Holder: holder, LeaseDuration: 10 * time.Minute}
+}
+
+func pcObj(node string, created time.Time) remediationObject {
+	return remediationObject{Ref: emrRef{APIVersion: pcGVK.GroupVersion().String(), Kind: pcGVK.Kind, Namespace: "metalheal-system", Name: node},
+		TemplateName: "pool-a", Created: created}
+}
+
+func fenceObj(node string, created time.Time) remediationObject {
+	return remediationObject{Ref: emrRef{APIVersion: fenceGV.GroupVersion().String(), Kind: fenceGV.Kind, Namespace: "ops", Name: node},
+		TemplateName: "fence", Created: created}
+}
+
+func pcEntry(started time.Time) v1alpha1.NodeRemediation {
+	return v1alpha1.NodeRemediation{APIVersion: pcGVK.GroupVersion().String(), Kind: pcGVK.Kind, Namespace: "metalheal-system", TemplateName: "pool-a", Started: metav1.NewTime(started)}
+}
+
+func created(p plan) []string {
+	var out []string
+	for _, c := range p.Creates {
+		out = append(out, fmt.Sprintf("%s@%d", c.Node.Name, c.Step))
+	}
+	return out
+}
+
+func reasons(p plan) []string {
+	var out []string
+	for _, e := range p.Events {
+		out = append(out, e.Reason)
+	}
+	return out
+}
+
+func unhealthyNodes(n int, status corev1.ConditionStatus, since time.Time, prefix string, healthy int) []*corev1.Node {
+	var nodes []*corev1.Node
+	for i := range n {
+		nodes = append(nodes, unitNode(fmt.Sprintf("%s-bad-%02d", prefix, i), status, since))
+	}
+	for i := range healthy {
+		nodes = append(nodes, unitNode(fmt.Sprintf("%s-ok-%02d", prefix, i), corev1.ConditionTrue, since))
+	}
+	return nodes
+}
+
+func TestDecideDetection(t *testing.T) {
+	tests := []struct {
+		name        string
+		since       time.Time
+		now         time.Time
+		wantCreates []string
+		wantNext    time.Time
+	}{
+		{name: "condition not yet expired: nothing, look again exactly at expiry", since: u0, now: u0.Add(4*time.Minute + 59*time.Second),
+			wantNext: u0.Add(5 * time.Minute)},
+		{name: "exactly at expiry: remediate", since: u0, now: u0.Add(5 * time.Minute), wantCreates: []string{"w1@0"}},
+		{name: "long expired: remediate", since: u0, now: u0.Add(time.Hour), wantCreates: []string{"w1@0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			in := unitObserved(unitCheck(), unitNode("w1", corev1.ConditionUnknown, tt.since), unitNode("w2", corev1.ConditionTrue, tt.since))
+			p := decide(in, tt.now)
+			g.Expect(created(p)).To(Equal(tt.wantCreates))
+			if !tt.wantNext.IsZero() {
+				g.Expect(p.Next).To(Equal(tt.wantNext))
+			}
+			if len(tt.wantCreates) > 0 {
+				g.Expect(p.Creates[0].ExpiredAt).To(Equal(tt.since.Add(5 * time.Minute)))
+				g.Expect(p.Creates[0].Why).To(Equal("Ready=Unknown for 5m0s"))
+			}
+			g.Expect(p.Observed).To(Equal(2))
+		})
+	}
+}
+
+// TestDecideBudget runs the Cluster API book's examples: percentages round down, and remediation stops
+// when the unhealthy Nodes exceed the allowed number.
+func TestDecideBudget(t *testing.T) {
+	pct := intstr.FromString("40%")
+	two := intstr.FromInt32(2)
+	minH := intstr.FromString("51%")
+	tests := []struct {
+		name      string
+		max, min  *intstr.IntOrString
+		total     int
+		unhealthy int
+		allowed   bool
+	}{
+		{name: "25 nodes, 40%: 10 unhealthy are remediated", max: &pct, total: 25, unhealthy: 10, allowed: true},
+		{name: "25 nodes, 40%: 11 unhealthy stop remediation", max: &pct, total: 25, unhealthy: 11},
+		{name: "6 nodes, 40% (2.4 rounds down to 2): 2 unhealthy are remediated", max: &pct, total: 6, unhealthy: 2, allowed: true},
+		{name: "6 nodes, 40%: 3 unhealthy stop remediation", max: &pct, total: 6, unhealthy: 3},
+		{name: "absolute 2: 2 unhealthy are remediated", max: &two, total: 10, unhealthy: 2, allowed: true},
+		{name: "absolute 2: 3 unhealthy stop remediation", max: &two, total: 10, unhealthy: 3},
+		{name: "default 49%: 4 of 10 are remediated", total: 10, unhealthy: 4, allowed: true},
+		{name: "default 49%: 5 of 10 stop remediation", total: 10, unhealthy: 5},
+		{name: "minHealthy 51% of 5 rounds up to 3: 2 unhealthy are remediated", min: &minH, total: 5, unhealthy: 2, allowed: true},
+		{name: "minHealthy 51% of 5: 3 unhealthy stop remediation", min: &minH, total: 5, unhealthy: 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			check := unitCheck(func(c *v1alpha1.NodeHealthCheck) { c.Spec.MaxUnhealthy, c.Spec.MinHealthy = tt.max, tt.min })
+			in := unitObserved(check, unhealthyNodes(tt.unhealthy, corev1.ConditionFalse, u0, "n", tt.total-tt.unhealthy)...)
+			p := decide(in, u0.Add(time.Hour))
+			allowedCond := meta.FindStatusCondition(p.Conditions, v1alpha1.ConditionRemediationAllowed)
+			storm := meta.FindStatusCondition(p.Conditions, v1alpha1.ConditionStormActive)
+			if tt.allowed {
+				g.Expect(p.Creates).To(HaveLen(tt.unhealthy))
+				g.Expect(allowedCond.Status).To(Equal(metav1.ConditionTrue))
+				g.Expect(storm.Status).To(Equal(metav1.ConditionFalse))
+				return
+			}
+			g.Expect(p.Creates).To(BeEmpty())
+			g.Expect(allowedCond.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(allowedCond.Reason).To(Equal(v1alpha1.ReasonTooManyUnhealthy))
+			g.Expect(storm.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(reasons(p)).To(ContainElement(EventRemediationShortCircuited))
+			g.Expect(p.Skipped).To(ContainElement(SkipShortCircuit))
+			st := p.status(check)
+			g.Expect(st.UnhealthyNodes).To(BeEmpty(), "a storm does not list every held-back node")
+			g.Expect(*st.HealthyNodes).To(Equal(int32(tt.total - tt.unhealthy)))
+		})
+	}
+}
+
+// TestDecideStorm walks a storm: it starts, ends into a cooldown, and remediation resumes after it.
+func TestDecideStorm(t *testing.T) {
+	g := NewWithT(t)
+	pct := intstr.FromString("40%")
+	check := unitCheck(func(c *v1alpha1.NodeHealthCheck) {
+		c.Spec.MaxUnhealthy = &pct
+		c.Spec.StormCooldownDuration = &metav1.Duration{Duration: 2 * time.Minute}
+	})
+	nodes := unhealthyNodes(3, corev1.ConditionFalse, u0, "s", 3)
+	now := u0.Add(time.Hour)
+
+	// 3 of 6 unhealthy, 2 allowed: storm.
+	p := decide(unitObserved(check, nodes...), now)
+	g.Expect(p.Creates).To(BeEmpty())
+	g.Expect(meta.IsStatusConditionTrue(p.Conditions, v1alpha1.ConditionStormActive)).To(BeTrue())
+	check.Status = p.status(check)
+
+	// One recovers: the budget is fine again, but the cooldown holds remediation back.
+	nodes[0] = unitNode(nodes[0].Name, corev1.ConditionTrue, now)
+	now = now.Add(10 * time.Second)
+	p = decide(unitObserved(check, nodes...), now)
+	g.Expect(p.Creates).To(BeEmpty())
+	storm := meta.FindStatusCondition(p.Conditions, v1alpha1.ConditionStormActive)
+	g.Expect(storm.Status).To(Equal(metav1.ConditionTrue))
+	g.Expect(storm.Reason).To(Equal(v1alpha1.ReasonStormCooldown))
+	g.Expect(p.Next).To(Equal(now.Add(2 * time.Minute)))
+	g.Expect(reasons(p)).To(ContainElement(EventStormCooldown))
+	check.Status = p.status(check)
+
+	// Still cooling down a minute later: no event again, nothing created.
+	p = decide(unitObserved(check, nodes...), now.Add(time.Minute))
+	g.Expect(p.Creates).To(BeEmpty())
+	g.Expect(p.Events).To(BeEmpty())
+
+	// Cooldown over: both remaining unhealthy nodes are remediated.
+	p = decide(unitObserved(check, nodes...), now.Add(2*time.Minute))
+	g.Expect(created(p)).To(ConsistOf("s-bad-01@0", "s-bad-02@0"))
+	g.Expect(meta.IsStatusConditionTrue(p.Conditions, v1alpha1.ConditionStormActive)).To(BeFalse())
+	g.Expect(reasons(p)).To(ContainElement(EventStormEnded))
+}
+
+func TestDecideGates(t *testing.T) {
+	expired := u0
+	now := u0.Add(time.Hour)
+	tests := []struct {
+		name       string
+		node       *corev1.Node
+		modCheck   func(*v1alpha1.NodeHealthCheck)
+		modIn      func(*observed)
+		wantCreate bool
+		wantSkip   string
+		wantEvent  string
+		wantPhase  v1alpha1.NodeHealthCheckPhase
+	}{
+		{name: "unhealthy node is remediated", node: unitNode("w1", corev1.ConditionFalse, expired), wantCreate: true, wantPhase: v1alpha1.PhaseEnabled},
+		{name: "exclude label", node: unitNode("w1", corev1.ConditionFalse, expired, v1alpha1.LabelExcludeFromRemediation, "true"),
+			wantSkip: SkipExcluded, wantEvent: EventSkippedExcluded, wantPhase: v1alpha1.PhaseEnabled},
+		{name: "pause requests", node: unitNode("w1", corev1.ConditionFalse, expired),
+			modCheck:  func(c *v1alpha1.NodeHealthCheck) { c.Spec.PauseRequests = []string{"cluster upgrade"} },
+			wantEvent: EventPaused, wantPhase: v1alpha1.PhasePaused},
+		{name: "disabled template", node: unitNode("w1", corev1.ConditionFalse, expired),
+			modIn:     func(in *observed) { in.Disabled = &cause{Reason: v1alpha1.ReasonTemplateNotFound, Message: "missing"} },
+			wantEvent: EventDisabled, wantPhase: v1alpha1.PhaseDisabled},
+		{name: "lease held by node maintenance", node: unitNode("w1", corev1.ConditionFalse, expired),
+			modIn: func(in *observed) {
+				in.Leases["w1"] = leaseInfo{Holder: "node-maintenance", Until: now.Add(time.Minute)}
+			},
+			wantSkip: SkipLeaseHeldByOther, wantEvent: EventSkippedLeaseHeld, wantPhase: v1alpha1.PhaseEnabled},
+		{name: "expired lease of someone else does not hold", node: unitNode("w1", corev1.ConditionFalse, expired),
+			modIn: func(in *observed) {
+				in.Leases["w1"] = leaseInfo{Holder: "node-maintenance", Until: now.Add(-time.Second)}
+			},
+			wantCreate: true, wantPhase: v1alpha1.PhaseEnabled},
+		{name: "our own lease does not hold", node: unitNode("w1", corev1.ConditionFalse, expired),
+			modIn:      func(in *observed) { in.Leases["w1"] = leaseInfo{Holder: holder, Until: now.Add(time.Minute)} },
+			wantCreate: true, wantPhase: v1alpha1.PhaseEnabled},
+		{name: "a request of the same name made by someone else", node: unitNode("w1", corev1.ConditionFalse, expired),
+			modIn: func(in *observed) {
+				in.Foreign[emrRef{APIVersion: pcGVK.GroupVersion().String(), Kind: pcGVK.Kind, Namespace: "metalheal-system", Name: "w1"}] = "NodeHealthCheck legacy"
+			},
+			wantSkip: SkipRemediationExists, wantEvent: EventSkippedRemediationExists, wantPhase: v1alpha1.PhaseEnabled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			check := unitCheck()
+			if tt.modCheck != nil {
+				tt.modCheck(check)
+			}
+			in := unitObserved(check, tt.node, unitNode("w2", corev1.ConditionTrue, u0), unitNode("w3", corev1.ConditionTrue, u0))
+			if tt.modIn != nil {
+				tt.modIn(&in)
+			}
+			p := decide(in, now)
+			if tt.wantCreate {
+				g.Expect(created(p)).To(Equal([]string{"w1@0"}))
+			} else {
+				g.Expect(p.Creates).To(BeEmpty())
+			}
+			st := p.status(check)
+			g.Expect(st.Phase).To(Equal(tt.wantPhase))
+			if tt.wantSkip != "" {
+				g.Expect(st.UnhealthyNodes).To(HaveLen(1))
+				g.Expect(st.UnhealthyNodes[0].SkipReason).To(Equal(tt.wantSkip))
+				g.Expect(st.UnhealthyNodes[0].SkipMessage).NotTo(BeEmpty())
+				g.Expect(p.Skipped).To(Equal([]string{tt.wantSkip}))
+			}
+			if tt.wantEvent != "" {
+				g.Expect(reasons(p)).To(ContainElement(tt.wantEvent))
+			}
+
+			// The same decision again is not news: no event, no skip count.
+			check.Status = st
+			again := decide(in, now)
+			g.Expect(again.Events).To(BeEmpty())
+			g.Expect(again.Skipped).To(BeEmpty())
+		})
+	}
+}
+
+func TestDecideLeaseHeldRequeuesAtExpiry(t *testing.T) {
+	g := NewWithT(t)
+	now := u0.Add(time.Hour)
+	in := unitObserved(unitCheck(), unitNode("w1", corev1.ConditionFalse, u0))
+	in.Leases["w1"] = leaseInfo{Holder: "node-maintenance", Until: now.Add(time.Minute)}
+	p := decide(in, now)
+	g.Expect(p.Next).To(Equal(now.Add(time.Minute + time.Second)))
+	g.Expect(p.Events[0].Message).To(ContainSubstring(`"node-maintenance"`))
+}
+
+func TestDecideOverlap(t *testing.T) {
+	now := u0.Add(time.Hour)
+	sel := labels.SelectorFromSet(labels.Set{"pool": "a"})
+	slow := []conditions.Criterion{{Type: "Ready", Status: "False", Duration: 2 * time.Hour}}
+	fast := criteriaOf(unitCheck().Spec.UnhealthyConditions)
+	tests := []struct {
+		name       string
+		peer       peer
+		wantCreate bool
+	}{
+		{name: "older check that finds the node unhealthy owns it", peer: peer{Name: "older", Created: u0.Add(-2 * time.Hour), Selector: sel, Criteria: fast}},
+		{name: "same age: the smaller name owns it", peer: peer{Name: "aaa", Created: u0.Add(-time.Hour), Selector: sel, Criteria: fast}},
+		{name: "same age, larger name: we own it", peer: peer{Name: "zzz", Created: u0.Add(-time.Hour), Selector: sel, Criteria: fast}, wantCreate: true},
+		{name: "newer check: we own it", peer: peer{Name: "newer", Created: u0, Selector: sel, Criteria: fast}, wantCreate: true},
+		{name: "older check that does not find it unhealthy yet: we own it",
+			peer: peer{Name: "older", Created: u0.Add(-2 * time.Hour), Selector: sel, Criteria: slow}, wantCreate: true},
+		{name: "older check that does not select it: we own it",
+			peer: peer{Name: "older", Created: u0.Add(-2 * time.Hour), Selector: labels.SelectorFromSet(labels.Set{"pool": "b"}), Criteria: fast}, wantCreate: true},
+		{name: "newer check already remediating it keeps it",
+			peer: peer{Name: "newer", Created: u0, Selector: sel, Criteria: fast, InFlight: map[string]bool{"w1": true}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			in := unitObserved(unitCheck(), unitNode("w1", corev1.ConditionFalse, u0, "pool", "a"))
+			in.Peers = []peer{tt.peer}
+			p := decide(in, now)
+			if tt.wantCreate {
+				g.Expect(created(p)).To(Equal([]string{"w1@0"}))
+				return
+			}
+			g.Expect(p.Creates).To(BeEmpty())
+			e := p.Entries["w1"]
+			g.Expect(e.SkipReason).To(Equal(SkipOwnedByOtherCheck))
+			g.Expect(e.SkipMessage).To(ContainSubstring("NodeHealthCheck " + tt.peer.Name))
+			g.Expect(reasons(p)).To(Equal([]string{EventSkippedOwnedByOtherCheck}))
+		})
+	}
+
+	t.Run("a check already remediating the node keeps it against an older one", func(t *testing.T) {
+		g := NewWithT(t)
+		check := unitCheck()
+		check.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: "w1", Remediations: []v1alpha1.NodeRemediation{pcEntry(now.Add(-time.Minute))}}}
+		in := unitObserved(check, unitNode("w1", corev1.ConditionFalse, u0, "pool", "a"))
+		in.Ours["w1"] = []remediationObject{pcObj("w1", now.Add(-time.Minute))}
+		in.Peers = []peer{{Name: "older", Created: u0.Add(-2 * time.Hour), Selector: sel, Criteria: fast}}
+		p := decide(in, now)
+		g.Expect(p.Entries["w1"].SkipReason).To(BeEmpty())
+		g.Expect(p.Events).To(BeEmpty())
+	})
+}
+
+func TestDecideControlPlaneOneAtATime(t *testing.T) {
+	now := u0.Add(time.Hour)
+	cp := func(name string, since time.Time) *corev1.Node {
+		return unitNode(name, corev1.ConditionUnknown, since, labelControlPlane, "")
+	}
+	t.Run("two unhealthy: the one that expired first goes first", func(t *testing.T) {
+		g := NewWithT(t)
+		in := unitObserved(unitCheck(), cp("cp-b", u0), cp("cp-a", u0.Add(time.Minute)), unitNode("w1", corev1.ConditionUnknown, u0.Add(time.Minute)))
+		p := decide(in, now)
+		g.Expect(created(p)).To(ConsistOf("cp-b@0", "w1@0"), "workers are not limited")
+		g.Expect(p.Entries["cp-a"].SkipReason).To(Equal(SkipControlPlaneBusy))
+		g.Expect(p.Entries["cp-a"].SkipMessage).To(ContainSubstring("cp-b"))
+	})
+	t.Run("one under maintenance holds the others back", func(t *testing.T) {
+		g := NewWithT(t)
+		in := unitObserved(unitCheck(), cp("cp-a", u0), cp("cp-b", u0.Add(time.Minute)))
+		in.Leases["cp-a"] = leaseInfo{Holder: "node-maintenance", Until: now.Add(time.Hour)}
+		in.BusyControlPlane = []string{"cp-a"} // as observe reports a control-plane node leased by someone else
+		p := decide(in, now)
+		g.Expect(p.Creates).To(BeEmpty())
+		g.Expect(p.Entries["cp-a"].SkipReason).To(Equal(SkipLeaseHeldByOther))
+		g.Expect(p.Entries["cp-b"].SkipReason).To(Equal(SkipControlPlaneBusy))
+	})
+	t.Run("a lease-held candidate does not count as busy", func(t *testing.T) {
+		g := NewWithT(t)
+		in := unitObserved(unitCheck(), cp("cp-a", u0), cp("cp-b", u0.Add(time.Minute)))
+		in.Leases["cp-a"] = leaseInfo{Holder: "NodeHealthCheck-other", Until: now.Add(time.Hour)}
+		p := decide(in, now)
+		g.Expect(created(p)).To(Equal([]string{"cp-b@0"}))
+	})
+	t.Run("one being remediated holds the other back", func(t *testing.T) {
+		g := NewWithT(t)
+		check := unitCheck()
+		check.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: "cp-a", Remediations: []v1alpha1.NodeRemediation{pcEntry(now.Add(-time.Minute))}}}
+		in := unitObserved(check, cp("cp-a", u0), cp("cp-b", u0))
+		in.Ours["cp-a"] = []remediationObject{pcObj("cp-a", now.Add(-time.Minute))}
+		in.Leases["cp-a"] = leaseInfo{Holder: holder, Until: now.Add(9 * time.Minute)}
+		p := decide(in, now)
+		g.Expect(p.Creates).To(BeEmpty())
+		g.Expect(p.Entries["cp-b"].SkipReason).To(Equal(SkipControlPlaneBusy))
+	})
+	t.Run("one remediated by another check holds ours back", func(t *testing.T) {
+		g := NewWithT(t)
+		in := unitObserved(unitCheck(), cp("cp-b", u0))
+		in.BusyControlPlane = []string{"cp-x"}
+		p := decide(in, now)
+		g.Expect(p.Creates).To(BeEmpty())
+		g.Expect(p.Entries["cp-b"].SkipMessage).To(ContainSubstring("cp-x"))
+	})
+}
+
+func TestDecideEscalation(t *testing.T) {
+	started := u0.Add(time.Hour)
+	check := func(remediations ...v1alpha1.NodeRemediation) *v1alpha1.NodeHealthCheck {
+		return unitCheck(func(c *v1alpha1.NodeHealthCheck) {
+			c.Spec.RemediationTemplate = nil
+			c.Spec.EscalatingRemediations = []v1alpha1.EscalatingRemediation{
+				{RemediationTemplate: pcRef, Order: 1, Timeout: metav1.Duration{Duration: 5 * time.Minute}},
+				{RemediationTemplate: fenceRf, Order: 2, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
+			}
+			c.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: "w1", Remediations: remediations}}
+		})
+	}
+	fenceEntry := v1alpha1.NodeRemediation{APIVersion: fenceGV.GroupVersion().String(), Kind: fenceGV.Kind, Namespace: "ops", TemplateName: "fence",
+		Started: metav1.NewTime(started.Add(5 * time.Minute))}
+	lease := leaseInfo{Holder: holder, Until: started.Add(9 * time.Minute)}
+
+	t.Run("step 1 within its timeout: wait until it runs out", func(t *testing.T) {
+		g := NewWithT(t)
+		in := unitObserved(check(pcEntry(started)), unitNode("w1", corev1.ConditionFalse, u0))
+		in.Steps, in.Ours["w1"], in.Leases["w1"] = twoSteps(), []remediationObject{pcObj("w1", started)}, lease
+		p := decide(in, started.Add(4*time.Minute))
+		g.Expect(p.Creates).To(BeEmpty())
+		g.Expect(p.TimeOuts).To(BeEmpty())
+		g.Expect(p.Next).To(Equal(started.Add(5 * time.Minute)))
+	})
+	t.Run("step 1 times out: marked, step 2 created", func(t *testing.T) {
+		g := NewWithT(t)
+		in := unitObserved(check(pcEntry(started)), unitNode("w1", corev1.ConditionFalse, u0))
+		in.Steps, in.Ours["w1"], in.Leases["w1"] = twoSteps(), []remediationObject{pcObj("w1", started)}, lease
+		now := started.Add(5 * time.Minute)
+		p := decide(in, now)
+		g.Expect(p.TimeOuts).To(Equal([]emrRef{pcObj("w1", started).Ref}))
+		g.Expect(created(p)).To(Equal([]string{"w1@1"}))
+		g.Expect(p.Creates[0].ExpiredAt.IsZero()).To(BeTrue(), "escalation is not detection")
+		g.Expect(p.Entries["w1"].Remediations[0].TimedOut.Time).To(Equal(now))
+		g.Expect(reasons(p)).To(Equal([]string{EventRemediationTimedOut}))
+	})
+	t.Run("Succeeded=False escalates at once", func(t *testing.T) {
+		g := NewWithT(t)
+		obj := pcObj("w1", started)
+		obj.Failed = true
+		in := unitObserved(check(pcEntry(started)), unitNode("w1", corev1.ConditionFalse, u0))
+		in.Steps, in.Ours["w1"], in.Leases["w1"] = twoSteps(), []remediationObject{obj}, lease
+		p := decide(in, started.Add(time.Second))
+		g.Expect(p.TimeOuts).To(HaveLen(1))
+		g.Expect(created(p)).To(Equal([]string{"w1@1"}))
+		g.Expect(reasons(p)).To(Equal([]string{EventRemediationFailed}))
+	})
+	t.Run("a pause does not stop marking, but holds the next step", func(t *testing.T) {
+		g := NewWithT(t)
+		in := unitObserved(check(pcEntry(started)), unitNode("w1", corev1.ConditionFalse, u0))
+		in.Check.Spec.PauseRequests = []string{"maintenance window"}
+		in.Steps, in.Ours["w1"], in.Leases["w1"] = twoSteps(), []remediationObject{pcObj("w1", started)}, lease
+		p := decide(in, started.Add(5*time.Minute))
+		g.Expect(p.TimeOuts).To(HaveLen(1))
+		g.Expect(p.Creates).To(BeEmpty())
+	})
+	t.Run("last step ends: exhausted, nothing more", func(t *testing.T) {
+		g := NewWithT(t)
+		first := pcEntry(started)
+		first.TimedOut = &metav1.Time{Time: started.Add(5 * time.Minute)}
+		timedOut := pcObj("w1", started)
+		timedOut.TimedOut = true
+		in := unitObserved(check(first, fenceEntry), unitNode("w1", corev1.ConditionFalse, u0))
+		in.Steps, in.Leases["w1"] = twoSteps(), lease
+		in.Ours["w1"] = []remediationObject{timedOut, fenceObj("w1", started.Add(5*time.Minute))}
+		p := decide(in, started.Add(15*time.Minute))
+		g.Expect(p.TimeOuts).To(Equal([]emrRef{fenceObj("w1", started).Ref}))
+		g.Expect(p.Creates).To(BeEmpty())
+		g.Expect(reasons(p)).To(Equal([]string{EventRemediationTimedOut, EventRemediationsExhausted}))
+	})
+	t.Run("next step with the same name waits for the old request to go", func(t *testing.T) {
+		g := NewWithT(t)
+		in := unitObserved(check(pcEntry(started)), unitNode("w1", corev1.ConditionFalse, u0))
+		steps := twoSteps()
+		steps[1] = step{Ref: v1alpha1.TemplateReference{APIVersion: pcRef.APIVersion, Kind: pcRef.Kind, Namespace: pcRef.Namespace, Name: "pool-a-hard"},
+			Template: tplFor(pcRef), EMR: pcGVK, Timeout: 10 * time.Minute}
+		in.Steps, in.Ours["w1"], in.Leases["w1"] = steps, []remediationObject{pcObj("w1", started)}, lease
+		p := decide(in, started.Add(5*time.Minute))
+		g.Expect(p.TimeOuts).To(HaveLen(1))
+		g.Expect(p.Deletes).To(Equal([]emrRef{pcObj("w1", started).Ref}))
+		g.Expect(p.Creates).To(BeEmpty())
+	})
+}
+
+func TestDecideRecovery(t *testing.T) {
+	started := u0.Add(time.Hour)
+	withEntry := func(healthySince *time.Time) *v1alpha1.NodeHealthCheck {
+		return unitCheck(func(c *v1alpha1.NodeHealthCheck) {
+			c.Spec.HealthyDelay = &metav1.Duration{Duration: time.Minute}
+			e := v1alpha1.UnhealthyNode{Name: "w1", Remediations: []v1alpha1.NodeRemediation{pcEntry(started)}}
+			if healthySince != nil {
+				e.ConditionsHealthyTimestamp = &metav1.Time{Time: *healthySince}
+			}
+			c.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{e}
+		})
+	}
+	recovered := started.Add(10 * time.Minute)
+	lease := leaseInfo{Holder: holder, Until: recovered.Add(9 * time.Minute)}
+
+	t.Run("healthy again: healthyDelay starts, the request stays", func(t *testing.T) {
+		g := NewWithT(t)
+		in := unitObserved(withEntry(nil), unitNode("w1", corev1.ConditionTrue, recovered))
+		in.Ours["w1"], in.Leases["w1"] = []remediationObject{pcObj("w1", started)}, lease
+		p := decide(in, recovered)
+		g.Expect(p.Deletes).To(BeEmpty())
+		g.Expect(p.Entries["w1"].ConditionsHealthyTimestamp.Time).To(Equal(recovered))
+		g.Expect(p.Next).To(Equal(recovered.Add(time.Minute)))
+	})
+	t.Run("healthyDelay passed: delete", func(t *testing.T) {
+		g := NewWithT(t)
+		in := unitObserved(withEntry(&recovered), unitNode("w1", corev1.ConditionTrue, recovered))
+		in.Ours["w1"], in.Leases["w1"] = []remediationObject{pcObj("w1", started)}, lease
+		p := decide(in, recovered.Add(time.Minute))
+		g.Expect(p.Deletes).To(Equal([]emrRef{pcObj("w1", started).Ref}))
+		g.Expect(reasons(p)).To(Equal([]string{EventRemediationFinished}))
+		g.Expect(p.Release).To(BeEmpty(), "the lease is kept until the request is gone")
+	})
+	t.Run("flapping back to unhealthy within healthyDelay resets it", func(t *testing.T) {
+		g := NewWithT(t)
+		in := unitObserved(withEntry(&recovered), unitNode("w1", corev1.ConditionFalse, u0))
+		in.Ours["w1"], in.Leases["w1"] = []remediationObject{pcObj("w1", started)}, lease
+		p := decide(in, recovered.Add(30*time.Second))
+		g.Expect(p.Deletes).To(BeEmpty())
+		g.Expect(p.Entries["w1"].ConditionsHealthyTimestamp).To(BeNil())
+	})
+	t.Run("request gone: forget the node, release the lease", func(t *testing.T) {
+		g := NewWithT(t)
+		check := withEntry(&recovered)
+		in := unitObserved(check, unitNode("w1", corev1.ConditionTrue, recovered))
+		in.Leases["w1"] = lease
+		p := decide(in, recovered.Add(2*time.Minute))
+		g.Expect(p.Release).To(Equal([]string{"w1"}))
+		st := p.status(check)
+		g.Expect(st.UnhealthyNodes).To(BeEmpty())
+		g.Expect(st.InFlightRemediations).To(BeEmpty())
+		g.Expect(st.Phase).To(Equal(v1alpha1.PhaseEnabled))
+	})
+	t.Run("node deleted: its requests are deleted", func(t *testing.T) {
+		g := NewWithT(t)
+		in := unitObserved(withEntry(nil))
+		in.Ours["w1"] = []remediationObject{pcObj("w1", started)}
+		in.Tracked = map[string]*corev1.Node{"w1": nil}
+		p := decide(in, recovered)
+		g.Expect(p.Deletes).To(HaveLen(1))
+		g.Expect(reasons(p)).To(Equal([]string{EventNodeGone}))
+	})
+	t.Run("a request of ours missing from status is adopted, not duplicated", func(t *testing.T) {
+		g := NewWithT(t)
+		in := unitObserved(unitCheck(), unitNode("w1", corev1.ConditionFalse, u0))
+		in.Ours["w1"] = []remediationObject{pcObj("w1", started)}
+		in.Leases["w1"] = lease
+		p := decide(in, started.Add(time.Minute))
+		g.Expect(p.Creates).To(BeEmpty())
+		g.Expect(p.Entries["w1"].Remediations).To(HaveLen(1))
+		g.Expect(p.Entries["w1"].Remediations[0].Started.Time).To(Equal(started.Add(time.Minute)), "adopted as started now: no early timeout")
+		g.Expect(p.status(in.Check).Phase).To(Equal(v1alpha1.PhaseRemediating))
+	})
+	t.Run("a stale status that missed the timed-out mark does not time the step out again", func(t *testing.T) {
+		g := NewWithT(t)
+		check := unitCheck(func(c *v1alpha1.NodeHealthCheck) {
+			c.Spec.RemediationTemplate = nil
+			c.Spec.EscalatingRemediations = []v1alpha1.EscalatingRemediation{
+				{RemediationTemplate: pcRef, Order: 1, Timeout: metav1.Duration{Duration: 5 * time.Minute}},
+				{RemediationTemplate: fenceRf, Order: 2, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
+			}
+			c.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: "w1", Remediations: []v1alpha1.NodeRemediation{pcEntry(started)}}}
+		})
+		marked := pcObj("w1", started)
+		marked.TimedOut, marked.Failed, marked.TimedOutAt = true, true, started.Add(time.Minute)
+		in := unitObserved(check, unitNode("w1", corev1.ConditionFalse, u0))
+		in.Steps, in.Leases["w1"] = twoSteps(), leaseInfo{Holder: holder, Until: started.Add(9 * time.Minute)}
+		in.Ours["w1"] = []remediationObject{marked, fenceObj("w1", started.Add(time.Minute))}
+		p := decide(in, started.Add(2*time.Minute))
+		g.Expect(p.TimeOuts).To(BeEmpty())
+		g.Expect(p.Creates).To(BeEmpty())
+		g.Expect(p.Events).To(BeEmpty())
+		rems := p.Entries["w1"].Remediations
+		g.Expect(rems).To(HaveLen(2))
+		g.Expect(rems[0].TimedOut.Time).To(Equal(started.Add(time.Minute)))
+		g.Expect(rems[1].Kind).To(Equal("FenceRemediation"))
+	})
+	t.Run("lease renewed at half-time while the request lives", func(t *testing.T) {
+		g := NewWithT(t)
+		in := unitObserved(unitCheck(), unitNode("w1", corev1.ConditionFalse, u0))
+		in.Check.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: "w1", Remediations: []v1alpha1.NodeRemediation{pcEntry(started)}}}
+		in.Ours["w1"] = []remediationObject{pcObj("w1", started)}
+		in.Leases["w1"] = leaseInfo{Holder: holder, Until: started.Add(10 * time.Minute)}
+		p := decide(in, started.Add(4*time.Minute))
+		g.Expect(p.Renew).To(BeEmpty())
+		g.Expect(p.Next).To(Equal(started.Add(5 * time.Minute)))
+		p = decide(in, started.Add(5*time.Minute))
+		g.Expect(p.Renew).To(HaveLen(1))
+	})
+}

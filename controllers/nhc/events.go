@@ -1,0 +1,83 @@
+package nhc
+
+import corev1 "k8s.io/api/core/v1"
+
+// Event reasons. Each is emitted on the NodeHealthCheck (with the Node as the related object when there is
+// one) when a decision changes, never on every reconcile.
+const (
+	// EventRemediationCreated: a remediation request was created for an unhealthy Node.
+	EventRemediationCreated = "RemediationCreated"
+	// EventRemediationTimedOut: an escalation step ran out of time; its request was marked timed out.
+	EventRemediationTimedOut = "RemediationTimedOut"
+	// EventRemediationFailed: the remediator reported Succeeded=False; the request was marked timed out.
+	EventRemediationFailed = "RemediationFailed"
+	// EventRemediationsExhausted: the last step ended and the Node is still unhealthy.
+	EventRemediationsExhausted = "RemediationsExhausted"
+	// EventRemediationFinished: the Node is healthy again; its remediation requests are being deleted.
+	EventRemediationFinished = "RemediationFinished"
+	// EventNodeGone: a remediated Node was deleted; its remediation requests are being deleted.
+	EventNodeGone = "NodeGone"
+
+	// EventSkippedExcluded: the Node carries the exclude-from-remediation label.
+	EventSkippedExcluded = "SkippedExcluded"
+	// EventSkippedOwnedByOtherCheck: another NodeHealthCheck owns the Node (the overlapping rule).
+	EventSkippedOwnedByOtherCheck = "SkippedOwnedByOtherCheck"
+	// EventSkippedControlPlaneBusy: another control-plane Node is being remediated.
+	EventSkippedControlPlaneBusy = "SkippedControlPlaneBusy"
+	// EventSkippedLeaseHeld: someone else (e.g. node maintenance) holds the Node's lease.
+	EventSkippedLeaseHeld = "SkippedLeaseHeld"
+	// EventSkippedRemediationExists: a remediation request with the Node's name exists that this check did
+	// not create.
+	EventSkippedRemediationExists = "SkippedRemediationExists"
+	// EventLeaseNotRenewed: the lease of a Node under remediation could not be renewed.
+	EventLeaseNotRenewed = "LeaseNotRenewed"
+
+	// EventRemediationShortCircuited: too many Nodes are unhealthy; no new remediation starts (a storm).
+	EventRemediationShortCircuited = "RemediationShortCircuited"
+	// EventStormCooldown: the budget is satisfied again; remediation resumes after stormCooldownDuration.
+	EventStormCooldown = "StormCooldown"
+	// EventStormEnded: remediation resumes after a storm.
+	EventStormEnded = "StormEnded"
+	// EventPaused and EventUnpaused: pauseRequests were set or cleared.
+	EventPaused   = "Paused"
+	EventUnpaused = "Unpaused"
+	// EventDisabled: a remediation template is missing or malformed; EventEnabled: it is usable again.
+	EventDisabled = "Disabled"
+	EventEnabled  = "Enabled"
+)
+
+// Event actions (the events.k8s.io "action" field).
+const (
+	actionCreate  = "CreateRemediation"
+	actionTimeout = "TimeOutRemediation"
+	actionDelete  = "DeleteRemediation"
+	actionSkip    = "SkipRemediation"
+	actionLease   = "RenewLease"
+	actionCheck   = "CheckNodes"
+)
+
+// skipEvents maps a per-node skip reason to its event reason.
+var skipEvents = map[string]string{
+	SkipExcluded:          EventSkippedExcluded,
+	SkipOwnedByOtherCheck: EventSkippedOwnedByOtherCheck,
+	SkipControlPlaneBusy:  EventSkippedControlPlaneBusy,
+	SkipLeaseHeldByOther:  EventSkippedLeaseHeld,
+	SkipRemediationExists: EventSkippedRemediationExists,
+}
+
+// event is an event decide asks for; execute emits it.
+type event struct {
+	Type    string
+	Reason  string
+	Action  string
+	Node    string // the related Node, if any
+	Message string
+}
+
+func normal(reason, action, node, msg string) event {
+	return event{Type: corev1.EventTypeNormal, Reason: reason, Action: action, Node: node, Message: msg}
+}
+
+func warning(reason, action, node, msg string) event {
+	return event{Type: corev1.EventTypeWarning, Reason: reason, Action: action, Node: node, Message: msg}
+}

@@ -1,0 +1,263 @@
+package nhc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/metrics"
+	"github.com/metalheal/metalheal/internal/template"
+	"github.com/metalheal/metalheal/pkg/leases"
+)
+
+// createResult is the outcome of one createAction.
+type createResult struct {
+	// remediation is set when the request was created (or found already ours: adopted).
+	remediation *v1alpha1.NodeRemediation
+	adopted     bool
+	ref         emrRef
+	// skipReason/skipMessage are set when the Node turned out not to be ours to remediate after all.
+	skipReason, skipMessage string
+	// until is when a lease held by someone else runs out.
+	until time.Time
+	err   error
+}
+
+// execute carries out the plan: time-outs and deletions first, then lease releases and renewals, then the
+// creations in parallel (each after taking the node lease). What it creates is recorded in p.Entries; what
+// fails is returned, joined, for a rate-limited retry. Events and metrics are emitted here.
+func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthCheck, in observed, p *plan) error {
+	log := ctrl.LoggerFrom(ctx)
+	lm, err := leases.NewManager(r.client, in.Holder, r.clock, leases.WithNamespace(r.opts.LeaseNamespace))
+	if err != nil {
+		return fmt.Errorf("lease manager: %w", err)
+	}
+	var errs []error
+	for _, ref := range p.TimeOuts {
+		if err := r.markTimedOut(ctx, ref); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, ref := range p.Deletes {
+		if err := r.deleteRemediation(ctx, ref); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r.recent.deleted(ref, r.clock.Now())
+		r.cpStarts.ended(ref.Name)
+		log.V(4).Info("Deleted remediation request", "request", ref.String())
+	}
+	for _, name := range p.Release {
+		if err := lm.InvalidateLease(ctx, name); err != nil {
+			errs = append(errs, fmt.Errorf("releasing the lease of node %s: %w", name, err))
+		}
+	}
+	for _, node := range p.Renew {
+		if err := r.requestLease(ctx, lm, node); err != nil {
+			var held *leases.AlreadyHeldError
+			if !errors.As(err, &held) {
+				errs = append(errs, fmt.Errorf("renewing the lease of node %s: %w", node.Name, err))
+				continue
+			}
+			p.Events = append(p.Events, warning(EventLeaseNotRenewed, actionLease, node.Name,
+				fmt.Sprintf("Node %s is being remediated but its lease is now held by %q until %s", node.Name, held.Holder, held.Until.UTC().Format(time.RFC3339))))
+		}
+	}
+
+	results := make([]createResult, len(p.Creates))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(r.opts.MaxConcurrentWrites)
+	for i, c := range p.Creates {
+		g.Go(func() error {
+			results[i] = r.create(gctx, lm, check, in, c)
+			return nil
+		})
+	}
+	_ = g.Wait() // create reports through results
+
+	for i, c := range p.Creates {
+		res, name := results[i], c.Node.Name
+		e := p.Entries[name]
+		switch {
+		case res.err != nil:
+			errs = append(errs, res.err)
+		case res.skipReason != "":
+			p.skip(e, findEntry(check.Status.UnhealthyNodes, name), res.skipReason, res.skipMessage, c.Why)
+			if !res.until.IsZero() {
+				p.at(res.until.Add(time.Second))
+			}
+		case res.adopted:
+			e.Remediations = append(e.Remediations, *res.remediation)
+			e.SkipReason, e.SkipMessage = "", ""
+			log.V(4).Info("Adopted remediation request", "node", name, "request", res.ref.String())
+		default:
+			e.Remediations = append(e.Remediations, *res.remediation)
+			e.SkipReason, e.SkipMessage = "", ""
+			// What decide would have asked for had the request already existed: the step's timeout and
+			// the lease's renewal.
+			if timeout := in.Steps[c.Step].Timeout; timeout > 0 {
+				p.at(res.remediation.Started.Add(timeout))
+			}
+			p.at(res.remediation.Started.Add(r.opts.LeaseDuration / 2))
+			metrics.RemediationsCreated.WithLabelValues(metrics.CheckerNHC, res.ref.Kind).Inc()
+			if !c.ExpiredAt.IsZero() {
+				metrics.DetectionDelay.WithLabelValues(metrics.CheckerNHC).Observe(res.remediation.Started.Sub(c.ExpiredAt).Seconds())
+			}
+			msg := fmt.Sprintf("Created %s for node %s, unhealthy (%s)", res.ref, name, c.Why)
+			if n := len(in.Steps); n > 1 {
+				msg += fmt.Sprintf(": escalation step %d of %d", c.Step+1, n)
+			}
+			p.Events = append(p.Events, normal(EventRemediationCreated, actionCreate, name, msg))
+			log.Info("Created remediation request", "node", name, "request", res.ref.String(), "reason", c.Why)
+		}
+	}
+
+	metrics.UnhealthyTargets.WithLabelValues(metrics.CheckerNHC, check.Name).Set(float64(p.Unhealthy))
+	r.emit(check, p.Events, true)
+	return errors.Join(errs...)
+}
+
+// emit records the events of actions (actions true: creations, time-outs, deletions, leases) or of
+// decisions (actions false: skips and check-wide transitions, with the skipped metric). Decision events
+// are emitted only once the status that records the decision is written, so that a reconcile working
+// from a stale cache, whose status write is refused, does not report them twice.
+func (r *Reconciler) emit(check *v1alpha1.NodeHealthCheck, evs []event, actions bool) {
+	for _, ev := range evs {
+		if isDecision(ev) == actions {
+			continue
+		}
+		if ev.Node != "" {
+			r.recorder.Eventf(check, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ev.Node}}, ev.Type, ev.Reason, ev.Action, "%s", ev.Message)
+		} else {
+			r.recorder.Eventf(check, nil, ev.Type, ev.Reason, ev.Action, "%s", ev.Message)
+		}
+	}
+}
+
+func isDecision(ev event) bool {
+	return ev.Action == actionSkip || ev.Action == actionCheck
+}
+
+// create takes the node lease, then creates the remediation request. A lease held by someone else, or a
+// request of the same name created by someone else, turns into a skip.
+func (r *Reconciler) create(ctx context.Context, lm *leases.Manager, check *v1alpha1.NodeHealthCheck, in observed, c createAction) createResult {
+	if err := r.requestLease(ctx, lm, c.Node); err != nil {
+		var held *leases.AlreadyHeldError
+		if errors.As(err, &held) {
+			return createResult{skipReason: SkipLeaseHeldByOther, skipMessage: fmt.Sprintf("The node's lease is held by %q", held.Holder), until: held.Until}
+		}
+		return createResult{err: fmt.Errorf("taking the lease of node %s: %w", c.Node.Name, err)}
+	}
+	st := in.Steps[c.Step]
+	emr, err := template.Instantiate(template.Request{
+		Template:    c.Template,
+		Name:        c.Node.Name,
+		NodeName:    c.Node.Name,
+		Target:      metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: c.Node.Name, UID: c.Node.UID},
+		HealthCheck: metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: holderKind, Name: check.Name, UID: check.UID},
+	})
+	if err != nil {
+		return createResult{err: fmt.Errorf("instantiating %s for node %s: %w", st.Ref.Kind, c.Node.Name, err)}
+	}
+	ref := emrRef{APIVersion: emr.GetAPIVersion(), Kind: emr.GetKind(), Namespace: emr.GetNamespace(), Name: emr.GetName()}
+	rem := &v1alpha1.NodeRemediation{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: ref.Namespace, TemplateName: st.Ref.Name}
+	err = r.client.Create(ctx, emr)
+	switch {
+	case err == nil:
+		rem.Started = metav1.Time{Time: r.clock.Now()}
+		r.recent.created(remediationObject{Ref: ref, TemplateName: st.Ref.Name, Created: rem.Started.Time}, rem.Started.Time)
+		if isControlPlane(c.Node) {
+			r.cpStarts.started(c.Node.Name, rem.Started.Time)
+		}
+		return createResult{remediation: rem, ref: ref}
+	case apierrors.IsAlreadyExists(err):
+		existing := &unstructured.Unstructured{}
+		existing.SetGroupVersionKind(emr.GroupVersionKind())
+		if err := r.liveReader().Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, existing); err != nil {
+			return createResult{err: fmt.Errorf("reading existing %s: %w", ref, err)}
+		}
+		if ownedBy(existing, check.UID) { // ours, and the cache had not shown it: adopt it
+			rem.Started = metav1.Time{Time: r.clock.Now()}
+			return createResult{remediation: rem, ref: ref, adopted: true}
+		}
+		if err := lm.InvalidateLease(ctx, c.Node.Name); err != nil {
+			return createResult{err: fmt.Errorf("releasing the lease of node %s: %w", c.Node.Name, err)}
+		}
+		msg := fmt.Sprintf("%s exists and was not created by this check", ref)
+		if who := ownerDescription(existing); who != "" {
+			msg = fmt.Sprintf("%s exists, created by %s", ref, who)
+		}
+		return createResult{skipReason: SkipRemediationExists, skipMessage: msg}
+	default:
+		return createResult{err: fmt.Errorf("creating %s: %w", ref, err)}
+	}
+}
+
+// requestLease takes or renews the node lease, creating the lease namespace when it is missing.
+func (r *Reconciler) requestLease(ctx context.Context, lm *leases.Manager, node *corev1.Node) error {
+	err := lm.RequestLease(ctx, node, r.opts.LeaseDuration)
+	var nsErr *leases.NamespaceNotFoundError
+	if !errors.As(err, &nsErr) {
+		return err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.opts.LeaseNamespace}}
+	if cerr := r.client.Create(ctx, ns); cerr != nil && !apierrors.IsAlreadyExists(cerr) {
+		return fmt.Errorf("creating lease namespace %s: %w", r.opts.LeaseNamespace, cerr)
+	}
+	return lm.RequestLease(ctx, node, r.opts.LeaseDuration)
+}
+
+// markTimedOut sets the timed-out annotation on a request: the remediator must stop and clean up.
+func (r *Reconciler) markTimedOut(ctx context.Context, ref emrRef) error {
+	obj := objectFor(ref)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, template.AnnotationTimedOut, r.clock.Now().UTC().Format(time.RFC3339))
+	if err := r.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("marking %s timed out: %w", ref, err)
+	}
+	return nil
+}
+
+// deleteRemediation deletes a request; the remediator's finalizer may keep it a while.
+func (r *Reconciler) deleteRemediation(ctx context.Context, ref emrRef) error {
+	if err := r.client.Delete(ctx, objectFor(ref)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting %s: %w", ref, err)
+	}
+	return nil
+}
+
+func objectFor(ref emrRef) *unstructured.Unstructured {
+	obj := &unstructured.Unstructured{}
+	obj.SetAPIVersion(ref.APIVersion)
+	obj.SetKind(ref.Kind)
+	obj.SetNamespace(ref.Namespace)
+	obj.SetName(ref.Name)
+	return obj
+}
+
+// liveReader reads from the API server.
+func (r *Reconciler) liveReader() client.Reader {
+	if r.apiReader != nil {
+		return r.apiReader
+	}
+	return r.client
+}
+
+func findEntry(list []v1alpha1.UnhealthyNode, name string) *v1alpha1.UnhealthyNode {
+	for i := range list {
+		if list[i].Name == name {
+			return &list[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,553 @@
+package nhc
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/template"
+	"github.com/metalheal/metalheal/pkg/leases"
+)
+
+// holderKind is the kind in our lease holder identity: "NodeHealthCheck-<name>", as medik8s'
+// NodeHealthCheck does, so the two recognise each other's leases.
+const holderKind = "NodeHealthCheck"
+
+// defaultSelector is the API's default: the worker Nodes.
+var defaultSelector = metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+	{Key: "node-role.kubernetes.io/worker", Operator: metav1.LabelSelectorOpExists},
+}}
+
+// probeRef is a placeholder owner used to validate a template by instantiating it once.
+var probeRef = metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: "probe", UID: "probe"}
+
+// observe reads what decide needs, all from the informer cache (and the RESTMapper): the selected Nodes,
+// the templates, the remediation requests of the templates' kinds, the node leases and the other checks.
+// retry is non-zero when a template kind is not installed, which no watch reports.
+func (r *Reconciler) observe(ctx context.Context, check *v1alpha1.NodeHealthCheck) (observed, time.Duration, error) {
+	in := observed{
+		Check:         check,
+		Holder:        leases.HolderIdentity(holderKind, check.Name),
+		LeaseDuration: r.opts.LeaseDuration,
+	}
+	var badSelector *cause
+	if sel, err := selectorOf(check); err != nil {
+		// The API server validates selectors; this guards the rest. Nothing is selected.
+		badSelector = &cause{Reason: ReasonInvalidSelector, Message: fmt.Sprintf("Invalid selector: %v", err)}
+	} else {
+		var nodes corev1.NodeList
+		if err := r.client.List(ctx, &nodes, client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
+			return in, 0, fmt.Errorf("listing nodes: %w", err)
+		}
+		in.Nodes = make([]*corev1.Node, len(nodes.Items))
+		for i := range nodes.Items {
+			in.Nodes[i] = &nodes.Items[i]
+		}
+	}
+
+	var retry time.Duration
+	var err error
+	in.Steps, in.Disabled, retry, err = r.resolveSteps(ctx, check)
+	if err != nil {
+		return in, 0, err
+	}
+	if badSelector != nil {
+		in.Disabled = badSelector
+	}
+	if in.Ours, in.Foreign, err = r.listRemediations(ctx, check, in.Steps); err != nil {
+		return in, 0, err
+	}
+	if err := r.confirmMissing(ctx, check, in.Ours); err != nil {
+		return in, 0, err
+	}
+	if in.Tracked, err = r.trackedNodes(ctx, check, in.Nodes, in.Ours); err != nil {
+		return in, 0, err
+	}
+	if in.Leases, err = r.listLeases(ctx); err != nil {
+		return in, 0, err
+	}
+	if in.Peers, in.BusyControlPlane, err = r.peers(ctx, check); err != nil {
+		return in, 0, err
+	}
+	if err := r.controlPlaneLeased(ctx, &in); err != nil {
+		return in, 0, err
+	}
+	return in, retry, nil
+}
+
+// controlPlaneLeased adds to BusyControlPlane the control-plane Nodes whose lease someone else holds
+// (node maintenance, another remediator): one control-plane Node down at a time, whoever took it down.
+// It also adds those this process started remediating a moment ago, which other checks' status in the
+// cache may not show yet.
+func (r *Reconciler) controlPlaneLeased(ctx context.Context, in *observed) error {
+	now := r.clock.Now()
+	for _, name := range r.cpStarts.recent(now) {
+		if !slices.Contains(in.BusyControlPlane, name) {
+			in.BusyControlPlane = append(in.BusyControlPlane, name)
+		}
+	}
+	for name, l := range in.Leases {
+		if l.Holder == in.Holder || !l.validAt(now) || slices.Contains(in.BusyControlPlane, name) {
+			continue
+		}
+		node, err := r.nodeNamed(ctx, name)
+		if err != nil {
+			return err
+		}
+		if node != nil && isControlPlane(node) {
+			in.BusyControlPlane = append(in.BusyControlPlane, name)
+		}
+	}
+	slices.Sort(in.BusyControlPlane)
+	return nil
+}
+
+// selectorOf returns the check's node selector (the worker Nodes when unset).
+func selectorOf(check *v1alpha1.NodeHealthCheck) (labels.Selector, error) {
+	ls := check.Spec.Selector
+	if ls == nil {
+		ls = &defaultSelector
+	}
+	return metav1.LabelSelectorAsSelector(ls)
+}
+
+// stepRefs lists the check's remediation steps in order, unresolved.
+func stepRefs(spec v1alpha1.NodeHealthCheckSpec) []step {
+	var steps []step
+	if spec.RemediationTemplate != nil {
+		steps = append(steps, step{Ref: *spec.RemediationTemplate})
+	}
+	esc := slices.Clone(spec.EscalatingRemediations)
+	slices.SortStableFunc(esc, func(a, b v1alpha1.EscalatingRemediation) int { return cmp.Compare(a.Order, b.Order) })
+	for _, e := range esc {
+		steps = append(steps, step{Ref: e.RemediationTemplate, Timeout: e.Timeout.Duration})
+	}
+	return steps
+}
+
+// resolveSteps reads every step's template. The first problem found disables the check; retry is set when
+// a kind is not installed.
+func (r *Reconciler) resolveSteps(ctx context.Context, check *v1alpha1.NodeHealthCheck) ([]step, *cause, time.Duration, error) {
+	steps := stepRefs(check.Spec)
+	if len(steps) == 0 {
+		return nil, &cause{Reason: v1alpha1.ReasonTemplateInvalid, Message: "Neither remediationTemplate nor escalatingRemediations is set"}, 0, nil
+	}
+	var first *cause
+	var retry time.Duration
+	for i := range steps {
+		c, kindMissing, err := r.resolveStep(ctx, &steps[i])
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		if kindMissing {
+			retry = r.opts.KindRetryPeriod
+		}
+		if c != nil && first == nil {
+			first = c
+		}
+	}
+	return steps, first, retry, nil
+}
+
+// resolveStep fills in s's remediation kind and template, or says why it cannot be used.
+func (r *Reconciler) resolveStep(ctx context.Context, s *step) (*cause, bool, error) {
+	ref := s.Ref
+	id := fmt.Sprintf("%s %s/%s", ref.Kind, ref.Namespace, ref.Name)
+	invalid := func(format string, args ...any) (*cause, bool, error) {
+		return &cause{Reason: v1alpha1.ReasonTemplateInvalid, Message: fmt.Sprintf("Remediation template "+id+": "+format, args...)}, false, nil
+	}
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return invalid("apiVersion %q: %v", ref.APIVersion, err)
+	}
+	if ref.Namespace == "" {
+		return invalid("namespace is required")
+	}
+	tplGVK := gv.WithKind(ref.Kind)
+	emrGVK, err := template.RemediationGVK(tplGVK)
+	if err != nil {
+		return invalid("%v", err)
+	}
+	s.EMR = emrGVK
+	for _, gvk := range []schema.GroupVersionKind{tplGVK, emrGVK} {
+		if _, err := r.client.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+			if meta.IsNoMatchError(err) {
+				return &cause{Reason: v1alpha1.ReasonTemplateNotFound,
+					Message: fmt.Sprintf("Remediation template %s: kind %s is not installed (no CRD serves it)", id, gvk)}, true, nil
+			}
+			return nil, false, fmt.Errorf("mapping %s: %w", gvk, err)
+		}
+	}
+	if err := r.ensureWatch(ctx, tplGVK, roleTemplate); err != nil {
+		return nil, false, err
+	}
+	if err := r.ensureWatch(ctx, emrGVK, roleRemediation); err != nil {
+		return nil, false, err
+	}
+	tpl := &unstructured.Unstructured{}
+	tpl.SetGroupVersionKind(tplGVK)
+	if err := r.reader().Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, tpl); err != nil {
+		if apierrors.IsNotFound(err) {
+			return &cause{Reason: v1alpha1.ReasonTemplateNotFound, Message: fmt.Sprintf("Remediation template %s not found", id)}, false, nil
+		}
+		return nil, false, fmt.Errorf("getting remediation template %s: %w", id, err)
+	}
+	if _, err := template.Instantiate(template.Request{Template: tpl, Name: "probe", NodeName: "probe", Target: probeRef, HealthCheck: probeRef}); err != nil {
+		var inv *template.InvalidTemplateError
+		if errors.As(err, &inv) {
+			return &cause{Reason: v1alpha1.ReasonTemplateInvalid, Message: inv.Error()}, false, nil
+		}
+		return nil, false, fmt.Errorf("validating remediation template %s: %w", id, err)
+	}
+	s.Template = tpl
+	return nil, false, nil
+}
+
+// listRemediations lists the remediation requests of every kind and namespace the steps (and the status
+// history) use, from the cache, and sorts them into ours (by Node) and foreign.
+func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeHealthCheck, steps []step) (map[string][]remediationObject, map[emrRef]string, error) {
+	type listKey struct {
+		gvk schema.GroupVersionKind
+		ns  string
+	}
+	var keys []listKey
+	add := func(gvk schema.GroupVersionKind, ns string) {
+		if gvk.Kind != "" && ns != "" && !slices.Contains(keys, listKey{gvk, ns}) {
+			keys = append(keys, listKey{gvk, ns})
+		}
+	}
+	for _, s := range steps {
+		add(s.EMR, s.Ref.Namespace)
+	}
+	for _, u := range check.Status.UnhealthyNodes {
+		for _, rem := range u.Remediations {
+			if gv, err := schema.ParseGroupVersion(rem.APIVersion); err == nil && rem.APIVersion != "" {
+				add(gv.WithKind(rem.Kind), rem.Namespace)
+			}
+		}
+	}
+
+	ours := map[string][]remediationObject{}
+	foreign := map[emrRef]string{}
+	for _, k := range keys {
+		if _, err := r.client.RESTMapper().RESTMapping(k.gvk.GroupKind(), k.gvk.Version); err != nil {
+			if meta.IsNoMatchError(err) {
+				continue // the kind is not installed: there is nothing to list
+			}
+			return nil, nil, fmt.Errorf("mapping %s: %w", k.gvk, err)
+		}
+		if err := r.ensureWatch(ctx, k.gvk, roleRemediation); err != nil {
+			return nil, nil, err
+		}
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(k.gvk.GroupVersion().WithKind(k.gvk.Kind + "List"))
+		if err := r.reader().List(ctx, list, client.InNamespace(k.ns), client.UnsafeDisableDeepCopy); err != nil {
+			return nil, nil, fmt.Errorf("listing %s in %s: %w", k.gvk.Kind, k.ns, err)
+		}
+		for i := range list.Items {
+			item := &list.Items[i]
+			ref := emrRef{APIVersion: item.GetAPIVersion(), Kind: item.GetKind(), Namespace: item.GetNamespace(), Name: item.GetName()}
+			if ref.Kind == "" { // lists from some readers leave the items' type to the list
+				ref.APIVersion, ref.Kind = k.gvk.GroupVersion().String(), k.gvk.Kind
+			}
+			if !ownedBy(item, check.UID) {
+				foreign[ref] = ownerDescription(item)
+				continue
+			}
+			r.recent.seen(ref) // the cache shows it now
+			node := item.GetAnnotations()[template.AnnotationNodeName]
+			if node == "" {
+				node = item.GetName()
+			}
+			ours[node] = append(ours[node], remediationState(ref, item))
+		}
+	}
+	return ours, foreign, nil
+}
+
+// confirmMissing accounts for the in-flight requests that the status remembers but the cache does not
+// show (yet): right after a create, the request's informer may lag behind the check's, and the next
+// reconcile would take the request for deleted and create it again. A request this process created a
+// moment ago is taken as it was created; any other is read live (once, after someone else deleted it).
+// Nodes that are healthy again are skipped: their requests are expected to go.
+func (r *Reconciler) confirmMissing(ctx context.Context, check *v1alpha1.NodeHealthCheck, ours map[string][]remediationObject) error {
+	for _, u := range check.Status.UnhealthyNodes {
+		if u.ConditionsHealthyTimestamp != nil {
+			continue
+		}
+		for _, rem := range u.Remediations {
+			if rem.TimedOut != nil || rem.APIVersion == "" ||
+				slices.ContainsFunc(ours[u.Name], func(o remediationObject) bool { return matches(rem, o) }) {
+				continue
+			}
+			ref := emrRef{APIVersion: rem.APIVersion, Kind: rem.Kind, Namespace: rem.Namespace, Name: u.Name}
+			switch o, known := r.recent.get(ref, r.clock.Now()); {
+			case known && o.Deleting:
+				continue // we deleted it a moment ago: gone
+			case known:
+				ours[u.Name] = append(ours[u.Name], o)
+				continue
+			}
+			obj := &unstructured.Unstructured{}
+			obj.SetAPIVersion(rem.APIVersion)
+			obj.SetKind(rem.Kind)
+			err := r.liveReader().Get(ctx, types.NamespacedName{Namespace: rem.Namespace, Name: u.Name}, obj)
+			switch {
+			case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+				continue
+			case err != nil:
+				return fmt.Errorf("reading %s %s/%s: %w", rem.Kind, rem.Namespace, u.Name, err)
+			}
+			if ownedBy(obj, check.UID) {
+				ours[u.Name] = append(ours[u.Name], remediationState(ref, obj))
+			}
+		}
+	}
+	return nil
+}
+
+// remediationState reads what decide needs from a remediation request.
+func remediationState(ref emrRef, item *unstructured.Unstructured) remediationObject {
+	o := remediationObject{
+		Ref:          ref,
+		TemplateName: item.GetAnnotations()[template.AnnotationTemplateName],
+		Created:      item.GetCreationTimestamp().Time,
+		Deleting:     item.GetDeletionTimestamp() != nil,
+	}
+	o.TimedOutAt, o.TimedOut, _ = template.TimedOut(item) // a malformed mark still counts as timed out
+	if c, err := template.FindCondition(item, template.ConditionSucceeded); err == nil && c != nil && c.Status == metav1.ConditionFalse {
+		o.Failed = true
+	}
+	return o
+}
+
+func ownedBy(obj metav1.Object, uid types.UID) bool {
+	return slices.ContainsFunc(obj.GetOwnerReferences(), func(o metav1.OwnerReference) bool { return o.UID == uid })
+}
+
+// ownerDescription names the health check that owns obj, if any, e.g. "NodeHealthCheck workers".
+func ownerDescription(obj metav1.Object) string {
+	for _, o := range obj.GetOwnerReferences() {
+		if strings.HasSuffix(o.Kind, "HealthCheck") {
+			return o.Kind + " " + o.Name
+		}
+	}
+	return ""
+}
+
+// trackedNodes finds the Nodes the check still remediates that its selector no longer matches (nil when
+// gone), from the cache.
+func (r *Reconciler) trackedNodes(ctx context.Context, check *v1alpha1.NodeHealthCheck, selected []*corev1.Node, ours map[string][]remediationObject) (map[string]*corev1.Node, error) {
+	wanted := map[string]bool{}
+	for _, u := range check.Status.UnhealthyNodes {
+		wanted[u.Name] = true
+	}
+	for name := range ours {
+		wanted[name] = true
+	}
+	if len(wanted) == 0 {
+		return nil, nil
+	}
+	for _, n := range selected {
+		delete(wanted, n.Name)
+	}
+	tracked := make(map[string]*corev1.Node, len(wanted))
+	for name := range wanted {
+		node, err := r.nodeNamed(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		tracked[name] = node
+	}
+	return tracked, nil
+}
+
+// listLeases reads the node leases in the lease namespace from the cache.
+func (r *Reconciler) listLeases(ctx context.Context) (map[string]leaseInfo, error) {
+	var list coordinationv1.LeaseList
+	if err := r.client.List(ctx, &list, client.InNamespace(r.opts.LeaseNamespace), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing leases in %s: %w", r.opts.LeaseNamespace, err)
+	}
+	out := make(map[string]leaseInfo, len(list.Items))
+	for i := range list.Items {
+		l := &list.Items[i]
+		node, ok := strings.CutPrefix(l.Name, leases.LeaseName(""))
+		if !ok || node == "" {
+			continue
+		}
+		until, _ := leases.ValidUntil(l, time.Time{})
+		info := leaseInfo{Until: until}
+		if l.Spec.HolderIdentity != nil {
+			info.Holder = *l.Spec.HolderIdentity
+		}
+		out[node] = info
+	}
+	return out, nil
+}
+
+// peers lists the other checks for the overlapping rule (disabled ones own nothing) and the control-plane
+// Nodes any of them is remediating.
+func (r *Reconciler) peers(ctx context.Context, check *v1alpha1.NodeHealthCheck) ([]peer, []string, error) {
+	var list v1alpha1.NodeHealthCheckList
+	if err := r.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, nil, fmt.Errorf("listing NodeHealthChecks: %w", err)
+	}
+	var out []peer
+	var busy []string
+	for i := range list.Items {
+		other := &list.Items[i]
+		if other.UID == check.UID {
+			continue
+		}
+		for name := range other.Status.InFlightRemediations {
+			node, err := r.nodeNamed(ctx, name)
+			if err != nil {
+				return nil, nil, err
+			}
+			if node != nil && isControlPlane(node) && !slices.Contains(busy, name) {
+				busy = append(busy, name)
+			}
+		}
+		if !other.DeletionTimestamp.IsZero() || meta.IsStatusConditionTrue(other.Status.Conditions, v1alpha1.ConditionDisabled) {
+			continue
+		}
+		sel, err := selectorOf(other)
+		if err != nil {
+			continue // it cannot select anything either
+		}
+		p := peer{Name: other.Name, Created: other.CreationTimestamp.Time, Selector: sel,
+			Criteria: criteriaOf(other.Spec.UnhealthyConditions), InFlight: map[string]bool{}}
+		for name := range other.Status.InFlightRemediations {
+			p.InFlight[name] = true
+		}
+		out = append(out, p)
+	}
+	slices.Sort(busy)
+	return out, busy, nil
+}
+
+// nodeNamed returns a Node by name, nil when it does not exist.
+func (r *Reconciler) nodeNamed(ctx context.Context, name string) (*corev1.Node, error) {
+	node := &corev1.Node{}
+	if err := r.client.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("getting node %s: %w", name, err)
+	}
+	return node, nil
+}
+
+// reader reads unstructured objects: the cache when there is one.
+func (r *Reconciler) reader() client.Reader {
+	if r.cache != nil {
+		return r.cache
+	}
+	return r.client
+}
+
+// recentWrites remembers the requests this process just created or deleted, until the cache shows the
+// creation (or for recentWriteTTL), so that a reconcile working from a cache that lags behind its own
+// writes neither mistakes a new request for deleted nor reads a deleted one live.
+type recentWrites struct {
+	mu   sync.Mutex
+	objs map[emrRef]recentWrite
+}
+
+type recentWrite struct {
+	obj remediationObject // Deleting set for a deletion
+	at  time.Time
+}
+
+// recentWriteTTL bounds how long a write is remembered without the cache showing it.
+const recentWriteTTL = time.Minute
+
+func (rw *recentWrites) created(o remediationObject, at time.Time) { rw.put(o, at) }
+
+func (rw *recentWrites) deleted(ref emrRef, at time.Time) {
+	rw.put(remediationObject{Ref: ref, Deleting: true}, at)
+}
+
+func (rw *recentWrites) put(o remediationObject, at time.Time) {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	if rw.objs == nil {
+		rw.objs = map[emrRef]recentWrite{}
+	}
+	rw.objs[o.Ref] = recentWrite{obj: o, at: at}
+}
+
+// get returns what was last written to ref, if that is recent.
+func (rw *recentWrites) get(ref emrRef, now time.Time) (remediationObject, bool) {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	w, ok := rw.objs[ref]
+	if ok && now.Sub(w.at) > recentWriteTTL {
+		delete(rw.objs, ref)
+		return remediationObject{}, false
+	}
+	return w.obj, ok
+}
+
+// seen forgets a creation once the cache shows the request.
+func (rw *recentWrites) seen(ref emrRef) {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	if w, ok := rw.objs[ref]; ok && !w.obj.Deleting {
+		delete(rw.objs, ref)
+	}
+}
+
+// controlPlaneStarts remembers the control-plane Nodes this process started remediating, for
+// recentWriteTTL or until their requests are deleted, so that the one-at-a-time rule holds between
+// checks even before the cache shows the other check's status.
+type controlPlaneStarts struct {
+	mu    sync.Mutex
+	nodes map[string]time.Time
+}
+
+func (c *controlPlaneStarts) started(node string, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nodes == nil {
+		c.nodes = map[string]time.Time{}
+	}
+	c.nodes[node] = at
+}
+
+func (c *controlPlaneStarts) ended(node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.nodes, node)
+}
+
+func (c *controlPlaneStarts) recent(now time.Time) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for node, at := range c.nodes {
+		if now.Sub(at) > recentWriteTTL {
+			delete(c.nodes, node)
+			continue
+		}
+		out = append(out, node)
+	}
+	return out
+}

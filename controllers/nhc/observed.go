@@ -1,0 +1,109 @@
+package nhc
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/conditions"
+)
+
+// observed is everything decide needs to know about one NodeHealthCheck, read from the informer cache by
+// observe. It holds no client: decide is a pure function of it and now.
+type observed struct {
+	// Check is the NodeHealthCheck; its status is the controller's memory.
+	Check *v1alpha1.NodeHealthCheck
+	// Nodes are the Nodes the selector matches. They are shared with the cache: read, never write.
+	Nodes []*corev1.Node
+	// Tracked are Nodes the check still remediates (status entries, remediation requests) that the
+	// selector no longer matches; a nil value means the Node is gone.
+	Tracked map[string]*corev1.Node
+	// Steps are the remediation steps in order: one for remediationTemplate, one per escalation step.
+	Steps []step
+	// Disabled is set when a template is missing or malformed: no new remediation can start.
+	Disabled *cause
+	// Ours are the remediation requests this check created (owner reference to its UID), by Node name.
+	Ours map[string][]remediationObject
+	// Foreign are remediation requests of the steps' kinds and namespaces that this check did not create,
+	// keyed by reference, valued by who owns them ("NodeHealthCheck other", or "").
+	Foreign map[emrRef]string
+	// Leases are the node leases in the lease namespace, by Node name.
+	Leases map[string]leaseInfo
+	// Peers are the other NodeHealthChecks (not being deleted, not disabled), for the overlapping rule.
+	Peers []peer
+	// BusyControlPlane are control-plane Nodes that other checks are remediating now, or whose lease
+	// someone else holds.
+	BusyControlPlane []string
+	// Holder is the lease holder identity of this check, "NodeHealthCheck-<name>".
+	Holder string
+	// LeaseDuration is how long a node lease is taken for; it is renewed at half-time.
+	LeaseDuration time.Duration
+}
+
+// cause is why a whole check cannot remediate, with a condition reason and a message for humans.
+type cause struct {
+	Reason  string
+	Message string
+}
+
+// step is one remediation step: its template (resolved) and timeout.
+type step struct {
+	// Ref is the template reference from the spec.
+	Ref v1alpha1.TemplateReference
+	// Timeout ends the step; zero means no timeout (remediationTemplate).
+	Timeout time.Duration
+	// Template is the template object, nil when it could not be read (then Disabled is set).
+	Template *unstructured.Unstructured
+	// EMR is the kind of the remediation request this step creates.
+	EMR schema.GroupVersionKind
+}
+
+// emrRef identifies a remediation request.
+type emrRef struct {
+	APIVersion string
+	Kind       string
+	Namespace  string
+	Name       string
+}
+
+func (r emrRef) String() string { return r.Kind + " " + r.Namespace + "/" + r.Name }
+
+// remediationObject is a remediation request as the cache shows it.
+type remediationObject struct {
+	Ref          emrRef
+	TemplateName string
+	Created      time.Time
+	// TimedOut is true when it carries the timed-out annotation, TimedOutAt the annotation's time (zero
+	// when malformed).
+	TimedOut   bool
+	TimedOutAt time.Time
+	// Failed is true when the remediator reports Succeeded=False.
+	Failed bool
+	// Deleting is true when it has a deletion timestamp (a finalizer is cleaning up).
+	Deleting bool
+}
+
+// leaseInfo is who holds a node lease and until when.
+type leaseInfo struct {
+	Holder string
+	Until  time.Time
+}
+
+// validAt reports whether someone holds the lease at now (valid up to and including Until).
+func (l leaseInfo) validAt(now time.Time) bool {
+	return l.Holder != "" && !l.Until.IsZero() && !now.After(l.Until)
+}
+
+// peer is another NodeHealthCheck as the overlapping rule sees it.
+type peer struct {
+	Name     string
+	Created  time.Time
+	Selector labels.Selector
+	Criteria []conditions.Criterion
+	// InFlight are the Nodes it is remediating.
+	InFlight map[string]bool
+}

@@ -1,0 +1,199 @@
+package nhc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/metrics"
+	"github.com/metalheal/metalheal/pkg/leases"
+)
+
+// ControllerName names the controller, its event recorder and its log lines.
+const ControllerName = "nodehealthcheck"
+
+// Defaults for Options.
+const (
+	DefaultLeaseDuration           = 10 * time.Minute
+	DefaultResyncPeriod            = 60 * time.Second
+	DefaultKindRetryPeriod         = time.Minute
+	DefaultMaxConcurrentReconciles = 1
+	DefaultMaxConcurrentWrites     = 16
+)
+
+// Options configure a Reconciler. Client, Clock and Recorder are required.
+type Options struct {
+	// Client reads NodeHealthChecks, Nodes and Leases and writes everything. In a manager, give it
+	// mgr.GetClient(), whose reads come from the informer cache; its Lease cache must be limited to
+	// LeaseNamespace (see the package documentation).
+	Client client.Client
+	// Cache reads remediation templates and requests, which are unstructured. A controller-runtime client
+	// reads unstructured objects from the API server unless told otherwise, so SetupWithManager defaults
+	// it to the manager's cache; without a manager (tests) it defaults to Client.
+	Cache client.Reader
+	// APIReader reads a remediation request live when creating one finds it already there. Defaults to
+	// the manager's API reader, or Client.
+	APIReader client.Reader
+	// Clock is the only source of time.
+	Clock clock.Clock
+	// Recorder emits events on the NodeHealthChecks, e.g. mgr.GetEventRecorder(ControllerName).
+	Recorder events.EventRecorder
+	// LeaseNamespace holds the node leases; defaults to leases.DefaultNamespace (medik8s-leases). It is
+	// created when missing.
+	LeaseNamespace string
+	// LeaseDuration is how long a node lease is taken for; it is renewed when half has run out.
+	LeaseDuration time.Duration
+	// ResyncPeriod is the safety net: every check is looked at again at least this often, though every
+	// deadline is requeued exactly and nothing waits for it.
+	ResyncPeriod time.Duration
+	// KindRetryPeriod is how often a check whose template kind is not installed looks again (no watch
+	// can tell when a CRD appears).
+	KindRetryPeriod time.Duration
+	// MaxConcurrentReconciles is how many checks are reconciled at once; 1 by default. A reconcile takes
+	// about a millisecond per thousand Nodes and creates its requests in parallel, so one worker serves
+	// many checks; and the rules between checks (overlapping selectors, one control-plane Node at a time)
+	// are decided one check after another. Node leases still keep two checks off the same Node when
+	// this is raised, but two checks could then each start a different control-plane Node.
+	MaxConcurrentReconciles int
+	// MaxConcurrentWrites bounds the lease and remediation request writes one reconcile issues at once,
+	// so a burst of failures is requested in parallel.
+	MaxConcurrentWrites int
+}
+
+// Reconciler reconciles NodeHealthChecks. Build it with New and register it with SetupWithManager, or
+// call Reconcile directly (tests).
+type Reconciler struct {
+	opts      Options
+	client    client.Client
+	cache     client.Reader
+	apiReader client.Reader
+	clock     clock.Clock
+	recorder  events.EventRecorder
+	watches   *dynamicWatches
+	recent    recentWrites
+	cpStarts  controlPlaneStarts
+
+	// skipNameValidation lets tests start several managers in one process.
+	skipNameValidation bool
+}
+
+// New validates opts, fills in the defaults and returns a Reconciler.
+func New(opts Options) (*Reconciler, error) {
+	switch {
+	case opts.Client == nil:
+		return nil, errors.New("nodehealthcheck reconciler needs a client")
+	case opts.Clock == nil:
+		return nil, errors.New("nodehealthcheck reconciler needs a clock")
+	case opts.Recorder == nil:
+		return nil, errors.New("nodehealthcheck reconciler needs an event recorder")
+	case opts.LeaseDuration < 0 || opts.ResyncPeriod < 0 || opts.KindRetryPeriod < 0:
+		return nil, errors.New("nodehealthcheck reconciler durations must not be negative")
+	}
+	if opts.LeaseNamespace == "" {
+		opts.LeaseNamespace = leases.DefaultNamespace
+	}
+	if opts.LeaseDuration == 0 {
+		opts.LeaseDuration = DefaultLeaseDuration
+	}
+	if opts.LeaseDuration < 2*time.Second {
+		return nil, fmt.Errorf("lease duration %s is too short: at least 2s", opts.LeaseDuration)
+	}
+	if opts.ResyncPeriod == 0 {
+		opts.ResyncPeriod = DefaultResyncPeriod
+	}
+	if opts.KindRetryPeriod == 0 {
+		opts.KindRetryPeriod = DefaultKindRetryPeriod
+	}
+	if opts.MaxConcurrentReconciles <= 0 {
+		opts.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
+	}
+	if opts.MaxConcurrentWrites <= 0 {
+		opts.MaxConcurrentWrites = DefaultMaxConcurrentWrites
+	}
+	return &Reconciler{opts: opts, client: opts.Client, cache: opts.Cache, apiReader: opts.APIReader,
+		clock: opts.Clock, recorder: opts.Recorder}, nil
+}
+
+// Reconcile observes one NodeHealthCheck from the cache, decides, acts, and writes the status when it
+// changed. It requeues at the earliest deadline decide found (a condition expiring, healthyDelay, an
+// escalation timeout, a lease to renew, a storm cooldown), and at the latest after ResyncPeriod.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	check := &v1alpha1.NodeHealthCheck{}
+	if err := r.client.Get(ctx, req.NamespacedName, check); err != nil {
+		if apierrors.IsNotFound(err) {
+			metrics.UnhealthyTargets.DeleteLabelValues(metrics.CheckerNHC, req.Name)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("getting NodeHealthCheck %s: %w", req.Name, err)
+	}
+	if !check.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // its requests go with it (owner references); its leases expire
+	}
+
+	in, retry, err := r.observe(ctx, check)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	now := r.clock.Now()
+	p := decide(in, now)
+	execErr := r.execute(ctx, check, in, &p)
+	base := check.DeepCopy()
+	if err := r.patchStatus(ctx, check, p.status(check), r.clock.Now()); err != nil {
+		if apierrors.IsConflict(err) && execErr == nil {
+			// The cache showed an older check than the API server has (often our own last status
+			// write): decide again from a fresh view.
+			ctrl.LoggerFrom(ctx).V(4).Info("Status conflict, looking again")
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		}
+		return ctrl.Result{}, errors.Join(execErr, err)
+	}
+	for _, reason := range p.Skipped {
+		metrics.RemediationsSkipped.WithLabelValues(metrics.CheckerNHC, reason).Inc()
+	}
+	r.emit(base, p.Events, false)
+	if execErr != nil {
+		return ctrl.Result{}, execErr
+	}
+	return ctrl.Result{RequeueAfter: r.requeueAfter(p.Next, now, retry)}, nil
+}
+
+// conflictRetry is how soon a reconcile whose status write met a newer check looks again.
+const conflictRetry = 50 * time.Millisecond
+
+// patchStatus writes st when it differs from what the check shows, stamping lastUpdateTime.
+func (r *Reconciler) patchStatus(ctx context.Context, check *v1alpha1.NodeHealthCheck, st v1alpha1.NodeHealthCheckStatus, now time.Time) error {
+	st.LastUpdateTime = check.Status.LastUpdateTime
+	if equality.Semantic.DeepEqual(check.Status, st) {
+		return nil
+	}
+	st.LastUpdateTime = &metav1.Time{Time: now}
+	base := check.DeepCopy()
+	check.Status = st
+	// Optimistic locking: a reconcile that decided from a stale check must not overwrite a newer status.
+	if err := r.client.Status().Patch(ctx, check, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("patching status of NodeHealthCheck %s: %w", check.Name, err)
+	}
+	return nil
+}
+
+// requeueAfter is the time to the next deadline, bounded by the resync period and the kind retry.
+func (r *Reconciler) requeueAfter(next, now time.Time, retry time.Duration) time.Duration {
+	d := r.opts.ResyncPeriod
+	if !next.IsZero() {
+		d = min(d, next.Sub(now))
+	}
+	if retry > 0 {
+		d = min(d, retry)
+	}
+	return max(d, time.Millisecond)
+}

@@ -1,0 +1,329 @@
+package nhc
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	dto "github.com/prometheus/client_model/go"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/metrics"
+	"github.com/metalheal/metalheal/internal/testenv"
+	"github.com/metalheal/metalheal/pkg/leases"
+)
+
+// The envtest suite runs the controller against a real kube-apiserver and etcd (internal/testenv) with
+// metalheal's CRDs and a third-party remediator's (testdata/crds). Tests call Reconcile directly and step
+// an injected fake clock; only manager_test.go runs a manager. Each test has its own pool label, Nodes,
+// templates and checks, and removes them when it ends (envtest runs no garbage collector).
+
+const (
+	leaseNS = "medik8s-leases"
+	pcNS    = "metalheal-system"
+	fenceNS = "ops"
+)
+
+var (
+	k8s     client.Client
+	restCfg *rest.Config
+	scheme  = runtime.NewScheme()
+	t0      = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	pools   atomic.Int32
+
+	pcRemediation    = schema.GroupVersionKind{Group: "remediation.metalheal.io", Version: "v1alpha1", Kind: "PowerCycleRemediation"}
+	fenceRemediation = schema.GroupVersionKind{Group: "fence.example.com", Version: "v1", Kind: "FenceRemediation"}
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	env, cfg, err := testenv.Start(testenv.Options{ExtraCRDPaths: []string{filepath.Join("testdata", "crds")}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	restCfg = cfg
+	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for _, ns := range []string{leaseNS, pcNS, fenceNS} {
+		if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	return m.Run()
+}
+
+// recordedEvent is one event the recorder saw.
+type recordedEvent struct {
+	Regarding, Related, Type, Reason, Action, Note string
+}
+
+// recorder records events (k8s.io/client-go/tools/events.EventRecorder) for assertions.
+type recorder struct {
+	mu     sync.Mutex
+	events []recordedEvent
+}
+
+func (r *recorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	name := func(o runtime.Object) string {
+		if m, ok := o.(metav1.Object); ok && o != nil {
+			return m.GetName()
+		}
+		return ""
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, recordedEvent{Regarding: name(regarding), Related: name(related), Type: eventtype,
+		Reason: reason, Action: action, Note: fmt.Sprintf(note, args...)})
+}
+
+// with returns the events with the given reason.
+func (r *recorder) with(reason string) []recordedEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []recordedEvent
+	for _, e := range r.events {
+		if e.Reason == reason {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// world is one test's corner of the cluster.
+type world struct {
+	t    *testing.T
+	g    *WithT
+	ctx  context.Context
+	clk  *clocktesting.FakeClock
+	rec  *recorder
+	r    *Reconciler
+	pool string
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	w := &world{t: t, g: NewWithT(t), ctx: t.Context(), clk: clocktesting.NewFakeClock(t0), rec: &recorder{},
+		pool: fmt.Sprintf("p%02d", pools.Add(1))}
+	// A long resync: the tests assert the exact requeue at each deadline.
+	r, err := New(Options{Client: k8s, Clock: w.clk, Recorder: w.rec, LeaseNamespace: leaseNS, ResyncPeriod: 24 * time.Hour})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	w.r = r
+	return w
+}
+
+// node creates a Node of this world's pool whose Ready condition has had status since the given time.
+// Extra labels come in key, value pairs.
+func (w *world) node(name string, status corev1.ConditionStatus, since time.Time, extra ...string) *corev1.Node {
+	w.t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: w.pool + "-" + name, Labels: map[string]string{"pool": w.pool}}}
+	for i := 0; i+1 < len(extra); i += 2 {
+		n.Labels[extra[i]] = extra[i+1]
+	}
+	w.g.Expect(k8s.Create(w.ctx, n)).To(Succeed())
+	w.t.Cleanup(func() {
+		_ = k8s.Delete(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: leaseNS, Name: leases.LeaseName(n.Name)}})
+		_ = k8s.Delete(context.Background(), n)
+	})
+	w.setReady(n, status, since)
+	return n
+}
+
+// setReady sets node's Ready condition.
+func (w *world) setReady(n *corev1.Node, status corev1.ConditionStatus, since time.Time) {
+	w.t.Helper()
+	w.g.Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(n), n)).To(Succeed())
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: "Test",
+		LastTransitionTime: metav1.NewTime(since), LastHeartbeatTime: metav1.NewTime(since)}}
+	w.g.Expect(k8s.Status().Update(w.ctx, n)).To(Succeed())
+}
+
+// pcTemplate creates a PowerCycleRemediationTemplate in metalheal-system.
+func (w *world) pcTemplate(name string) v1alpha1.TemplateReference {
+	w.t.Helper()
+	tpl := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "remediation.metalheal.io/v1alpha1",
+		"kind":       "PowerCycleRemediationTemplate",
+		"metadata":   map[string]any{"name": w.pool + "-" + name, "namespace": pcNS},
+		"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
+			"strategy": "reboot", "powerOffTimeoutSeconds": int64(120),
+		}}},
+	}}
+	w.create(tpl)
+	return v1alpha1.TemplateReference{APIVersion: tpl.GetAPIVersion(), Kind: tpl.GetKind(), Name: tpl.GetName(), Namespace: pcNS}
+}
+
+// fenceTemplate creates a third-party FenceRemediationTemplate in ops; spec is its whole spec.
+func (w *world) fenceTemplate(name string, spec map[string]any) v1alpha1.TemplateReference {
+	w.t.Helper()
+	tpl := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "fence.example.com/v1",
+		"kind":       "FenceRemediationTemplate",
+		"metadata":   map[string]any{"name": w.pool + "-" + name, "namespace": fenceNS},
+		"spec":       spec,
+	}}
+	w.create(tpl)
+	return v1alpha1.TemplateReference{APIVersion: tpl.GetAPIVersion(), Kind: tpl.GetKind(), Name: tpl.GetName(), Namespace: fenceNS}
+}
+
+func (w *world) create(obj client.Object) {
+	w.t.Helper()
+	w.g.Expect(k8s.Create(w.ctx, obj)).To(Succeed())
+	w.t.Cleanup(func() { _ = k8s.Delete(context.Background(), obj) })
+}
+
+// check creates a NodeHealthCheck selecting this world's pool: Ready Unknown or False for 5m, no budget
+// limit (maxUnhealthy 100%) unless mods change it.
+func (w *world) check(name string, ref *v1alpha1.TemplateReference, mods ...func(*v1alpha1.NodeHealthCheck)) *v1alpha1.NodeHealthCheck {
+	w.t.Helper()
+	all := intstr.FromString("100%")
+	c := &v1alpha1.NodeHealthCheck{
+		ObjectMeta: metav1.ObjectMeta{Name: w.pool + "-" + name},
+		Spec: v1alpha1.NodeHealthCheckSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": w.pool}},
+			UnhealthyConditions: []v1alpha1.NodeUnhealthyCondition{
+				{Type: "Ready", Status: "Unknown", Duration: metav1.Duration{Duration: 5 * time.Minute}},
+				{Type: "Ready", Status: "False", Duration: metav1.Duration{Duration: 5 * time.Minute}},
+			},
+			MaxUnhealthy:        &all,
+			RemediationTemplate: ref,
+		},
+	}
+	for _, m := range mods {
+		m(c)
+	}
+	w.g.Expect(k8s.Create(w.ctx, c)).To(Succeed())
+	w.t.Cleanup(func() {
+		ctx := context.Background()
+		_ = k8s.Delete(ctx, c)
+		for _, gvk := range []schema.GroupVersionKind{pcRemediation, fenceRemediation} {
+			for _, emr := range listKind(ctx, gvk) {
+				if ownedBy(&emr, c.UID) {
+					_ = k8s.Delete(ctx, &emr)
+				}
+			}
+		}
+	})
+	return c
+}
+
+// reconcile reconciles the check once and refreshes it.
+func (w *world) reconcile(c *v1alpha1.NodeHealthCheck) ctrl.Result {
+	w.t.Helper()
+	res, err := w.r.Reconcile(w.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: c.Name}})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	w.g.Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(c), c)).To(Succeed())
+	return res
+}
+
+// remediations lists the requests of kind gvk owned by check c.
+func (w *world) remediations(gvk schema.GroupVersionKind, c *v1alpha1.NodeHealthCheck) []unstructured.Unstructured {
+	w.t.Helper()
+	var out []unstructured.Unstructured
+	for _, emr := range listKind(w.ctx, gvk) {
+		if ownedBy(&emr, c.UID) {
+			out = append(out, emr)
+		}
+	}
+	return out
+}
+
+// names returns the objects' names.
+func names(objs []unstructured.Unstructured) []string {
+	out := make([]string, 0, len(objs))
+	for _, o := range objs {
+		out = append(out, o.GetName())
+	}
+	slices.Sort(out)
+	return out
+}
+
+func listKind(ctx context.Context, gvk schema.GroupVersionKind) []unstructured.Unstructured {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	if err := k8s.List(ctx, list); err != nil {
+		panic(err)
+	}
+	return list.Items
+}
+
+// leaseHolder returns who holds node's lease, "" when there is none.
+func (w *world) leaseHolder(n *corev1.Node) string {
+	w.t.Helper()
+	l := &coordinationv1.Lease{}
+	err := k8s.Get(w.ctx, types.NamespacedName{Namespace: leaseNS, Name: leases.LeaseName(n.Name)}, l)
+	if apierrors.IsNotFound(err) {
+		return ""
+	}
+	w.g.Expect(err).NotTo(HaveOccurred())
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// entry returns the status entry of node n.
+func entry(c *v1alpha1.NodeHealthCheck, n *corev1.Node) *v1alpha1.UnhealthyNode {
+	return findEntry(c.Status.UnhealthyNodes, n.Name)
+}
+
+// detectionDelays returns the count and sum of the detection delay histogram.
+func detectionDelays(t *testing.T) (uint64, float64) {
+	t.Helper()
+	m := &dto.Metric{}
+	h, ok := metrics.DetectionDelay.WithLabelValues(metrics.CheckerNHC).(interface{ Write(*dto.Metric) error })
+	if !ok {
+		t.Fatal("detection delay histogram cannot be read")
+	}
+	if err := h.Write(m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+}
+
+// setSucceeded sets the remediator's Succeeded condition on a request.
+func (w *world) setSucceeded(emr *unstructured.Unstructured, status metav1.ConditionStatus) {
+	w.t.Helper()
+	w.g.Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(emr), emr)).To(Succeed())
+	w.g.Expect(unstructured.SetNestedSlice(emr.Object, []any{map[string]any{
+		"type": "Succeeded", "status": string(status), "reason": "GaveUp", "message": "test",
+		"lastTransitionTime": t0.Format(time.RFC3339),
+	}}, "status", "conditions")).To(Succeed())
+	w.g.Expect(k8s.Status().Update(w.ctx, emr)).To(Succeed())
+}

@@ -1,0 +1,269 @@
+package nhc
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	crevent "sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/pkg/leases"
+)
+
+// SetupWithManager registers the controller. It watches NodeHealthChecks, Nodes (only label and condition
+// changes, not heartbeats) and the node leases; the template and remediation kinds are watched from the
+// first reconcile that names them, through the manager's cache, which then also serves their reads.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if r.cache == nil {
+		r.cache = mgr.GetCache()
+	}
+	if r.apiReader == nil {
+		r.apiReader = mgr.GetAPIReader()
+	}
+	opts := controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}
+	if r.skipNameValidation {
+		opts.SkipNameValidation = ptr.To(true)
+	}
+	c, err := ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&v1alpha1.NodeHealthCheck{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1alpha1.NodeHealthCheck{}, handler.EnqueueRequestsFromMapFunc(r.allChecks), builder.WithPredicates(peerChanged())).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.checksForNode), builder.WithPredicates(nodeChanged())).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.checksForLease), builder.WithPredicates(leaseChanged(r.opts.LeaseNamespace))).
+		WithOptions(opts).
+		Build(r)
+	if err != nil {
+		return fmt.Errorf("building the %s controller: %w", ControllerName, err)
+	}
+	r.watches = &dynamicWatches{ctrl: c, cache: mgr.GetCache(), started: map[schema.GroupVersionKind]bool{}}
+	ctrl.LoggerFrom(ctx).V(4).Info("Controller registered", "controller", ControllerName)
+	return nil
+}
+
+// watchRole says how events of a dynamically watched kind map to checks.
+type watchRole int
+
+const (
+	roleTemplate    watchRole = iota // a template: the checks that name it
+	roleRemediation                  // a remediation request: the check that owns it
+)
+
+// dynamicWatches are the watches on template and remediation kinds, started once per kind.
+type dynamicWatches struct {
+	mu      sync.Mutex
+	ctrl    controller.Controller
+	cache   cache.Cache
+	started map[schema.GroupVersionKind]bool
+}
+
+// ensureWatch starts watching gvk unless it is already watched. Without a manager it does nothing.
+func (r *Reconciler) ensureWatch(ctx context.Context, gvk schema.GroupVersionKind, role watchRole) error {
+	w := r.watches
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started[gvk] {
+		return nil
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(gvk)
+	mapFn := checksOwning
+	if role == roleTemplate {
+		mapFn = r.checksUsingTemplate
+	}
+	if err := w.ctrl.Watch(source.Kind[client.Object](w.cache, obj, handler.EnqueueRequestsFromMapFunc(mapFn))); err != nil {
+		return fmt.Errorf("watching %s: %w", gvk, err)
+	}
+	w.started[gvk] = true
+	ctrl.LoggerFrom(ctx).Info("Watching kind", "kind", gvk.String())
+	return nil
+}
+
+// allChecks enqueues every check: the overlapping rule makes each depend on the others.
+func (r *Reconciler) allChecks(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list v1alpha1.NodeHealthCheckList
+	if err := r.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing NodeHealthChecks")
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: list.Items[i].Name}})
+	}
+	return out
+}
+
+// checksForNode enqueues the checks whose selector matches the Node, and those remediating it.
+func (r *Reconciler) checksForNode(ctx context.Context, obj client.Object) []reconcile.Request {
+	return r.checksFor(ctx, obj.GetName(), labels.Set(obj.GetLabels()), true)
+}
+
+// checksFor enqueues the checks that select a Node with these labels (when known) or remember it.
+func (r *Reconciler) checksFor(ctx context.Context, name string, set labels.Set, known bool) []reconcile.Request {
+	var list v1alpha1.NodeHealthCheckList
+	if err := r.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing NodeHealthChecks")
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		check := &list.Items[i]
+		sel, err := selectorOf(check)
+		if (known && err == nil && sel.Matches(set)) || remembers(check, name) {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: check.Name}})
+		}
+	}
+	return out
+}
+
+func remembers(check *v1alpha1.NodeHealthCheck, node string) bool {
+	if _, ok := check.Status.InFlightRemediations[node]; ok {
+		return true
+	}
+	return findEntry(check.Status.UnhealthyNodes, node) != nil
+}
+
+// checksForLease enqueues the checks of the Node a lease is about.
+func (r *Reconciler) checksForLease(ctx context.Context, obj client.Object) []reconcile.Request {
+	name, ok := strings.CutPrefix(obj.GetName(), leases.LeaseName(""))
+	if !ok || name == "" {
+		return nil
+	}
+	node, err := r.nodeNamed(ctx, name)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Getting the node of a lease", "lease", obj.GetName())
+		return nil
+	}
+	if node == nil {
+		return r.checksFor(ctx, name, nil, false)
+	}
+	return r.checksFor(ctx, name, labels.Set(node.Labels), true)
+}
+
+// checksOwning enqueues the NodeHealthCheck that owns a remediation request.
+func checksOwning(_ context.Context, obj client.Object) []reconcile.Request {
+	var out []reconcile.Request
+	for _, o := range obj.GetOwnerReferences() {
+		gv, err := schema.ParseGroupVersion(o.APIVersion)
+		if err == nil && o.Kind == holderKind && gv.Group == v1alpha1.GroupVersion.Group {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: o.Name}})
+		}
+	}
+	return out
+}
+
+// checksUsingTemplate enqueues the checks that name a template.
+func (r *Reconciler) checksUsingTemplate(ctx context.Context, obj client.Object) []reconcile.Request {
+	var list v1alpha1.NodeHealthCheckList
+	if err := r.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing NodeHealthChecks")
+		return nil
+	}
+	gvk := obj.GetObjectKind().GroupVersionKind()
+	var out []reconcile.Request
+	for i := range list.Items {
+		for _, s := range stepRefs(list.Items[i].Spec) {
+			gv, err := schema.ParseGroupVersion(s.Ref.APIVersion)
+			if err == nil && gv.Group == gvk.Group && s.Ref.Kind == gvk.Kind && s.Ref.Namespace == obj.GetNamespace() && s.Ref.Name == obj.GetName() {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: list.Items[i].Name}})
+				break
+			}
+		}
+	}
+	return out
+}
+
+// nodeChanged passes Node events that can change a decision: creation, deletion, labels, and the type,
+// status or transition time of a condition. Heartbeats (lastHeartbeatTime, every few minutes per Node)
+// are filtered out, so a quiet cluster of thousands of Nodes costs no reconciles.
+func nodeChanged() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e crevent.UpdateEvent) bool {
+			o, okO := e.ObjectOld.(*corev1.Node)
+			n, okN := e.ObjectNew.(*corev1.Node)
+			if !okO || !okN {
+				return true
+			}
+			return !maps.Equal(o.Labels, n.Labels) || conditionsChanged(o.Status.Conditions, n.Status.Conditions) ||
+				(o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil)
+		},
+		GenericFunc: func(crevent.GenericEvent) bool { return false },
+	}
+}
+
+func conditionsChanged(a, b []corev1.NodeCondition) bool {
+	if len(a) != len(b) {
+		return true
+	}
+	type key struct {
+		status corev1.ConditionStatus
+		since  int64
+	}
+	seen := make(map[corev1.NodeConditionType]key, len(a))
+	for _, c := range a {
+		seen[c.Type] = key{c.Status, c.LastTransitionTime.UnixNano()}
+	}
+	for _, c := range b {
+		if k, ok := seen[c.Type]; !ok || k != (key{c.Status, c.LastTransitionTime.UnixNano()}) {
+			return true
+		}
+	}
+	return false
+}
+
+// leaseChanged passes node lease events in the lease namespace that change who holds a lease.
+func leaseChanged(namespace string) predicate.Funcs {
+	inNS := func(o client.Object) bool { return o.GetNamespace() == namespace }
+	return predicate.Funcs{
+		CreateFunc: func(e crevent.CreateEvent) bool { return inNS(e.Object) },
+		DeleteFunc: func(e crevent.DeleteEvent) bool { return inNS(e.Object) },
+		UpdateFunc: func(e crevent.UpdateEvent) bool {
+			o, okO := e.ObjectOld.(*coordinationv1.Lease)
+			n, okN := e.ObjectNew.(*coordinationv1.Lease)
+			if !okO || !okN || !inNS(n) {
+				return false
+			}
+			return ptr.Deref(o.Spec.HolderIdentity, "") != ptr.Deref(n.Spec.HolderIdentity, "")
+		},
+		GenericFunc: func(crevent.GenericEvent) bool { return false },
+	}
+}
+
+// peerChanged passes the check events other checks depend on (the overlapping rule): creation,
+// deletion, a spec change, and a change of the Disabled condition (disabled checks own no Node).
+func peerChanged() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e crevent.UpdateEvent) bool {
+			o, okO := e.ObjectOld.(*v1alpha1.NodeHealthCheck)
+			n, okN := e.ObjectNew.(*v1alpha1.NodeHealthCheck)
+			if !okO || !okN {
+				return true
+			}
+			return o.Generation != n.Generation || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) ||
+				meta.IsStatusConditionTrue(o.Status.Conditions, v1alpha1.ConditionDisabled) != meta.IsStatusConditionTrue(n.Status.Conditions, v1alpha1.ConditionDisabled)
+		},
+		GenericFunc: func(crevent.GenericEvent) bool { return false },
+	}
+}

@@ -1,0 +1,131 @@
+package nhc
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	crevent "sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+)
+
+func TestNodeChangedIgnoresHeartbeats(t *testing.T) {
+	base := unitNode("w1", corev1.ConditionTrue, u0, "pool", "a")
+	tests := []struct {
+		name   string
+		change func(*corev1.Node)
+		want   bool
+	}{
+		{name: "heartbeat only", change: func(n *corev1.Node) {
+			n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(u0.Add(5 * time.Minute))
+			n.ResourceVersion = "2"
+		}},
+		{name: "ready status changes", want: true, change: func(n *corev1.Node) {
+			n.Status.Conditions[0].Status = corev1.ConditionUnknown
+			n.Status.Conditions[0].LastTransitionTime = metav1.NewTime(u0.Add(time.Minute))
+		}},
+		{name: "a condition appears", want: true, change: func(n *corev1.Node) {
+			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeDiskPressure, Status: corev1.ConditionTrue})
+		}},
+		{name: "labels change", want: true, change: func(n *corev1.Node) { n.Labels[v1alpha1.LabelExcludeFromRemediation] = "true" }},
+		{name: "deletion starts", want: true, change: func(n *corev1.Node) { n.DeletionTimestamp = &metav1.Time{Time: u0} }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			n := base.DeepCopy()
+			tt.change(n)
+			g.Expect(nodeChanged().Update(crevent.UpdateEvent{ObjectOld: base, ObjectNew: n})).To(Equal(tt.want))
+		})
+	}
+}
+
+func TestLeaseChangedOnlyOnHolderChanges(t *testing.T) {
+	lease := func(ns, holder string, renew time.Time) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "node-w1"},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), RenewTime: &metav1.MicroTime{Time: renew}}}
+	}
+	g := NewWithT(t)
+	p := leaseChanged(leaseNS)
+	g.Expect(p.Update(crevent.UpdateEvent{ObjectOld: lease(leaseNS, "a", u0), ObjectNew: lease(leaseNS, "a", u0.Add(time.Minute))})).To(BeFalse(), "a renewal")
+	g.Expect(p.Update(crevent.UpdateEvent{ObjectOld: lease(leaseNS, "a", u0), ObjectNew: lease(leaseNS, "b", u0)})).To(BeTrue())
+	g.Expect(p.Create(crevent.CreateEvent{Object: lease(leaseNS, "a", u0)})).To(BeTrue())
+	g.Expect(p.Delete(crevent.DeleteEvent{Object: lease(leaseNS, "a", u0)})).To(BeTrue())
+	g.Expect(p.Create(crevent.CreateEvent{Object: lease("kube-node-lease", "w1", u0)})).To(BeFalse(), "kubelet heartbeats")
+}
+
+func TestChecksOwning(t *testing.T) {
+	g := NewWithT(t)
+	emr := &unstructured.Unstructured{}
+	emr.SetOwnerReferences([]metav1.OwnerReference{
+		{APIVersion: "v1", Kind: "Node", Name: "w1", UID: "n"},
+		{APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "NodeHealthCheck", Name: "workers", UID: "c"},
+		{APIVersion: "remediation.medik8s.io/v1alpha1", Kind: "NodeHealthCheck", Name: "theirs", UID: "m"},
+	})
+	g.Expect(checksOwning(t.Context(), emr)).To(Equal([]reconcile.Request{{NamespacedName: types.NamespacedName{Name: "workers"}}}))
+}
+
+// The map functions find the checks a Node or a template event concerns (against the API server).
+func TestMapFunctions(t *testing.T) {
+	w := newWorld(t)
+	g := w.g
+	ref := w.pcTemplate("pc")
+	selecting := w.check("selecting", &ref)
+	other := w.check("other", nil, func(c *v1alpha1.NodeHealthCheck) {
+		c.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": w.pool + "-x"}}
+		c.Spec.RemediationTemplate = &v1alpha1.TemplateReference{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: ref.Namespace, Name: "else"}
+	})
+	n := w.node("w1", corev1.ConditionTrue, t0)
+	req := func(c *v1alpha1.NodeHealthCheck) reconcile.Request {
+		return reconcile.Request{NamespacedName: types.NamespacedName{Name: c.Name}}
+	}
+	g.Expect(w.r.checksForNode(w.ctx, n)).To(Equal([]reconcile.Request{req(selecting)}))
+
+	// A check that remembers the Node hears of it even when its selector no longer matches.
+	other.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: n.Name, SkipReason: SkipExcluded}}
+	g.Expect(k8s.Status().Update(w.ctx, other)).To(Succeed())
+	g.Expect(w.r.checksForNode(w.ctx, n)).To(ConsistOf(req(selecting), req(other)))
+
+	tpl := &unstructured.Unstructured{}
+	tpl.SetAPIVersion(ref.APIVersion)
+	tpl.SetKind(ref.Kind)
+	tpl.SetNamespace(ref.Namespace)
+	tpl.SetName(ref.Name)
+	g.Expect(w.r.checksUsingTemplate(w.ctx, tpl)).To(Equal([]reconcile.Request{req(selecting)}))
+}
+
+// BenchmarkDecide5000Nodes is decide's cost for a 5,000-node check with 50 unhealthy Nodes: what every
+// reconcile of a large check pays besides reading the cache.
+func BenchmarkDecide5000Nodes(b *testing.B) {
+	var nodes []*corev1.Node
+	for i := range 5000 {
+		status := corev1.ConditionTrue
+		if i%100 == 0 {
+			status = corev1.ConditionUnknown
+		}
+		n := unitNode(fmt.Sprintf("n%04d", i), status, u0)
+		n.Status.Conditions = append(n.Status.Conditions,
+			corev1.NodeCondition{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse},
+			corev1.NodeCondition{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse},
+			corev1.NodeCondition{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse})
+		nodes = append(nodes, n)
+	}
+	in := unitObserved(unitCheck(), nodes...)
+	now := u0.Add(time.Hour)
+	b.ReportAllocs()
+	for b.Loop() {
+		p := decide(in, now)
+		if len(p.Creates) != 50 {
+			b.Fatalf("%d creates", len(p.Creates))
+		}
+	}
+}

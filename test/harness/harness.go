@@ -1,0 +1,253 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/testenv"
+	"github.com/metalheal/metalheal/test/nodesim"
+	"github.com/metalheal/metalheal/test/redfish-mock/redfishmock"
+	"github.com/metalheal/metalheal/test/world"
+)
+
+const (
+	// Namespace is where the manager runs and the BMCs and their Secrets live, as config/default deploys.
+	Namespace = "metalheal-system"
+	// ManagerUser is the identity the manager processes run as, bound to config/default's RBAC.
+	ManagerUser = "system:serviceaccount:metalheal-system:metalheal-manager"
+	// BMCUsername and BMCPassword are every simulated BMC's credentials.
+	BMCUsername = "admin"
+	BMCPassword = "harness-bmc-secret"
+	// WorkerPrefix names the worker nodes worker-1..N; their systems in the mock have IDs 1..N.
+	WorkerPrefix = "worker"
+)
+
+// Options shape the world. Zero values give a small, fast world suitable for the demo.
+type Options struct {
+	// Workers is the number of worker nodes (and BMC systems). Default 3.
+	Workers int
+	// World configures the control plane; NodeMonitorGracePeriod defaults to 10s here.
+	World world.Options
+	// LeaseInterval is how often simulated kubelets renew their lease. Default 2s.
+	LeaseInterval time.Duration
+	// BootDelay is how long a host takes from power-on to Ready. Default 3s.
+	BootDelay time.Duration
+	// PowerDelay is how long a BMC takes to change power state. Default 1s.
+	PowerDelay time.Duration
+	// NodeLabels are added to every worker (node-role.kubernetes.io/worker is always set).
+	NodeLabels map[string]string
+	// SkipBMCs creates no BMC objects (a test that makes its own).
+	SkipBMCs bool
+	// Log receives progress lines; nil discards them.
+	Log io.Writer
+}
+
+func (o Options) withDefaults() Options {
+	if o.Workers <= 0 {
+		o.Workers = 3
+	}
+	if o.World.NodeMonitorGracePeriod <= 0 {
+		o.World.NodeMonitorGracePeriod = 10 * time.Second
+	}
+	if o.LeaseInterval <= 0 {
+		o.LeaseInterval = 2 * time.Second
+	}
+	if o.BootDelay <= 0 {
+		o.BootDelay = 3 * time.Second
+	}
+	if o.PowerDelay <= 0 {
+		o.PowerDelay = time.Second
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	return o
+}
+
+// Harness is a running local world with simulated hosts and their BMCs.
+type Harness struct {
+	World  *world.World
+	Mock   *redfishmock.Mock
+	Sim    *nodesim.Simulator
+	Client client.Client
+	// ManagerKubeconfig is the kubeconfig of ManagerUser.
+	ManagerKubeconfig string
+
+	opts     Options
+	cancel   context.CancelFunc
+	managers []*Manager
+}
+
+// Scheme knows metalheal's kinds and Kubernetes' built-ins.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = v1alpha1.AddToScheme(s)
+	return s
+}
+
+// Start builds the world. On error nothing is left running.
+func Start(ctx context.Context, opts Options) (_ *Harness, err error) {
+	opts = opts.withDefaults()
+	h := &Harness{opts: opts}
+	defer func() {
+		if err != nil {
+			h.Stop()
+		}
+	}()
+	h.logf("starting etcd, kube-apiserver and kube-controller-manager")
+	if h.World, err = world.Start(ctx, opts.World); err != nil {
+		return nil, err
+	}
+	if h.Client, err = client.New(h.World.RESTConfig(), client.Options{Scheme: Scheme()}); err != nil {
+		return nil, err
+	}
+	if err := h.installRBAC(ctx); err != nil {
+		return nil, fmt.Errorf("installing metalheal's RBAC: %w", err)
+	}
+	user, err := h.World.AddUser(ManagerUser, []string{"system:serviceaccounts", "system:serviceaccounts:" + Namespace}, nil)
+	if err != nil {
+		return nil, err
+	}
+	h.ManagerKubeconfig = user.Kubeconfig
+
+	h.logf("starting the Redfish BMC simulator with %d systems", opts.Workers)
+	h.Mock, err = redfishmock.New().WithSystems(opts.Workers).WithCredentials(BMCUsername, BMCPassword).
+		WithPowerDelay(opts.PowerDelay).WithControlEndpoint().Start()
+	if err != nil {
+		return nil, err
+	}
+	power, err := nodesim.RedfishPowerByID(h.Mock, func(id string) string { return WorkerPrefix + "-" + id })
+	if err != nil {
+		return nil, err
+	}
+	cs, err := nodesim.NewClient(h.World.RESTConfig(), "nodesim")
+	if err != nil {
+		return nil, err
+	}
+	simCtx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	h.Sim = nodesim.New(cs, nodesim.Options{Power: power, LeaseInterval: opts.LeaseInterval, BootDelay: opts.BootDelay})
+	if err := h.Sim.Start(simCtx); err != nil {
+		return nil, err
+	}
+	labels := map[string]string{"node-role.kubernetes.io/worker": ""}
+	for k, v := range opts.NodeLabels {
+		labels[k] = v
+	}
+	h.logf("registering %d simulated nodes", opts.Workers)
+	if err := h.Sim.AddNodes(ctx, nodesim.Nodes(WorkerPrefix, opts.Workers, labels)...); err != nil {
+		return nil, err
+	}
+	if !opts.SkipBMCs {
+		if err := h.createBMCs(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+func (h *Harness) logf(format string, args ...any) {
+	fmt.Fprintf(h.opts.Log, format+"\n", args...)
+}
+
+// NodeName is the name of worker i (1-based).
+func NodeName(i int) string { return WorkerPrefix + "-" + strconv.Itoa(i) }
+
+// SystemID is the Redfish system ID of a worker node.
+func SystemID(node string) string { return strings.TrimPrefix(node, WorkerPrefix+"-") }
+
+// createBMCs makes one Secret and one BMC per worker, pointing at its system in the mock.
+func (h *Harness) createBMCs(ctx context.Context) error {
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "bmc-credentials", Namespace: Namespace},
+		StringData: map[string]string{"username": BMCUsername, "password": BMCPassword},
+	}
+	if err := h.Client.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	base := strings.Replace(h.Mock.URL(), "http://", "redfish+http://", 1)
+	base = strings.Replace(base, "https://", "redfish+https://", 1)
+	for i := 1; i <= h.opts.Workers; i++ {
+		node := NodeName(i)
+		b := &v1alpha1.BMC{
+			ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: Namespace},
+			Spec: v1alpha1.BMCSpec{
+				NodeName:             node,
+				Address:              base + h.Mock.SystemPath(SystemID(node)),
+				CredentialsSecretRef: v1alpha1.SecretReference{Name: secret.Name},
+			},
+		}
+		if err := h.Client.Create(ctx, b); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// installRBAC applies what `kustomize build config/default` renders, except the Deployment (the
+// manager runs as a local process), and binds the manager's roles to ManagerUser: the manager runs
+// with exactly the permissions a deployment gives it.
+func (h *Harness) installRBAC(ctx context.Context) error {
+	root := testenv.RepoRoot()
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "bin", "kustomize"), "build", filepath.Join(root, "config", "default"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("kustomize build config/default (run `make tools`): %w: %s", err, stderr.String())
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return err
+		}
+		if len(u.Object) == 0 || u.GetKind() == "Deployment" || u.GetKind() == "CustomResourceDefinition" {
+			continue
+		}
+		if err := h.Client.Patch(ctx, u, client.Apply, client.FieldOwner("harness"), client.ForceOwnership); err != nil {
+			return fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// Stop stops every manager, the simulator, the mock and the world.
+func (h *Harness) Stop() {
+	for _, m := range h.managers {
+		m.Kill()
+	}
+	if h.cancel != nil {
+		h.cancel()
+		if h.Sim != nil {
+			<-h.Sim.Done()
+		}
+	}
+	if h.Mock != nil {
+		h.Mock.Close()
+	}
+	if h.World != nil {
+		_ = h.World.Stop()
+	}
+}
