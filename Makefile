@@ -59,7 +59,7 @@ verify-gen: generate manifests ## Regenerate everything and fail if the committe
 		git status --porcelain -- api config; git diff --stat -- api config; exit 1; fi
 
 .PHONY: test
-test: test-deps envtest-bins ## Run all tests against a real local apiserver (installs what it needs).
+test: test-deps envtest-bins tools ## Run all tests against a real local apiserver (installs what it needs).
 	$(GO) test $(TEST_FLAGS) ./...
 	$(GO) test -run='^$$' -fuzz=FuzzParseAddress -fuzztime=$(FUZZTIME) ./pkg/bmc
 

@@ -39,7 +39,7 @@ import (
 func main() { etcdmain.Main(os.Args) }
 GO
   (cd "$d" && go mod init localetcd >/dev/null 2>&1 && go mod edit -go=1.26 \
-    && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null \
+    && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null 2>&1 \
     && go mod tidy >/dev/null && go build -trimpath -o "$bin/etcd" .)
   stamp etcd "$ETCD_VERSION"
 }
