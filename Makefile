@@ -63,6 +63,10 @@ test: test-deps envtest-bins tools ## Run all tests against a real local apiserv
 	$(GO) test $(TEST_FLAGS) ./...
 	$(GO) test -run='^$$' -fuzz=FuzzParseAddress -fuzztime=$(FUZZTIME) ./pkg/bmc
 
+.PHONY: test-e2e
+test-e2e: test-deps envtest-bins tools ## Run the end-to-end suite: the real manager as its own process in a local world, under faults.
+	$(GO) test -tags e2e -count=1 -timeout 20m -v ./test/e2e/ -ginkgo.v
+
 .PHONY: test-deps
 test-deps: ## Install the system packages tests drive (ipmitool, ipmi_sim, Redfish clients) when missing.
 	hack/install-test-deps.sh
@@ -70,6 +74,10 @@ test-deps: ## Install the system packages tests drive (ipmitool, ipmi_sim, Redfi
 .PHONY: envtest-bins
 envtest-bins: ## Build etcd, kube-apiserver and kube-controller-manager into ./bin (once; cached).
 	KUBE_VERSION=$(KUBE_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/build-control-plane.sh $(BIN)
+
+.PHONY: demo
+demo: envtest-bins tools ## Watch a node die and metalheal bring it back, on a local control plane (ARGS=--keep leaves it running).
+	$(GO) run ./test/demo $(ARGS)
 
 ##@ Build
 
@@ -84,6 +92,12 @@ run: ## Run the manager against the cluster in $$KUBECONFIG.
 .PHONY: docker-build
 docker-build: ## Build the container image (never runs tests).
 	docker build -t $(IMG) .
+
+##@ Benchmarks
+
+.PHONY: bench
+bench: envtest-bins tools ## Measure detection latency, controller cost and concurrent power cycles at scale (BENCHMARKS.md); e.g. ARGS="--nodes=500".
+	$(GO) run ./test/bench $(ARGS)
 
 ##@ Deployment
 

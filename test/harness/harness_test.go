@@ -34,7 +34,7 @@ func TestManagerChecksBMCsWithDeployedRBAC(t *testing.T) {
 				HaveField("Type", v1alpha1.ConditionReachable), HaveField("Status", BeEquivalentTo("True")))))
 			g.Expect(b.Status.Conditions).To(ContainElement(And(
 				HaveField("Type", v1alpha1.ConditionCredentialsValid), HaveField("Status", BeEquivalentTo("True")))))
-		}).WithTimeout(60 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed(), "see %s", m.LogPath)
+		}).WithTimeout(60*time.Second).WithPolling(250*time.Millisecond).Should(Succeed(), "see %s", m.LogPath)
 	}
 	logs, err := os.ReadFile(m.LogPath)
 	g.Expect(err).NotTo(HaveOccurred())

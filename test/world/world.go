@@ -39,12 +39,13 @@ const (
 // DefaultControllers are the controller-manager's controllers a world runs unless Options.Controllers
 // says otherwise.
 var DefaultControllers = []string{
-	"garbage-collector-controller",     // ownerReferences: EMRs owned by Nodes, Leases owned by Nodes, ...
-	"node-lifecycle-controller",        // Ready=Unknown after the grace period; unreachable/not-ready taints
-	"taint-eviction-controller",        // deletes pods that do not tolerate a NoExecute taint (out-of-service)
-	"pod-garbage-collector-controller", // force-deletes terminating pods on out-of-service, not-Ready nodes
-	"namespace-controller",             // namespaces a test deletes really go away
-	"serviceaccount-controller",        // the default ServiceAccount in every namespace
+	"garbage-collector-controller",       // ownerReferences: EMRs owned by Nodes, Leases owned by Nodes, ...
+	"node-lifecycle-controller",          // Ready=Unknown after the grace period; unreachable/not-ready taints
+	"taint-eviction-controller",          // deletes pods that do not tolerate a NoExecute taint (out-of-service)
+	"pod-garbage-collector-controller",   // force-deletes terminating pods on out-of-service, not-Ready nodes
+	"namespace-controller",               // namespaces a test deletes really go away
+	"serviceaccount-controller",          // the default ServiceAccount in every namespace
+	"clusterrole-aggregation-controller", // fills aggregated ClusterRoles (ext-remediation, admin/edit/view)
 }
 
 // Options configure a world. The zero value is a good world for tests.

@@ -1,0 +1,445 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/pkg/leases"
+	"github.com/metalheal/metalheal/test/harness"
+	"github.com/metalheal/metalheal/test/nodesim"
+	"github.com/metalheal/metalheal/test/redfish-mock/redfishmock"
+	"github.com/metalheal/metalheal/test/world"
+)
+
+// The demo's settings: config/samples with timeouts short enough for the story to take about half a
+// minute.
+const (
+	// checkName names the NodeHealthCheck and the PowerCycleRemediationTemplate.
+	checkName = "demo"
+	// leaseNamespace is where the node leases live (the manager's default).
+	leaseNamespace = "medik8s-leases"
+
+	gracePeriod     = 8 * time.Second // node monitor grace period: silence before Ready=Unknown
+	leaseInterval   = 2 * time.Second // the simulated kubelets' heartbeat
+	unhealthyFor    = 5 * time.Second // the NodeHealthCheck's condition duration
+	healthyDelay    = 3 * time.Second // how long the node must stay Ready before its request is deleted
+	bootDelay       = 3 * time.Second // power-on to Ready
+	bmcPowerDelay   = time.Second     // the simulated BMC's time per power transition
+	powerPollPeriod = time.Second     // the remediator's --power-poll-interval
+	powerOffTimeout = 10              // seconds: the BMC must confirm the power-off within this
+	powerOnTimeout  = 30              // seconds: from power-on until the node is Ready
+
+	// readyTimeout bounds the wait for the BMCs and the NodeHealthCheck before the failure.
+	readyTimeout = time.Minute
+	// cleanTimeout bounds the final check that nothing was left behind.
+	cleanTimeout = 15 * time.Second
+	// pollInterval is how often the demo looks while it waits on something it does not watch.
+	pollInterval = 250 * time.Millisecond
+)
+
+// options are the command line's.
+type options struct {
+	// Workers is the number of hosts (and nodes). At least 2.
+	Workers int
+	// Keep leaves everything running until ctx is done, and prints how to look around.
+	Keep bool
+	// Timeout bounds everything after the manager is built: the world's start, the story and the checks.
+	Timeout time.Duration
+	// Clock times the story.
+	Clock clock.Clock
+}
+
+func (o options) validate() error {
+	if o.Workers < 2 {
+		return fmt.Errorf("--workers %d: the demo needs at least 2 (one to break, one to stay healthy)", o.Workers)
+	}
+	if o.Timeout <= 0 {
+		return fmt.Errorf("--timeout %s: must be positive", o.Timeout)
+	}
+	return nil
+}
+
+// ErrNotClean is returned when the node came back but something was left behind.
+var ErrNotClean = errors.New("not clean")
+
+// ErrTimedOut is returned when the story does not end within the demo's timeout.
+var ErrTimedOut = errors.New("timed out")
+
+// ErrManagerExited is returned when the manager process dies during the demo.
+var ErrManagerExited = errors.New("the manager exited")
+
+// run tells the story: it builds the world, breaks a node and follows its remediation to the end. It
+// returns nil once the node is back and everything is clean. With Keep it then waits for ctx to be done.
+func run(ctx context.Context, opts options, out io.Writer) error {
+	_, err := runStory(ctx, opts, out)
+	return err
+}
+
+// runStory is run, also returning the story (for the test).
+func runStory(ctx context.Context, opts options, out io.Writer) (_ *story, err error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	// The demo's watches log through controller-runtime; the story is what this program prints.
+	ctrllog.SetLogger(logr.Discard())
+	begun := opts.Clock.Now()
+	say := func(format string, args ...any) { fmt.Fprintf(out, "==> "+format+"\n", args...) }
+	fmt.Fprintf(out, "metalheal demo: a node dies, metalheal power-cycles its host through its BMC, the node comes back.\n\n")
+
+	say("building the manager (bin/manager)")
+	if _, err := harness.BuildManager(ctx); err != nil {
+		return nil, err
+	}
+	storyCtx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
+
+	h, err := harness.Start(storyCtx, harness.Options{
+		Workers: opts.Workers,
+		World: world.Options{
+			NodeMonitorGracePeriod: gracePeriod,
+			KeepDir:                true, // removed below unless the demo fails
+		},
+		LeaseInterval: leaseInterval,
+		BootDelay:     bootDelay,
+		PowerDelay:    bmcPowerDelay,
+		Log:           prefixWriter{out: out, prefix: "==> "},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("starting the local world: %w", err)
+	}
+	var m *harness.Manager
+	defer func() {
+		if m != nil {
+			_ = m.Stop()
+		}
+		h.Stop()
+		switch {
+		case err != nil:
+			fmt.Fprintf(out, "\nLogs kept in %s\n", h.World.LogDir())
+		case os.Getenv(world.KeepEnv) == "":
+			_ = os.RemoveAll(h.World.Dir())
+		}
+	}()
+
+	m, err = h.StartManager(storyCtx, fmt.Sprintf("--power-poll-interval=%s", powerPollPeriod))
+	if err != nil {
+		return nil, fmt.Errorf("starting the manager: %w", err)
+	}
+	say("started the manager as user %s: pid %d, log %s", harness.ManagerUser, m.PID(), m.LogPath)
+
+	st, err := tell(storyCtx, ctx, opts, out, h, m)
+	if err != nil {
+		err = fmt.Errorf("%w\n    manager log: %s", err, m.LogPath)
+	} else {
+		fmt.Fprintf(out, "The demo took %.0fs.\n", opts.Clock.Since(begun).Seconds())
+	}
+	if opts.Keep && ctx.Err() == nil {
+		if err != nil {
+			fmt.Fprintf(out, "\nThe demo failed: %v\n", err)
+		}
+		lookAround(out, h, m, opts.Workers)
+		<-ctx.Done()
+		fmt.Fprintf(out, "\nStopping everything.\n")
+	}
+	return st, err
+}
+
+// tell applies the health check, breaks a node and follows the story to a clean end.
+func tell(storyCtx, ctx context.Context, opts options, out io.Writer, h *harness.Harness, m *harness.Manager) (*story, error) {
+	say := func(format string, args ...any) { fmt.Fprintf(out, "==> "+format+"\n", args...) }
+	if err := apply(storyCtx, h.Client); err != nil {
+		return nil, err
+	}
+	say("applied PowerCycleRemediationTemplate %s/%s and NodeHealthCheck %s:", harness.Namespace, checkName, checkName)
+	fmt.Fprintf(out, "      a worker NotReady for %s is power-cycled through its BMC (power-off confirmed within %ds, Ready within %ds)\n",
+		unhealthyFor, powerOffTimeout, powerOnTimeout)
+
+	node := harness.NodeName(2)
+	st := newStory(opts.Clock, out, node, harness.SystemID(node))
+	h.Mock.OnPowerChange(func(id string, from, to redfishmock.PowerState) {
+		st.observePower(id, string(from), string(to))
+	})
+	if err := watch(storyCtx, h.World.RESTConfig(), st, harness.Namespace, leaseNamespace); err != nil {
+		return st, err
+	}
+
+	say("waiting for the %d BMCs to be reachable and the NodeHealthCheck to see %d healthy nodes", opts.Workers, opts.Workers)
+	if err := waitReady(storyCtx, h.Client, opts.Workers); err != nil {
+		return st, err
+	}
+
+	fmt.Fprintf(out, "\nBreaking %s: its kubelet hangs while the host stays on (a power cycle cures it).\n", node)
+	fmt.Fprintf(out, "Node monitor grace period %s, NodeHealthCheck duration %s, BMC power transition %s, boot %s.\n\n",
+		gracePeriod, unhealthyFor, bmcPowerDelay, bootDelay)
+	st.begin(fmt.Sprintf("the kubelet of %s hangs: no more heartbeats; its host stays powered on", node))
+	if err := h.Sim.InjectFault(node, nodesim.FaultTransient); err != nil {
+		return st, fmt.Errorf("injecting the fault: %w", err)
+	}
+
+	err := follow(storyCtx, ctx, st, m)
+	st.end()
+	if err != nil {
+		return st, err
+	}
+	if err := verifyClean(storyCtx, h, node); err != nil {
+		return st, err
+	}
+
+	fmt.Fprintf(out, "\nSummary (times since the failure)\n")
+	for _, line := range summarize(st.Seen(), timings{GracePeriod: gracePeriod, UnhealthyFor: unhealthyFor,
+		BootDelay: bootDelay, HealthyDelay: healthyDelay, SimulatedBMCTime: bmcPowerDelay}) {
+		fmt.Fprintln(out, line)
+	}
+	fmt.Fprintf(out, "\nAll clean: %s is Ready, every host is on, no taint, remediation request or node lease is left,\n", node)
+	fmt.Fprintf(out, "and only %s's host was power-cycled (once).\n", node)
+	return st, nil
+}
+
+// apply creates the demo's template and health check, as config/samples does with shorter timeouts.
+func apply(ctx context.Context, c client.Client) error {
+	tmpl := &v1alpha1.PowerCycleRemediationTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: checkName, Namespace: harness.Namespace},
+		Spec: v1alpha1.PowerCycleRemediationTemplateSpec{Template: v1alpha1.PowerCycleRemediationTemplateResource{
+			Spec: v1alpha1.PowerCycleRemediationSpec{
+				Strategy:               v1alpha1.StrategyEscalate,
+				DeleteAfterRetries:     ptr.To[int32](3),
+				PowerOffTimeoutSeconds: powerOffTimeout,
+				PowerOnTimeoutSeconds:  powerOnTimeout,
+				RetryBackoff:           &v1alpha1.RetryBackoff{Initial: metav1.Duration{Duration: 5 * time.Second}, Max: metav1.Duration{Duration: 30 * time.Second}},
+				OutOfServiceTaint:      ptr.To(true),
+			},
+		}},
+	}
+	if err := c.Create(ctx, tmpl); err != nil {
+		return fmt.Errorf("creating the PowerCycleRemediationTemplate: %w", err)
+	}
+	check := &v1alpha1.NodeHealthCheck{
+		ObjectMeta: metav1.ObjectMeta{Name: checkName},
+		Spec: v1alpha1.NodeHealthCheckSpec{
+			Selector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: "node-role.kubernetes.io/worker", Operator: metav1.LabelSelectorOpExists},
+			}},
+			UnhealthyConditions: []v1alpha1.NodeUnhealthyCondition{
+				{Type: string(corev1.NodeReady), Status: "False", Duration: metav1.Duration{Duration: unhealthyFor}},
+				{Type: string(corev1.NodeReady), Status: "Unknown", Duration: metav1.Duration{Duration: unhealthyFor}},
+			},
+			// One node at a time, however many workers: more would be a storm, not a broken node.
+			MaxUnhealthy: ptr.To(intstr.FromInt32(1)),
+			HealthyDelay: &metav1.Duration{Duration: healthyDelay},
+			RemediationTemplate: &v1alpha1.TemplateReference{
+				APIVersion: v1alpha1.GroupVersion.String(),
+				Kind:       "PowerCycleRemediationTemplate",
+				Name:       checkName,
+				Namespace:  harness.Namespace,
+			},
+		},
+	}
+	if err := c.Create(ctx, check); err != nil {
+		return fmt.Errorf("creating the NodeHealthCheck: %w", err)
+	}
+	return nil
+}
+
+// waitReady waits until every BMC is reachable with valid credentials and powered on, and the
+// NodeHealthCheck sees every worker healthy.
+func waitReady(ctx context.Context, c client.Client, workers int) error {
+	var why string
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
+		var bmcs v1alpha1.BMCList
+		if err := c.List(ctx, &bmcs, client.InNamespace(harness.Namespace)); err != nil {
+			why = err.Error()
+			return false, nil
+		}
+		if len(bmcs.Items) != workers {
+			why = fmt.Sprintf("%d BMCs, want %d", len(bmcs.Items), workers)
+			return false, nil
+		}
+		for _, b := range bmcs.Items {
+			for _, t := range []string{v1alpha1.ConditionReachable, v1alpha1.ConditionCredentialsValid} {
+				if cond := metav1ConditionStatus(b.Status.Conditions, t); cond != metav1.ConditionTrue {
+					why = fmt.Sprintf("BMC %s: %s is %q", b.Name, t, cond)
+					return false, nil
+				}
+			}
+			if b.Status.PowerState != v1alpha1.PowerOn {
+				why = fmt.Sprintf("BMC %s: power %q", b.Name, b.Status.PowerState)
+				return false, nil
+			}
+		}
+		var check v1alpha1.NodeHealthCheck
+		if err := c.Get(ctx, client.ObjectKey{Name: checkName}, &check); err != nil {
+			why = err.Error()
+			return false, nil
+		}
+		s := check.Status
+		if s.Phase != v1alpha1.PhaseEnabled || ptr.Deref(s.ObservedNodes, 0) != int32(workers) || ptr.Deref(s.HealthyNodes, 0) != int32(workers) {
+			why = fmt.Sprintf("NodeHealthCheck %s: phase %q, %d of %d nodes healthy (%s)", checkName, s.Phase,
+				ptr.Deref(s.HealthyNodes, 0), ptr.Deref(s.ObservedNodes, 0), s.Reason)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the world was not ready within %s: %s: %w", readyTimeout, why, err)
+	}
+	return nil
+}
+
+func metav1ConditionStatus(conds []metav1.Condition, t string) metav1.ConditionStatus {
+	for _, c := range conds {
+		if c.Type == t {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// follow waits until the story is complete, the remediation fails, the manager dies or time runs out
+// (storyCtx; parent is done when the user interrupts).
+func follow(storyCtx, parent context.Context, st *story, m *harness.Manager) error {
+	for {
+		if err := st.Failure(); err != nil {
+			return err
+		}
+		if len(st.Missing()) == 0 {
+			return nil
+		}
+		select {
+		case <-st.Changed():
+		case <-m.Exited():
+			return fmt.Errorf("%w during the story; %s", ErrManagerExited, st.Where())
+		case <-storyCtx.Done():
+			if parent.Err() != nil {
+				return fmt.Errorf("interrupted: %w", parent.Err())
+			}
+			return fmt.Errorf("%w: %s", ErrTimedOut, st.Where())
+		}
+	}
+}
+
+// verifyClean reads the end state from the API and the BMC simulator: the node Ready without the
+// remediator's taints, no remediation request, no node lease, every host on and running, only the
+// broken host power-cycled (once), and the NodeHealthCheck back to watching.
+func verifyClean(ctx context.Context, h *harness.Harness, node string) error {
+	var problems []string
+	ctx, cancel := context.WithTimeout(ctx, cleanTimeout)
+	defer cancel()
+	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
+		problems = cleanProblems(ctx, h, node)
+		return len(problems) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %s", ErrNotClean, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+func cleanProblems(ctx context.Context, h *harness.Harness, node string) []string {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+
+	var n corev1.Node
+	if err := h.Client.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+		add("node %s: %v", node, err)
+	} else {
+		if c := readyCondition(&n); c == nil || c.Status != corev1.ConditionTrue {
+			add("node %s is not Ready", node)
+		}
+		for _, t := range n.Spec.Taints {
+			if t.Key == v1alpha1.TaintRemediation || t.Key == v1alpha1.TaintOutOfService {
+				add("node %s still has the taint %s", node, t.Key)
+			}
+		}
+	}
+	var pcrs v1alpha1.PowerCycleRemediationList
+	if err := h.Client.List(ctx, &pcrs); err != nil {
+		add("listing remediations: %v", err)
+	} else if len(pcrs.Items) > 0 {
+		add("%d PowerCycleRemediation(s) left, e.g. %s/%s", len(pcrs.Items), pcrs.Items[0].Namespace, pcrs.Items[0].Name)
+	}
+	var lease coordinationv1.Lease
+	if err := h.Client.Get(ctx, client.ObjectKey{Namespace: leaseNamespace, Name: leases.LeaseName(node)}, &lease); err == nil {
+		add("the node lease %s/%s is still there (holder %s)", leaseNamespace, lease.Name, ptr.Deref(lease.Spec.HolderIdentity, ""))
+	} else if !apierrors.IsNotFound(err) {
+		add("reading the node lease: %v", err)
+	}
+	for _, id := range h.Mock.SystemIDs() {
+		name := harness.WorkerPrefix + "-" + id
+		if ps, err := h.Mock.PowerState(id); err != nil || ps != redfishmock.PowerOn {
+			add("host %s: power %s %v", name, ps, err)
+		}
+		if s, err := h.Sim.State(name); err != nil || s != nodesim.StateRunning {
+			add("host %s: kubelet %s %v", name, s, err)
+		}
+		resets, _ := h.Mock.Resets(id)
+		switch {
+		case name == node && len(resets) != 2:
+			add("host %s was reset %d times (%v), want one power-off and one power-on", name, len(resets), resets)
+		case name != node && len(resets) != 0:
+			add("host %s was reset (%v) although it never failed", name, resets)
+		}
+	}
+	var check v1alpha1.NodeHealthCheck
+	if err := h.Client.Get(ctx, client.ObjectKey{Name: checkName}, &check); err != nil {
+		add("NodeHealthCheck %s: %v", checkName, err)
+	} else if check.Status.Phase != v1alpha1.PhaseEnabled || len(check.Status.UnhealthyNodes) > 0 || len(check.Status.InFlightRemediations) > 0 {
+		add("NodeHealthCheck %s: phase %s, %d unhealthy node(s), %d remediation(s) in flight", checkName,
+			check.Status.Phase, len(check.Status.UnhealthyNodes), len(check.Status.InFlightRemediations))
+	}
+	return problems
+}
+
+// lookAround tells the user how to look at the world that --keep leaves running.
+func lookAround(out io.Writer, h *harness.Harness, m *harness.Manager, workers int) {
+	fmt.Fprintf(out, `
+Left running; Ctrl-C stops everything. Look around (kubectl talks to the local API server as admin):
+
+  export KUBECONFIG=%s
+  kubectl get nodes
+  kubectl get metalheal -A                      # NodeHealthCheck, template, BMCs, remediations
+  kubectl describe nhc %s
+  kubectl get events -A --sort-by=.lastTimestamp
+  kubectl -n %s get leases
+
+Break another node (its host loses power; metalheal power-cycles it back):
+
+  curl -X POST %s/mock/systems/%d/power -d '{"powerState":"Off"}'
+  kubectl get nodes,pcr -A -w
+
+Manager log: %s
+Other logs:  %s
+`, h.World.Kubeconfig(), checkName, leaseNamespace, h.Mock.URL(), workers, m.LogPath, h.World.LogDir())
+}
+
+// prefixWriter prefixes every write (the harness logs one line per write).
+type prefixWriter struct {
+	out    io.Writer
+	prefix string
+}
+
+func (w prefixWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(w.out, w.prefix+string(p)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}

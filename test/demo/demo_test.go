@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"k8s.io/utils/clock"
+
+	"github.com/metalheal/metalheal/test/harness"
+)
+
+// lineLogger passes each complete line to t.Log, so `go test -v` shows the demo as it goes.
+type lineLogger struct {
+	t   *testing.T
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lineLogger) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf.Write(p)
+	for {
+		line, err := l.buf.ReadString('\n')
+		if err != nil {
+			l.buf.WriteString(line)
+			return len(p), nil
+		}
+		l.t.Log(strings.TrimSuffix(line, "\n"))
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the story's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// causal are pairs of steps where the first causes the second: what shows the first is written (or
+// happens) before what shows the second.
+var causal = [][2]step{
+	{stepInjected, stepNotReady},
+	{stepNotReady, stepEMRCreated}, // the NodeHealthCheck's duration
+	{stepLeaseTaken, stepPoweringOff},
+	{stepEMRCreated, stepCordoned},
+	{stepEMRCreated, stepPoweringOff},
+	{stepPoweringOff, stepHostOff},     // the BMC's power delay
+	{stepHostOff, stepPoweredOff},      // the remediator reads Off only once it is off
+	{stepPoweredOff, stepFenced},       // never taint on a guess
+	{stepPoweredOff, stepPoweringOn},   //
+	{stepPoweringOn, stepHostOn},       // the BMC's power delay
+	{stepHostOn, stepPoweredOn},        //
+	{stepPoweredOn, stepNodeReady},     // the boot delay
+	{stepFenced, stepNodeReady},        //
+	{stepNodeReady, stepTaintsRemoved}, // the same Node's later update
+	{stepNodeReady, stepRemediated},
+	{stepRemediated, stepEMRDeleted}, // the NodeHealthCheck's healthy delay
+	{stepTaintsRemoved, stepEMRDeleted},
+	{stepEMRDeleted, stepEMRGone},
+	{stepEMRGone, stepLeaseReleased}, // the check releases its lease once its requests are gone
+}
+
+// The demo, as `make demo` runs it: a real control plane, the BMC simulator, simulated kubelets and the
+// real manager process. The node must come back with everything clean, and the printed timeline must
+// show every step of the story in causal order.
+func TestDemo(t *testing.T) {
+	g := NewWithT(t)
+	out := &syncBuffer{}
+	st, err := runStory(context.Background(), options{Workers: 3, Timeout: 3 * time.Minute, Clock: clock.RealClock{}},
+		io.MultiWriter(out, &lineLogger{t: t}))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Missing()).To(BeEmpty())
+
+	// Where each step is first printed as a timeline line, and the revision of the write that showed it.
+	text := out.String()
+	printedAt := map[step]int{}
+	for _, s := range storySteps {
+		re := regexp.MustCompile(`(?m)^ +\+\d+\.\ds  ` + regexp.QuoteMeta(s.String()) + ` `)
+		loc := re.FindStringIndex(text)
+		g.Expect(loc).NotTo(BeNil(), "the timeline has no %q line", s)
+		printedAt[s] = loc[0]
+	}
+	revision := map[step]string{}
+	for _, e := range st.Timeline() {
+		if _, ok := revision[e.Step]; !ok && e.Step != stepNote {
+			revision[e.Step] = e.Revision
+		}
+	}
+	for _, s := range storySteps {
+		t.Logf("%-22s revision %s", s, revision[s])
+	}
+	seen := st.Seen()
+	g.Expect(seen[stepInjected]).To(BeZero())
+	for _, c := range causal {
+		before, after := c[0], c[1]
+		// Two writes the API server told about are ordered by their revisions: the world has one etcd,
+		// whose revisions order every write of every kind. The demo's watches (one per kind) may deliver
+		// two writes a few milliseconds apart in either order, so their printed order proves less.
+		if rb, ra := revision[before], revision[after]; rb != "" && ra != "" {
+			cmp, err := resourceversion.CompareResourceVersion(rb, ra)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(cmp).To(Equal(-1), "%q (revision %s) must be written before %q (revision %s)", before, rb, after, ra)
+			continue
+		}
+		g.Expect(printedAt[before]).To(BeNumerically("<", printedAt[after]), "%q must be printed before %q", before, after)
+		g.Expect(seen[before]).To(BeNumerically("<=", seen[after]), "%q must be timed before %q", before, after)
+	}
+	// The node lifecycle controller waited for its grace period (less the last heartbeat's age) and the
+	// NodeHealthCheck for its duration (less the condition time's truncation to a second).
+	g.Expect(seen[stepNotReady]).To(BeNumerically(">=", gracePeriod-leaseInterval-time.Second))
+	g.Expect(seen[stepEMRCreated] - seen[stepNotReady]).To(BeNumerically(">=", unhealthyFor-time.Second))
+	// The summary and the verdict.
+	for _, want := range []string{"Summary (times since the failure)", "  detected ", "  fenced ", "  recovered ", "  clean ",
+		"All clean: worker-2 is Ready"} {
+		g.Expect(text).To(ContainSubstring(want))
+	}
+	g.Expect(text).NotTo(ContainSubstring("WARNING"), "a transient fault is cured by one power cycle")
+	g.Expect(text).NotTo(ContainSubstring(harness.BMCPassword))
+}
