@@ -78,8 +78,10 @@ type plan struct {
 	// Next is when to look again (zero: nothing pending).
 	Next time.Time
 
-	// Observed, Unhealthy count the selected Nodes and the unhealthy ones among them.
-	Observed, Unhealthy int
+	// Observed, Unhealthy count the selected Nodes and the unhealthy ones among them. Failing counts the
+	// selected Nodes failing an unhealthy condition now, whether or not it has held for its duration yet:
+	// the budget counts them (see evaluateNodes).
+	Observed, Unhealthy, Failing int
 	// Entries are status.unhealthyNodes by Node name; execute adds what it creates.
 	Entries map[string]*v1alpha1.UnhealthyNode
 	// Conditions are the status conditions.
@@ -179,6 +181,14 @@ func (d *decider) evaluateNodes() {
 		if res.Unhealthy {
 			d.p.Unhealthy++
 		}
+		// A Node counts against the budget from the moment one of its unhealthy conditions matches, before
+		// the condition has held for its duration, as in Cluster API (a target "likely to go unhealthy" is
+		// not healthy). Nodes that fail together are noticed a few seconds apart (heartbeat jitter, the
+		// node lifecycle controller's period): counting only expired conditions would remediate the first
+		// few within the budget before the others make it a storm.
+		if res.Unhealthy || !res.NextCheck.IsZero() {
+			d.p.Failing++
+		}
 		if res.Unhealthy || d.old[n.Name] != nil || len(d.in.Ours[n.Name]) > 0 {
 			d.work[n.Name] = &nodeWork{node: n, res: res, selected: true}
 		}
@@ -234,7 +244,7 @@ func (d *decider) checkWide() {
 	}
 	wasTrue := func(typ string) bool { return meta.IsStatusConditionTrue(prev, typ) }
 
-	dec, err := budget.Evaluate(policyOf(check.Spec), len(d.in.Nodes), p.Unhealthy)
+	dec, err := budget.Evaluate(policyOf(check.Spec), len(d.in.Nodes), p.Failing)
 	if err != nil && p.Disabled == nil {
 		p.Disabled = &cause{Reason: ReasonInvalidBudget, Message: err.Error()}
 	}
@@ -410,6 +420,13 @@ func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ou
 			timeout = d.in.Steps[si].Timeout
 		}
 		switch {
+		case obj.Failed && si >= 0 && si == len(d.in.Steps)-1:
+			// The last step gave up. Marking it timed out would make the remediator undo what it left
+			// behind (a host left powered off and fenced, say) with nothing to take over: the step ends in
+			// status only, and the request stays as the remediator left it until the Node is healthy.
+			r.TimedOut = &metav1.Time{Time: now}
+			d.p.Events = append(d.p.Events, warning(EventRemediationFailed, actionTimeout, e.Name,
+				fmt.Sprintf("%s reported Succeeded=False: it was the last step, so it is left as the remediator left it", obj.Ref)))
 		case obj.Failed:
 			d.markTimedOut(r, obj)
 			d.p.Events = append(d.p.Events, warning(EventRemediationFailed, actionTimeout, e.Name,

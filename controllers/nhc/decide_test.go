@@ -248,6 +248,36 @@ func TestDecideStorm(t *testing.T) {
 	g.Expect(reasons(p)).To(ContainElement(EventStormEnded))
 }
 
+// TestDecideStormOfNodesFailingTogether: nodes that fail together are noticed a little apart (the node
+// lifecycle controller marks them Unknown as their heartbeats run out). When the first one's condition
+// expires, those whose condition matches but has not expired yet count against the budget too: the storm
+// is recognised and nothing is remediated, rather than the first few within the budget.
+func TestDecideStormOfNodesFailingTogether(t *testing.T) {
+	g := NewWithT(t)
+	pct := intstr.FromString("49%")
+	check := unitCheck(func(c *v1alpha1.NodeHealthCheck) { c.Spec.MaxUnhealthy = &pct })
+	first := u0
+	nodes := []*corev1.Node{
+		unitNode("a", corev1.ConditionUnknown, first),
+		unitNode("b", corev1.ConditionUnknown, first.Add(time.Second)),
+		unitNode("c", corev1.ConditionUnknown, first.Add(2*time.Second)),
+		unitNode("d", corev1.ConditionTrue, first.Add(-time.Hour)),
+		unitNode("e", corev1.ConditionTrue, first.Add(-time.Hour)),
+	}
+	p := decide(unitObserved(check, nodes...), first.Add(5*time.Minute)) // a's condition has just expired
+	g.Expect(p.Unhealthy).To(Equal(1))
+	g.Expect(p.Creates).To(BeEmpty(), "3 of 5 nodes are failing, at most 2 may be remediated")
+	g.Expect(meta.IsStatusConditionTrue(p.Conditions, v1alpha1.ConditionStormActive)).To(BeTrue())
+	g.Expect(meta.FindStatusCondition(p.Conditions, v1alpha1.ConditionRemediationAllowed).Message).To(ContainSubstring("3 of 5"))
+	g.Expect(*p.status(check).HealthyNodes).To(Equal(int32(2)))
+
+	// One of them recovers before its condition expires: two failing are within the budget.
+	nodes[2] = unitNode("c", corev1.ConditionTrue, first.Add(3*time.Second))
+	p = decide(unitObserved(check, nodes...), first.Add(5*time.Minute+time.Second))
+	g.Expect(created(p)).To(ConsistOf("a@0", "b@0"))
+	g.Expect(meta.IsStatusConditionTrue(p.Conditions, v1alpha1.ConditionStormActive)).To(BeFalse())
+}
+
 func TestDecideGates(t *testing.T) {
 	expired := u0
 	now := u0.Add(time.Hour)
@@ -510,6 +540,26 @@ func TestDecideEscalation(t *testing.T) {
 		g.Expect(p.TimeOuts).To(Equal([]emrRef{fenceObj("w1", started).Ref}))
 		g.Expect(p.Creates).To(BeEmpty())
 		g.Expect(reasons(p)).To(Equal([]string{EventRemediationTimedOut, EventRemediationsExhausted}))
+	})
+	t.Run("last step reports Succeeded=False: left as the remediator left it", func(t *testing.T) {
+		g := NewWithT(t)
+		first := pcEntry(started)
+		first.TimedOut = &metav1.Time{Time: started.Add(5 * time.Minute)}
+		timedOut := pcObj("w1", started)
+		timedOut.TimedOut = true
+		failed := fenceObj("w1", started.Add(5*time.Minute))
+		failed.Failed = true
+		in := unitObserved(check(first, fenceEntry), unitNode("w1", corev1.ConditionFalse, u0))
+		in.Steps, in.Leases["w1"] = twoSteps(), lease
+		in.Ours["w1"] = []remediationObject{timedOut, failed}
+		now := started.Add(6 * time.Minute)
+		p := decide(in, now)
+		g.Expect(p.TimeOuts).To(BeEmpty(), "the fenced host must not be handed back to the remediator's clean-up")
+		g.Expect(p.Deletes).To(BeEmpty())
+		g.Expect(p.Creates).To(BeEmpty())
+		g.Expect(p.Entries["w1"].Remediations[1].TimedOut.Time).To(Equal(now), "the step has ended in status")
+		g.Expect(reasons(p)).To(Equal([]string{EventRemediationFailed, EventRemediationsExhausted}))
+		g.Expect(p.Renew).To(ContainElement(HaveField("Name", "w1")), "the check keeps the node's lease")
 	})
 	t.Run("next step with the same name waits for the old request to go", func(t *testing.T) {
 		g := NewWithT(t)

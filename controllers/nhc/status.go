@@ -21,7 +21,7 @@ const maxReasonLength = 1024
 func (p *plan) status(check *v1alpha1.NodeHealthCheck) v1alpha1.NodeHealthCheckStatus {
 	st := v1alpha1.NodeHealthCheckStatus{
 		ObservedNodes:      ptr.To(int32(p.Observed)),
-		HealthyNodes:       ptr.To(int32(p.Observed - p.Unhealthy)),
+		HealthyNodes:       ptr.To(int32(p.Observed - p.Failing)), // what the budget counts as healthy
 		ObservedGeneration: check.Generation,
 		LastUpdateTime:     check.Status.LastUpdateTime,
 		Conditions:         p.Conditions,
