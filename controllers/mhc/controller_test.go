@@ -278,6 +278,23 @@ var _ = Describe("Template-based remediation", func() {
 		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventRemediationRequestDeleted)))
 	})
 
+	It("deletes the request of a Machine that is gone: its owner reference to the check keeps it from the garbage collector", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		w.createTemplate(ctx, "escalate", "escalate")
+		w.createCheck(ctx, "workers", func(mhc *v1alpha1.MachineHealthCheck) { mhc.Spec.RemediationTemplate = ptr.To(templateRef("escalate")) })
+		node := w.createNode(ctx, k8s, w.nodeName("n"), corev1.ConditionUnknown, 10*time.Minute)
+		m := w.createMachine(ctx, "m", withNodeRef(node.Name))
+		w.reconcile(ctx, "workers")
+		Expect(w.powerCycleRemediations(ctx)).To(HaveLen(1))
+
+		By("the Machine is deleted (by the remediator's escalation, its MachineSet, anyone)")
+		Expect(k8s.Delete(ctx, m)).To(Succeed())
+		w.reconcile(ctx, "workers")
+		Expect(w.powerCycleRemediations(ctx)).To(BeEmpty())
+		Expect(w.check(ctx, "workers").Status.UnhealthyMachines).To(BeEmpty())
+		Expect(w.rec.all()).To(ContainElement(And(HaveField("Reason", EventRemediationRequestDeleted), HaveField("Note", ContainSubstring("its Machine is gone")))))
+	})
+
 	It("escalates to the next template when a step times out, across requests of the same kind", func(ctx SpecContext) {
 		w := newWorld(ctx)
 		w.createTemplate(ctx, "reboot", "reboot")

@@ -36,6 +36,15 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 			errs = append(errs, err)
 		}
 	}
+	for _, req := range p.Orphans {
+		if err := r.client.Delete(ctx, req, client.Preconditions{UID: ptr.To(req.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting %s %s/%s of a Machine that is gone: %w", req.GetKind(), req.GetNamespace(), req.GetName(), err))
+			continue
+		}
+		ctrl.LoggerFrom(ctx).Info("Deleted the remediation request of a Machine that is gone", "kind", req.GetKind(), "request", klog.KObj(req))
+		r.recorder.Eventf(mhc, nil, corev1.EventTypeNormal, EventRemediationRequestDeleted, actionRemediate,
+			"Deleted %s %s: its Machine is gone", req.GetKind(), req.GetName())
+	}
 	for _, e := range p.Events {
 		r.recorder.Eventf(e.Regarding, e.Related, e.Type, e.Reason, actionCheck, "%s", e.Note)
 	}

@@ -95,10 +95,11 @@ func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 	if err != nil {
 		return in, err
 	}
-	requests, err := r.readRequests(ctx, mhc, steps, names)
+	requests, orphans, err := r.readRequests(ctx, mhc, steps, names)
 	if err != nil {
 		return in, err
 	}
+	in.Orphans = orphans
 	for i := range in.Machines {
 		t := &in.Machines[i]
 		if n := t.Machine.Status.NodeRef.Name; n != "" {
@@ -144,9 +145,11 @@ func readNodes(ctx context.Context, reader client.Reader, names []string) (map[s
 }
 
 // readRequests returns, by Machine name, the remediation requests this check owns for the given
-// Machines, of every kind its steps make.
-func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, steps []step, machines map[string]bool) (map[string][]*unstructured.Unstructured, error) {
+// Machines, and the requests it owns whose Machine no longer exists (orphans: its owner reference to this
+// check keeps them from the garbage collector, so the check must delete them itself).
+func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, steps []step, machines map[string]bool) (map[string][]*unstructured.Unstructured, []*unstructured.Unstructured, error) {
 	out := map[string][]*unstructured.Unstructured{}
+	var orphans []*unstructured.Unstructured
 	var kinds []schema.GroupVersionKind
 	for _, s := range steps {
 		if !slices.Contains(kinds, s.GVK) {
@@ -155,7 +158,7 @@ func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHeal
 	}
 	for _, gvk := range kinds {
 		if err := r.watchRequests(gvk); err != nil {
-			return nil, fmt.Errorf("watching %s: %w", gvk.Kind, err)
+			return nil, nil, fmt.Errorf("watching %s: %w", gvk.Kind, err)
 		}
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
@@ -163,16 +166,38 @@ func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHeal
 		err := r.reader.List(listCtx, list, client.InNamespace(mhc.Namespace), client.UnsafeDisableDeepCopy)
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("listing %s in %s (is its CRD installed and may the manager list it?): %w", gvk.Kind, mhc.Namespace, err)
+			return nil, nil, fmt.Errorf("listing %s in %s (is its CRD installed and may the manager list it?): %w", gvk.Kind, mhc.Namespace, err)
 		}
 		for i := range list.Items {
 			u := &list.Items[i]
-			if machines[u.GetName()] && ownedBy(u, mhc.UID) {
+			switch {
+			case !ownedBy(u, mhc.UID):
+			case machines[u.GetName()]:
 				out[u.GetName()] = append(out[u.GetName()], u)
+			case u.GetDeletionTimestamp().IsZero():
+				gone, err := r.machineGone(ctx, types.NamespacedName{Namespace: mhc.Namespace, Name: u.GetName()})
+				if err != nil {
+					return nil, nil, err
+				}
+				if gone {
+					orphans = append(orphans, u)
+				}
 			}
 		}
 	}
-	return out, nil
+	return out, orphans, nil
+}
+
+// machineGone reports whether a Machine no longer exists.
+func (r *Reconciler) machineGone(ctx context.Context, key types.NamespacedName) (bool, error) {
+	err := r.reader.Get(ctx, key, &clusterv1.Machine{})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading Machine %s: %w", key, err)
+	}
+	return false, nil
 }
 
 // ownedBy reports whether o has an owner reference to the object with uid.

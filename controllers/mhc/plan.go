@@ -129,7 +129,9 @@ type planInput struct {
 	Cluster *clusterv1.Cluster
 	// Machines are all the Machines the check selects, skipped ones included.
 	Machines []observedTarget
-	Now      time.Time
+	// Orphans are requests the check owns whose Machine no longer exists.
+	Orphans []*unstructured.Unstructured
+	Now     time.Time
 }
 
 // createRequest asks for a remediation request from a step's template.
@@ -174,6 +176,9 @@ type plan struct {
 	Decision  budget.Decision
 	Unhealthy int
 	Targets   []targetPlan
+	// Orphans are requests to delete because their Machine is gone (deleted by a remediation's
+	// escalation, by its owner, or by anyone): nothing else would delete them while the check exists.
+	Orphans []*unstructured.Unstructured
 	// NextCheck is the earliest instant at which a decision can change by the passage of time alone.
 	NextCheck time.Time
 	Events    []checkEvent
@@ -214,6 +219,9 @@ func planChecks(in planInput) (plan, error) {
 		return plan{}, &InvalidSpecError{Field: "maxUnhealthy/unhealthyRange", Reason: err.Error()}
 	}
 	p.Decision = decision
+	if in.Paused == "" {
+		p.Orphans = in.Orphans
+	}
 
 	status := v1alpha1.MachineHealthCheckStatus{
 		ExpectedMachines:    ptr.To(int32(len(p.Targets))),
