@@ -21,38 +21,71 @@ func (r *RemediationReconciler) poweringOff(ctx context.Context, s *scope) (ctrl
 	if err := r.keepLease(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	deadline := s.phaseStart().Add(s.spec.powerOffTimeout)
+	return r.awaitPower(ctx, s, powerWait{
+		target:   v1alpha1.PowerOff,
+		timeout:  s.spec.powerOffTimeout,
+		deadline: s.phaseStart().Add(s.spec.powerOffTimeout),
+		beforeRequest: func() {
+			if r.opts.ManagerNodeName != "" && r.opts.ManagerNodeName == s.status().NodeName {
+				r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeWarning, EventPoweringOffManagerNode, ActionPowerCycle,
+					"Powering off node %s, where this manager runs: the next manager resumes from this remediation's status", s.status().NodeName)
+			}
+		},
+		confirmed: func() (ctrl.Result, error) {
+			if a := s.currentAttempt(); a != nil {
+				a.PoweredOff = new(stamp(s.now))
+			}
+			return ctrl.Result{}, r.transition(ctx, s, v1alpha1.PhasePoweredOff, v1alpha1.ReasonFenced,
+				fmt.Sprintf("BMC %s confirmed node %s powered off", s.status().BMCName, s.status().NodeName))
+		},
+	})
+}
+
+// powerWait is one wait for the BMC to report a power state.
+type powerWait struct {
+	target   v1alpha1.PowerState // On or Off
+	timeout  time.Duration       // for the message when the deadline passes
+	deadline time.Time
+	// beforeRequest, if set, runs once just before the power request is sent.
+	beforeRequest func()
+	// confirmed runs when the BMC reads the target state.
+	confirmed func() (ctrl.Result, error)
+}
+
+// awaitPower reads the power state: at the target, confirmed; past the deadline, the attempt fails;
+// otherwise the power request is sent (once: it is recorded before it is sent) and the BMC is polled
+// again after PowerPollInterval. BMC trouble is retried with backoff until the deadline.
+func (r *RemediationReconciler) awaitPower(ctx context.Context, s *scope, w powerWait) (ctrl.Result, error) {
+	verb, want := "power-off", bmc.PowerStateOff
+	if w.target == v1alpha1.PowerOn {
+		verb, want = "power-on", bmc.PowerStateOn
+	}
 	expired := func(why string) (ctrl.Result, error) {
-		return r.failAttempt(ctx, s, fmt.Sprintf("power-off not confirmed within %s: %s", s.spec.powerOffTimeout, why))
+		return r.failAttempt(ctx, s, fmt.Sprintf("%s not confirmed within %s: %s", verb, w.timeout, why))
 	}
 	d, err := r.driverFor(ctx, s)
 	if err != nil {
-		return r.bmcTrouble(s, err, deadline, expired)
+		return r.bmcTrouble(s, err, w.deadline, expired)
 	}
 	state, err := r.readPower(ctx, s, d)
 	if err != nil {
-		return r.bmcTrouble(s, err, deadline, expired)
+		return r.bmcTrouble(s, err, w.deadline, expired)
 	}
-	if state == bmc.PowerStateOff {
-		if a := s.currentAttempt(); a != nil {
-			a.PoweredOff = new(stamp(s.now))
-		}
-		return ctrl.Result{}, r.transition(ctx, s, v1alpha1.PhasePoweredOff, v1alpha1.ReasonFenced,
-			fmt.Sprintf("BMC %s confirmed node %s powered off", s.status().BMCName, s.status().NodeName))
+	if state == want {
+		return w.confirmed()
 	}
-	if !s.now.Before(deadline) {
+	if !s.now.Before(w.deadline) {
 		return expired(fmt.Sprintf("the BMC still reports %s", state))
 	}
 	if s.status().PowerRequest == nil {
-		if r.opts.ManagerNodeName != "" && r.opts.ManagerNodeName == s.status().NodeName {
-			r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeWarning, EventPoweringOffManagerNode, ActionPowerCycle,
-				"Powering off node %s, where this manager runs: the next manager resumes from this remediation's status", s.status().NodeName)
+		if w.beforeRequest != nil {
+			w.beforeRequest()
 		}
-		if err := r.requestPower(ctx, s, d, v1alpha1.PowerOff); err != nil {
-			return r.bmcTrouble(s, err, deadline, expired)
+		if err := r.requestPower(ctx, s, d, w.target); err != nil {
+			return r.bmcTrouble(s, err, w.deadline, expired)
 		}
 	}
-	return ctrl.Result{RequeueAfter: min(r.opts.PowerPollInterval, untilDeadline(deadline, s.now))}, nil
+	return ctrl.Result{RequeueAfter: min(r.opts.PowerPollInterval, untilDeadline(w.deadline, s.now))}, nil
 }
 
 // poweredOff fences the node, now that the BMC confirmed the host is off: the out-of-service taint, so
@@ -98,35 +131,18 @@ func (r *RemediationReconciler) poweringOn(ctx context.Context, s *scope) (ctrl.
 	if err := r.keepLease(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	onSince := r.powerOnStart(s)
-	deadline := onSince.Add(s.spec.powerOnTimeout)
-	expired := func(why string) (ctrl.Result, error) {
-		return r.failAttempt(ctx, s, fmt.Sprintf("power-on not confirmed within %s: %s", s.spec.powerOnTimeout, why))
-	}
-	d, err := r.driverFor(ctx, s)
-	if err != nil {
-		return r.bmcTrouble(s, err, deadline, expired)
-	}
-	state, err := r.readPower(ctx, s, d)
-	if err != nil {
-		return r.bmcTrouble(s, err, deadline, expired)
-	}
-	if state == bmc.PowerStateOn {
-		if a := s.currentAttempt(); a != nil {
-			a.PoweredOn = new(stamp(s.now))
-		}
-		return ctrl.Result{}, r.transition(ctx, s, v1alpha1.PhaseWaitingForNode, v1alpha1.ReasonWaitingForNode,
-			fmt.Sprintf("BMC %s confirmed node %s powered on; waiting for the node to be Ready", s.status().BMCName, s.status().NodeName))
-	}
-	if !s.now.Before(deadline) {
-		return expired(fmt.Sprintf("the BMC still reports %s", state))
-	}
-	if s.status().PowerRequest == nil {
-		if err := r.requestPower(ctx, s, d, v1alpha1.PowerOn); err != nil {
-			return r.bmcTrouble(s, err, deadline, expired)
-		}
-	}
-	return ctrl.Result{RequeueAfter: min(r.opts.PowerPollInterval, untilDeadline(deadline, s.now))}, nil
+	return r.awaitPower(ctx, s, powerWait{
+		target:   v1alpha1.PowerOn,
+		timeout:  s.spec.powerOnTimeout,
+		deadline: r.powerOnStart(s).Add(s.spec.powerOnTimeout),
+		confirmed: func() (ctrl.Result, error) {
+			if a := s.currentAttempt(); a != nil {
+				a.PoweredOn = new(stamp(s.now))
+			}
+			return ctrl.Result{}, r.transition(ctx, s, v1alpha1.PhaseWaitingForNode, v1alpha1.ReasonWaitingForNode,
+				fmt.Sprintf("BMC %s confirmed node %s powered on; waiting for the node to be Ready", s.status().BMCName, s.status().NodeName))
+		},
+	})
 }
 
 // waitingForNode waits for the node to report Ready after the power-on. Then the taints go, the lease
