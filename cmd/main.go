@@ -43,6 +43,7 @@ type config struct {
 	controllers         string
 	metricsAddr         string
 	probeAddr           string
+	pprofAddr           string
 	leaderElect         bool
 	leaderElectionID    string
 	namespace           string
@@ -67,6 +68,7 @@ func main() {
 		"Comma-separated controllers to run: "+strings.Join(controllerNames, ", ")+".")
 	flag.StringVar(&cfg.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	flag.StringVar(&cfg.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
+	flag.StringVar(&cfg.pprofAddr, "pprof-bind-address", "", "Address of the Go profiler's /debug/pprof endpoints (e.g. 127.0.0.1:6060); empty disables it.")
 	flag.BoolVar(&cfg.leaderElect, "leader-elect", false, "Elect a leader so that only one of several replicas acts.")
 	flag.StringVar(&cfg.leaderElectionID, "leader-election-id", "metalheal.remediation.metalheal.io", "Name of the leader election Lease.")
 	flag.StringVar(&cfg.namespace, "namespace", os.Getenv("POD_NAMESPACE"),
@@ -116,6 +118,7 @@ func run(cfg config) error {
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: cfg.metricsAddr},
 		HealthProbeBindAddress:  cfg.probeAddr,
+		PprofBindAddress:        cfg.pprofAddr,
 		LeaderElection:          cfg.leaderElect,
 		LeaderElectionID:        cfg.leaderElectionID,
 		LeaderElectionNamespace: cfg.namespace,

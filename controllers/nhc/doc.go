@@ -15,12 +15,14 @@
 //
 // # Cost at scale
 //
-// A reconcile makes no API call per Node: Nodes are listed from the cache without copying, the conditions
-// of each are matched in memory (a few microseconds), and only the Nodes that are unhealthy or being
-// remediated are looked at further. Node events that change neither labels nor the type, status or
-// transition time of a condition (the kubelet's heartbeats) are dropped before they reach the queue. The
-// status lists only the Nodes being remediated or skipped for a reason of their own, so a quiet
-// 5,000-node check has a status of a few hundred bytes, and it is written only when it changes.
+// A reconcile makes no API call per Node: the Nodes are read from the node informer's store itself (a
+// cached List would copy every one), the conditions of each are matched in memory (a few microseconds),
+// and only the Nodes that are unhealthy or being remediated are looked at further. Node events that
+// change neither labels nor the type, status or transition time of a condition (the kubelet's
+// heartbeats) are dropped before they reach the queue, and so are the remediator's progress reports on a
+// request (updates that change neither its annotations, owners, deletion nor the status of its Succeeded
+// condition). The status lists only the Nodes being remediated or skipped for a reason of their own, so a
+// quiet 5,000-node check has a status of a few hundred bytes, and it is written only when it changes.
 // Unstructured reads (templates, remediation requests of any kind) go through the manager's cache:
 // SetupWithManager starts a watch on each template and remediation kind the first time a check names it.
 //

@@ -52,13 +52,9 @@ func (r *Reconciler) observe(ctx context.Context, check *v1alpha1.NodeHealthChec
 		// The API server validates selectors; this guards the rest. Nothing is selected.
 		badSelector = &cause{Reason: ReasonInvalidSelector, Message: fmt.Sprintf("Invalid selector: %v", err)}
 	} else {
-		var nodes corev1.NodeList
-		if err := r.client.List(ctx, &nodes, client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
-			return in, 0, fmt.Errorf("listing nodes: %w", err)
-		}
-		in.Nodes = make([]*corev1.Node, len(nodes.Items))
-		for i := range nodes.Items {
-			in.Nodes[i] = &nodes.Items[i]
+		var err error
+		if in.Nodes, err = r.selectNodes(ctx, sel); err != nil {
+			return in, 0, err
 		}
 	}
 
@@ -90,6 +86,31 @@ func (r *Reconciler) observe(ctx context.Context, check *v1alpha1.NodeHealthChec
 		return in, 0, err
 	}
 	return in, retry, nil
+}
+
+// selectNodes returns the Nodes sel matches, from the cache; they must not be modified. With a manager it
+// reads the node informer's store: the cached Nodes themselves. A cached List would copy every Node into a
+// new slice first, megabytes per reconcile at 5,000 Nodes (and as much garbage to collect).
+func (r *Reconciler) selectNodes(ctx context.Context, sel labels.Selector) ([]*corev1.Node, error) {
+	if r.nodeStore != nil {
+		objs := r.nodeStore.List()
+		nodes := make([]*corev1.Node, 0, len(objs))
+		for _, o := range objs {
+			if n, ok := o.(*corev1.Node); ok && sel.Matches(labels.Set(n.Labels)) {
+				nodes = append(nodes, n)
+			}
+		}
+		return nodes, nil
+	}
+	var list corev1.NodeList
+	if err := r.client.List(ctx, &list, client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	nodes := make([]*corev1.Node, len(list.Items))
+	for i := range list.Items {
+		nodes[i] = &list.Items[i]
+	}
+	return nodes, nil
 }
 
 // controlPlaneLeased adds to BusyControlPlane the control-plane Nodes whose lease someone else holds

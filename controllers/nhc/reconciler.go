@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -80,6 +81,9 @@ type Reconciler struct {
 	clock     clock.Clock
 	recorder  events.EventRecorder
 	watches   *dynamicWatches
+	// nodeStore is the node informer's store, read without copying (see selectNodes); nil without a
+	// manager.
+	nodeStore toolscache.Store
 	recent    recentWrites
 	cpStarts  controlPlaneStarts
 

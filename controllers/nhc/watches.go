@@ -9,11 +9,14 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -27,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
@@ -56,6 +60,15 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		return fmt.Errorf("building the %s controller: %w", ControllerName, err)
 	}
 	r.watches = &dynamicWatches{ctrl: c, cache: mgr.GetCache(), started: map[schema.GroupVersionKind]bool{}}
+	// The Nodes are read from the node informer's store, uncopied. Its informer is the one the Node watch
+	// above uses; a cache that cannot hand it out is read through the client.
+	inf, err := mgr.GetCache().GetInformer(ctx, &corev1.Node{})
+	if err != nil {
+		return fmt.Errorf("getting the node informer: %w", err)
+	}
+	if si, ok := inf.(toolscache.SharedIndexInformer); ok {
+		r.nodeStore = si.GetStore()
+	}
 	ctrl.LoggerFrom(ctx).V(4).Info("Controller registered", "controller", ControllerName)
 	return nil
 }
@@ -89,11 +102,11 @@ func (r *Reconciler) ensureWatch(ctx context.Context, gvk schema.GroupVersionKin
 	}
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(gvk)
-	mapFn := checksOwning
+	mapFn, preds := checksOwning, []predicate.Predicate{remediationChanged()}
 	if role == roleTemplate {
-		mapFn = r.checksUsingTemplate
+		mapFn, preds = r.checksUsingTemplate, nil
 	}
-	if err := w.ctrl.Watch(source.Kind[client.Object](w.cache, obj, handler.EnqueueRequestsFromMapFunc(mapFn))); err != nil {
+	if err := w.ctrl.Watch(source.Kind[client.Object](w.cache, obj, handler.EnqueueRequestsFromMapFunc(mapFn), preds...)); err != nil {
 		return fmt.Errorf("watching %s: %w", gvk, err)
 	}
 	w.started[gvk] = true
@@ -231,6 +244,36 @@ func conditionsChanged(a, b []corev1.NodeCondition) bool {
 		}
 	}
 	return false
+}
+
+// remediationChanged passes the remediation request events a check acts on: creation, deletion, and
+// changes of what observe reads (annotations, owner references, the deletion timestamp, the status of the
+// Succeeded condition). The remediator's progress reports are dropped: a power cycle writes a dozen of
+// them, and each would cost a reconcile over every Node.
+func remediationChanged() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e crevent.UpdateEvent) bool {
+			o, okO := e.ObjectOld.(*unstructured.Unstructured)
+			n, okN := e.ObjectNew.(*unstructured.Unstructured)
+			if !okO || !okN {
+				return true
+			}
+			return !maps.Equal(o.GetAnnotations(), n.GetAnnotations()) ||
+				!equality.Semantic.DeepEqual(o.GetOwnerReferences(), n.GetOwnerReferences()) ||
+				(o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) ||
+				succeededStatus(o) != succeededStatus(n)
+		},
+		GenericFunc: func(crevent.GenericEvent) bool { return false },
+	}
+}
+
+// succeededStatus is the status of a remediation request's Succeeded condition, "" when it has none.
+func succeededStatus(u *unstructured.Unstructured) metav1.ConditionStatus {
+	c, err := template.FindCondition(u, template.ConditionSucceeded)
+	if err != nil || c == nil {
+		return ""
+	}
+	return c.Status
 }
 
 // leaseChanged passes node lease events in the lease namespace that change who holds a lease.

@@ -1,0 +1,24 @@
+// Command bench measures a health checker and metalheal's remediator at scale, in a local world built
+// from the end-to-end pieces: a real etcd, kube-apiserver and kube-controller-manager (test/world),
+// thousands of simulated kubelets tied to BMC power (test/nodesim), a Redfish BMC simulator
+// (test/redfish-mock), and metalheal's deployed RBAC (test/harness). The controller under test runs as
+// its own process: metalheal's manager binary by default, or any command (--controller-cmd).
+//
+// It measures, in phases:
+//
+//	startup           the controller's initial list and sync (and, for metalheal, the first check of every BMC)
+//	steady            no failures, --steady long
+//	spread, burst     --failures nodes fail one after another over --spread-over, then all at once
+//	power-single      one PowerCycleRemediation alone, with --bmc-latency per Redfish request
+//	power-concurrent  --cycles PowerCycleRemediations created at once
+//
+// Detection latency is the delay from a failed node's condition expiry (the lastTransitionTime the bench
+// wrote on its Ready=False condition, a whole second, plus --unhealthy-duration) to the moment the bench's
+// own watch receives the remediation request's ADDED event: a local clock, not creationTimestamp (1s
+// granularity). The controller's CPU time and memory come from /proc (per phase: CPU seconds, share of
+// one core, peak RSS). Its API requests come from the API server's audit log, filtered by the
+// controller's user (metalheal's service account, or a dedicated user for a peer), by verb and resource.
+//
+// Output: a table on stdout and a JSON file (--out). `make bench ARGS="--nodes=500"` runs it;
+// BENCHMARKS.md records the figures.
+package main

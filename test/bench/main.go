@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// config is everything the flags set.
+type config struct {
+	nodes             int
+	failures          int
+	spreadOver        time.Duration
+	unhealthyDuration time.Duration
+	steady            time.Duration
+	cycles            int
+	bmcLatency        time.Duration
+	powerDelay        time.Duration
+	bootDelay         time.Duration
+	leaseInterval     time.Duration
+	gracePeriod       time.Duration
+	bmcs              bool
+	out               string
+	controllerCmd     string
+	remediationKind   string
+	extraCRDs         string
+	managerArgs       string
+	pprofDir          string
+	keepWorld         bool
+	startupTimeout    time.Duration
+	detectTimeout     time.Duration
+	recoverTimeout    time.Duration
+	powerTimeout      time.Duration
+}
+
+// peer reports whether the controller under test is another command rather than metalheal's manager.
+func (c config) peer() bool { return c.controllerCmd != "" }
+
+// defaultRemediationKind is what metalheal's NodeHealthCheck creates in the bench.
+const defaultRemediationKind = "remediation.metalheal.io/v1alpha1/PowerCycleRemediation"
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.IntVar(&c.nodes, "nodes", 5000, "Simulated nodes (each with a Redfish system and, for metalheal, a BMC object).")
+	fs.IntVar(&c.failures, "failures", 50, "Nodes that fail in each detection phase (spread, then burst); 0 skips detection.")
+	fs.DurationVar(&c.spreadOver, "spread-over", 50*time.Second, "How long the spread failures are spread over.")
+	fs.DurationVar(&c.unhealthyDuration, "unhealthy-duration", 5*time.Second, "How long Ready=False (or Unknown) must hold before a node is unhealthy.")
+	fs.DurationVar(&c.steady, "steady", 2*time.Minute, "Length of the steady-state phase (no failures); 0 skips it.")
+	fs.IntVar(&c.cycles, "cycles", 500, "Power cycles started at once in the concurrency phase (at most --nodes); 0 skips the power-cycle phases (always skipped for a peer).")
+	fs.DurationVar(&c.bmcLatency, "bmc-latency", 200*time.Millisecond, "Latency the Redfish mock adds to every request during the power-cycle phases.")
+	fs.DurationVar(&c.powerDelay, "power-delay", 2*time.Second, "How long a simulated BMC takes to change a host's power state.")
+	fs.DurationVar(&c.bootDelay, "boot-delay", 10*time.Second, "How long a simulated host takes from power-on to a Ready node.")
+	fs.DurationVar(&c.leaseInterval, "lease-interval", 10*time.Second, "How often simulated kubelets renew their node lease (a kubelet's default is 10s; status is posted every 5m).")
+	fs.DurationVar(&c.gracePeriod, "node-monitor-grace-period", 40*time.Second, "The controller-manager's node monitor grace period (silence before Ready=Unknown).")
+	fs.BoolVar(&c.bmcs, "bmcs", true, "Create one BMC object per node (metalheal's BMC inventory then checks them all, as in production).")
+	fs.StringVar(&c.out, "out", "bin/bench.json", "Where to write the JSON results.")
+	fs.StringVar(&c.controllerCmd, "controller-cmd", "", "Peer mode: a shell command to run as the controller under test instead of metalheal's manager. "+
+		"It runs with KUBECONFIG (a user in system:masters named "+peerUser+") and BENCH_* variables (see BENCHMARKS.md), and must set up its own objects.")
+	fs.StringVar(&c.remediationKind, "remediation-kind", defaultRemediationKind, "group/version/Kind of the remediation requests to watch for (named after, or annotated with, the node).")
+	fs.StringVar(&c.extraCRDs, "extra-crds", "", "Comma-separated CRD files or directories to install when the world starts (a peer's kinds).")
+	fs.StringVar(&c.managerArgs, "manager-args", "", "Extra flags for metalheal's manager, space-separated.")
+	fs.StringVar(&c.pprofDir, "pprof-dir", "", "Save CPU and heap profiles of metalheal's manager here (start-up, steady, burst).")
+	fs.BoolVar(&c.keepWorld, "keep-world", false, "Keep the world's directory (logs, kubeconfigs, audit log) after the run.")
+	fs.DurationVar(&c.startupTimeout, "startup-timeout", 10*time.Minute, "Bound on the start-up phase.")
+	fs.DurationVar(&c.detectTimeout, "detect-timeout", 10*time.Minute, "Bound on waiting for every failed node's remediation request, after its expiry.")
+	fs.DurationVar(&c.recoverTimeout, "recover-timeout", 5*time.Minute, "Bound on waiting for the failed nodes to be Ready and their requests gone.")
+	fs.DurationVar(&c.powerTimeout, "power-timeout", 20*time.Minute, "Bound on a power-cycle phase.")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["cycles"] {
+		c.cycles = min(c.cycles, c.nodes) // a small world cycles every node
+	}
+	switch {
+	case c.nodes < 1:
+		return c, errors.New("--nodes must be at least 1")
+	case c.failures < 0 || 2*c.failures > c.nodes:
+		return c, fmt.Errorf("--failures must be between 0 and half of --nodes (%d)", c.nodes/2)
+	case c.cycles < 0 || c.cycles > c.nodes:
+		return c, fmt.Errorf("--cycles must be between 0 and --nodes (%d)", c.nodes)
+	case c.unhealthyDuration < time.Second:
+		return c, errors.New("--unhealthy-duration must be at least 1s (conditions carry whole seconds)")
+	case c.leaseInterval*3 > c.gracePeriod:
+		return c, errors.New("--lease-interval must be at most a third of --node-monitor-grace-period, or healthy nodes flap")
+	}
+	if _, err := parseKind(c.remediationKind); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// parseKind reads group/version/Kind (or version/Kind for the core group).
+func parseKind(s string) (schema.GroupVersionKind, error) {
+	i := strings.LastIndex(s, "/")
+	if i <= 0 || i == len(s)-1 {
+		return schema.GroupVersionKind{}, fmt.Errorf("--remediation-kind %q: want group/version/Kind", s)
+	}
+	gv, err := schema.ParseGroupVersion(s[:i])
+	if err != nil {
+		return schema.GroupVersionKind{}, fmt.Errorf("--remediation-kind %q: %w", s, err)
+	}
+	return gv.WithKind(s[i+1:]), nil
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, strings.Join(os.Args, " ")); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/template"
+	"github.com/metalheal/metalheal/test/harness"
+	"github.com/metalheal/metalheal/test/redfish-mock/redfishmock"
+)
+
+// powerLabel marks the PowerCycleRemediations the bench creates itself.
+const powerLabel = "bench.metalheal.io/power-cycles"
+
+// CycleRun is one batch of power cycles started at once.
+type CycleRun struct {
+	Count      int `json:"count"`
+	Succeeded  int `json:"succeeded"`
+	Failed     int `json:"failed"`
+	Unfinished int `json:"unfinished"`
+	// CreateSeconds is how long creating every request took.
+	CreateSeconds float64 `json:"createSeconds"`
+	// MakespanSeconds runs from the first create to the last request seen Succeeded or Failed.
+	MakespanSeconds float64 `json:"makespanSeconds"`
+	// Seconds are the remediations' own durations, from their create to their end.
+	Seconds *Stats `json:"seconds,omitempty"`
+	// WritesPerRemediation is the remediator's API writes in the phase (clean-up included) per request.
+	WritesPerRemediation float64 `json:"writesPerRemediation"`
+}
+
+// PowerCycles is the outcome of the concurrency phases.
+type PowerCycles struct {
+	BMCLatencyMs      float64   `json:"bmcLatencyMs"`
+	PowerDelaySeconds float64   `json:"powerDelaySeconds"`
+	BootDelaySeconds  float64   `json:"bootDelaySeconds"`
+	Single            *CycleRun `json:"single,omitempty"`
+	Concurrent        *CycleRun `json:"concurrent,omitempty"`
+	// Ratio is the concurrent makespan over the single cycle's.
+	Ratio float64 `json:"ratio"`
+}
+
+// powerCycles pauses the health check, slows every Redfish request down, and times one power cycle alone,
+// then --cycles at once. The bench creates the requests itself, as a health check would.
+func (b *bench) powerCycles(ctx context.Context) error {
+	pc := &PowerCycles{
+		BMCLatencyMs:      float64(b.cfg.bmcLatency.Milliseconds()),
+		PowerDelaySeconds: b.cfg.powerDelay.Seconds(),
+		BootDelaySeconds:  b.cfg.bootDelay.Seconds(),
+	}
+	b.report.PowerCycles = pc
+	// The hosts go silent while off: the node lifecycle controller may mark them Unknown, and the health
+	// check must not step in.
+	pause := []byte(`{"spec":{"pauseRequests":["bench: power cycles started by the bench"]}}`)
+	check := &v1alpha1.NodeHealthCheck{ObjectMeta: metav1.ObjectMeta{Name: checkName}}
+	if err := b.h.Client.Patch(ctx, check, client.RawPatch(types.MergePatchType, pause)); err != nil {
+		return fmt.Errorf("pausing the NodeHealthCheck: %w", err)
+	}
+	if err := b.h.Mock.SetGlobalFaults(redfishmock.Faults{Latency: b.cfg.bmcLatency}); err != nil {
+		return err
+	}
+	defer func() { _ = b.h.Mock.SetGlobalFaults(redfishmock.Faults{}) }()
+
+	single := harness.NodeName(b.cfg.cycles + 1)
+	if b.cfg.cycles+1 > b.cfg.nodes-2*b.cfg.failures {
+		single = harness.NodeName(1) // no spare node: the batch reuses it after the clean-up
+	}
+	var err error
+	if pc.Single, err = b.cycleBatch(ctx, "power-single", []string{single}); err != nil {
+		return err
+	}
+	batch := make([]string, b.cfg.cycles)
+	for i := range batch {
+		batch[i] = harness.NodeName(i + 1)
+	}
+	if pc.Concurrent, err = b.cycleBatch(ctx, "power-concurrent", batch); err != nil {
+		return err
+	}
+	if pc.Single.MakespanSeconds > 0 {
+		pc.Ratio = pc.Concurrent.MakespanSeconds / pc.Single.MakespanSeconds
+	}
+	return nil
+}
+
+// cycleBatch creates one PowerCycleRemediation per node at once, waits for each to end, deletes them and
+// waits for the nodes to be Ready again.
+func (b *bench) cycleBatch(ctx context.Context, name string, nodes []string) (*CycleRun, error) {
+	p := b.track.begin(name)
+	run := &CycleRun{Count: len(nodes)}
+	logf("%s: %d power cycles at once (%s per Redfish request, %s power change, %s boot)",
+		name, len(nodes), b.cfg.bmcLatency, b.cfg.powerDelay, b.cfg.bootDelay)
+	created := make([]time.Time, len(nodes))
+	start := time.Now()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(64)
+	for i, n := range nodes {
+		g.Go(func() error {
+			pcr := &v1alpha1.PowerCycleRemediation{
+				ObjectMeta: metav1.ObjectMeta{
+					Name: n, Namespace: harness.Namespace,
+					Labels:      map[string]string{powerLabel: "true"},
+					Annotations: map[string]string{template.AnnotationNodeName: n},
+				},
+				Spec: pcrSpec(),
+			}
+			created[i] = time.Now()
+			if err := b.h.Client.Create(gctx, pcr); err != nil {
+				return fmt.Errorf("creating PowerCycleRemediation %s: %w", n, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return run, err
+	}
+	run.CreateSeconds = time.Since(start).Seconds()
+
+	deadline := time.Now().Add(b.cfg.powerTimeout)
+	for {
+		seen := b.emrs.since(start)
+		done := 0
+		for _, n := range nodes {
+			if s, ok := seen[n]; ok && !s.Terminal.IsZero() {
+				done++
+			}
+		}
+		if done == len(nodes) || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return run, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	seen := b.emrs.since(start)
+	var durations []float64
+	var last time.Time
+	for i, n := range nodes {
+		s, ok := seen[n]
+		switch {
+		case !ok || s.Terminal.IsZero():
+			run.Unfinished++
+			continue
+		case s.Phase == string(v1alpha1.PhaseSucceeded):
+			run.Succeeded++
+		default:
+			run.Failed++
+		}
+		durations = append(durations, s.Terminal.Sub(created[i]).Seconds())
+		if s.Terminal.After(last) {
+			last = s.Terminal
+		}
+	}
+	if !last.IsZero() {
+		run.MakespanSeconds = last.Sub(start).Seconds()
+	}
+	run.Seconds = stats(durations)
+	logf("%s: makespan %.1fs; %d succeeded, %d failed, %d unfinished", name, run.MakespanSeconds, run.Succeeded, run.Failed, run.Unfinished)
+	p.Notes = append(p.Notes, fmt.Sprintf("%d power cycles: makespan %.1fs (then clean-up)", len(nodes), run.MakespanSeconds))
+
+	// Clean up: the requests go (the remediator's finalizer runs), the nodes come back.
+	if err := b.h.Client.DeleteAllOf(ctx, &v1alpha1.PowerCycleRemediation{}, client.InNamespace(harness.Namespace),
+		client.MatchingLabels{powerLabel: "true"}); err != nil {
+		return run, fmt.Errorf("deleting the power cycles: %w", err)
+	}
+	recovered, err := b.waitRecovered(ctx, nodes, b.cfg.recoverTimeout)
+	if err != nil {
+		return run, err
+	}
+	if !recovered {
+		p.Notes = append(p.Notes, "nodes not back within --recover-timeout: healed by the bench")
+		b.forceHeal(nodes)
+	}
+	return run, nil
+}
