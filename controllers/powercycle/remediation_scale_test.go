@@ -159,7 +159,10 @@ func TestRemediationManyAtOnce(t *testing.T) {
 	t.Logf("%d remediations done in %s; their %d BMC requests of %s each would take %s one after the other; up to %d were in flight at once",
 		hosts, elapsed.Round(time.Millisecond), len(requests), latency, serial, inFlight)
 	t.Logf("reconciles of %s: %v", RemediationControllerName, reconcileCounts(t))
-	g.Expect(elapsed).To(BeNumerically("<", serial/5), "remediations ran concurrently")
+	// Wall time depends on how busy the machine is (CI shares 2 cores with real apiservers); half the
+	// serial time still rules out remediations waiting on each other's BMCs, and the overlap of the BMC
+	// requests below is the load-independent proof.
+	g.Expect(elapsed).To(BeNumerically("<", serial/2), "remediations ran concurrently")
 	g.Expect(inFlight).To(BeNumerically(">=", 20), "BMC requests overlapped")
 
 	// The dead BMC: its remediation is stuck waiting, reported, and cost the others nothing.
