@@ -50,6 +50,7 @@ type config struct {
 	leaseNamespace      string
 	bmcCheckInterval    time.Duration
 	maxConcurrentCycles int
+	maxConcurrentChecks int
 	resyncPeriod        time.Duration
 	leaseDuration       time.Duration
 	bmcCallTimeout      time.Duration
@@ -74,15 +75,16 @@ func main() {
 	flag.StringVar(&cfg.namespace, "namespace", os.Getenv("POD_NAMESPACE"),
 		"Namespace of the BMC objects and their credential Secrets (the manager reads Secrets only here). Defaults to $POD_NAMESPACE.")
 	flag.StringVar(&cfg.leaseNamespace, "lease-namespace", "medik8s-leases", "Namespace of the node maintenance leases (shared with medik8s).")
-	flag.DurationVar(&cfg.bmcCheckInterval, "bmc-check-interval", 5*time.Minute, "How often every BMC is checked for reachability and credentials.")
-	flag.IntVar(&cfg.maxConcurrentCycles, "max-concurrent-remediations", 50, "How many remediations (and BMC checks) are worked on at once.")
+	flag.DurationVar(&cfg.bmcCheckInterval, "bmc-check-interval", 5*time.Minute, "How often every BMC is checked for reachability and credentials; the checks are spread evenly over the interval.")
+	flag.IntVar(&cfg.maxConcurrentCycles, "max-concurrent-remediations", 200, "How many remediations are worked on at once (a worker is busy only during one step's BMC call and writes, never while a host changes state).")
+	flag.IntVar(&cfg.maxConcurrentChecks, "max-concurrent-bmc-checks", 50, "How many BMCs are checked at once (slow or unreachable BMCs each hold one until their check times out).")
 	flag.DurationVar(&cfg.leaseDuration, "lease-duration", 10*time.Minute, "Duration of the node maintenance leases the remediator takes (renewed while it works).")
 	flag.DurationVar(&cfg.bmcCallTimeout, "bmc-call-timeout", 10*time.Second, "Bound on one BMC call by the remediator.")
 	flag.DurationVar(&cfg.powerPollInterval, "power-poll-interval", 5*time.Second, "How often the remediator reads the power state while waiting for a power transition.")
 	flag.StringVar(&cfg.nodeName, "node-name", os.Getenv("NODE_NAME"), "The node the manager runs on (defaults to $NODE_NAME): powering it off is recorded durably first and warned about.")
 	flag.DurationVar(&cfg.resyncPeriod, "resync-period", 10*time.Hour, "Informer resync period: a safety net only, detection never waits for it.")
-	flag.Float64Var(&cfg.clientQPS, "kube-api-qps", 50, "Queries per second to the API server.")
-	flag.IntVar(&cfg.clientBurst, "kube-api-burst", 100, "Burst of queries to the API server.")
+	flag.Float64Var(&cfg.clientQPS, "kube-api-qps", -1, "Client-side limit on queries per second to the API server; negative disables it, leaving the server's API Priority and Fairness to pace us.")
+	flag.IntVar(&cfg.clientBurst, "kube-api-burst", 100, "Burst of queries to the API server, when --kube-api-qps is positive.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -99,6 +101,11 @@ func run(cfg config) error {
 	enabled, err := parseControllers(cfg.controllers)
 	if err != nil {
 		return err
+	}
+	if limit, err := setMemoryLimit(rootFS(), os.Getenv); err != nil {
+		log.Error(err, "Not following the container's memory limit")
+	} else if limit > 0 {
+		log.Info("Following the container's memory limit", "goMemoryLimitBytes", limit)
 	}
 	if cfg.namespace == "" {
 		return errors.New("--namespace (or $POD_NAMESPACE) is required: it is where BMCs and their Secrets live")
@@ -132,6 +139,7 @@ func run(cfg config) error {
 			ByObject: map[client.Object]cache.ByObject{
 				&corev1.Secret{}:        {Namespaces: map[string]cache.Config{cfg.namespace: {}}},
 				&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{cfg.leaseNamespace: {}}},
+				&corev1.Node{}:          {Transform: slimNode},
 			},
 		},
 	})
@@ -194,7 +202,7 @@ func setupBMC(ctx context.Context, mgr ctrl.Manager, deps dependencies) error {
 		Clock:    deps.clock,
 		Options: powercycle.BMCReconcilerOptions{
 			Interval:                deps.cfg.bmcCheckInterval,
-			MaxConcurrentReconciles: deps.cfg.maxConcurrentCycles,
+			MaxConcurrentReconciles: deps.cfg.maxConcurrentChecks,
 		},
 	}
 	return r.SetupWithManager(ctx, mgr)

@@ -65,7 +65,10 @@ type BMCStatus struct {
 	// +optional
 	PowerState PowerState `json:"powerState,omitempty"`
 
-	// lastChecked is when the BMC was last checked.
+	// lastChecked is when a check last wrote this status. A check that finds nothing new (same
+	// conditions, power state and observedGeneration) writes nothing, except to refresh lastChecked once
+	// it is 30 minutes old (or one check interval, if that is longer): on a healthy BMC it can thus lag
+	// the last check by that much plus up to 1.5 check intervals.
 	// +optional
 	LastChecked *metav1.Time `json:"lastChecked,omitempty"`
 

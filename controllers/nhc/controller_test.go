@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -22,6 +23,37 @@ import (
 	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
+
+// steppingClock is a fake clock that moves on by step each time it is read: time passes while a
+// reconcile works.
+type steppingClock struct {
+	*clocktesting.FakeClock
+	step time.Duration
+}
+
+func (c *steppingClock) Now() time.Time {
+	c.Step(c.step)
+	return c.FakeClock.Now()
+}
+
+// The look again at an expiry is timed from the end of the reconcile that asks for it, not from its
+// decision: its writes took time, and the request must be created when the condition expires, not that
+// much later.
+func TestRequeueCountsFromTheEndOfTheReconcile(t *testing.T) {
+	w := newWorld(t)
+	g := w.g
+	ref := w.pcTemplate("pc")
+	check := w.check("nhc", &ref)
+	w.node("w1", corev1.ConditionUnknown, t0)
+	clk := &steppingClock{FakeClock: clocktesting.NewFakeClock(t0.Add(5*time.Minute - time.Second)), step: 10 * time.Millisecond}
+	r, err := New(Options{Client: k8s, Clock: clk, Recorder: w.rec, LeaseNamespace: leaseNS, ResyncPeriod: 24 * time.Hour})
+	g.Expect(err).NotTo(HaveOccurred())
+	w.r = r
+
+	res := w.reconcile(check)
+	g.Expect(res.RequeueAfter).To(BeNumerically("<", time.Second), "the clock moved on during the reconcile")
+	g.Expect(res.RequeueAfter).To(Equal(t0.Add(5 * time.Minute).Sub(clk.FakeClock.Now())))
+}
 
 // Condition not yet expired → nothing; expired → exactly one request with the contract's name, namespace,
 // owner references, annotations and spec; node recovers → request deleted, after healthyDelay.

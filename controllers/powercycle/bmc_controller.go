@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -40,7 +39,9 @@ const BMCControllerName = "bmc"
 
 // BMCReconcilerOptions tune the BMC inventory.
 type BMCReconcilerOptions struct {
-	// Interval between two checks of the same BMC. Zero means DefaultBMCCheckInterval.
+	// Interval is the period of the checks of one BMC: each BMC is checked once per interval, in its
+	// own slot (two checks are between Interval/2 and 1.5×Interval apart). Zero means
+	// DefaultBMCCheckInterval.
 	Interval time.Duration
 	// CheckTimeout bounds one check (building the driver and one PowerState call). Zero means
 	// DefaultBMCCheckTimeout.
@@ -51,9 +52,13 @@ type BMCReconcilerOptions struct {
 }
 
 // BMCReconciler is the BMC inventory: it checks every BMC in the Access's namespace (reachability,
-// credentials and power state) when the BMC changes, when its credentials Secret changes, and every
+// credentials and power state) when the BMC changes, when its credentials Secret changes, and once every
 // Interval, and reports the result in the BMC's status and, on change, in events. An administrator thus
 // learns that a BMC is misconfigured before the node it guards fails.
+//
+// The periodic checks are spread evenly over the interval: each BMC has its own slot in it (from a hash
+// of its UID), so 5,000 BMCs created or restarted together do not come due together every interval. The
+// status is written only when it changes or lastChecked needs a refresh (BMCStatusRefreshAge).
 type BMCReconciler struct {
 	// Client reads BMCs (from the cache) and writes their status.
 	Client client.Client
@@ -145,21 +150,30 @@ func (r *BMCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if last != nil && last.uid != b.UID {
 		r.Access.Forget(ctx, last.uid) // deleted and recreated under the same name while we looked away
 	}
-	due, wait := bmcCheckDue(last, cur, r.Clock.Now(), r.interval())
+	now := r.Clock.Now()
+	due, next := bmcCheckDue(last, cur, b, now, r.interval())
 	if !due {
-		return ctrl.Result{RequeueAfter: wait}, nil
+		if last == nil {
+			// Checked before this process started, and healthy then: keep the slot it was given.
+			cur.healthy, cur.next = true, next
+			r.remember(req.NamespacedName, cur)
+		}
+		return ctrl.Result{RequeueAfter: next.Sub(now)}, nil
 	}
 
 	a, err := r.check(ctx, b)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	cur.at = r.Clock.Now()
-	if err := r.report(ctx, b, a, cur.at); err != nil {
+	now = r.Clock.Now()
+	BMCChecks.WithLabelValues(bmcCheckResult(a)).Inc()
+	if err := r.report(ctx, b, a, now); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	cur.healthy = a.healthy()
+	cur.next = bmcSlotAfter(bmcPhase(b.UID, r.interval()), now, r.interval())
 	r.remember(req.NamespacedName, cur)
-	return ctrl.Result{RequeueAfter: r.interval()}, nil
+	return ctrl.Result{RequeueAfter: cur.next.Sub(now)}, nil
 }
 
 // check reads the BMC's power state once, bounded by the check timeout, and assesses the outcome. It
@@ -183,27 +197,26 @@ func (r *BMCReconciler) check(ctx context.Context, b *v1alpha1.BMC) (bmcAssessme
 	return bmcAssess(b, state, err, r.checkTimeout()), nil
 }
 
-// report writes the assessment into the BMC's status and, when the BMC's state changed, logs it and
-// emits an event.
+// report writes the assessment into the BMC's status when an administrator would see a difference, or
+// when lastChecked is due for a refresh (bmcReportedStatus), and, when the BMC's state changed, logs it
+// and emits an event.
 func (r *BMCReconciler) report(ctx context.Context, b *v1alpha1.BMC, a bmcAssessment, now time.Time) error {
 	oldReachable := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionReachable).DeepCopy()
 	oldCredentials := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionCredentialsValid).DeepCopy()
 	oldPower := b.Status.PowerState
 
-	patch := client.MergeFrom(b.DeepCopy())
-	checkedAt := metav1.NewTime(now)
-	b.Status.PowerState = a.power
-	b.Status.LastChecked = &checkedAt
-	b.Status.ObservedGeneration = b.Generation
-	for _, c := range []metav1.Condition{a.reachable, a.credentials} {
-		c.ObservedGeneration, c.LastTransitionTime = b.Generation, checkedAt
-		meta.SetStatusCondition(&b.Status.Conditions, c)
-	}
-	if err := r.Client.Status().Patch(ctx, b, patch); err != nil {
-		return fmt.Errorf("updating the status of BMC %s: %w", klog.KObj(b), err)
+	log := ctrl.LoggerFrom(ctx).WithValues("BMC", klog.KObj(b))
+	status, write := bmcReportedStatus(b.Status, b.Generation, a, now, bmcRefreshAge(r.interval()))
+	if write {
+		patch := client.MergeFrom(b.DeepCopy())
+		b.Status = status
+		if err := r.Client.Status().Patch(ctx, b, patch); err != nil {
+			return fmt.Errorf("updating the status of BMC %s: %w", klog.KObj(b), err)
+		}
+	} else {
+		log.V(5).Info("BMC status unchanged: not written")
 	}
 
-	log := ctrl.LoggerFrom(ctx).WithValues("BMC", klog.KObj(b))
 	if ev := bmcTransitionEvent(oldReachable, oldCredentials, a); ev != nil {
 		r.Recorder.Eventf(b, nil, ev.kind, ev.reason, ActionCheckBMC, "%s", ev.note)
 		log.Info("BMC state changed", "reachable", a.reachable.Reason, "credentialsValid", a.credentials.Reason, "powerState", a.power)

@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -159,11 +160,18 @@ var bmcT0Suite = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func newBMCStepper(ns string) *bmcStepper {
 	s := &bmcStepper{ns: ns, clock: clocktesting.NewFakeClock(bmcT0Suite), recorder: events.NewFakeRecorder(100)}
-	s.access = bmcaccess.New(k8sClient, ns, newTestRegistry(), bmcaccess.Options{})
-	s.r = &BMCReconciler{Client: k8sClient, Access: s.access, Recorder: s.recorder, Clock: s.clock,
-		Options: BMCReconcilerOptions{Interval: bmcCheckInterval, CheckTimeout: 5 * time.Second}}
-	DeferCleanup(func(ctx SpecContext) { s.access.CloseAll(ctx) })
+	s.restart()
 	return s
+}
+
+// restart replaces the reconciler and its Access with new ones, as a manager restart does: all that is
+// left is what the API server holds. The clock goes on.
+func (s *bmcStepper) restart() {
+	access := bmcaccess.New(k8sClient, s.ns, newTestRegistry(), bmcaccess.Options{})
+	s.access = access
+	s.r = &BMCReconciler{Client: k8sClient, Access: access, Recorder: s.recorder, Clock: s.clock,
+		Options: BMCReconcilerOptions{Interval: bmcCheckInterval, CheckTimeout: 5 * time.Second}}
+	DeferCleanup(func(ctx SpecContext) { access.CloseAll(ctx) })
 }
 
 func (s *bmcStepper) reconcile(ctx context.Context, name string) ctrl.Result {
@@ -195,14 +203,17 @@ var _ = Describe("BMC inventory, one reconcile at a time", func() {
 		s = newBMCStepper(ns)
 	})
 
-	It("marks a BMC with good credentials Reachable, with its power state, and checks it again when due", func(ctx SpecContext) {
+	It("marks a BMC with good credentials Reachable, with its power state, and checks it again in its slot", func(ctx SpecContext) {
 		m := startBMCMock(redfishmock.New())
 		createBMCSecret(ctx, ns, "creds", bmcCredentials(goodPassword))
 		createBMC(ctx, ns, "bmc-1", bmcMockAddress(m, "1"), "creds", false)
 		systemPath := m.SystemPath("1")
 
-		Expect(s.reconcile(ctx, "bmc-1").RequeueAfter).To(Equal(bmcCheckInterval))
+		res := s.reconcile(ctx, "bmc-1")
 		b := getBMC(ctx, ns, "bmc-1")
+		slot := bmcSlotAfter(bmcPhase(b.UID, bmcCheckInterval), bmcT0Suite, bmcCheckInterval)
+		Expect(res.RequeueAfter).To(Equal(slot.Sub(bmcT0Suite)), "the next check is in the BMC's slot")
+		Expect(res.RequeueAfter).To(And(BeNumerically(">=", bmcCheckInterval/2), BeNumerically("<", bmcCheckInterval*3/2)))
 		Expect(bmcConditionState(b, v1alpha1.ConditionReachable)).To(Equal("True/CheckSucceeded"))
 		Expect(bmcConditionState(b, v1alpha1.ConditionCredentialsValid)).To(Equal("True/CheckSucceeded"))
 		Expect(bmcConditionMessage(b, v1alpha1.ConditionCredentialsValid)).To(Equal(`The BMC accepted the credentials in Secret "creds"`))
@@ -212,20 +223,20 @@ var _ = Describe("BMC inventory, one reconcile at a time", func() {
 		Expect(s.events()).To(BeEmpty(), "a healthy BMC is no news")
 		Expect(countMockRequests(m, "GET", systemPath)).To(Equal(1), "one PowerState read")
 
-		By("not checking again before the interval")
-		Expect(s.reconcile(ctx, "bmc-1").RequeueAfter).To(Equal(bmcCheckInterval))
-		s.clock.Step(4 * time.Minute)
-		Expect(s.reconcile(ctx, "bmc-1").RequeueAfter).To(Equal(time.Minute))
+		By("not checking again before its slot")
+		Expect(s.reconcile(ctx, "bmc-1").RequeueAfter).To(Equal(slot.Sub(bmcT0Suite)))
+		s.clock.SetTime(slot.Add(-time.Second))
+		Expect(s.reconcile(ctx, "bmc-1").RequeueAfter).To(Equal(time.Second))
 		Expect(countMockRequests(m, "GET", systemPath)).To(Equal(1))
 
-		By("checking again once the interval is over, and seeing the host's new power state")
+		By("checking again in its slot, seeing the host's new power state, and planning the next check one interval later")
 		Expect(m.SetPowerState("1", redfishmock.PowerOff)).To(Succeed())
-		s.clock.Step(time.Minute)
+		s.clock.SetTime(slot)
 		Expect(s.reconcile(ctx, "bmc-1").RequeueAfter).To(Equal(bmcCheckInterval))
 		Expect(countMockRequests(m, "GET", systemPath)).To(Equal(2))
 		b = getBMC(ctx, ns, "bmc-1")
 		Expect(b.Status.PowerState).To(Equal(v1alpha1.PowerOff))
-		Expect(b.Status.LastChecked.Time).To(BeTemporally("==", bmcT0Suite.Add(bmcCheckInterval)))
+		Expect(b.Status.LastChecked.Time).To(BeTemporally("==", slot.Truncate(time.Second)), "lastChecked has a precision of a second")
 		Expect(meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionReachable).LastTransitionTime.Time).
 			To(BeTemporally("==", bmcT0Suite), "the condition did not change")
 		Expect(countMockRequests(m, "POST", mockSessionsPath)).To(Equal(1), "one driver per BMC: its session is reused")
@@ -265,8 +276,10 @@ var _ = Describe("BMC inventory, one reconcile at a time", func() {
 			wantReachable, wantCredentials, wantMessage, wantEvent string) {
 			address, secret, insecure := setup(ctx)
 			createBMC(ctx, ns, "bmc-1", address, secret, insecure)
-			Expect(s.reconcile(ctx, "bmc-1").RequeueAfter).To(Equal(bmcCheckInterval))
+			res := s.reconcile(ctx, "bmc-1")
 			b := getBMC(ctx, ns, "bmc-1")
+			Expect(res.RequeueAfter).To(Equal(bmcSlotAfter(bmcPhase(b.UID, bmcCheckInterval), bmcT0Suite, bmcCheckInterval).Sub(bmcT0Suite)),
+				"a BMC with a problem is checked in its slot too (and at once when its spec or Secret changes)")
 			Expect(bmcConditionState(b, v1alpha1.ConditionReachable)).To(Equal(wantReachable))
 			Expect(bmcConditionState(b, v1alpha1.ConditionCredentialsValid)).To(Equal(wantCredentials))
 			Expect(bmcConditionMessage(b, v1alpha1.ConditionReachable) + " | " + bmcConditionMessage(b, v1alpha1.ConditionCredentialsValid)).
@@ -376,6 +389,151 @@ var _ = Describe("BMC inventory, one reconcile at a time", func() {
 		Expect(m.SessionCount()).To(BeZero())
 		Expect(m.Requests()).To(ContainElement(And(
 			HaveField("Method", "DELETE"), HaveField("Path", HavePrefix(mockSessionsPath+"/")))))
+	})
+})
+
+var _ = Describe("BMC inventory schedule and status writes", func() {
+	var (
+		ns         string
+		s          *bmcStepper
+		m          *redfishmock.Mock
+		systemPath string
+	)
+	BeforeEach(func(ctx SpecContext) {
+		ns = newNamespace(ctx)
+		s = newBMCStepper(ns)
+		m = startBMCMock(redfishmock.New())
+		systemPath = m.SystemPath("1")
+	})
+	// checks is how many checks reached the mock: one PowerState read each.
+	checks := func() int { return countMockRequests(m, "GET", systemPath) }
+
+	It("checks a new BMC at once, and after a restart keeps a healthy BMC's slot instead of checking it again", func(ctx SpecContext) {
+		createBMCSecret(ctx, ns, "creds", bmcCredentials(goodPassword))
+		createBMC(ctx, ns, "bmc-1", bmcMockAddress(m, "1"), "creds", false)
+		s.reconcile(ctx, "bmc-1")
+		Expect(checks()).To(Equal(1), "checked at once")
+		b := getBMC(ctx, ns, "bmc-1")
+		Expect(bmcConditionState(b, v1alpha1.ConditionReachable)).To(Equal("True/CheckSucceeded"))
+		phase := bmcPhase(b.UID, bmcCheckInterval)
+		slot := bmcSlotAfter(phase, bmcT0Suite, bmcCheckInterval)
+
+		By("restarting a minute later: no check, the next one in its slot")
+		s.clock.Step(time.Minute)
+		s.restart()
+		Expect(s.reconcile(ctx, "bmc-1").RequeueAfter).To(Equal(slot.Sub(bmcT0Suite.Add(time.Minute))))
+		Expect(checks()).To(Equal(1))
+		Expect(countMockRequests(m, "POST", mockSessionsPath)).To(Equal(1), "not even a new session")
+
+		By("checking it when the requeue comes, even a second late")
+		s.clock.SetTime(slot.Add(time.Second))
+		Expect(s.reconcile(ctx, "bmc-1").RequeueAfter).To(Equal(bmcCheckInterval-time.Second), "back in its slot")
+		Expect(checks()).To(Equal(2))
+	})
+
+	It("after a restart, waits for the next slot of a healthy BMC whose lastChecked is old, rather than checking it at once", func(ctx SpecContext) {
+		createBMCSecret(ctx, ns, "creds", bmcCredentials(goodPassword))
+		createBMC(ctx, ns, "bmc-1", bmcMockAddress(m, "1"), "creds", false)
+		s.reconcile(ctx, "bmc-1")
+		phase := bmcPhase(getBMC(ctx, ns, "bmc-1").UID, bmcCheckInterval)
+
+		// Half an interval before its slot, 40 minutes or so after lastChecked: the slot after lastChecked
+		// is long past.
+		now := bmcNextSlot(phase, bmcT0Suite.Add(40*time.Minute), bmcCheckInterval).Add(-bmcCheckInterval / 2)
+		s.clock.SetTime(now)
+		s.restart()
+		Expect(s.reconcile(ctx, "bmc-1").RequeueAfter).To(Equal(bmcCheckInterval / 2))
+		Expect(checks()).To(Equal(1))
+
+		s.clock.Step(bmcCheckInterval / 2)
+		Expect(s.reconcile(ctx, "bmc-1").RequeueAfter).To(Equal(bmcCheckInterval))
+		Expect(checks()).To(Equal(2))
+	})
+
+	It("after a restart, checks at once a BMC whose last check found it unhealthy, without repeating its event", func(ctx SpecContext) {
+		createBMCSecret(ctx, ns, "creds", bmcCredentials(wrongPassword))
+		createBMC(ctx, ns, "bmc-1", bmcMockAddress(m, "1"), "creds", false)
+		s.reconcile(ctx, "bmc-1")
+		Expect(bmcConditionState(getBMC(ctx, ns, "bmc-1"), v1alpha1.ConditionCredentialsValid)).To(Equal("False/AuthenticationFailed"))
+		Expect(s.events()).To(ConsistOf(HavePrefix("Warning BMCCredentialsInvalid")))
+		logins := countMockRequests(m, "POST", mockSessionsPath)
+		Expect(logins).To(BeNumerically(">", 0))
+
+		s.clock.Step(time.Minute)
+		s.restart()
+		s.reconcile(ctx, "bmc-1")
+		Expect(countMockRequests(m, "POST", mockSessionsPath)).To(BeNumerically(">", logins), "tried to log in again")
+		Expect(bmcConditionState(getBMC(ctx, ns, "bmc-1"), v1alpha1.ConditionCredentialsValid)).To(Equal("False/AuthenticationFailed"))
+		Expect(s.events()).To(BeEmpty(), "the status already says so")
+	})
+
+	It("after a restart, checks at once a BMC whose spec changed while the manager was down", func(ctx SpecContext) {
+		createBMCSecret(ctx, ns, "creds", bmcCredentials(goodPassword))
+		createBMC(ctx, ns, "bmc-1", bmcMockAddress(m, "1"), "creds", false)
+		s.reconcile(ctx, "bmc-1")
+		Expect(checks()).To(Equal(1))
+
+		b := getBMC(ctx, ns, "bmc-1")
+		b.Spec.NodeName = "node-renamed"
+		Expect(k8sClient.Update(ctx, b)).To(Succeed())
+		s.clock.Step(time.Minute)
+		s.restart()
+		s.reconcile(ctx, "bmc-1")
+		Expect(checks()).To(Equal(2))
+		b = getBMC(ctx, ns, "bmc-1")
+		Expect(b.Status.ObservedGeneration).To(Equal(b.Generation))
+		Expect(b.Status.LastChecked.Time).To(BeTemporally("==", bmcT0Suite.Add(time.Minute)))
+	})
+
+	It("writes the status only when something an admin reads changed, or when lastChecked needs a refresh", func(ctx SpecContext) {
+		succeeded := BMCChecks.WithLabelValues(v1alpha1.ReasonCheckSucceeded)
+		countedBefore := testutil.ToFloat64(succeeded)
+		createBMCSecret(ctx, ns, "creds", bmcCredentials(goodPassword))
+		createBMC(ctx, ns, "bmc-1", bmcMockAddress(m, "1"), "creds", false)
+		res := s.reconcile(ctx, "bmc-1")
+		written := getBMC(ctx, ns, "bmc-1")
+		Expect(written.Status.LastChecked.Time).To(BeTemporally("==", bmcT0Suite))
+
+		By("checking in every slot for half an hour without writing anything")
+		for {
+			s.clock.Step(res.RequeueAfter)
+			if s.clock.Since(bmcT0Suite) >= BMCStatusRefreshAge {
+				break
+			}
+			res = s.reconcile(ctx, "bmc-1")
+			Expect(getBMC(ctx, ns, "bmc-1").ResourceVersion).To(Equal(written.ResourceVersion), "checked at %s, nothing new", s.clock.Now())
+		}
+		quiet := checks()
+		Expect(quiet).To(BeNumerically(">=", 6), "checked every interval")
+		Expect(testutil.ToFloat64(succeeded)-countedBefore).To(BeEquivalentTo(quiet), "every check counted")
+
+		By("writing lastChecked once it is as old as the refresh age")
+		refreshedAt := s.clock.Now()
+		res = s.reconcile(ctx, "bmc-1")
+		Expect(checks()).To(Equal(quiet + 1))
+		refreshed := getBMC(ctx, ns, "bmc-1")
+		Expect(refreshed.ResourceVersion).NotTo(Equal(written.ResourceVersion))
+		Expect(refreshed.Status.LastChecked.Time).To(BeTemporally("==", refreshedAt.Truncate(time.Second)))
+		Expect(refreshed.Status.Conditions).To(Equal(written.Status.Conditions), "conditions, and their lastTransitionTime, untouched")
+
+		By("writing at once a change of the power state")
+		Expect(m.SetPowerState("1", redfishmock.PowerOff)).To(Succeed())
+		s.clock.Step(res.RequeueAfter)
+		changedAt := s.clock.Now()
+		res = s.reconcile(ctx, "bmc-1")
+		changed := getBMC(ctx, ns, "bmc-1")
+		Expect(changed.ResourceVersion).NotTo(Equal(refreshed.ResourceVersion))
+		Expect(changed.Status.PowerState).To(Equal(v1alpha1.PowerOff))
+		Expect(changed.Status.LastChecked.Time).To(BeTemporally("==", changedAt.Truncate(time.Second)))
+		Expect(meta.FindStatusCondition(changed.Status.Conditions, v1alpha1.ConditionReachable).LastTransitionTime.Time).
+			To(BeTemporally("==", bmcT0Suite), "still Reachable")
+
+		By("and then nothing again")
+		s.clock.Step(res.RequeueAfter)
+		s.reconcile(ctx, "bmc-1")
+		Expect(checks()).To(Equal(quiet + 3))
+		Expect(getBMC(ctx, ns, "bmc-1").ResourceVersion).To(Equal(changed.ResourceVersion))
+		Expect(s.events()).To(BeEmpty())
 	})
 })
 

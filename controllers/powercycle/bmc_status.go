@@ -1,12 +1,16 @@
 package powercycle
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"time"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -18,27 +22,143 @@ import (
 // The BMC inventory's decisions are pure functions of what was observed and the time: when to check,
 // what a check means for the status, and which event a change deserves.
 
-// bmcCheckRecord is what the controller remembers of its last check of one BMC: what it checked (the BMC's
-// UID and generation, its Secret's resourceVersion) and when.
+// bmcCheckRecord is what the controller remembers of one BMC: what it last checked (the BMC's UID and
+// generation, its Secret's resourceVersion), whether the BMC was healthy then, and when it is next due.
+// A BMC this process has not checked yet, but whose status shows a healthy check of its spec (the manager
+// restarted), is remembered as it is with the slot it was given.
 type bmcCheckRecord struct {
 	uid           types.UID
 	generation    int64
 	secretVersion string
-	at            time.Time
+	healthy       bool
+	next          time.Time
 }
 
-// bmcCheckDue says whether a BMC whose current state is cur must be checked now, given the last check this
-// process made of it (nil if none): yes when there was none, when the BMC's spec or its Secret changed
-// since, or once interval has passed. Otherwise it returns how long until the next check is due.
-func bmcCheckDue(last *bmcCheckRecord, cur bmcCheckRecord, now time.Time, interval time.Duration) (bool, time.Duration) {
-	if last == nil || last.uid != cur.uid || last.generation != cur.generation || last.secretVersion != cur.secretVersion {
-		return true, 0
+// bmcPhase is the BMC's place in every check interval: an offset in [0, interval) derived from a hash
+// of its UID. The periodic checks of a BMC happen at the instants whose time modulo interval is its
+// phase, so N BMCs spread their checks evenly over the interval instead of all coming due together.
+func bmcPhase(uid types.UID, interval time.Duration) time.Duration {
+	if interval <= 0 {
+		return 0
 	}
-	next := last.at.Add(interval)
-	if !now.Before(next) {
-		return true, 0
+	sum := sha256.Sum256([]byte(uid))
+	// hash × interval / 2^64: uniform over [0, interval) without the bias of a modulo.
+	hi, _ := bits.Mul64(binary.BigEndian.Uint64(sum[:8]), uint64(interval))
+	return time.Duration(hi)
+}
+
+// bmcNextSlot is the first instant at or after t whose time modulo interval (counted from the Unix
+// epoch) is phase.
+func bmcNextSlot(phase time.Duration, t time.Time, interval time.Duration) time.Time {
+	if interval <= 0 {
+		return t
 	}
-	return false, next.Sub(now)
+	offset := time.Duration(t.UnixNano() % int64(interval))
+	if offset < 0 {
+		offset += interval
+	}
+	wait := phase - offset
+	if wait < 0 {
+		wait += interval
+	}
+	return t.Add(wait)
+}
+
+// bmcSlotAfter is when a BMC checked at c is checked next: its first slot at least interval/2 after c.
+// Two periodic checks of a BMC are thus between interval/2 and 1.5×interval apart, and one interval
+// apart once every BMC runs in its slot.
+func bmcSlotAfter(phase time.Duration, c time.Time, interval time.Duration) time.Time {
+	return bmcNextSlot(phase, c.Add(interval/2), interval)
+}
+
+// bmcHealthy says whether conditions say the BMC answers and accepts its credentials.
+func bmcHealthy(conditions []metav1.Condition) bool {
+	return meta.IsStatusConditionTrue(conditions, v1alpha1.ConditionReachable) &&
+		meta.IsStatusConditionTrue(conditions, v1alpha1.ConditionCredentialsValid)
+}
+
+// bmcCheckDue says whether b, whose current state is cur, must be checked now, and otherwise when its next
+// check is due. last is what this process remembers of it (nil if nothing).
+//
+// A BMC is checked at once when it was never checked (no status.lastChecked, or a status that describes
+// an older spec), when its spec or its Secret changed since the last check, or when the last check found
+// it unhealthy (an administrator fixing it wants to see the result). Otherwise it is checked when the
+// next slot planned after its last check comes (bmcSlotAfter). When this process has not checked it yet
+// (the manager just started), status.lastChecked stands for the last check; since lastChecked is only
+// refreshed every bmcRefreshAge, that slot is often past: the BMC then waits for its next slot from now,
+// so that a restart spreads its checks over one interval instead of re-checking every BMC at once.
+func bmcCheckDue(last *bmcCheckRecord, cur bmcCheckRecord, b *v1alpha1.BMC, now time.Time, interval time.Duration) (bool, time.Time) {
+	if last != nil {
+		if last.uid != cur.uid || last.generation != cur.generation || last.secretVersion != cur.secretVersion || !last.healthy {
+			return true, now
+		}
+		return !now.Before(last.next), last.next
+	}
+	st := b.Status
+	if st.LastChecked == nil || st.ObservedGeneration != b.Generation || !bmcHealthy(st.Conditions) {
+		return true, now
+	}
+	phase := bmcPhase(cur.uid, interval)
+	next := bmcSlotAfter(phase, bmcNotAfter(st.LastChecked.Time, now), interval)
+	if next.Before(now) {
+		next = bmcNextSlot(phase, now, interval)
+	}
+	return !now.Before(next), next
+}
+
+// bmcNotAfter is t, or now when t is later: a check stamped in the future (a clock that went back, or
+// another replica's clock) must not postpone the next one by more than 1.5×interval.
+func bmcNotAfter(t, now time.Time) time.Time {
+	if t.After(now) {
+		return now
+	}
+	return t
+}
+
+// BMCStatusRefreshAge is how old status.lastChecked may grow before a check that found nothing new
+// writes it anyway (at least the check interval): often enough that lastChecked shows the inventory is
+// alive, rarely enough that 5,000 healthy BMCs cost the API server a few writes per second, not one per
+// check.
+const BMCStatusRefreshAge = 30 * time.Minute
+
+// bmcRefreshAge is BMCStatusRefreshAge, or interval if that is longer.
+func bmcRefreshAge(interval time.Duration) time.Duration {
+	return max(BMCStatusRefreshAge, interval)
+}
+
+// bmcReportedStatus is the status that reports assessment a of b's generation, made at now, and whether
+// it must be written: when something an administrator reads changed (a condition's status, reason,
+// message or observedGeneration, the power state, status.observedGeneration), or when lastChecked is
+// missing, older than refreshAge, or in the future. Otherwise the write is skipped, and lastChecked keeps
+// the time of the last check that was written. A condition keeps its lastTransitionTime unless its status
+// changes.
+func bmcReportedStatus(old v1alpha1.BMCStatus, generation int64, a bmcAssessment, now time.Time, refreshAge time.Duration) (v1alpha1.BMCStatus, bool) {
+	st := *old.DeepCopy()
+	changed := st.PowerState != a.power || st.ObservedGeneration != generation
+	checkedAt := metav1.NewTime(now)
+	st.PowerState = a.power
+	st.ObservedGeneration = generation
+	for _, c := range []metav1.Condition{a.reachable, a.credentials} {
+		c.ObservedGeneration, c.LastTransitionTime = generation, checkedAt
+		if meta.SetStatusCondition(&st.Conditions, c) {
+			changed = true
+		}
+	}
+	stale := st.LastChecked == nil || now.Sub(st.LastChecked.Time) >= refreshAge || st.LastChecked.After(now)
+	if !changed && !stale {
+		return old, false
+	}
+	st.LastChecked = &checkedAt
+	return st, true
+}
+
+// bmcCheckResult is the result label of a check in BMCChecks: the reason of the condition that says what
+// is wrong, or CheckSucceeded.
+func bmcCheckResult(a bmcAssessment) string {
+	if p := bmcProblem(&a.reachable, &a.credentials); p != nil {
+		return p.Reason
+	}
+	return a.reachable.Reason
 }
 
 // bmcAssessment is what one check means for a BMC's status. The conditions carry type, status, reason and
@@ -47,6 +167,11 @@ type bmcAssessment struct {
 	power       v1alpha1.PowerState
 	reachable   metav1.Condition
 	credentials metav1.Condition
+}
+
+// healthy says whether the check found the BMC answering and accepting its credentials.
+func (a bmcAssessment) healthy() bool {
+	return a.reachable.Status == metav1.ConditionTrue && a.credentials.Status == metav1.ConditionTrue
 }
 
 // Bounds, in bytes, of a condition message (the API allows 32768; an admin reads far fewer) and of an

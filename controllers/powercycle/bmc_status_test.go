@@ -3,6 +3,8 @@ package powercycle
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -20,33 +23,294 @@ import (
 
 var bmcT0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// bmcSteady is a status that shows a healthy check of generation 2 at when.
+func bmcSteady(when time.Time) *v1alpha1.BMC {
+	checked := metav1.NewTime(when)
+	return &v1alpha1.BMC{
+		ObjectMeta: metav1.ObjectMeta{UID: "u1", Generation: 2},
+		Status: v1alpha1.BMCStatus{PowerState: v1alpha1.PowerOn, LastChecked: &checked, ObservedGeneration: 2,
+			Conditions: []metav1.Condition{
+				{Type: v1alpha1.ConditionReachable, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonCheckSucceeded},
+				{Type: v1alpha1.ConditionCredentialsValid, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonCheckSucceeded},
+			}},
+	}
+}
+
 func TestBMCCheckDue(t *testing.T) {
-	last := &bmcCheckRecord{uid: "u1", generation: 2, secretVersion: "100", at: bmcT0}
+	const interval = 5 * time.Minute
+	phase := bmcPhase("u1", interval)
+	// u1's first slot at least interval/2 after bmcT0, and its slot in the interval that starts at bmcT0+1h.
+	slotAfterT0 := bmcSlotAfter(phase, bmcT0, interval)
+	slotFromHour := bmcNextSlot(phase, bmcT0.Add(time.Hour), interval)
+
+	next := bmcT0.Add(4 * time.Minute)
+	last := &bmcCheckRecord{uid: "u1", generation: 2, secretVersion: "100", healthy: true, next: next}
 	same := bmcCheckRecord{uid: "u1", generation: 2, secretVersion: "100"}
+	withStatus := func(mutate func(b *v1alpha1.BMC)) *v1alpha1.BMC {
+		b := bmcSteady(bmcT0)
+		mutate(b)
+		return b
+	}
 	tests := map[string]struct {
 		last     *bmcCheckRecord
 		cur      bmcCheckRecord
+		bmc      *v1alpha1.BMC
 		now      time.Time
 		wantDue  bool
-		wantWait time.Duration
+		wantNext time.Time // when not due
 	}{
-		"never checked by this process":  {last: nil, cur: same, now: bmcT0, wantDue: true},
-		"just checked":                   {last: last, cur: same, now: bmcT0, wantWait: 5 * time.Minute},
-		"checked a minute ago":           {last: last, cur: same, now: bmcT0.Add(time.Minute), wantWait: 4 * time.Minute},
-		"interval passed exactly":        {last: last, cur: same, now: bmcT0.Add(5 * time.Minute), wantDue: true},
-		"interval passed long ago":       {last: last, cur: same, now: bmcT0.Add(time.Hour), wantDue: true},
-		"spec edited":                    {last: last, cur: bmcCheckRecord{uid: "u1", generation: 3, secretVersion: "100"}, now: bmcT0, wantDue: true},
-		"Secret changed (rotation)":      {last: last, cur: bmcCheckRecord{uid: "u1", generation: 2, secretVersion: "101"}, now: bmcT0, wantDue: true},
-		"Secret deleted":                 {last: last, cur: bmcCheckRecord{uid: "u1", generation: 2, secretVersion: ""}, now: bmcT0, wantDue: true},
-		"BMC recreated under that name":  {last: last, cur: bmcCheckRecord{uid: "u2", generation: 2, secretVersion: "100"}, now: bmcT0, wantDue: true},
-		"clock stepped back (no change)": {last: last, cur: same, now: bmcT0.Add(-time.Minute), wantWait: 6 * time.Minute},
+		// This process checked it.
+		"checked: before its slot":        {last: last, cur: same, now: bmcT0, wantNext: next},
+		"checked: a second before":        {last: last, cur: same, now: next.Add(-time.Second), wantNext: next},
+		"checked: its slot":               {last: last, cur: same, now: next, wantDue: true},
+		"checked: a requeue that is late": {last: last, cur: same, now: next.Add(time.Hour), wantDue: true},
+		"checked: spec edited": {last: last, cur: bmcCheckRecord{uid: "u1", generation: 3, secretVersion: "100"},
+			now: bmcT0, wantDue: true},
+		"checked: Secret changed (rotation)": {last: last, cur: bmcCheckRecord{uid: "u1", generation: 2, secretVersion: "101"},
+			now: bmcT0, wantDue: true},
+		"checked: Secret deleted": {last: last, cur: bmcCheckRecord{uid: "u1", generation: 2, secretVersion: ""},
+			now: bmcT0, wantDue: true},
+		"checked: recreated under that name": {last: last, cur: bmcCheckRecord{uid: "u2", generation: 2, secretVersion: "100"},
+			now: bmcT0, wantDue: true},
+		"checked: found unhealthy": {last: &bmcCheckRecord{uid: "u1", generation: 2, secretVersion: "100", next: next},
+			cur: same, now: bmcT0, wantDue: true},
+
+		// This process has not checked it: the status is all there is (a new BMC, or a restart).
+		"new: no status": {cur: same, bmc: &v1alpha1.BMC{ObjectMeta: metav1.ObjectMeta{UID: "u1", Generation: 1}},
+			now: bmcT0, wantDue: true},
+		"new: status of an older spec": {cur: same, bmc: withStatus(func(b *v1alpha1.BMC) { b.Generation = 3 }),
+			now: bmcT0, wantDue: true},
+		"new: no lastChecked": {cur: same, bmc: withStatus(func(b *v1alpha1.BMC) { b.Status.LastChecked = nil }),
+			now: bmcT0, wantDue: true},
+		"restart: unreachable": {cur: same, bmc: withStatus(func(b *v1alpha1.BMC) { b.Status.Conditions[0].Status = metav1.ConditionFalse }),
+			now: bmcT0, wantDue: true},
+		"restart: credentials refused": {cur: same, bmc: withStatus(func(b *v1alpha1.BMC) { b.Status.Conditions[1].Status = metav1.ConditionFalse }),
+			now: bmcT0, wantDue: true},
+		"restart: credentials unknown": {cur: same, bmc: withStatus(func(b *v1alpha1.BMC) { b.Status.Conditions[1].Status = metav1.ConditionUnknown }),
+			now: bmcT0, wantDue: true},
+		"restart: a condition missing": {cur: same, bmc: withStatus(func(b *v1alpha1.BMC) { b.Status.Conditions = b.Status.Conditions[:1] }),
+			now: bmcT0, wantDue: true},
+		"restart: healthy, just checked: its slot after lastChecked": {cur: same, bmc: bmcSteady(bmcT0),
+			now: bmcT0.Add(10 * time.Second), wantNext: slotAfterT0},
+		"restart: healthy, at its slot": {cur: same, bmc: bmcSteady(bmcT0), now: slotAfterT0, wantDue: true},
+		"restart: healthy, lastChecked long ago: its next slot from now, not at once": {cur: same, bmc: bmcSteady(bmcT0),
+			now: bmcT0.Add(time.Hour), wantNext: slotFromHour, wantDue: slotFromHour.Equal(bmcT0.Add(time.Hour))},
+		"restart: lastChecked in the future: at most 1.5 intervals away": {cur: same, bmc: bmcSteady(bmcT0.Add(24 * time.Hour)),
+			now: bmcT0, wantNext: slotAfterT0},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
-			due, wait := bmcCheckDue(tc.last, tc.cur, tc.now, 5*time.Minute)
+			b := tc.bmc
+			if b == nil {
+				b = bmcSteady(bmcT0)
+			}
+			due, next := bmcCheckDue(tc.last, tc.cur, b, tc.now, interval)
 			g.Expect(due).To(Equal(tc.wantDue))
-			g.Expect(wait).To(Equal(tc.wantWait))
+			if !tc.wantDue {
+				g.Expect(next).To(BeTemporally("==", tc.wantNext))
+				g.Expect(next).To(BeTemporally(">", tc.now))
+			}
+		})
+	}
+}
+
+func TestBMCSlotAfter(t *testing.T) {
+	t0 := bmcT0 // a multiple of 5 minutes and of an hour since the epoch
+	tests := map[string]struct {
+		phase    time.Duration
+		c        time.Time
+		interval time.Duration
+		want     time.Time
+	}{
+		"phase 0, checked at 0":                   {phase: 0, c: t0, interval: 5 * time.Minute, want: t0.Add(5 * time.Minute)},
+		"phase 1m, checked at 0: skips the slot":  {phase: time.Minute, c: t0, interval: 5 * time.Minute, want: t0.Add(6 * time.Minute)},
+		"phase 3m, checked at 0":                  {phase: 3 * time.Minute, c: t0, interval: 5 * time.Minute, want: t0.Add(3 * time.Minute)},
+		"exactly interval/2 later (lower bound)":  {phase: 150 * time.Second, c: t0, interval: 5 * time.Minute, want: t0.Add(150 * time.Second)},
+		"just under 1.5 intervals (upper bound)":  {phase: 150*time.Second - 1, c: t0, interval: 5 * time.Minute, want: t0.Add(450*time.Second - 1)},
+		"checked in its slot: one interval later": {phase: 4 * time.Minute, c: t0.Add(4 * time.Minute), interval: 5 * time.Minute, want: t0.Add(9 * time.Minute)},
+		"checked late: back in its slot":          {phase: 4 * time.Minute, c: t0.Add(4*time.Minute + 20*time.Second), interval: 5 * time.Minute, want: t0.Add(9 * time.Minute)},
+		"nanosecond phase":                        {phase: 61*time.Second + 7, c: t0, interval: 5 * time.Minute, want: t0.Add(6*time.Minute + time.Second + 7)},
+		"hourly interval": {phase: 10 * time.Minute, c: t0.Add(50 * time.Minute), interval: time.Hour,
+			want: t0.Add(2*time.Hour + 10*time.Minute)},
+		"before the epoch": {phase: time.Minute, c: time.Date(1969, 12, 31, 23, 55, 0, 0, time.UTC), interval: 5 * time.Minute,
+			want: time.Date(1970, 1, 1, 0, 1, 0, 0, time.UTC)},
+		"another time zone, same instants": {phase: 3 * time.Minute, c: t0.In(time.FixedZone("UTC+5:30", 5*3600+1800)),
+			interval: 5 * time.Minute, want: t0.Add(3 * time.Minute)},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			NewWithT(t).Expect(bmcSlotAfter(tc.phase, tc.c, tc.interval)).To(BeTemporally("==", tc.want))
+		})
+	}
+}
+
+// Whatever the phase and the time of the last check, the next is in the BMC's slot, between interval/2
+// and 1.5×interval later.
+func TestBMCSlotAfterBounds(t *testing.T) {
+	g := NewWithT(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, interval := range []time.Duration{time.Second, 5 * time.Minute, 7*time.Minute + 13*time.Millisecond, time.Hour} {
+		for range 2000 {
+			phase := time.Duration(rng.Int64N(int64(interval)))
+			c := bmcT0.Add(time.Duration(rng.Int64N(int64(48 * time.Hour))))
+			next := bmcSlotAfter(phase, c, interval)
+			g.Expect(next.Sub(c)).To(BeNumerically(">=", interval/2), "interval %s, phase %s, c %s", interval, phase, c)
+			g.Expect(next.Sub(c)).To(BeNumerically("<", interval+interval/2), "interval %s, phase %s, c %s", interval, phase, c)
+			g.Expect(time.Duration(next.UnixNano() % int64(interval))).To(Equal(phase))
+		}
+	}
+}
+
+func TestBMCPhase(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(bmcPhase("0b9a3e4c-6f1d-4c2a-9a57-2f3c1d0e8b11", 5*time.Minute)).
+		To(Equal(bmcPhase("0b9a3e4c-6f1d-4c2a-9a57-2f3c1d0e8b11", 5*time.Minute)), "deterministic")
+	g.Expect(bmcPhase("u1", 0)).To(BeZero())
+
+	uids := map[string]func(i int, rng *rand.Rand) types.UID{
+		"random UIDs": func(_ int, rng *rand.Rand) types.UID {
+			return types.UID(fmt.Sprintf("%08x-%04x-4%03x-%04x-%012x",
+				rng.Uint32(), rng.Uint32N(1<<16), rng.Uint32N(1<<12), 0x8000|rng.Uint32N(1<<14), rng.Uint64N(1<<48)))
+		},
+		"UIDs that differ in one digit": func(i int, _ *rand.Rand) types.UID {
+			return types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", i))
+		},
+	}
+	const n, buckets = 1000, 10
+	for name, uid := range uids {
+		for _, interval := range []time.Duration{5 * time.Minute, time.Hour} {
+			t.Run(fmt.Sprintf("%s, %s", name, interval), func(t *testing.T) {
+				g := NewWithT(t)
+				rng := rand.New(rand.NewPCG(3, 4))
+				// A thundering herd: all n BMCs checked within 100 s of start-up.
+				start := bmcT0.Add(17 * time.Second)
+				var count [buckets]int
+				for i := range n {
+					u := uid(i, rng)
+					phase := bmcPhase(u, interval)
+					g.Expect(phase).To(And(BeNumerically(">=", 0), BeNumerically("<", interval)))
+					c := start.Add(time.Duration(i) * 100 * time.Second / n)
+					second := bmcSlotAfter(phase, c, interval)
+					third := bmcSlotAfter(phase, second, interval)
+					g.Expect(third.Sub(second)).To(Equal(interval), "at steady state, one check per interval")
+					count[time.Duration(second.UnixNano()%int64(interval))*buckets/interval]++
+				}
+				for b, k := range count {
+					g.Expect(k).To(BeNumerically("<=", 2*n/buckets), "bucket %d of %v holds %d checks", b, count, k)
+					g.Expect(k).To(BeNumerically(">=", n/buckets/2), "bucket %d of %v holds %d checks", b, count, k)
+				}
+			})
+		}
+	}
+}
+
+func TestBMCRefreshAge(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(bmcRefreshAge(5 * time.Minute)).To(Equal(30 * time.Minute))
+	g.Expect(bmcRefreshAge(2 * time.Hour)).To(Equal(2 * time.Hour))
+}
+
+func TestBMCReportedStatus(t *testing.T) {
+	const refresh = 30 * time.Minute
+	ok := bmcAssess(bmcForStatusTest(), bmc.PowerStateOn, nil, time.Second)
+	off := bmcAssess(bmcForStatusTest(), bmc.PowerStateOff, nil, time.Second)
+	unreachable := bmcAssess(bmcForStatusTest(), "", bmcDriverErr(bmc.ErrUnreachable, "connection refused"), time.Second)
+	reset := bmcAssess(bmcForStatusTest(), "", bmcDriverErr(bmc.ErrUnreachable, "connection reset"), time.Second)
+
+	// reported is the status a written check of a, at when, leaves.
+	reported := func(a bmcAssessment, when time.Time) v1alpha1.BMCStatus {
+		st, write := bmcReportedStatus(v1alpha1.BMCStatus{}, 2, a, when, refresh)
+		if !write {
+			t.Fatal("a first check must be written")
+		}
+		return st
+	}
+	tests := map[string]struct {
+		old       v1alpha1.BMCStatus
+		a         bmcAssessment
+		now       time.Time
+		wantWrite bool
+		// when written:
+		wantTransition map[string]time.Time // lastTransitionTime by condition type
+	}{
+		"first check": {a: ok, now: bmcT0, wantWrite: true,
+			wantTransition: map[string]time.Time{v1alpha1.ConditionReachable: bmcT0, v1alpha1.ConditionCredentialsValid: bmcT0}},
+		"nothing new": {old: reported(ok, bmcT0), a: ok, now: bmcT0.Add(5 * time.Minute)},
+		"nothing new, just under the refresh age": {old: reported(ok, bmcT0), a: ok, now: bmcT0.Add(refresh - time.Second)},
+		"nothing new, but lastChecked is as old as the refresh age": {old: reported(ok, bmcT0), a: ok, now: bmcT0.Add(refresh),
+			wantWrite: true, wantTransition: map[string]time.Time{v1alpha1.ConditionReachable: bmcT0, v1alpha1.ConditionCredentialsValid: bmcT0}},
+		"nothing new, but lastChecked is in the future": {old: reported(ok, bmcT0.Add(time.Hour)), a: ok, now: bmcT0, wantWrite: true},
+		"power state changed (and the message that shows it)": {old: reported(ok, bmcT0), a: off, now: bmcT0.Add(5 * time.Minute),
+			wantWrite: true, wantTransition: map[string]time.Time{v1alpha1.ConditionReachable: bmcT0, v1alpha1.ConditionCredentialsValid: bmcT0}},
+		"still unreachable, same message": {old: reported(unreachable, bmcT0), a: unreachable, now: bmcT0.Add(5 * time.Minute)},
+		"still unreachable, another message": {old: reported(unreachable, bmcT0), a: reset, now: bmcT0.Add(5 * time.Minute),
+			wantWrite: true, wantTransition: map[string]time.Time{v1alpha1.ConditionReachable: bmcT0, v1alpha1.ConditionCredentialsValid: bmcT0}},
+		"became unreachable": {old: reported(ok, bmcT0), a: unreachable, now: bmcT0.Add(5 * time.Minute), wantWrite: true,
+			wantTransition: map[string]time.Time{v1alpha1.ConditionReachable: bmcT0.Add(5 * time.Minute),
+				v1alpha1.ConditionCredentialsValid: bmcT0.Add(5 * time.Minute)}},
+		"spec changed, same result": {old: func() v1alpha1.BMCStatus {
+			st := reported(ok, bmcT0)
+			st.ObservedGeneration = 1
+			return st
+		}(), a: ok, now: bmcT0.Add(time.Minute), wantWrite: true},
+		"a condition's observedGeneration behind": {old: func() v1alpha1.BMCStatus {
+			st := reported(ok, bmcT0)
+			st.Conditions[1].ObservedGeneration = 1
+			return st
+		}(), a: ok, now: bmcT0.Add(time.Minute), wantWrite: true},
+		"a condition removed by hand": {old: func() v1alpha1.BMCStatus {
+			st := reported(ok, bmcT0)
+			st.Conditions = st.Conditions[:1]
+			return st
+		}(), a: ok, now: bmcT0.Add(time.Minute), wantWrite: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			before := tc.old.DeepCopy()
+			st, write := bmcReportedStatus(tc.old, 2, tc.a, tc.now, refresh)
+			g.Expect(tc.old).To(Equal(*before), "the old status is not modified")
+			g.Expect(write).To(Equal(tc.wantWrite))
+			if !write {
+				g.Expect(st).To(Equal(tc.old))
+				return
+			}
+			g.Expect(st.LastChecked.Time).To(BeTemporally("==", tc.now))
+			g.Expect(st.PowerState).To(Equal(tc.a.power))
+			g.Expect(st.ObservedGeneration).To(Equal(int64(2)))
+			g.Expect(st.Conditions).To(HaveLen(2))
+			for _, want := range []metav1.Condition{tc.a.reachable, tc.a.credentials} {
+				c := meta.FindStatusCondition(st.Conditions, want.Type)
+				g.Expect(c).NotTo(BeNil())
+				g.Expect(c.Status).To(Equal(want.Status))
+				g.Expect(c.Reason).To(Equal(want.Reason))
+				g.Expect(c.Message).To(Equal(want.Message))
+				g.Expect(c.ObservedGeneration).To(Equal(int64(2)))
+				if at, ok := tc.wantTransition[want.Type]; ok {
+					g.Expect(c.LastTransitionTime.Time).To(BeTemporally("==", at), "lastTransitionTime of %s", want.Type)
+				}
+			}
+		})
+	}
+}
+
+func TestBMCCheckResult(t *testing.T) {
+	tests := map[string]struct {
+		state bmc.PowerState
+		err   error
+		want  string
+	}{
+		"healthy":        {state: bmc.PowerStateOn, want: v1alpha1.ReasonCheckSucceeded},
+		"wrong password": {err: bmcDriverErr(bmc.ErrAuthentication, "401"), want: v1alpha1.ReasonAuthenticationFailed},
+		"Secret missing": {err: bmcAccessErr(bmcaccess.ErrSecretNotFound, "gone"), want: v1alpha1.ReasonSecretNotFound},
+		"unreachable":    {err: bmcDriverErr(bmc.ErrUnreachable, "refused"), want: v1alpha1.ReasonBMCUnreachable},
+		"timeout":        {err: bmcDriverErr(bmc.ErrTimeout, "deadline"), want: v1alpha1.ReasonBMCTimeout},
+		"bad address":    {err: bmcAccessErr(bmcaccess.ErrInvalidAddress, "bad"), want: v1alpha1.ReasonInvalidAddress},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			NewWithT(t).Expect(bmcCheckResult(bmcAssess(bmcForStatusTest(), tc.state, tc.err, time.Second))).To(Equal(tc.want))
 		})
 	}
 }

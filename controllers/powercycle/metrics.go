@@ -21,8 +21,16 @@ var (
 		Help:    "Time from a PowerCycleRemediation's acceptance to its end, by strategy and the reason it ended with.",
 		Buckets: []float64{5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 43200},
 	}, []string{"strategy", "result"})
+
+	// BMCChecks counts the checks of the BMC inventory, by result: CheckSucceeded, or the reason of the
+	// condition that says what is wrong (AuthenticationFailed, SecretNotFound, InvalidCredentials,
+	// InvalidAddress, Unsupported, Unreachable, Timeout).
+	BMCChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "metalheal_bmc_checks_total",
+		Help: "Checks of the BMC inventory, by result: CheckSucceeded, or the reason of the condition that says what is wrong.",
+	}, []string{"result"})
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(PhaseTransitions, RemediationDuration)
+	ctrlmetrics.Registry.MustRegister(PhaseTransitions, RemediationDuration, BMCChecks)
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -55,6 +56,8 @@ type Access struct {
 	namespace string
 	registry  *bmc.Registry
 	opts      Options
+	// log is what drivers report through (see build).
+	log logr.Logger
 
 	indexOnce sync.Once
 	indexErr  error
@@ -76,7 +79,8 @@ func New(c client.Reader, namespace string, registry *bmc.Registry, opts Options
 	if opts.CloseTimeout <= 0 {
 		opts.CloseTimeout = DefaultCloseTimeout
 	}
-	return &Access{client: c, namespace: namespace, registry: registry, opts: opts, drivers: map[types.UID]*entry{}}
+	return &Access{client: c, namespace: namespace, registry: registry, opts: opts, drivers: map[types.UID]*entry{},
+		log: ctrl.Log.WithName("bmcaccess")}
 }
 
 // Namespace is the namespace the Access reads BMCs and Secrets in.
@@ -199,12 +203,15 @@ func (a *Access) build(ctx context.Context, b *v1alpha1.BMC, secret *corev1.Secr
 		return nil, &Error{BMC: key, Kind: ErrInvalidCredentials, Err: fmt.Errorf("secret %q: %w", secret.Name, err)}
 	}
 	forms := secretForms(creds)
-	log := ctrl.LoggerFrom(ctx).WithValues("BMC", klog.KObj(b))
+	// The driver outlives this reconcile and reports during later ones: it logs through a logger without
+	// this reconcile's values, naming the BMC on each line. (A logger with values holds an encoded copy of
+	// them, kilobytes that every cached driver would keep: megabytes at thousands of BMCs.)
+	log, ref := a.log, klog.KObj(b)
 	d, err := a.registry.New(b.Spec.Address, creds, bmc.Options{
 		DisableCertificateVerification: b.Spec.DisableCertificateVerification,
 		RequestTimeout:                 a.opts.RequestTimeout,
 		// Drivers report credential-free messages (a session re-established, a fallback taken); scrub anyway.
-		Report: func(reason, message string) { log.V(1).Info(scrub(message, forms), "reason", reason) },
+		Report: func(reason, message string) { log.V(1).Info(scrub(message, forms), "reason", reason, "BMC", ref) },
 	})
 	if err != nil {
 		err = redact(err, forms)

@@ -46,8 +46,10 @@ type Failure struct {
 	CreateSentMs *float64 `json:"createSentMs,omitempty"`
 	CreatedMs    *float64 `json:"createdMs,omitempty"`
 	// Verified: when the request appeared, the node still showed the condition the bench wrote.
-	Verified bool   `json:"verified"`
-	Error    string `json:"error,omitempty"`
+	Verified bool `json:"verified"`
+	// Reposts counts the times the condition was found overwritten and posted again (see holdNotReady).
+	Reposts int    `json:"reposts,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 // Detection is the outcome of one detection phase.
@@ -89,10 +91,10 @@ func (b *bench) detectionNodes() (spread, burst []string) {
 	return spread, burst
 }
 
-// benchHeals reports whether the bench heals failed nodes itself once their request is seen: for any
-// remediation kind but metalheal's own, which power-cycles them.
+// benchHeals reports whether the bench heals failed nodes itself once their request is seen: unless
+// metalheal's remediator power-cycles them (its own kind, with BMC objects to find the hosts by).
 func (b *bench) benchHeals() bool {
-	return b.cfg.peer() || b.emrGVK.Kind != "PowerCycleRemediation"
+	return b.cfg.peer() || b.emrGVK.Kind != "PowerCycleRemediation" || !b.cfg.bmcs
 }
 
 // detect fails nodes (over `over`, or at once when over is zero) and measures how long after its
@@ -133,8 +135,7 @@ func (b *bench) detect(ctx context.Context, name string, nodes []string, over ti
 					return
 				}
 				time.Sleep(quietGap)
-				now := time.Now()
-				b.postNotReady(ctx, st, now.Truncate(time.Second))
+				b.holdNotReady(ctx, st, time.Now().Truncate(time.Second))
 			})
 		}
 		wg.Wait()
@@ -151,7 +152,7 @@ func (b *bench) detect(ctx context.Context, name string, nodes []string, over ti
 		g.SetLimit(64)
 		for _, st := range states {
 			g.Go(func() error {
-				b.postNotReady(gctx, st, transition)
+				b.holdNotReady(gctx, st, transition)
 				return nil
 			})
 		}
@@ -235,11 +236,51 @@ func (b *bench) detect(ctx context.Context, name string, nodes []string, over ti
 		d.Nodes = append(d.Nodes, st.get())
 	}
 	sort.Slice(d.Nodes, func(i, j int) bool { return d.Nodes[i].Posted.Before(d.Nodes[j].Posted) })
-	p.Notes = append(p.Notes, fmt.Sprintf("%d nodes failed, %d requests seen", len(nodes), d.Detected))
+	reposts, unverified := 0, 0
+	for _, f := range d.Nodes {
+		reposts += f.Reposts
+		if f.Seen != nil && !f.Verified {
+			unverified++
+		}
+	}
+	p.Notes = append(p.Notes, fmt.Sprintf("%d nodes failed, %d requests seen; Ready=False posted again %d times (overwritten by a late heartbeat); %d requests appeared while the node no longer showed the condition the bench wrote",
+		len(nodes), d.Detected, reposts, unverified))
 	return d, nil
 }
 
 func (b *bench) sim() *nodesim.Simulator { return b.h.Sim }
+
+// holdNotReady posts the node's Ready=False condition and makes sure it holds. A heartbeat the simulator
+// took on before the hang can still land after the post when the simulator is working through a backlog
+// (a busy machine), putting Ready back to True: the bench looks again a second later and posts again,
+// with a new transition time, up to three times (Reposts counts them).
+func (b *bench) holdNotReady(ctx context.Context, st *failureState, transition time.Time) {
+	b.postNotReady(ctx, st, transition)
+	for range 3 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+		node, err := b.kube.CoreV1().Nodes().Get(ctx, st.f.Node, metav1.GetOptions{})
+		if err != nil {
+			continue
+		}
+		overwritten := false
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				overwritten = true
+			}
+		}
+		if !overwritten {
+			return
+		}
+		st.mu.Lock()
+		st.f.Reposts++
+		st.mu.Unlock()
+		b.postNotReady(ctx, st, time.Now().Truncate(time.Second))
+	}
+}
 
 // postNotReady writes the node's Ready=False condition, as a kubelet that finds its container runtime
 // down would, with lastTransitionTime transition.

@@ -81,6 +81,9 @@ func parseFlags(args []string) (config, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if !set["cycles"] {
 		c.cycles = min(c.cycles, c.nodes) // a small world cycles every node
+		if !c.bmcs || c.controllerCmd != "" {
+			c.cycles = 0 // power cycles need metalheal's manager and BMC objects
+		}
 	}
 	switch {
 	case c.nodes < 1:
@@ -89,6 +92,8 @@ func parseFlags(args []string) (config, error) {
 		return c, fmt.Errorf("--failures must be between 0 and half of --nodes (%d)", c.nodes/2)
 	case c.cycles < 0 || c.cycles > c.nodes:
 		return c, fmt.Errorf("--cycles must be between 0 and --nodes (%d)", c.nodes)
+	case c.cycles > 0 && !c.bmcs:
+		return c, errors.New("--cycles needs --bmcs: the remediator finds each host's BMC through its BMC object")
 	case c.unhealthyDuration < time.Second:
 		return c, errors.New("--unhealthy-duration must be at least 1s (conditions carry whole seconds)")
 	case c.leaseInterval*3 > c.gracePeriod:

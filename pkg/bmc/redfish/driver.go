@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/stmcginnis/gofish/common"
@@ -20,6 +21,31 @@ import (
 // DriverName names this driver in errors and metrics.
 const DriverName = "redfish"
 
+// The drivers share one HTTP transport per TLS setting, rather than one each: a transport's own state
+// (its connection pool, its TLS and HTTP/2 set-up) costs kilobytes, megabytes at thousands of BMCs. A
+// connection to a BMC that has been idle idleConnTimeout is closed: a BMC is read every few seconds while
+// its host is power-cycled, and every few minutes otherwise; the first keeps its connection, the second
+// does not hold one open between checks (each costs two goroutines and two 4 KiB buffers).
+const (
+	idleConnTimeout = 15 * time.Second
+	// maxIdleConns bounds the idle connections kept across all BMCs, enough for every host in a large
+	// power-cycling wave to keep its connection between polls.
+	maxIdleConns = 1024
+)
+
+var (
+	verifyingTransport = sync.OnceValue(func() *http.Transport { return newTransport(false) })
+	insecureTransport  = sync.OnceValue(func() *http.Transport { return newTransport(true) })
+)
+
+func newTransport(insecure bool) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = bmc.Options{DisableCertificateVerification: insecure}.TLSConfig()
+	t.IdleConnTimeout = idleConnTimeout
+	t.MaxIdleConns = maxIdleConns
+	return t
+}
+
 // driver is a bmc.Driver for one ComputerSystem behind one Redfish service.
 type driver struct {
 	endpoint string // scheme://host[:port]
@@ -27,6 +53,9 @@ type driver struct {
 	http     *http.Client
 	timeout  time.Duration
 	report   func(reason, message string)
+	// ownIdle: the transport is the caller's, for this driver alone: Close closes its idle connections.
+	// The shared transports' connections are other drivers' too; they close when idle long enough.
+	ownIdle bool
 
 	// lock is held by the call in flight and guards the fields below. It is a channel so that waiting
 	// for it respects the caller's context.
@@ -55,11 +84,12 @@ func New(endpoint *url.URL, systemPath string, creds bmc.Credentials, opts bmc.O
 	if endpoint == nil || (endpoint.Scheme != "http" && endpoint.Scheme != "https") || endpoint.Host == "" {
 		return nil, fmt.Errorf("redfish endpoint must be http(s)://host[:port], got %q", endpoint.Redacted())
 	}
-	transport := opts.Transport
-	if transport == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.TLSClientConfig = opts.TLSConfig()
-		transport = t
+	transport, owned := opts.Transport, opts.Transport != nil
+	if !owned {
+		transport = verifyingTransport()
+		if opts.DisableCertificateVerification {
+			transport = insecureTransport()
+		}
 	}
 	if systemPath = strings.TrimRight(systemPath, "/"); systemPath != "" && !strings.HasPrefix(systemPath, "/") {
 		systemPath = "/" + systemPath
@@ -68,6 +98,7 @@ func New(endpoint *url.URL, systemPath string, creds bmc.Credentials, opts bmc.O
 		endpoint: endpoint.Scheme + "://" + endpoint.Host,
 		creds:    creds,
 		http:     &http.Client{Transport: transport},
+		ownIdle:  owned,
 		timeout:  opts.Timeout(),
 		report:   opts.ReportFunc(),
 		lock:     make(chan struct{}, 1),
@@ -139,7 +170,9 @@ func (d *driver) Close(ctx context.Context) error {
 		return d.fail(ctx, "Close", err)
 	}
 	defer d.release()
-	defer d.http.CloseIdleConnections()
+	if d.ownIdle {
+		defer d.http.CloseIdleConnections()
+	}
 
 	if d.token == "" || d.session == "" {
 		d.token = ""
