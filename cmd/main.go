@@ -102,6 +102,9 @@ func run(cfg config) error {
 	if err != nil {
 		return err
 	}
+	if pct := setGCPercent(os.Getenv); pct > 0 {
+		log.V(1).Info("Garbage collector target set ($GOGC unset)", "gcPercent", pct)
+	}
 	if limit, err := setMemoryLimit(rootFS(), os.Getenv); err != nil {
 		log.Error(err, "Not following the container's memory limit")
 	} else if limit > 0 {

@@ -44,3 +44,13 @@ func TestSetMemoryLimitFollowsTheContainer(t *testing.T) {
 		})
 	}
 }
+
+func TestSetGCPercentLeavesAnExplicitGOGC(t *testing.T) {
+	g := NewWithT(t)
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	g.Expect(setGCPercent(func(string) string { return "" })).To(Equal(defaultGCPercent))
+	g.Expect(debug.SetGCPercent(100)).To(Equal(defaultGCPercent), "the runtime's target")
+
+	g.Expect(setGCPercent(func(k string) string { return map[string]string{"GOGC": "200"}[k] })).To(Equal(0))
+	g.Expect(debug.SetGCPercent(100)).To(Equal(100), "left as the environment set it")
+}

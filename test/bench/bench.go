@@ -134,6 +134,9 @@ func (b *bench) phases(ctx context.Context) error {
 		return err
 	}
 	if b.cfg.steady > 0 {
+		if err := b.waitPeriodicChecks(ctx); err != nil {
+			return err
+		}
 		p := b.track.begin("steady")
 		b.profile(ctx, "steady", b.cfg.steady)
 		logf("steady state for %s", b.cfg.steady)
@@ -524,6 +527,40 @@ func (b *bench) waitManagerSynced(ctx context.Context) error {
 			continue
 		}
 		return nil
+	}
+}
+
+// bmcCheckInterval is the manager's default --bmc-check-interval.
+const bmcCheckInterval = 5 * time.Minute
+
+// waitPeriodicChecks waits, when metalheal's manager checks BMCs, until the BMC inventory has begun its
+// periodic checks (each BMC is checked when first seen, then once per --bmc-check-interval in its own
+// slot, the first slot at least half an interval later): a steady state without them would leave out
+// what a cluster of this size costs in every interval. Bounded by the check interval and a minute.
+func (b *bench) waitPeriodicChecks(ctx context.Context) error {
+	if b.cfg.peer() || !b.cfg.bmcs {
+		return nil
+	}
+	logf("waiting for the BMC inventory's periodic checks to begin, so that the steady state includes them")
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, bmcCheckInterval+time.Minute)
+	defer cancel()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the BMC inventory's periodic checks: %w", ctx.Err())
+		case <-tick.C:
+		}
+		m, err := scrape(ctx, b.ctrl.metricsURL)
+		if err != nil {
+			continue
+		}
+		if m.sum("metalheal_bmc_checks_total") > float64(b.cfg.nodes) {
+			logf("periodic BMC checks under way after %s", time.Since(start).Round(time.Second))
+			return nil
+		}
 	}
 }
 
