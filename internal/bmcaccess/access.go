@@ -137,8 +137,8 @@ func (a *Access) CredentialsVersion(ctx context.Context, b *v1alpha1.BMC) (strin
 	if b.Namespace != a.namespace {
 		return "", nil
 	}
-	var s corev1.Secret
-	err := a.client.Get(ctx, types.NamespacedName{Namespace: a.namespace, Name: b.Spec.CredentialsSecretRef.Name}, &s)
+	var s corev1.Secret // only its resourceVersion is read: no copy of the cached Secret is needed
+	err := a.client.Get(ctx, types.NamespacedName{Namespace: a.namespace, Name: b.Spec.CredentialsSecretRef.Name}, &s, client.UnsafeDisableDeepCopy)
 	switch {
 	case apierrors.IsNotFound(err):
 		return "", nil

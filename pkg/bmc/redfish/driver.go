@@ -110,11 +110,11 @@ func New(endpoint *url.URL, systemPath string, creds bmc.Credentials, opts bmc.O
 func (d *driver) PowerState(ctx context.Context) (bmc.PowerState, error) {
 	state := bmc.PowerStateUnknown
 	err := d.call(ctx, "PowerState", func(c client) error {
-		sys, err := d.computerSystem(c)
+		power, err := d.powerState(c)
 		if err != nil {
 			return err
 		}
-		switch sys.PowerState {
+		switch power {
 		case redfish.OnPowerState:
 			state = bmc.PowerStateOn
 		case redfish.OffPowerState:
@@ -271,20 +271,49 @@ func (d *driver) authenticate(req *http.Request) {
 	}
 }
 
+// findSystem finds the system's URI when the address named none.
+func (d *driver) findSystem(c client) error {
+	if d.system != "" {
+		return nil
+	}
+	uri, err := d.onlySystem(c)
+	if err != nil {
+		return err
+	}
+	d.system = uri
+	return nil
+}
+
 // computerSystem reads the system, finding it first if the address named none.
 func (d *driver) computerSystem(c client) (*redfish.ComputerSystem, error) {
-	if d.system == "" {
-		uri, err := d.onlySystem(c)
-		if err != nil {
-			return nil, err
-		}
-		d.system = uri
+	if err := d.findSystem(c); err != nil {
+		return nil, err
 	}
 	sys, err := redfish.GetComputerSystem(c, d.system)
 	if err != nil {
 		return nil, fmt.Errorf("read system %s: %w", d.system, err)
 	}
 	return sys, nil
+}
+
+// powerState reads the system's PowerState and nothing else: the BMC inventory reads it from thousands
+// of BMCs, and decoding the whole ComputerSystem was most of the CPU a check cost.
+func (d *driver) powerState(c client) (redfish.PowerState, error) {
+	if err := d.findSystem(c); err != nil {
+		return "", err
+	}
+	resp, err := c.Get(d.system)
+	if err != nil {
+		return "", fmt.Errorf("read system %s: %w", d.system, err)
+	}
+	defer resp.Body.Close()
+	var sys struct {
+		PowerState redfish.PowerState
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&sys); err != nil {
+		return "", fmt.Errorf("read system %s: %w", d.system, err)
+	}
+	return sys.PowerState, nil
 }
 
 func (d *driver) onlySystem(c client) (string, error) {
