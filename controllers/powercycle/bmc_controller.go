@@ -207,7 +207,8 @@ func (r *BMCReconciler) report(ctx context.Context, b *v1alpha1.BMC, a bmcAssess
 	oldCredentials := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionCredentialsValid).DeepCopy()
 	oldPower := b.Status.PowerState
 
-	log := ctrl.LoggerFrom(ctx).WithValues("BMC", klog.KObj(b))
+	// The reconcile's logger already names the BMC. (Adding values would encode them on every check.)
+	log := ctrl.LoggerFrom(ctx)
 	status, write := bmcReportedStatus(b.Status, b.Generation, a, now, bmcRefreshAge(r.interval()))
 	if write {
 		patch := client.MergeFrom(b)
