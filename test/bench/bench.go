@@ -542,6 +542,8 @@ func (b *bench) waitPeriodicChecks(ctx context.Context) error {
 		return nil
 	}
 	logf("waiting for the BMC inventory's periodic checks to begin, so that the steady state includes them")
+	p := b.track.begin("settle")
+	p.Notes = append(p.Notes, "no failures: waiting for the BMC inventory's periodic checks to begin")
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, bmcCheckInterval+time.Minute)
 	defer cancel()
