@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,6 +39,7 @@ func TestRemediation(t *testing.T) {
 		"EscalateLeavesBareNodeFenced":     testEscalateNodeOnly,
 		"RebootRetriesWithGrowingBackoff":  testRebootBackoff,
 		"CancelledMidFlow":                 testCancelledMidFlow,
+		"CancelledWhilePowerOffIsQueued":   testCancelledWhilePowerOffQueued,
 		"PowerOffNeverConfirmed":           testPowerOffNeverConfirmed,
 		"BMCUnreachable":                   testBMCUnreachable,
 		"BMCWrongCredentials":              testBMCWrongCredentials,
@@ -418,6 +420,102 @@ func testCancelledMidFlow(t *testing.T, api *apiServer) {
 				g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
 			}
 			g.Expect(w.drainEvents()).To(ContainElement(HavePrefix("Normal CleanedUp")))
+		})
+	}
+}
+
+// A request deleted while its power-off is accepted by the BMC but not carried out yet (Redfish mock with
+// StuckPower: the ForceOff is queued, the host still reads On, and the Redfish driver sends no power-on
+// to a host that reads On). Clean-up must not take that On for the end of the story: it waits until the
+// BMC reads Off, powers the host on, and lets the request go only once the BMC reads On again. A
+// power-off that is never carried out ends the wait powerOffTimeoutSeconds after it was requested, the
+// host on and no power-on asked for.
+func testCancelledWhilePowerOffQueued(t *testing.T, api *apiServer) {
+	for _, tc := range []struct {
+		name       string
+		actsAfter  time.Duration // when the BMC carries out the queued power-off, after it accepted it; 0: never
+		restart    bool          // a fresh reconciler (a restarted manager) for every reconcile
+		wantResets []string
+		wantPower  []string // the host's power changes, "from>to"
+	}{
+		{name: "carried out two polls later", actsAfter: 12 * time.Second,
+			wantResets: []string{"ForceOff", "On"}, wantPower: []string{"On>Off", "Off>PoweringOn", "PoweringOn>On"}},
+		{name: "carried out two polls later, restarted before every reconcile", actsAfter: 12 * time.Second, restart: true,
+			wantResets: []string{"ForceOff", "On"}, wantPower: []string{"On>Off", "Off>PoweringOn", "PoweringOn>On"}},
+		{name: "never carried out", wantResets: []string{"ForceOff"}, wantPower: nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			w, m := mockHosts(t, api, func(m *redfishmock.Mock) *redfishmock.Mock {
+				return m.WithSystems(1).WithCredentials(credentials[bmc.UsernameKey], credentials[bmc.PasswordKey]).WithPowerDelay(8 * time.Second)
+			})
+			var mu sync.Mutex // hooks run on the mock's handlers and on the clock's timers
+			var changes []string
+			m.OnPowerChange(func(_ string, from, to redfishmock.PowerState) {
+				mu.Lock()
+				defer mu.Unlock()
+				changes = append(changes, string(from)+">"+string(to))
+			})
+			power := func() []string {
+				mu.Lock()
+				defer mu.Unlock()
+				return slices.Clone(changes)
+			}
+			g.Expect(m.SetFaults("1", redfishmock.Faults{StuckPower: true})).To(Succeed())
+			node := w.node("worker", nil)
+			w.bmc(node, mockAddress(m, "1"), credentials)
+			key := w.nhcRemediation(node, spec(reboot, 3))
+
+			w.drive(key, same(w.reconciler()), nil, func(s []step) bool {
+				return s[len(s)-1].phase == v1alpha1.PhasePoweringOff && w.get(key).Status.PowerRequest != nil
+			})
+			g.Expect(m.Resets("1")).To(Equal([]string{"ForceOff"}), "the BMC accepted the power-off")
+			g.Expect(m.PowerState("1")).To(Equal(redfishmock.PowerOn), "and has not carried it out yet")
+			p := w.get(key)
+			requested := p.Status.PowerRequest.Time.Time
+
+			// The BMC carries the queued power-off out actsAfter it accepted it, whatever it was asked since.
+			acted := false
+			bmcActs := func() {
+				if tc.actsAfter == 0 || acted || w.clock.Now().Before(requested.Add(tc.actsAfter)) {
+					return
+				}
+				acted = true
+				m.ClearFaults()
+				g.Expect(m.SetPowerState("1", redfishmock.PowerOff)).To(Succeed())
+			}
+			next := same(w.reconciler())
+			if tc.restart {
+				next = w.reconciler
+			}
+			w.must(w.c.Delete(w.ctx, p))
+			steps := w.drive(key, next, func(*v1alpha1.PowerCycleRemediation) { bmcActs() }, untilSettled)
+
+			last := steps[len(steps)-1]
+			g.Expect(last.gone).To(BeTrue(), "the finalizer let the request go")
+			g.Expect(power()).To(Equal(tc.wantPower), "the power history when the request went away")
+			g.Expect(m.PowerState("1")).To(Equal(redfishmock.PowerOn))
+			if tc.actsAfter == 0 {
+				g.Expect(last.at.Sub(requested)).To(Equal(time.Minute), "clean-up waited powerOffTimeoutSeconds for the power-off")
+			}
+
+			// Later on, whatever the BMC still had queued is done: the host stays on.
+			w.clock.Step(2 * time.Minute)
+			bmcActs()
+			g.Expect(m.PowerState("1")).To(Equal(redfishmock.PowerOn), "and stays on")
+			g.Expect(power()).To(Equal(tc.wantPower))
+			g.Expect(m.Resets("1")).To(Equal(tc.wantResets))
+			g.Expect(w.taintKeys(node)).To(BeEmpty())
+			g.Expect(w.lease(node)).To(BeNil())
+			events := w.drainEvents()
+			g.Expect(events).NotTo(ContainElement(HavePrefix("Warning PowerOnAbandoned")))
+			cleanedUp := And(HavePrefix("Normal CleanedUp"), ContainSubstring("was not carried out within 1m0s; the host stayed on"))
+			if tc.actsAfter == 0 {
+				g.Expect(events).To(ContainElement(cleanedUp))
+			} else {
+				g.Expect(events).To(ContainElement(HavePrefix("Normal CleanedUp")))
+				g.Expect(events).NotTo(ContainElement(cleanedUp))
+			}
 		})
 	}
 }
