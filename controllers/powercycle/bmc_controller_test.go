@@ -1,13 +1,11 @@
 package powercycle
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -32,6 +30,7 @@ import (
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/bmcaccess"
+	"github.com/metalheal/metalheal/internal/testenv"
 	"github.com/metalheal/metalheal/pkg/bmc"
 	"github.com/metalheal/metalheal/pkg/bmc/redfish"
 	"github.com/metalheal/metalheal/test/redfish-mock/redfishmock"
@@ -537,24 +536,6 @@ var _ = Describe("BMC inventory schedule and status writes", func() {
 	})
 })
 
-// syncBuffer is a bytes.Buffer that many goroutines may write to.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // startBMCManager runs a manager with the BMC inventory for namespace ns until the spec ends, logging to
 // logger. It returns the Access the controller uses.
 func startBMCManager(ctx context.Context, ns string, opts BMCReconcilerOptions, logger logr.Logger) *bmcaccess.Access {
@@ -657,7 +638,7 @@ var _ = Describe("BMC inventory in a running manager", func() {
 	})
 
 	It("never lets a password reach a log line, an event, a status or an error", func(ctx SpecContext) {
-		logs := &syncBuffer{}
+		logs := &testenv.SyncBuffer{}
 		logger := zap.New(zap.WriteTo(logs), zap.Level(zapcore.Level(-10)))
 		access := startBMCManager(ctx, ns, BMCReconcilerOptions{}, logger)
 

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/utils/clock"
 
+	"github.com/metalheal/metalheal/internal/testenv"
 	"github.com/metalheal/metalheal/test/harness"
 )
 
@@ -36,24 +37,6 @@ func (l *lineLogger) Write(p []byte) (int, error) {
 		}
 		l.t.Log(strings.TrimSuffix(line, "\n"))
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the story's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // causal are pairs of steps where the first causes the second: what shows the first is written (or
@@ -85,7 +68,7 @@ var causal = [][2]step{
 // show every step of the story in causal order.
 func TestDemo(t *testing.T) {
 	g := NewWithT(t)
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	st, err := runStory(context.Background(), options{Workers: 3, Timeout: 3 * time.Minute, Clock: clock.RealClock{}},
 		io.MultiWriter(out, &lineLogger{t: t}))
 	g.Expect(err).NotTo(HaveOccurred())
