@@ -159,8 +159,10 @@ func (a *Access) ForBMC(ctx context.Context, b *v1alpha1.BMC) (bmc.Driver, error
 	}
 
 	secretName := b.Spec.CredentialsSecretRef.Name
+	// The cache's own Secret, not a copy (this runs on every BMC call): only its resourceVersion is
+	// compared, and build copies the credentials out of it.
 	var secret corev1.Secret
-	if err := a.client.Get(ctx, types.NamespacedName{Namespace: a.namespace, Name: secretName}, &secret); err != nil {
+	if err := a.client.Get(ctx, types.NamespacedName{Namespace: a.namespace, Name: secretName}, &secret, client.UnsafeDisableDeepCopy); err != nil {
 		if apierrors.IsNotFound(err) {
 			a.drop(ctx, b)
 			return fail(ErrSecretNotFound, fmt.Errorf("secret %q does not exist in namespace %q", secretName, a.namespace))
