@@ -182,7 +182,8 @@ type PowerCycleRemediationStatus struct {
 	// +kubebuilder:validation:MaxLength=253
 	BMCName string `json:"bmcName,omitempty"`
 
-	// powerState is the host's power state as last read from its BMC.
+	// powerState is the host's power state as last read from its BMC: On or Off, or Unknown when the
+	// BMC could not be read. Readings in the middle of a transition are not recorded.
 	// +optional
 	PowerState PowerState `json:"powerState,omitempty"`
 

@@ -56,6 +56,13 @@ var warningPhases = map[v1alpha1.PowerCyclePhase]bool{
 // phase's power request, sets the contract conditions (Processing, Succeeded), and records all of it;
 // only once the record is durable does it log the change, emit the event and count it.
 func (r *RemediationReconciler) transition(ctx context.Context, s *scope, to v1alpha1.PowerCyclePhase, reason, message string) error {
+	return r.transitionRequesting(ctx, s, to, "", reason, message)
+}
+
+// transitionRequesting is transition that also records, in the same write, the power request target
+// (unless empty) the new phase starts with: the caller sends it once the transition returns without
+// error and s is not abandoned.
+func (r *RemediationReconciler) transitionRequesting(ctx context.Context, s *scope, to v1alpha1.PowerCyclePhase, target v1alpha1.PowerState, reason, message string) error {
 	st := s.status()
 	from := st.Phase
 	var startedAt *time.Time // when the remediation started: Processing has been True since
@@ -66,6 +73,9 @@ func (r *RemediationReconciler) transition(ctx context.Context, s *scope, to v1a
 	st.Phase = to
 	st.LastTransitionTime = new(stamp(s.now))
 	st.PowerRequest = nil
+	if target != "" {
+		st.PowerRequest = &v1alpha1.PowerRequest{Target: target, Time: stamp(s.now)}
+	}
 	if to != v1alpha1.PhaseRetrying {
 		st.NextRetryTime = nil
 	}

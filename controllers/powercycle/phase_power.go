@@ -2,6 +2,7 @@ package powercycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -34,6 +35,9 @@ func (r *RemediationReconciler) poweringOff(ctx context.Context, s *scope) (ctrl
 		confirmed: func() (ctrl.Result, error) {
 			if a := s.currentAttempt(); a != nil {
 				a.PoweredOff = new(stamp(s.now))
+			}
+			if err := r.claimFence(ctx, s); err != nil {
+				return ctrl.Result{}, err
 			}
 			return ctrl.Result{}, r.transition(ctx, s, v1alpha1.PhasePoweredOff, v1alpha1.ReasonFenced,
 				fmt.Sprintf("BMC %s confirmed node %s powered off", s.status().BMCName, s.status().NodeName))
@@ -105,11 +109,33 @@ func (r *RemediationReconciler) poweredOff(ctx context.Context, s *scope) (ctrl.
 		return ctrl.Result{}, r.transition(ctx, s, v1alpha1.PhaseSucceeded, v1alpha1.ReasonFenced,
 			fmt.Sprintf("Node %s is powered off and fenced", s.status().NodeName))
 	}
+	return r.startPowerOn(ctx, s)
+}
+
+// startPowerOn enters PoweringOn with the power-on request recorded in the same write, and sends it. The
+// host was confirmed off a moment ago, so there is nothing to read first; a power-on that could not be
+// sent is forgotten, and PoweringOn sends it again.
+func (r *RemediationReconciler) startPowerOn(ctx context.Context, s *scope) (ctrl.Result, error) {
 	if a := s.currentAttempt(); a != nil {
 		a.PowerOnRequested = new(stamp(s.now))
 	}
-	return ctrl.Result{}, r.transition(ctx, s, v1alpha1.PhasePoweringOn, v1alpha1.ReasonPoweringOn,
-		fmt.Sprintf("Powering node %s back on", s.status().NodeName))
+	if err := r.transitionRequesting(ctx, s, v1alpha1.PhasePoweringOn, v1alpha1.PowerOn, v1alpha1.ReasonPoweringOn,
+		fmt.Sprintf("Powering node %s back on", s.status().NodeName)); err != nil || s.abandoned {
+		return ctrl.Result{}, err
+	}
+	d, err := r.driverFor(ctx, s)
+	if err == nil {
+		err = r.sendPower(ctx, s, d, v1alpha1.PowerOn)
+	}
+	if err != nil {
+		s.status().PowerRequest = nil
+		var be *bmcError
+		if !errors.As(err, &be) {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{RequeueAfter: r.bmcFailed(s, be, time.Time{})}, nil
+	}
+	return ctrl.Result{RequeueAfter: r.opts.PowerPollInterval}, nil
 }
 
 // fence adds the out-of-service taint (if the spec wants it) to a node whose host is confirmed off. It
@@ -123,6 +149,20 @@ func (r *RemediationReconciler) fence(ctx context.Context, s *scope) error {
 		return nil // no node left to fence
 	}
 	return err
+}
+
+// claimFence counts the out-of-service taint as ours ahead of fencing, so that the write entering
+// PoweredOff also records it, and fence has nothing left to record before it taints the node.
+func (r *RemediationReconciler) claimFence(ctx context.Context, s *scope) error {
+	if !s.spec.outOfServiceTaint {
+		return nil
+	}
+	node, err := r.getNode(ctx, s)
+	if err != nil {
+		return ignoreNotFound(err)
+	}
+	claimTaint(s, node, outOfServiceTaint(s.now))
+	return nil
 }
 
 // poweringOn asks the BMC to power the host on (once) and waits until it reads On.

@@ -55,7 +55,10 @@ func (r *RemediationReconciler) driverFor(ctx context.Context, s *scope) (bmc.Dr
 	return d, nil
 }
 
-// readPower reads the host's power state, bounded by the BMC call timeout, and records it.
+// readPower reads the host's power state, bounded by the BMC call timeout, and records it: On or Off,
+// or Unknown when the BMC could not be read. A reading in the middle of a transition (PoweringOff, say)
+// leaves the record as it was: it would cost a status write per poll and tell nothing the phase does
+// not.
 func (r *RemediationReconciler) readPower(ctx context.Context, s *scope, d bmc.Driver) (bmc.PowerState, error) {
 	callCtx, cancel := context.WithTimeout(ctx, r.opts.BMCCallTimeout)
 	defer cancel()
@@ -64,7 +67,9 @@ func (r *RemediationReconciler) readPower(ctx context.Context, s *scope, d bmc.D
 		s.status().PowerState = v1alpha1.PowerUnknown
 		return "", classify(err, true)
 	}
-	s.status().PowerState = v1alpha1.PowerState(state)
+	if state == bmc.PowerStateOn || state == bmc.PowerStateOff {
+		s.status().PowerState = v1alpha1.PowerState(state)
+	}
 	r.bmcAnswered(s)
 	return state, nil
 }
@@ -80,6 +85,15 @@ func (r *RemediationReconciler) requestPower(ctx context.Context, s *scope, d bm
 	if s.abandoned {
 		return nil
 	}
+	if err := r.sendPower(ctx, s, d, target); err != nil {
+		st.PowerRequest = nil
+		return err
+	}
+	return nil
+}
+
+// sendPower sends a power request that is already recorded, bounded by the BMC call timeout.
+func (r *RemediationReconciler) sendPower(ctx context.Context, s *scope, d bmc.Driver, target v1alpha1.PowerState) error {
 	callCtx, cancel := context.WithTimeout(ctx, r.opts.BMCCallTimeout)
 	defer cancel()
 	var err error
@@ -89,10 +103,9 @@ func (r *RemediationReconciler) requestPower(ctx context.Context, s *scope, d bm
 		err = d.PowerOn(callCtx)
 	}
 	if err != nil {
-		st.PowerRequest = nil
 		return classify(err, true)
 	}
-	s.log.V(4).Info("Power change requested", "target", target, "bmc", st.BMCName)
+	s.log.V(4).Info("Power change requested", "target", target, "bmc", s.status().BMCName)
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -89,6 +90,8 @@ type RemediationReconcilerOptions struct {
 type RemediationReconciler struct {
 	opts   RemediationReconcilerOptions
 	phases map[v1alpha1.PowerCyclePhase]phaseHandler
+	// written knows which cached versions our own writes have already replaced.
+	written writtenVersions
 }
 
 // NewRemediationReconciler checks and defaults opts and returns the remediator.
@@ -213,9 +216,17 @@ func nodeChangePredicate() predicate.Funcs {
 func (r *RemediationReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	pcr := &v1alpha1.PowerCycleRemediation{}
 	if err := r.opts.Client.Get(ctx, req.NamespacedName, pcr); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.written.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	logger := ctrl.LoggerFrom(ctx).WithValues("powercycleremediation", klog.KObj(pcr), "phase", pcr.Status.Phase)
+	if r.written.stale(req.NamespacedName, pcr.ResourceVersion) {
+		// The watch event of our own last write brings the next reconcile; the requeue is only a backstop.
+		logger.V(4).Info("The cache has not caught up with our last write yet; waiting for it")
+		return ctrl.Result{RequeueAfter: r.opts.PowerPollInterval}, nil
+	}
 	ctx = ctrl.LoggerInto(ctx, logger)
 	s := r.newScope(pcr, logger)
 	defer func() {

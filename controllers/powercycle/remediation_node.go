@@ -18,18 +18,11 @@ func (r *RemediationReconciler) ensureTaint(ctx context.Context, s *scope, taint
 	if err != nil {
 		return fmt.Errorf("reading node %s to taint it: %w", s.status().NodeName, err)
 	}
-	if hasTaint(node.Spec.Taints, taint.Key, taint.Effect) {
+	if !claimTaint(s, node, taint) {
 		return nil
 	}
-	st := s.status()
-	if !slices.Contains(st.AppliedTaints, taint.Key) {
-		st.AppliedTaints = append(st.AppliedTaints, taint.Key)
-		if err := r.persist(ctx, s); err != nil {
-			return err
-		}
-		if s.abandoned {
-			return nil
-		}
+	if err := r.persist(ctx, s); err != nil || s.abandoned {
+		return err
 	}
 	before := node.DeepCopy()
 	node.Spec.Taints = append(node.Spec.Taints, taint)
@@ -39,6 +32,18 @@ func (r *RemediationReconciler) ensureTaint(ctx context.Context, s *scope, taint
 	}
 	s.log.Info("Tainted node", "node", node.Name, "taint", taint.Key, "effect", taint.Effect)
 	return nil
+}
+
+// claimTaint counts taint as ours in status.appliedTaints (not yet recorded) unless the node has it
+// already, and reports whether the node still needs it. A taint claimed before is not claimed again.
+func claimTaint(s *scope, node *corev1.Node, taint corev1.Taint) bool {
+	if hasTaint(node.Spec.Taints, taint.Key, taint.Effect) {
+		return false
+	}
+	if st := s.status(); !slices.Contains(st.AppliedTaints, taint.Key) {
+		st.AppliedTaints = append(st.AppliedTaints, taint.Key)
+	}
+	return true
 }
 
 // removeOurTaints removes from the node the taints this remediation added, then forgets them.

@@ -69,6 +69,7 @@ func (r *RemediationReconciler) persist(ctx context.Context, s *scope) error {
 	}
 	s.pcr.Status.ObservedGeneration = s.pcr.Generation
 	patch := client.MergeFromWithOptions(s.base, client.MergeFromWithOptimisticLock{})
+	old := s.pcr.ResourceVersion
 	if err := r.opts.Client.Status().Patch(ctx, s.pcr, patch); err != nil {
 		s.abandoned = true
 		if apierrors.IsNotFound(err) {
@@ -76,6 +77,7 @@ func (r *RemediationReconciler) persist(ctx context.Context, s *scope) error {
 		}
 		return staleOr(fmt.Errorf("recording the status of PowerCycleRemediation %s/%s: %w", s.pcr.Namespace, s.pcr.Name, err))
 	}
+	r.written.wrote(client.ObjectKeyFromObject(s.pcr), old)
 	s.base = s.pcr.DeepCopy()
 	return nil
 }
@@ -115,6 +117,7 @@ func (r *RemediationReconciler) patchFinalizer(ctx context.Context, s *scope, ch
 	}
 	before := s.pcr.DeepCopy()
 	change(s.pcr, v1alpha1.FinalizerPowerCycle)
+	old := s.pcr.ResourceVersion
 	if err := r.opts.Client.Patch(ctx, s.pcr, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		s.abandoned = true
 		if apierrors.IsNotFound(err) {
@@ -122,6 +125,7 @@ func (r *RemediationReconciler) patchFinalizer(ctx context.Context, s *scope, ch
 		}
 		return staleOr(fmt.Errorf("updating the finalizer of PowerCycleRemediation %s/%s: %w", s.pcr.Namespace, s.pcr.Name, err))
 	}
+	r.written.wrote(client.ObjectKeyFromObject(s.pcr), old)
 	s.base = s.pcr.DeepCopy()
 	return nil
 }

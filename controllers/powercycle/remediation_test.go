@@ -50,6 +50,7 @@ func TestRemediation(t *testing.T) {
 		"PowerOffIsRecordedBeforeItIsSent": testPowerOffRecordedFirst,
 		"ExcludedNodeIsNeverTouched":       testExcludedNode,
 		"IPMIDriverAgainstIPMISim":         testIPMI,
+		"StaleCacheIsNotActedOn":           testStaleCacheIsNotActedOn,
 	} {
 		t.Run(name, func(t *testing.T) { scenario(t, api) })
 	}
@@ -146,6 +147,12 @@ func testTransientFailure(t *testing.T, api *apiServer) {
 	durations := histogramCount(RemediationDuration, "reboot", "NodeReady")
 
 	var firstOutOfServiceWith redfishmock.PowerState // the host's state when the out-of-service taint appeared
+	var atPowerOn []string                            // the host's state and the node's taints at each power-on
+	w.registry = checkingPowerOn(t, bmc.DriverRedfish, redfishFactory, func() {
+		state, err := m.PowerState("1")
+		g.Expect(err).NotTo(HaveOccurred())
+		atPowerOn = append(append(atPowerOn, string(state)), w.taintKeys(node)...)
+	})
 	var leaseHolders []string
 	react := func(p *v1alpha1.PowerCycleRemediation) {
 		state, err := m.PowerState("1")
@@ -169,7 +176,10 @@ func testTransientFailure(t *testing.T, api *apiServer) {
 	g.Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePending, v1alpha1.PhasePoweringOff,
 		v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseSucceeded}))
 	g.Expect(m.Resets("1")).To(Equal([]string{"ForceOff", "On"}), "one power-off, one power-on")
-	g.Expect(firstOutOfServiceWith).To(Equal(redfishmock.PowerOff), "fenced only once the BMC confirmed the host off")
+	g.Expect(firstOutOfServiceWith).To(BeElementOf(redfishmock.PowerOff, redfishmock.PoweringOn),
+		"fenced only once the BMC confirmed the host off (and powered back on in the same step)")
+	g.Expect(atPowerOn).To(Equal([]string{string(redfishmock.PowerOff), v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService}),
+		"one power-on, sent to a host that is off and fenced")
 	g.Expect(leaseHolders).NotTo(BeEmpty())
 	g.Expect(slices.Compact(leaseHolders)).To(Equal([]string{"PowerCycleRemediation-" + node}))
 
@@ -825,15 +835,39 @@ func testPowerOffRecordedFirst(t *testing.T, api *apiServer) {
 	g.Expect(w.drainEvents()).To(ContainElement(HavePrefix("Warning PoweringOffManagerNode")))
 }
 
-// checkingDriver runs a check just before passing a power-off on.
+// checkingDriver runs a check just before passing a power change on (either check may be nil).
 type checkingDriver struct {
 	bmc.Driver
 	beforePowerOff func()
+	beforePowerOn  func()
 }
 
 func (d *checkingDriver) PowerOff(ctx context.Context, force bool) error {
-	d.beforePowerOff()
+	if d.beforePowerOff != nil {
+		d.beforePowerOff()
+	}
 	return d.Driver.PowerOff(ctx, force)
+}
+
+func (d *checkingDriver) PowerOn(ctx context.Context) error {
+	if d.beforePowerOn != nil {
+		d.beforePowerOn()
+	}
+	return d.Driver.PowerOn(ctx)
+}
+
+// checkingPowerOn is a registry whose driver of kind (built by factory) runs check just before every
+// power-on.
+func checkingPowerOn(t *testing.T, kind string, factory bmc.Factory, check func()) *bmc.Registry {
+	t.Helper()
+	registry := bmc.NewRegistry()
+	if err := registry.Register(kind, func(addr bmc.Address, creds bmc.Credentials, opts bmc.Options) (bmc.Driver, error) {
+		d, err := factory(addr, creds, opts)
+		return &checkingDriver{Driver: d, beforePowerOn: check}, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return registry
 }
 
 // A node labelled exclude-from-remediation is never touched: the request fails at once.
@@ -859,11 +893,14 @@ func testExcludedNode(t *testing.T, api *apiServer) {
 func testIPMI(t *testing.T, api *apiServer) {
 	g := NewWithT(t)
 	sim := ipmisim.Start(t)
-	registry := bmc.NewRegistry()
-	g.Expect(registry.Register(bmc.DriverIPMI, ipmi.New)).To(Succeed())
-	w := newWorld(t, api, registry)
+	hostWasOffWhenFenced := false
+	var node string
+	w := newWorld(t, api, nil)
+	w.registry = checkingPowerOn(t, bmc.DriverIPMI, ipmi.New, func() {
+		hostWasOffWhenFenced = slices.Contains(w.taintKeys(node), v1alpha1.TaintOutOfService) && !sim.HostPoweredOn()
+	})
 	w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.BMCCallTimeout = 20 * time.Second }
-	node := w.node("worker-ipmi", nil)
+	node = w.node("worker-ipmi", nil)
 	w.bmc(node, sim.Address, map[string]string{bmc.UsernameKey: sim.Credentials.Username, bmc.PasswordKey: sim.Credentials.Password})
 	key := w.nhcRemediation(node, spec(reboot, 3))
 
@@ -873,16 +910,12 @@ func testIPMI(t *testing.T, api *apiServer) {
 	g.Expect(err).NotTo(HaveOccurred())
 	observer, err := ipmi.New(addr, sim.Credentials, bmc.Options{RequestTimeout: 20 * time.Second})
 	g.Expect(err).NotTo(HaveOccurred())
-	hostWasOffWhenFenced := false
 	react := func(p *v1alpha1.PowerCycleRemediation) {
 		if r := p.Status.PowerRequest; r != nil {
 			want := bmc.PowerState(r.Target)
 			g.Eventually(sim.HostPoweredOn).WithTimeout(20 * time.Second).WithPolling(100 * time.Millisecond).Should(Equal(want == bmc.PowerStateOn))
 			g.Eventually(func() (bmc.PowerState, error) { return observer.PowerState(w.ctx) }).
 				WithTimeout(20 * time.Second).WithPolling(200 * time.Millisecond).Should(Equal(want))
-		}
-		if p.Status.Phase == v1alpha1.PhasePoweringOn && slices.Contains(w.taintKeys(node), v1alpha1.TaintOutOfService) && p.Status.PowerRequest == nil {
-			hostWasOffWhenFenced = !sim.HostPoweredOn()
 		}
 		if p.Status.Phase == v1alpha1.PhaseWaitingForNode && sim.HostPoweredOn() {
 			w.kubeletOnPowerOn(node, always)(p)
@@ -892,7 +925,7 @@ func testIPMI(t *testing.T, api *apiServer) {
 
 	g.Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePending, v1alpha1.PhasePoweringOff,
 		v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseSucceeded}))
-	g.Expect(hostWasOffWhenFenced).To(BeTrue(), "the simulated host was really off while the node was fenced")
+	g.Expect(hostWasOffWhenFenced).To(BeTrue(), "the node was fenced, and the simulated host really off, when the power-on was sent")
 	g.Expect(sim.HostPoweredOn()).To(BeTrue())
 	p := w.get(key)
 	g.Expect(conditionOf(p, v1alpha1.ConditionSucceeded).Status).To(Equal(metav1.ConditionTrue))

@@ -1,0 +1,94 @@
+package powercycle
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+)
+
+// A cached copy older than the remediator's own last write (the informer has not delivered that write
+// yet) is not acted on: no BMC call and no write, which could only end in a conflict. The write's watch
+// event brings the next reconcile, which carries on from the fresh copy.
+func testStaleCacheIsNotActedOn(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.node("worker-13", nil)
+	w.bmc(node, fakeAddress(node), credentials)
+	key := w.nhcRemediation(node, spec(reboot, 3))
+
+	direct, err := client.NewWithWatch(api.cfg, client.Options{Scheme: api.scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	var stale atomic.Pointer[v1alpha1.PowerCycleRemediation] // what the "cache" hands out instead, when set
+	var writes atomic.Int32
+	c := interceptor.NewClient(direct, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if old := stale.Load(); old != nil && k == key {
+				old.DeepCopyInto(obj.(*v1alpha1.PowerCycleRemediation))
+				return nil
+			}
+			return c.Get(ctx, k, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*v1alpha1.PowerCycleRemediation); ok {
+				writes.Add(1)
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			writes.Add(1)
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.Client = c }
+	r := w.reconciler()
+	driver := func() int { return len(hosts.Driver(fakeAddress(node)).Calls()) }
+
+	// staleReconcile reconciles with the cache handing out old: nothing may happen.
+	staleReconcile := func(old *v1alpha1.PowerCycleRemediation, what string) {
+		t.Helper()
+		rv, calls := w.get(key).ResourceVersion, driver()
+		writes.Store(0)
+		stale.Store(old)
+		res, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+		stale.Store(nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(res.RequeueAfter).To(BeNumerically(">", 0), "%s: a backstop requeue", what)
+		g.Expect(writes.Load()).To(BeZero(), "%s: no write from a stale copy", what)
+		g.Expect(driver()).To(Equal(calls), "%s: no BMC call from a stale copy", what)
+		g.Expect(w.get(key).ResourceVersion).To(Equal(rv), "%s: nothing changed", what)
+	}
+	reconcileOnce := func() ctrl.Result {
+		t.Helper()
+		res, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+		g.Expect(err).NotTo(HaveOccurred())
+		return res
+	}
+
+	// A new request: the first reconcile adds the finalizer and accepts it.
+	created := w.get(key)
+	reconcileOnce()
+	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhasePending))
+	staleReconcile(created, "the request as created")
+
+	// Into PoweringOff; then the reconcile that records and sends the power-off.
+	for w.get(key).Status.Phase != v1alpha1.PhasePoweringOff {
+		reconcileOnce()
+	}
+	entered := w.get(key)
+	g.Expect(entered.Status.PowerRequest).To(BeNil())
+	reconcileOnce()
+	g.Expect(w.get(key).Status.PowerRequest).NotTo(BeNil(), "the power-off is recorded and sent")
+	staleReconcile(entered, "PoweringOff before the power-off was recorded")
+
+	// Fresh copies carry on to the end: one power-off, one power-on.
+	w.drive(key, same(r), w.kubeletOnPowerOn(node, always), untilSettled)
+	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+	g.Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
+}
