@@ -67,6 +67,9 @@ func (r *RemediationReconciler) awaitPower(ctx context.Context, s *scope, w powe
 	expired := func(why string) (ctrl.Result, error) {
 		return r.failAttempt(ctx, s, fmt.Sprintf("%s not confirmed within %s: %s", verb, w.timeout, why))
 	}
+	if wait := r.untilFirstPoll(s, w); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	d, err := r.driverFor(ctx, s)
 	if err != nil {
 		return r.bmcTrouble(s, err, w.deadline, expired)
@@ -90,6 +93,18 @@ func (r *RemediationReconciler) awaitPower(ctx context.Context, s *scope, w powe
 		}
 	}
 	return ctrl.Result{RequeueAfter: min(r.opts.PowerPollInterval, untilDeadline(w.deadline, s.now))}, nil
+}
+
+// untilFirstPoll is how long to wait before reading the power state after the request for it was sent:
+// no BMC changes a host's power within a poll interval, and the reconcile our own status write brings
+// at once would only read it unchanged.
+func (r *RemediationReconciler) untilFirstPoll(s *scope, w powerWait) time.Duration {
+	req := s.status().PowerRequest
+	if req == nil || req.Target != w.target || !s.now.Before(w.deadline) {
+		return 0
+	}
+	wait := min(req.Time.Add(r.opts.PowerPollInterval).Sub(s.now), r.opts.PowerPollInterval) // at most one interval, whatever the clocks
+	return min(max(wait, 0), untilDeadline(w.deadline, s.now))
 }
 
 // poweredOff fences the node, now that the BMC confirmed the host is off: the out-of-service taint, so

@@ -51,6 +51,7 @@ func TestRemediation(t *testing.T) {
 		"ExcludedNodeIsNeverTouched":       testExcludedNode,
 		"IPMIDriverAgainstIPMISim":         testIPMI,
 		"StaleCacheIsNotActedOn":           testStaleCacheIsNotActedOn,
+		"NoPollBeforeTheInterval":          testNoPollBeforeTheInterval,
 	} {
 		t.Run(name, func(t *testing.T) { scenario(t, api) })
 	}
@@ -147,7 +148,7 @@ func testTransientFailure(t *testing.T, api *apiServer) {
 	durations := histogramCount(RemediationDuration, "reboot", "NodeReady")
 
 	var firstOutOfServiceWith redfishmock.PowerState // the host's state when the out-of-service taint appeared
-	var atPowerOn []string                            // the host's state and the node's taints at each power-on
+	var atPowerOn []string                           // the host's state and the node's taints at each power-on
 	w.registry = checkingPowerOn(t, bmc.DriverRedfish, redfishFactory, func() {
 		state, err := m.PowerState("1")
 		g.Expect(err).NotTo(HaveOccurred())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -91,4 +92,31 @@ func testStaleCacheIsNotActedOn(t *testing.T, api *apiServer) {
 	w.drive(key, same(r), w.kubeletOnPowerOn(node, always), untilSettled)
 	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 	g.Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
+}
+
+// Once a power change is sent, the BMC is not read again before a poll interval has passed: the
+// reconcile that the request's own status write brings at once finds nothing to do.
+func testNoPollBeforeTheInterval(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.node("worker-14", nil)
+	w.bmc(node, fakeAddress(node), credentials)
+	key := w.nhcRemediation(node, spec(reboot, 3))
+	r := w.reconciler()
+
+	w.drive(key, same(r), nil, func(s []step) bool {
+		return s[len(s)-1].phase == v1alpha1.PhasePoweringOff && w.get(key).Status.PowerRequest != nil
+	})
+	calls := len(hosts.Driver(fakeAddress(node)).Calls())
+	res, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.RequeueAfter).To(BeNumerically(">", 4*time.Second))
+	g.Expect(res.RequeueAfter).To(BeNumerically("<=", 5*time.Second), "the poll interval, counted from the request")
+	g.Expect(hosts.Driver(fakeAddress(node)).Calls()).To(HaveLen(calls), "no BMC call within the interval")
+
+	w.clock.Step(res.RequeueAfter)
+	_, err = r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(len(hosts.Driver(fakeAddress(node)).Calls())).To(BeNumerically(">", calls), "read once the interval is over")
+	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhasePoweredOff))
 }
