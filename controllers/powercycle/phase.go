@@ -52,30 +52,34 @@ var warningPhases = map[v1alpha1.PowerCyclePhase]bool{
 	v1alpha1.PhaseFailed:     true,
 }
 
-// transition is the only way the phase changes. It sets the phase, stamps the time, clears the
-// phase's power request, sets the contract conditions (Processing, Succeeded), and records all of it;
-// only once the record is durable does it log the change, emit the event and count it.
+// transition is the only way the phase changes: it enters the phase (see enter) and records it.
 func (r *RemediationReconciler) transition(ctx context.Context, s *scope, to v1alpha1.PowerCyclePhase, reason, message string) error {
-	return r.transitionRequesting(ctx, s, to, "", reason, message)
+	r.enter(s, to, reason, message)
+	return r.persist(ctx, s)
 }
 
-// transitionRequesting is transition that also records, in the same write, the power request target
-// (unless empty) the new phase starts with: the caller sends it once the transition returns without
-// error and s is not abandoned.
-func (r *RemediationReconciler) transitionRequesting(ctx context.Context, s *scope, to v1alpha1.PowerCyclePhase, target v1alpha1.PowerState, reason, message string) error {
+// phaseChange is a phase entered in a scope and not yet announced.
+type phaseChange struct {
+	from, to        v1alpha1.PowerCyclePhase
+	reason, message string
+	startedAt       *time.Time // when the remediation started: Processing has been True since
+}
+
+// enter sets the phase, stamps the time, clears the phase's power request and sets the contract
+// conditions (Processing, Succeeded). The change is announced (logged, evented, counted) by the write
+// that records it, and only then: a phase handler may go on to act in the same reconcile, and its first
+// durable step records the phase along with it.
+func (r *RemediationReconciler) enter(s *scope, to v1alpha1.PowerCyclePhase, reason, message string) {
 	st := s.status()
-	from := st.Phase
-	var startedAt *time.Time // when the remediation started: Processing has been True since
+	change := phaseChange{from: st.Phase, to: to, reason: reason, message: message}
 	if c := s.condition(v1alpha1.ConditionProcessing); c != nil && c.Status == metav1.ConditionTrue {
-		startedAt = new(c.LastTransitionTime.Time)
+		change.startedAt = new(c.LastTransitionTime.Time)
 	}
+	s.entered = append(s.entered, change)
 
 	st.Phase = to
 	st.LastTransitionTime = new(stamp(s.now))
 	st.PowerRequest = nil
-	if target != "" {
-		st.PowerRequest = &v1alpha1.PowerRequest{Target: target, Time: stamp(s.now)}
-	}
 	if to != v1alpha1.PhaseRetrying {
 		st.NextRetryTime = nil
 	}
@@ -90,24 +94,23 @@ func (r *RemediationReconciler) transitionRequesting(ctx context.Context, s *sco
 		s.setCondition(v1alpha1.ConditionProcessing, metav1.ConditionTrue, reason, message)
 		s.setCondition(v1alpha1.ConditionSucceeded, metav1.ConditionUnknown, reason, message)
 	}
-	if err := r.persist(ctx, s); err != nil {
-		return err
-	}
-	if s.abandoned {
-		return nil
-	}
+}
 
-	s.log.Info("Phase changed", "from", from, "to", to, "reason", reason, "message", message)
-	eventType := corev1.EventTypeNormal
-	if warningPhases[to] {
-		eventType = corev1.EventTypeWarning
+// announce logs, emits and counts the phase changes a write has just recorded, in order.
+func (r *RemediationReconciler) announce(s *scope) {
+	for _, c := range s.entered {
+		s.log.Info("Phase changed", "from", c.from, "to", c.to, "reason", c.reason, "message", c.message)
+		eventType := corev1.EventTypeNormal
+		if warningPhases[c.to] {
+			eventType = corev1.EventTypeWarning
+		}
+		r.opts.Recorder.Eventf(s.pcr, nil, eventType, phaseEvents[c.to], ActionPowerCycle, "%s", c.message)
+		PhaseTransitions.WithLabelValues(phaseLabel(c.from), string(c.to)).Inc()
+		if terminal(c.to) && !terminal(c.from) && c.startedAt != nil {
+			RemediationDuration.WithLabelValues(string(s.spec.strategy), c.reason).Observe(max(s.now.Sub(*c.startedAt), 0).Seconds())
+		}
 	}
-	r.opts.Recorder.Eventf(s.pcr, nil, eventType, phaseEvents[to], ActionPowerCycle, "%s", message)
-	PhaseTransitions.WithLabelValues(phaseLabel(from), string(to)).Inc()
-	if terminal(to) && !terminal(from) && startedAt != nil {
-		RemediationDuration.WithLabelValues(string(s.spec.strategy), reason).Observe(max(s.now.Sub(*startedAt), 0).Seconds())
-	}
-	return nil
+	s.entered = nil
 }
 
 // phaseLabel names a phase in metrics; a new request has none.
@@ -126,8 +129,9 @@ func (r *RemediationReconciler) start(ctx context.Context, s *scope) (ctrl.Resul
 		fmt.Sprintf("Remediation accepted: strategy %s", s.spec.strategy))
 }
 
-// startAttempt opens the record of a new attempt and moves to PoweringOff.
-func (r *RemediationReconciler) startAttempt(ctx context.Context, s *scope) error {
+// startAttempt opens the record of a new attempt and enters PoweringOff, whose work starts at once: the
+// write that records the power-off request records the phase too.
+func (r *RemediationReconciler) startAttempt(ctx context.Context, s *scope) (ctrl.Result, error) {
 	st := s.status()
 	number := int32(1)
 	if a := s.currentAttempt(); a != nil {
@@ -137,8 +141,9 @@ func (r *RemediationReconciler) startAttempt(ctx context.Context, s *scope) erro
 	if n := len(st.Attempts); n > maxAttempts {
 		st.Attempts = append([]v1alpha1.PowerCycleAttempt(nil), st.Attempts[n-maxAttempts:]...)
 	}
-	return r.transition(ctx, s, v1alpha1.PhasePoweringOff, v1alpha1.ReasonPoweringOff,
+	r.enter(s, v1alpha1.PhasePoweringOff, v1alpha1.ReasonPoweringOff,
 		fmt.Sprintf("Attempt %d: powering off node %s through BMC %s", number, st.NodeName, st.BMCName))
+	return r.poweringOff(ctx, s)
 }
 
 // failAttempt closes the current attempt as failed and moves on: to Retrying after a backoff, or to

@@ -64,5 +64,5 @@ func (r *RemediationReconciler) pending(ctx context.Context, s *scope) (ctrl.Res
 	if err := r.ensureTaint(ctx, s, remediationTaint()); err != nil || s.abandoned {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, r.startAttempt(ctx, s)
+	return r.startAttempt(ctx, s)
 }

@@ -134,8 +134,9 @@ func (r *RemediationReconciler) startPowerOn(ctx context.Context, s *scope) (ctr
 	if a := s.currentAttempt(); a != nil {
 		a.PowerOnRequested = new(stamp(s.now))
 	}
-	if err := r.transitionRequesting(ctx, s, v1alpha1.PhasePoweringOn, v1alpha1.PowerOn, v1alpha1.ReasonPoweringOn,
-		fmt.Sprintf("Powering node %s back on", s.status().NodeName)); err != nil || s.abandoned {
+	r.enter(s, v1alpha1.PhasePoweringOn, v1alpha1.ReasonPoweringOn, fmt.Sprintf("Powering node %s back on", s.status().NodeName))
+	s.status().PowerRequest = &v1alpha1.PowerRequest{Target: v1alpha1.PowerOn, Time: stamp(s.now)}
+	if err := r.persist(ctx, s); err != nil || s.abandoned {
 		return ctrl.Result{}, err
 	}
 	d, err := r.driverFor(ctx, s)

@@ -20,7 +20,7 @@ func (r *RemediationReconciler) retrying(ctx context.Context, s *scope) (ctrl.Re
 	if next := s.status().NextRetryTime; next != nil && s.now.Before(next.Time) {
 		return ctrl.Result{RequeueAfter: untilDeadline(next.Time, s.now)}, nil
 	}
-	return ctrl.Result{}, r.startAttempt(ctx, s)
+	return r.startAttempt(ctx, s)
 }
 
 // escalating acts once the escalate strategy has used up its attempts. An owning Machine is deleted (so

@@ -36,6 +36,8 @@ type scope struct {
 	leaseRecheck time.Duration
 	// abandoned is set when a write failed or the object is gone: nothing more is written this time.
 	abandoned bool
+	// entered are the phases entered since the last write, announced by the next one (see enter).
+	entered []phaseChange
 }
 
 func (r *RemediationReconciler) newScope(pcr *v1alpha1.PowerCycleRemediation, logger logr.Logger) *scope {
@@ -79,6 +81,7 @@ func (r *RemediationReconciler) persist(ctx context.Context, s *scope) error {
 	}
 	r.written.wrote(client.ObjectKeyFromObject(s.pcr), old)
 	s.base = s.pcr.DeepCopy()
+	r.announce(s)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package powercycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -360,18 +361,21 @@ func testRebootBackoff(t *testing.T, api *apiServer) {
 // power-off), our taints and our lease go, then the finalizer.
 func testCancelledMidFlow(t *testing.T, api *apiServer) {
 	for _, tc := range []struct {
-		name      string
-		strategy  v1alpha1.Strategy
-		at        v1alpha1.PowerCyclePhase
-		sent      bool // and the phase's power request was sent
-		timedOut  bool // the health check marks it timed out instead of deleting it
-		wantOps   []string
-		wantState bmc.PowerState
+		name     string
+		strategy v1alpha1.Strategy
+		at       v1alpha1.PowerCyclePhase
+		sent     bool // and the phase's power request was sent
+		timedOut bool // the health check marks it timed out instead of deleting it
+		// unreadable: the BMC does not answer the first power reading, so PoweringOff is entered and
+		// nothing is sent (otherwise the power-off goes out in the step that enters PoweringOff).
+		unreadable bool
+		wantOps    []string
+		wantState  bmc.PowerState
 	}{
 		{name: "deleted while off and fenced", strategy: reboot, at: v1alpha1.PhasePoweringOn, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
 		{name: "deleted just after power-off was confirmed", strategy: reboot, at: v1alpha1.PhasePoweredOff, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
 		{name: "deleted while the power-off is on its way", strategy: reboot, at: v1alpha1.PhasePoweringOff, sent: true, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
-		{name: "deleted before the power-off was sent", strategy: reboot, at: v1alpha1.PhasePoweringOff, wantOps: nil, wantState: bmc.PowerStateOn},
+		{name: "deleted before the power-off was sent", strategy: reboot, at: v1alpha1.PhasePoweringOff, unreadable: true, wantOps: nil, wantState: bmc.PowerStateOn},
 		{name: "timed out while off and fenced", strategy: reboot, at: v1alpha1.PhasePoweringOn, timedOut: true, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
 		{name: "deleted while waiting for the node", strategy: reboot, at: v1alpha1.PhaseWaitingForNode, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
 		{name: "deleted while waiting between attempts", strategy: reboot, at: v1alpha1.PhaseRetrying, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
@@ -386,6 +390,9 @@ func testCancelledMidFlow(t *testing.T, api *apiServer) {
 			key := w.nhcRemediation(node, spec(tc.strategy, 3))
 			host := hosts.Driver(fakeAddress(node))
 			host.SetTransitionDelay(1)
+			if tc.unreadable {
+				host.FailNext(bmc.OperationPowerState, &bmc.Error{Driver: "fake", Operation: bmc.OperationPowerState, Kind: bmc.ErrUnreachable, Err: errors.New("no answer")})
+			}
 
 			w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, never), func(s []step) bool {
 				return s[len(s)-1].phase == tc.at && (!tc.sent || w.get(key).Status.PowerRequest != nil)
