@@ -169,7 +169,7 @@ func run(cfg config) error {
 		return fmt.Errorf("indexing BMCs: %w", err)
 	}
 
-	deps := dependencies{cfg: cfg, clock: clock.RealClock{}, access: access}
+	deps := &dependencies{cfg: cfg, clock: clock.RealClock{}, access: access}
 	for _, name := range enabled {
 		if err := setups[name](ctx, mgr, deps); err != nil {
 			return fmt.Errorf("setting up the %s controller: %w", name, err)
@@ -181,23 +181,27 @@ func run(cfg config) error {
 	return mgr.Start(ctx)
 }
 
-// dependencies are what the controllers are built from.
+// dependencies are what the controllers are built from. Controllers are set up in the order of
+// controllerNames, so the remediator is there when the BMC inventory is set up.
 type dependencies struct {
 	cfg    config
 	clock  clock.Clock
 	access *bmcaccess.Access
+	// remediator is the power-cycle remediator, when it runs: the BMC inventory leaves the BMCs of the
+	// hosts it is power-cycling to it.
+	remediator *powercycle.RemediationReconciler
 }
 
 // setups wires each controller into the manager. A controller whose issue has not landed yet is wired
 // as a no-op so that flags and deployment stay stable.
-var setups = map[string]func(context.Context, ctrl.Manager, dependencies) error{
+var setups = map[string]func(context.Context, ctrl.Manager, *dependencies) error{
 	"machinehealthcheck": setupMHC,
 	"nodehealthcheck":    setupNHC,
 	"powercycle":         setupPowerCycle,
 	"bmc":                setupBMC,
 }
 
-func setupBMC(ctx context.Context, mgr ctrl.Manager, deps dependencies) error {
+func setupBMC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
 	r := &powercycle.BMCReconciler{
 		Client:   mgr.GetClient(),
 		Access:   deps.access,
@@ -208,11 +212,16 @@ func setupBMC(ctx context.Context, mgr ctrl.Manager, deps dependencies) error {
 			MaxConcurrentReconciles: deps.cfg.maxConcurrentChecks,
 		},
 	}
+	if deps.remediator != nil {
+		r.Remediations = deps.remediator
+	}
 	return r.SetupWithManager(ctx, mgr)
 }
 
+// parseControllers returns the controllers s names, in the order of controllerNames (the order they are
+// set up in).
 func parseControllers(s string) ([]string, error) {
-	var out []string
+	var named []string
 	for _, name := range strings.Split(s, ",") {
 		name = strings.TrimSpace(name)
 		if name == "" {
@@ -221,7 +230,11 @@ func parseControllers(s string) ([]string, error) {
 		if !slices.Contains(controllerNames, name) {
 			return nil, fmt.Errorf("unknown controller %q in --controllers; known: %s", name, strings.Join(controllerNames, ", "))
 		}
-		if !slices.Contains(out, name) {
+		named = append(named, name)
+	}
+	var out []string
+	for _, name := range controllerNames {
+		if slices.Contains(named, name) {
 			out = append(out, name)
 		}
 	}
@@ -242,7 +255,7 @@ func ensureNamespace(ctx context.Context, restCfg *rest.Config, scheme *runtime.
 	return nil
 }
 
-func setupPowerCycle(ctx context.Context, mgr ctrl.Manager, deps dependencies) error {
+func setupPowerCycle(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
 	r, err := powercycle.NewRemediationReconciler(powercycle.RemediationReconcilerOptions{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
@@ -259,12 +272,13 @@ func setupPowerCycle(ctx context.Context, mgr ctrl.Manager, deps dependencies) e
 	if err != nil {
 		return err
 	}
+	deps.remediator = r
 	return r.SetupWithManager(ctx, mgr)
 }
 
 // setupMHC starts the MachineHealthCheck controller when Cluster API is installed; without its CRDs
 // there is nothing to check (and the watches would never sync), so the controller stays off.
-func setupMHC(ctx context.Context, mgr ctrl.Manager, deps dependencies) error {
+func setupMHC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
 	installed, err := mhc.ClusterAPIInstalled(mgr.GetRESTMapper())
 	if err != nil {
 		return err
@@ -280,7 +294,7 @@ func setupMHC(ctx context.Context, mgr ctrl.Manager, deps dependencies) error {
 	return r.SetupWithManager(ctx, mgr)
 }
 
-func setupNHC(ctx context.Context, mgr ctrl.Manager, deps dependencies) error {
+func setupNHC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
 	r, err := nhc.New(nhc.Options{
 		Client:         mgr.GetClient(),
 		Clock:          deps.clock,

@@ -51,6 +51,11 @@ type BMCReconcilerOptions struct {
 	MaxConcurrentReconciles int
 }
 
+// NodeRemediations tells whether a remediation is at work on a node. *RemediationReconciler is one.
+type NodeRemediations interface {
+	Remediating(ctx context.Context, nodeName string) bool
+}
+
 // BMCReconciler is the BMC inventory: it checks every BMC in the Access's namespace (reachability,
 // credentials and power state) when the BMC changes, when its credentials Secret changes, and once every
 // Interval, and reports the result in the BMC's status and, on change, in events. An administrator thus
@@ -70,6 +75,11 @@ type BMCReconciler struct {
 	Clock clock.PassiveClock
 	// Options tune the checks.
 	Options BMCReconcilerOptions
+	// Remediations, if set, tells which nodes a power-cycle remediation is at work on. The periodic check
+	// of a healthy BMC whose host is being power-cycled is skipped: it would only compete with the
+	// remediator for the BMC (one call at a time per BMC), and the remediation's BMCReady condition
+	// reports the BMC meanwhile. A BMC that changed, or was unhealthy, is still checked at once.
+	Remediations NodeRemediations
 
 	mu      sync.Mutex
 	checked map[types.NamespacedName]bmcCheckRecord
@@ -163,6 +173,13 @@ func (r *BMCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{RequeueAfter: next.Sub(now)}, nil
 	}
 
+	if r.Remediations != nil && bmcKnownGood(last, cur, b) && r.Remediations.Remediating(ctx, b.Spec.NodeName) {
+		cur.healthy = true
+		cur.next = bmcSlotAfter(bmcPhase(b.UID, r.interval()), now, r.interval())
+		r.remember(req.NamespacedName, cur)
+		BMCChecks.WithLabelValues(bmcCheckSkippedRemediating).Inc()
+		return ctrl.Result{RequeueAfter: cur.next.Sub(now)}, nil
+	}
 	a, err := r.check(ctx, b)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -177,6 +194,10 @@ func (r *BMCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	r.remember(req.NamespacedName, cur)
 	return ctrl.Result{RequeueAfter: cur.next.Sub(now)}, nil
 }
+
+// bmcCheckSkippedRemediating is the result a periodic check is counted with when it was skipped because
+// the BMC's host is being power-cycled.
+const bmcCheckSkippedRemediating = "SkippedRemediating"
 
 // check reads the BMC's power state once, bounded by the check timeout, and assesses the outcome. It
 // returns an error only for what is not the BMC's fault (reading its Secret failed): that is retried.

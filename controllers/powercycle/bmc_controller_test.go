@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -190,6 +191,27 @@ func (s *bmcStepper) events() []string {
 			return out
 		}
 	}
+}
+
+// nodesRemediating is a NodeRemediations whose answers the test sets.
+type nodesRemediating struct {
+	mu    sync.Mutex
+	nodes map[string]bool
+}
+
+func (n *nodesRemediating) set(node string, busy bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.nodes == nil {
+		n.nodes = map[string]bool{}
+	}
+	n.nodes[node] = busy
+}
+
+func (n *nodesRemediating) Remediating(_ context.Context, node string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.nodes[node]
 }
 
 var _ = Describe("BMC inventory, one reconcile at a time", func() {
@@ -482,6 +504,37 @@ var _ = Describe("BMC inventory schedule and status writes", func() {
 		b = getBMC(ctx, ns, "bmc-1")
 		Expect(b.Status.ObservedGeneration).To(Equal(b.Generation))
 		Expect(b.Status.LastChecked.Time).To(BeTemporally("==", bmcT0Suite.Add(time.Minute)))
+	})
+
+	It("leaves a healthy BMC whose host is being power-cycled to the remediator, but checks it at once when it changes", func(ctx SpecContext) {
+		createBMCSecret(ctx, ns, "creds", bmcCredentials(goodPassword))
+		createBMC(ctx, ns, "bmc-1", bmcMockAddress(m, "1"), "creds", false)
+		remediating := &nodesRemediating{}
+		s.r.Remediations = remediating
+		s.reconcile(ctx, "bmc-1")
+		Expect(checks()).To(Equal(1), "a new BMC is checked")
+		slot := bmcSlotAfter(bmcPhase(getBMC(ctx, ns, "bmc-1").UID, bmcCheckInterval), bmcT0Suite, bmcCheckInterval)
+		skipped := testutil.ToFloat64(BMCChecks.WithLabelValues(bmcCheckSkippedRemediating))
+
+		By("its slot comes while its node is being remediated: no check, the next slot planned")
+		remediating.set("node-bmc-1", true)
+		s.clock.SetTime(slot)
+		Expect(s.reconcile(ctx, "bmc-1").RequeueAfter).To(Equal(bmcCheckInterval))
+		Expect(checks()).To(Equal(1))
+		Expect(testutil.ToFloat64(BMCChecks.WithLabelValues(bmcCheckSkippedRemediating)) - skipped).To(Equal(1.0))
+
+		By("a change to the BMC is checked at once, remediation or not")
+		b := getBMC(ctx, ns, "bmc-1")
+		b.Spec.DisableCertificateVerification = true
+		Expect(k8sClient.Update(ctx, b)).To(Succeed())
+		s.reconcile(ctx, "bmc-1")
+		Expect(checks()).To(Equal(2))
+
+		By("once the remediation is over, the next slot checks it again")
+		remediating.set("node-bmc-1", false)
+		s.clock.Step(bmcCheckInterval)
+		s.reconcile(ctx, "bmc-1")
+		Expect(checks()).To(Equal(3))
 	})
 
 	It("writes the status only when something an admin reads changed, or when lastChecked needs a refresh", func(ctx SpecContext) {

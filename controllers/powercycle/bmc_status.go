@@ -88,22 +88,28 @@ func bmcHealthy(conditions []metav1.Condition) bool {
 // refreshed every bmcRefreshAge, that slot is often past: the BMC then waits for its next slot from now,
 // so that a restart spreads its checks over one interval instead of re-checking every BMC at once.
 func bmcCheckDue(last *bmcCheckRecord, cur bmcCheckRecord, b *v1alpha1.BMC, now time.Time, interval time.Duration) (bool, time.Time) {
-	if last != nil {
-		if last.uid != cur.uid || last.generation != cur.generation || last.secretVersion != cur.secretVersion || !last.healthy {
-			return true, now
-		}
-		return !now.Before(last.next), last.next
-	}
-	st := b.Status
-	if st.LastChecked == nil || st.ObservedGeneration != b.Generation || !bmcHealthy(st.Conditions) {
+	if !bmcKnownGood(last, cur, b) {
 		return true, now
 	}
+	if last != nil {
+		return !now.Before(last.next), last.next
+	}
 	phase := bmcPhase(cur.uid, interval)
-	next := bmcSlotAfter(phase, bmcNotAfter(st.LastChecked.Time, now), interval)
+	next := bmcSlotAfter(phase, bmcNotAfter(b.Status.LastChecked.Time, now), interval)
 	if next.Before(now) {
 		next = bmcNextSlot(phase, now, interval)
 	}
 	return !now.Before(next), next
+}
+
+// bmcKnownGood says whether b's last check, by this process (last) or before it started (the status),
+// found it healthy, and nothing changed since: its next check is a periodic one, not news.
+func bmcKnownGood(last *bmcCheckRecord, cur bmcCheckRecord, b *v1alpha1.BMC) bool {
+	if last != nil {
+		return last.uid == cur.uid && last.generation == cur.generation && last.secretVersion == cur.secretVersion && last.healthy
+	}
+	st := b.Status
+	return st.LastChecked != nil && st.ObservedGeneration == b.Generation && bmcHealthy(st.Conditions)
 }
 
 // bmcNotAfter is t, or now when t is later: a check stamped in the future (a clock that went back, or

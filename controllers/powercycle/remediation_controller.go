@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -150,11 +151,8 @@ func remediationNodeKey(pcr *v1alpha1.PowerCycleRemediation) string {
 // SetupWithManager registers the remediator: it watches PowerCycleRemediations, the Nodes they act on
 // (a Node turning Ready is noticed at once) and the BMCs of those nodes (a fixed BMC is tried at once).
 func (r *RemediationReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.PowerCycleRemediation{}, remediationNodeIndex,
-		func(o client.Object) []string {
-			return []string{remediationNodeKey(o.(*v1alpha1.PowerCycleRemediation))}
-		}); err != nil {
-		return fmt.Errorf("indexing PowerCycleRemediations by node: %w", err)
+	if err := indexRemediationsByNode(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(RemediationControllerName).
@@ -165,6 +163,17 @@ func (r *RemediationReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).
 		Complete(r)
+}
+
+// indexRemediationsByNode registers remediationNodeIndex.
+func indexRemediationsByNode(ctx context.Context, indexer client.FieldIndexer) error {
+	if err := indexer.IndexField(ctx, &v1alpha1.PowerCycleRemediation{}, remediationNodeIndex,
+		func(o client.Object) []string {
+			return []string{remediationNodeKey(o.(*v1alpha1.PowerCycleRemediation))}
+		}); err != nil {
+		return fmt.Errorf("indexing PowerCycleRemediations by node: %w", err)
+	}
+	return nil
 }
 
 // remediationsOfNode maps a Node to the remediations acting on it.
@@ -192,6 +201,23 @@ func (r *RemediationReconciler) remediationsFor(ctx context.Context, nodeName st
 		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}})
 	}
 	return reqs
+}
+
+// Remediating reports whether a PowerCycleRemediation is at work on the node: not finished yet, or
+// being cleaned up (which may power the host on). It reads the cache's index, without copying.
+func (r *RemediationReconciler) Remediating(ctx context.Context, nodeName string) bool {
+	var list v1alpha1.PowerCycleRemediationList
+	if err := r.opts.Client.List(ctx, &list, client.MatchingFields{remediationNodeIndex: nodeName}, client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the remediations of a node", "node", nodeName)
+		return false
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		if !terminal(p.Status.Phase) || (!p.DeletionTimestamp.IsZero() && slices.Contains(p.Finalizers, v1alpha1.FinalizerPowerCycle)) {
+			return true
+		}
+	}
+	return false
 }
 
 // nodeChangePredicate lets through what a remediation waits for on its Node: creation, deletion, and a

@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -117,4 +118,45 @@ func testNoPollBeforeTheInterval(t *testing.T, api *apiServer) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(len(hosts.Driver(fakeAddress(node)).Calls())).To(BeNumerically(">", calls), "read once the interval is over")
 	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhasePoweredOff))
+}
+
+// Remediating, which the BMC inventory asks before a periodic check, reads the cache's node index: a
+// remediation at work (new, or in a power phase) or being cleaned up counts; a finished one does not.
+func testRemediatingNodes(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, _ := fakeHosts(t, api)
+	ca, err := cache.New(api.cfg, cache.Options{Scheme: api.scheme, DefaultNamespaces: map[string]cache.Config{w.ns: {}}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(indexRemediationsByNode(w.ctx, ca)).To(Succeed())
+	ctx, cancel := context.WithCancel(w.ctx)
+	t.Cleanup(cancel)
+	go func() { _ = ca.Start(ctx) }()
+	g.Expect(ca.WaitForCacheSync(ctx)).To(BeTrue())
+	cached, err := client.New(api.cfg, client.Options{Scheme: api.scheme, Cache: &client.CacheOptions{Reader: ca}})
+	g.Expect(err).NotTo(HaveOccurred())
+	w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.Client = cached }
+	r := w.reconciler()
+
+	withPhase := func(name string, phase v1alpha1.PowerCyclePhase) *v1alpha1.PowerCycleRemediation {
+		p := w.get(w.nhcRemediation(w.node(name, nil), spec(reboot, 3)))
+		p.Status.Phase = phase
+		w.must(w.c.Status().Update(w.ctx, p))
+		return p
+	}
+	withPhase("new", "")
+	withPhase("powering-off", v1alpha1.PhasePoweringOff)
+	withPhase("done", v1alpha1.PhaseSucceeded)
+	cleaning := withPhase("cleaning-up", v1alpha1.PhaseSucceeded)
+	cleaning.Finalizers = []string{v1alpha1.FinalizerPowerCycle}
+	w.must(w.c.Update(w.ctx, cleaning))
+	w.must(w.c.Delete(w.ctx, cleaning))
+
+	want := map[string]bool{"new": true, "powering-off": true, "done": false, "cleaning-up": true, "no-request": false}
+	g.Eventually(func() map[string]bool {
+		got := map[string]bool{}
+		for node := range want {
+			got[node] = r.Remediating(w.ctx, w.prefix+node)
+		}
+		return got
+	}).WithTimeout(10 * time.Second).WithPolling(50 * time.Millisecond).Should(Equal(want))
 }

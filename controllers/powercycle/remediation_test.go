@@ -53,6 +53,7 @@ func TestRemediation(t *testing.T) {
 		"IPMIDriverAgainstIPMISim":         testIPMI,
 		"StaleCacheIsNotActedOn":           testStaleCacheIsNotActedOn,
 		"NoPollBeforeTheInterval":          testNoPollBeforeTheInterval,
+		"RemediatingNodes":                 testRemediatingNodes,
 	} {
 		t.Run(name, func(t *testing.T) { scenario(t, api) })
 	}
