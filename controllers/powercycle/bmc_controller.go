@@ -174,11 +174,8 @@ func (r *BMCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	}
 
 	if r.Remediations != nil && bmcKnownGood(last, cur, b) && r.Remediations.Remediating(ctx, b.Spec.NodeName) {
-		cur.healthy = true
-		cur.next = bmcSlotAfter(bmcPhase(b.UID, r.interval()), now, r.interval())
-		r.remember(req.NamespacedName, cur)
 		BMCChecks.WithLabelValues(bmcCheckSkippedRemediating).Inc()
-		return ctrl.Result{RequeueAfter: cur.next.Sub(now)}, nil
+		return r.planNext(req.NamespacedName, b, cur, true, now), nil
 	}
 	a, err := r.check(ctx, b)
 	if err != nil {
@@ -189,10 +186,16 @@ func (r *BMCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if err := r.report(ctx, b, a, now); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	cur.healthy = a.healthy()
+	return r.planNext(req.NamespacedName, b, cur, a.healthy(), now), nil
+}
+
+// planNext remembers b as checked (or its check skipped) at now, healthy or not, and plans its next check
+// in its first slot at least half an interval later.
+func (r *BMCReconciler) planNext(key types.NamespacedName, b *v1alpha1.BMC, cur bmcCheckRecord, healthy bool, now time.Time) ctrl.Result {
+	cur.healthy = healthy
 	cur.next = bmcSlotAfter(bmcPhase(b.UID, r.interval()), now, r.interval())
-	r.remember(req.NamespacedName, cur)
-	return ctrl.Result{RequeueAfter: cur.next.Sub(now)}, nil
+	r.remember(key, cur)
+	return ctrl.Result{RequeueAfter: cur.next.Sub(now)}
 }
 
 // bmcCheckSkippedRemediating is the result a periodic check is counted with when it was skipped because
