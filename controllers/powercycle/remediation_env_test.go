@@ -236,6 +236,15 @@ func (w *world) bmc(node, address string, secret map[string]string) *v1alpha1.BM
 	return b
 }
 
+// fakeHost creates a node (see node) whose BMC is a fake driver with good credentials, and returns the
+// node's full name.
+func (w *world) fakeHost(name string, labels map[string]string) string {
+	w.t.Helper()
+	node := w.node(name, labels)
+	w.bmc(node, fakeAddress(node), credentials)
+	return node
+}
+
 // secret creates or updates a Secret and waits until the access layer's cache has this version.
 func (w *world) secret(name string, data map[string]string) {
 	w.t.Helper()

@@ -21,8 +21,7 @@ import (
 func testStaleCacheIsNotActedOn(t *testing.T, api *apiServer) {
 	g := NewWithT(t)
 	w, hosts := fakeHosts(t, api)
-	node := w.node("worker-13", nil)
-	w.bmc(node, fakeAddress(node), credentials)
+	node := w.fakeHost("worker-13", nil)
 	key := w.nhcRemediation(node, spec(reboot, 3))
 
 	direct, err := client.NewWithWatch(api.cfg, client.Options{Scheme: api.scheme})
@@ -97,8 +96,7 @@ func testStaleCacheIsNotActedOn(t *testing.T, api *apiServer) {
 func testNoPollBeforeTheInterval(t *testing.T, api *apiServer) {
 	g := NewWithT(t)
 	w, hosts := fakeHosts(t, api)
-	node := w.node("worker-14", nil)
-	w.bmc(node, fakeAddress(node), credentials)
+	node := w.fakeHost("worker-14", nil)
 	key := w.nhcRemediation(node, spec(reboot, 3))
 	r := w.reconciler()
 

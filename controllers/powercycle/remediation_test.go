@@ -228,8 +228,7 @@ func MatchFields(reason string, status metav1.ConditionStatus) OmegaMatcher {
 func testEscalateMachine(t *testing.T, api *apiServer) {
 	g := NewWithT(t)
 	w, hosts := fakeHosts(t, api)
-	node := w.node("worker-2", nil)
-	w.bmc(node, fakeAddress(node), credentials)
+	node := w.fakeHost("worker-2", nil)
 	machine := &clusterv1.Machine{
 		ObjectMeta: metav1.ObjectMeta{Name: "md-0-abcde", Namespace: w.ns},
 		Spec: clusterv1.MachineSpec{
@@ -275,8 +274,7 @@ func testEscalateMachine(t *testing.T, api *apiServer) {
 func testEscalateNodeOnly(t *testing.T, api *apiServer) {
 	g := NewWithT(t)
 	w, hosts := fakeHosts(t, api)
-	node := w.node("worker-3", nil)
-	w.bmc(node, fakeAddress(node), credentials)
+	node := w.fakeHost("worker-3", nil)
 	key := w.nhcRemediation(node, spec(escalate, 2))
 	host := hosts.Driver(fakeAddress(node))
 
@@ -327,8 +325,7 @@ func testEscalateNodeOnly(t *testing.T, api *apiServer) {
 func testRebootBackoff(t *testing.T, api *apiServer) {
 	g := NewWithT(t)
 	w, hosts := fakeHosts(t, api)
-	node := w.node("worker-4", nil)
-	w.bmc(node, fakeAddress(node), credentials)
+	node := w.fakeHost("worker-4", nil)
 	key := w.nhcRemediation(node, spec(reboot, 3))
 	fixedAt := int32(12) // the admin fixes the fault before the 12th attempt
 
@@ -386,8 +383,7 @@ func testCancelledMidFlow(t *testing.T, api *apiServer) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			w, hosts := fakeHosts(t, api)
-			node := w.node("worker", nil)
-			w.bmc(node, fakeAddress(node), credentials)
+			node := w.fakeHost("worker", nil)
 			key := w.nhcRemediation(node, spec(tc.strategy, 3))
 			host := hosts.Driver(fakeAddress(node))
 			host.SetTransitionDelay(1)
@@ -580,8 +576,7 @@ func testPowerOffNeverConfirmed(t *testing.T, api *apiServer) {
 func testBMCUnreachable(t *testing.T, api *apiServer) {
 	g := NewWithT(t)
 	w, hosts := fakeHosts(t, api)
-	node := w.node("worker-6", nil)
-	w.bmc(node, fakeAddress(node), credentials)
+	node := w.fakeHost("worker-6", nil)
 	host := hosts.Driver(fakeAddress(node))
 	host.FailAlways(bmc.OperationPowerState, &bmc.Error{Driver: "fake", Operation: bmc.OperationPowerState, Kind: bmc.ErrUnreachable,
 		Err: fmt.Errorf("dial tcp 10.0.0.6:443: connect: no route to host")})
@@ -687,8 +682,7 @@ func testBMCSecretMissing(t *testing.T, api *apiServer) {
 func testLeaseHeldByNodeMaintenance(t *testing.T, api *apiServer) {
 	g := NewWithT(t)
 	w, hosts := fakeHosts(t, api)
-	node := w.node("worker-9", nil)
-	w.bmc(node, fakeAddress(node), credentials)
+	node := w.fakeHost("worker-9", nil)
 	held := takeLease(w, node, "node-maintenance", time.Hour)
 	key := w.nhcRemediation(node, spec(reboot, 3))
 
@@ -719,8 +713,7 @@ func testLeaseHeldByNodeMaintenance(t *testing.T, api *apiServer) {
 func testLeaseHeldByOwner(t *testing.T, api *apiServer) {
 	g := NewWithT(t)
 	w, hosts := fakeHosts(t, api)
-	node := w.node("worker-10", nil)
-	w.bmc(node, fakeAddress(node), credentials)
+	node := w.fakeHost("worker-10", nil)
 	takeLease(w, node, "NodeHealthCheck-workers", time.Hour)
 	key := w.nhcRemediation(node, spec(reboot, 3))
 
@@ -780,8 +773,7 @@ func testRestartAtEveryPhase(t *testing.T, api *apiServer) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			w, hosts := fakeHosts(t, api)
-			node := w.node("worker", nil)
-			w.bmc(node, fakeAddress(node), credentials)
+			node := w.fakeHost("worker", nil)
 			host := hosts.Driver(fakeAddress(node))
 			host.SetTransitionDelay(2)
 			key := w.nhcRemediation(node, spec(tc.strategy, max(tc.retries, 1)))
@@ -821,8 +813,7 @@ func testRestartAtEveryPhase(t *testing.T, api *apiServer) {
 func testPowerOffRecordedFirst(t *testing.T, api *apiServer) {
 	g := NewWithT(t)
 	w, hosts := fakeHosts(t, api)
-	node := w.node("worker-11", nil)
-	w.bmc(node, fakeAddress(node), credentials)
+	node := w.fakeHost("worker-11", nil)
 	key := w.nhcRemediation(node, spec(reboot, 3))
 	var recorded []bool
 	registry := bmc.NewRegistry()
@@ -883,8 +874,7 @@ func checkingPowerOn(t *testing.T, kind string, factory bmc.Factory, check func(
 func testExcludedNode(t *testing.T, api *apiServer) {
 	g := NewWithT(t)
 	w, hosts := fakeHosts(t, api)
-	node := w.node("worker-12", map[string]string{v1alpha1.LabelExcludeFromRemediation: "true"})
-	w.bmc(node, fakeAddress(node), credentials)
+	node := w.fakeHost("worker-12", map[string]string{v1alpha1.LabelExcludeFromRemediation: "true"})
 	key := w.nhcRemediation(node, spec(reboot, 3))
 
 	w.drive(key, same(w.reconciler()), nil, untilSettled)
