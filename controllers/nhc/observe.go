@@ -464,8 +464,21 @@ func (r *Reconciler) peers(ctx context.Context, check *v1alpha1.NodeHealthCheck)
 	return out, busy, nil
 }
 
-// nodeNamed returns a Node by name, nil when it does not exist.
+// nodeNamed returns a Node by name, nil when it does not exist; it must not be modified. With a manager it
+// reads the node informer's store, uncopied, as selectNodes does: a reconcile looks up the Node of every
+// lease someone else holds, hundreds in a wave of power cycles, and a cached Get copies each one.
 func (r *Reconciler) nodeNamed(ctx context.Context, name string) (*corev1.Node, error) {
+	if r.nodeStore != nil {
+		obj, ok, err := r.nodeStore.GetByKey(name)
+		if err != nil {
+			return nil, fmt.Errorf("getting node %s: %w", name, err)
+		}
+		node, isNode := obj.(*corev1.Node)
+		if !ok || !isNode {
+			return nil, nil
+		}
+		return node, nil
+	}
 	node := &corev1.Node{}
 	if err := r.client.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
 		if apierrors.IsNotFound(err) {

@@ -97,6 +97,10 @@ func (b *bench) cycleBatch(ctx context.Context, name string, nodes []string) (*C
 		name, len(nodes), b.cfg.bmcLatency, b.cfg.powerDelay, b.cfg.bootDelay)
 	created := make([]time.Time, len(nodes))
 	start := time.Now()
+	if len(nodes) > 1 {
+		// The batch's busiest part, its start, up to the single cycle's length at most (with --pprof-dir).
+		b.profile(ctx, name, 30*time.Second)
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(64)
 	for i, n := range nodes {
