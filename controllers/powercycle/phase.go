@@ -121,12 +121,15 @@ func phaseLabel(p v1alpha1.PowerCyclePhase) string {
 	return string(p)
 }
 
-// start accepts a new request.
+// start accepts a new request and goes on with Pending's work at once. The acceptance is recorded by
+// Pending's first write (the remediation taint's record), or at the end of the reconcile when Pending
+// has to wait: a request that is ready to go costs no write and no round trip of its own.
 func (r *RemediationReconciler) start(ctx context.Context, s *scope) (ctrl.Result, error) {
 	s.setCondition(v1alpha1.ConditionPermanentNodeDeletionExpected, metav1.ConditionFalse, v1alpha1.ReasonAsExpected,
 		"the node is power-cycled, not deleted")
-	return ctrl.Result{}, r.transition(ctx, s, v1alpha1.PhasePending, v1alpha1.ReasonRemediationStarted,
+	r.enter(s, v1alpha1.PhasePending, v1alpha1.ReasonRemediationStarted,
 		fmt.Sprintf("Remediation accepted: strategy %s", s.spec.strategy))
+	return r.pending(ctx, s)
 }
 
 // startAttempt opens the record of a new attempt and enters PoweringOff, whose work starts at once: the

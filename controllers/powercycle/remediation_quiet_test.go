@@ -2,6 +2,9 @@ package powercycle
 
 import (
 	"context"
+	"reflect"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -42,9 +45,19 @@ func testStaleCacheIsNotActedOn(t *testing.T, api *apiServer) {
 			}
 			return c.Patch(ctx, obj, patch, opts...)
 		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if _, ok := obj.(*v1alpha1.PowerCycleRemediation); ok {
+				writes.Add(1)
+			}
+			return c.Update(ctx, obj, opts...)
+		},
 		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 			writes.Add(1)
 			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			writes.Add(1)
+			return c.SubResource(sub).Update(ctx, obj, opts...)
 		},
 	})
 	w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.Client = c }
@@ -71,19 +84,21 @@ func testStaleCacheIsNotActedOn(t *testing.T, api *apiServer) {
 		g.Expect(err).NotTo(HaveOccurred())
 	}
 
-	// A new request: the first reconcile adds the finalizer and accepts it.
+	// A new request: the first reconcile adds the finalizer, accepts it, takes the lease, taints the
+	// node, enters PoweringOff and sends the power-off.
 	created := w.get(key)
-	reconcileOnce()
-	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhasePending))
-	staleReconcile(created, "the request as created")
-
-	// The next one takes the lease, taints the node, enters PoweringOff and sends the power-off.
-	pending := w.get(key)
 	reconcileOnce()
 	p := w.get(key)
 	g.Expect(p.Status.Phase).To(Equal(v1alpha1.PhasePoweringOff))
 	g.Expect(p.Status.PowerRequest).NotTo(BeNil(), "the power-off is recorded and sent")
-	staleReconcile(pending, "the request as accepted, before the power-off")
+	staleReconcile(created, "the request as created")
+
+	// The next one, a poll interval later, reads the host off and enters PoweredOff.
+	poweringOff := p
+	w.clock.Step(r.opts.PowerPollInterval)
+	reconcileOnce()
+	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhasePoweredOff))
+	staleReconcile(poweringOff, "the request in PoweringOff, before the power-off was confirmed")
 
 	// Fresh copies carry on to the end: one power-off, one power-on.
 	w.drive(key, same(r), w.kubeletOnPowerOn(node, always), untilSettled)
@@ -156,4 +171,79 @@ func testRemediatingNodes(t *testing.T, api *apiServer) {
 		}
 		return got
 	}).WithTimeout(10 * time.Second).WithPolling(50 * time.Millisecond).Should(Equal(want))
+}
+
+// One reboot from request to clean-up makes the writes docs/powercycle.md lists ("What one remediation
+// writes"), and no more: each status write carries a phase (the acceptance goes with the taint's
+// record), the remediation object itself changes only for the finalizer, and the node three times.
+func testWritesOfOneRemediation(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.fakeHost("worker-15", nil)
+	key := w.nhcRemediation(node, spec(reboot, 3))
+
+	direct, err := client.NewWithWatch(api.cfg, client.Options{Scheme: api.scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	var mu sync.Mutex
+	writes := map[string]int{}
+	count := func(verb string, obj client.Object, sub string) {
+		kind := reflect.TypeOf(obj).Elem().Name()
+		if sub != "" {
+			kind += "/" + sub
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		writes[verb+" "+kind]++
+	}
+	c := interceptor.NewClient(direct, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			count("create", obj, "")
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			count("update", obj, "")
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			count("patch", obj, "")
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			count("delete", obj, "")
+			return c.Delete(ctx, obj, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			count("update", obj, sub)
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			count("patch", obj, sub)
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.Client, o.LeaseClient = c, c }
+	r := w.reconciler()
+
+	w.drive(key, same(r), w.kubeletOnPowerOn(node, always), untilSettled)
+	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+	w.must(w.c.Delete(w.ctx, w.get(key)))
+	w.drive(key, same(r), nil, untilSettled)
+
+	g.Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
+	g.Expect(writes).To(Equal(map[string]int{
+		// accepted with the remediation taint's record; PoweringOff with its request; PoweredOff with the
+		// out-of-service taint's record; PoweringOn with its request; WaitingForNode; Succeeded
+		"update PowerCycleRemediation/status": 6,
+		"update PowerCycleRemediation":        2, // the finalizer on, then off
+		"patch Node":                          3, // the two taints on, one at a time, then both off
+		"create Lease":                        1,
+		"delete Lease":                        1,
+	}))
+	var phaseEvents int
+	for _, e := range w.drainEvents() {
+		if !strings.Contains(e, "CleanedUp") {
+			phaseEvents++
+		}
+	}
+	g.Expect(phaseEvents).To(Equal(6), "one event per phase entered")
 }

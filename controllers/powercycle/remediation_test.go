@@ -53,6 +53,7 @@ func TestRemediation(t *testing.T) {
 		"IPMIDriverAgainstIPMISim":         testIPMI,
 		"StaleCacheIsNotActedOn":           testStaleCacheIsNotActedOn,
 		"NoPollBeforeTheInterval":          testNoPollBeforeTheInterval,
+		"WritesOfOneRemediation":           testWritesOfOneRemediation,
 		"RemediatingNodes":                 testRemediatingNodes,
 	} {
 		t.Run(name, func(t *testing.T) { scenario(t, api) })
@@ -176,8 +177,9 @@ func testTransientFailure(t *testing.T, api *apiServer) {
 	}
 	steps := w.drive(key, same(w.reconciler()), react, untilSettled)
 
-	g.Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePending, v1alpha1.PhasePoweringOff,
-		v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseSucceeded}))
+	g.Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePoweringOff,
+		v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseSucceeded}),
+		"a request that is ready to go is accepted and powered off in one reconcile")
 	g.Expect(m.Resets("1")).To(Equal([]string{"ForceOff", "On"}), "one power-off, one power-on")
 	g.Expect(firstOutOfServiceWith).To(BeElementOf(redfishmock.PowerOff, redfishmock.PoweringOn),
 		"fenced only once the BMC confirmed the host off (and powered back on in the same step)")
@@ -245,7 +247,7 @@ func testEscalateMachine(t *testing.T, api *apiServer) {
 
 	steps := w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, never), untilSettled)
 
-	g.Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePending,
+	g.Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{
 		v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseRetrying,
 		v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode,
 		v1alpha1.PhaseEscalating, v1alpha1.PhaseSucceeded}))
@@ -280,7 +282,7 @@ func testEscalateNodeOnly(t *testing.T, api *apiServer) {
 
 	steps := w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, never), untilTerminal)
 
-	g.Expect(phases(steps)).To(HaveExactElements(v1alpha1.PhasePending,
+	g.Expect(phases(steps)).To(HaveExactElements(
 		v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseRetrying,
 		v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode,
 		v1alpha1.PhaseEscalating, v1alpha1.PhaseFailed))
@@ -367,8 +369,11 @@ func testCancelledMidFlow(t *testing.T, api *apiServer) {
 		// unreadable: the BMC does not answer the first power reading, so PoweringOff is entered and
 		// nothing is sent (otherwise the power-off goes out in the step that enters PoweringOff).
 		unreadable bool
-		wantOps    []string
-		wantState  bmc.PowerState
+		// noSecret: the BMC's Secret is missing, so the request waits in Pending, where nothing is done
+		// (otherwise a request that is ready goes from acceptance to the power-off in one step).
+		noSecret  bool
+		wantOps   []string
+		wantState bmc.PowerState
 	}{
 		{name: "deleted while off and fenced", strategy: reboot, at: v1alpha1.PhasePoweringOn, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
 		{name: "deleted just after power-off was confirmed", strategy: reboot, at: v1alpha1.PhasePoweredOff, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
@@ -378,12 +383,17 @@ func testCancelledMidFlow(t *testing.T, api *apiServer) {
 		{name: "deleted while waiting for the node", strategy: reboot, at: v1alpha1.PhaseWaitingForNode, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
 		{name: "deleted while waiting between attempts", strategy: reboot, at: v1alpha1.PhaseRetrying, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
 		{name: "power-off strategy: deleted once fenced, left off", strategy: powerOff, at: v1alpha1.PhaseSucceeded, wantOps: []string{"Off"}, wantState: bmc.PowerStateOff},
-		{name: "deleted before anything was done", strategy: reboot, at: v1alpha1.PhasePending, wantOps: nil, wantState: bmc.PowerStateOn},
+		{name: "deleted before anything was done", strategy: reboot, at: v1alpha1.PhasePending, noSecret: true, wantOps: nil, wantState: bmc.PowerStateOn},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			w, hosts := fakeHosts(t, api)
-			node := w.fakeHost("worker", nil)
+			node := w.node("worker", nil)
+			if tc.noSecret {
+				w.bmc(node, fakeAddress(node), nil)
+			} else {
+				w.bmc(node, fakeAddress(node), credentials)
+			}
 			key := w.nhcRemediation(node, spec(tc.strategy, 3))
 			host := hosts.Driver(fakeAddress(node))
 			host.SetTransitionDelay(1)
@@ -553,7 +563,7 @@ func testPowerOffNeverConfirmed(t *testing.T, api *apiServer) {
 	steps := w.drive(key, same(w.reconciler()), neverOutOfService, untilPhase(v1alpha1.PhaseRetrying))
 
 	p := w.get(key)
-	g.Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePending, v1alpha1.PhasePoweringOff, v1alpha1.PhaseRetrying}))
+	g.Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePoweringOff, v1alpha1.PhaseRetrying}))
 	g.Expect(p.Status.Attempts).To(HaveLen(1))
 	a := p.Status.Attempts[0]
 	g.Expect(a.Result).To(Equal("Failed"))
@@ -657,11 +667,11 @@ func testBMCSecretMissing(t *testing.T, api *apiServer) {
 	b := w.bmc(node, fakeAddress(node), nil)
 	key := w.nhcRemediation(node, spec(reboot, 3))
 
-	steps := w.drive(key, same(w.reconciler()), nil, func(s []step) bool { return len(s) == 8 })
+	steps := w.drive(key, same(w.reconciler()), nil, func(s []step) bool { return len(s) == 7 })
 
 	g.Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePending}))
 	var waits []time.Duration
-	for _, s := range steps[1:] {
+	for _, s := range steps {
 		waits = append(waits, s.result.RequeueAfter)
 	}
 	g.Expect(waits).To(Equal([]time.Duration{5 * time.Second, 5 * time.Second, 10 * time.Second, 20 * time.Second,
@@ -752,6 +762,7 @@ func testRestartAtEveryPhase(t *testing.T, api *apiServer) {
 	for _, tc := range []struct {
 		name        string
 		restartAt   v1alpha1.PowerCyclePhase // restart once, after this phase is entered
+		leaseHeld   time.Duration            // node-maintenance holds the node this long: the request waits in Pending
 		everyStep   bool                     // restart before every reconcile instead
 		strategy    v1alpha1.Strategy
 		retries     int32
@@ -759,7 +770,7 @@ func testRestartAtEveryPhase(t *testing.T, api *apiServer) {
 		wantPhase   v1alpha1.PowerCyclePhase
 		wantOps     []string
 	}{
-		{name: "Pending", restartAt: v1alpha1.PhasePending, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
+		{name: "Pending", restartAt: v1alpha1.PhasePending, leaseHeld: time.Minute, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
 		{name: "PoweringOff", restartAt: v1alpha1.PhasePoweringOff, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
 		{name: "PoweredOff", restartAt: v1alpha1.PhasePoweredOff, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
 		{name: "PoweringOn", restartAt: v1alpha1.PhasePoweringOn, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
@@ -776,6 +787,9 @@ func testRestartAtEveryPhase(t *testing.T, api *apiServer) {
 			node := w.fakeHost("worker", nil)
 			host := hosts.Driver(fakeAddress(node))
 			host.SetTransitionDelay(2)
+			if tc.leaseHeld > 0 {
+				takeLease(w, node, "node-maintenance", tc.leaseHeld)
+			}
 			key := w.nhcRemediation(node, spec(tc.strategy, max(tc.retries, 1)))
 
 			current, restarts := w.reconciler(), 0
@@ -922,7 +936,7 @@ func testIPMI(t *testing.T, api *apiServer) {
 	}
 	steps := w.drive(key, same(w.reconciler()), react, untilSettled)
 
-	g.Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePending, v1alpha1.PhasePoweringOff,
+	g.Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePoweringOff,
 		v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseSucceeded}))
 	g.Expect(hostWasOffWhenFenced).To(BeTrue(), "the node was fenced, and the simulated host really off, when the power-on was sent")
 	g.Expect(sim.HostPoweredOn()).To(BeTrue())
