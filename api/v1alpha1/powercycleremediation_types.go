@@ -300,3 +300,7 @@ type PowerCycleRemediationTemplateList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []PowerCycleRemediationTemplate `json:"items"`
 }
+
+// GetConditions returns the remediation's conditions. Health checks read a request's Succeeded condition
+// through it when they serve this kind from a typed cache.
+func (r *PowerCycleRemediation) GetConditions() []metav1.Condition { return r.Status.Conditions }

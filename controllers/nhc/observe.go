@@ -277,17 +277,13 @@ func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeH
 		if err := r.ensureWatch(ctx, k.gvk, roleRemediation); err != nil {
 			return nil, nil, err
 		}
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(k.gvk.GroupVersion().WithKind(k.gvk.Kind + "List"))
-		if err := r.reader().List(ctx, list, client.InNamespace(k.ns), client.UnsafeDisableDeepCopy); err != nil {
-			return nil, nil, fmt.Errorf("listing %s in %s: %w", k.gvk.Kind, k.ns, err)
+		items, err := r.listRequests(ctx, k.gvk, k.ns)
+		if err != nil {
+			return nil, nil, err
 		}
-		for i := range list.Items {
-			item := &list.Items[i]
-			ref := emrRef{APIVersion: item.GetAPIVersion(), Kind: item.GetKind(), Namespace: item.GetNamespace(), Name: item.GetName()}
-			if ref.Kind == "" { // lists from some readers leave the items' type to the list
-				ref.APIVersion, ref.Kind = k.gvk.GroupVersion().String(), k.gvk.Kind
-			}
+		for _, item := range items {
+			// Typed items, and lists from some readers, leave the items' type to the list.
+			ref := emrRef{APIVersion: k.gvk.GroupVersion().String(), Kind: k.gvk.Kind, Namespace: item.GetNamespace(), Name: item.GetName()}
 			if !ownedBy(item, check.UID) {
 				foreign[ref] = ownerDescription(item)
 				continue
@@ -301,6 +297,37 @@ func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeH
 		}
 	}
 	return ours, foreign, nil
+}
+
+// listRequests lists the remediation requests of kind gvk in ns from the cache, uncopied: typed for a
+// kind this manager serves (see typedRequest), unstructured for any other.
+func (r *Reconciler) listRequests(ctx context.Context, gvk schema.GroupVersionKind, ns string) ([]client.Object, error) {
+	var list client.ObjectList
+	if r.typedRequest(gvk) != nil {
+		obj, err := r.client.Scheme().New(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if typed, ok := obj.(client.ObjectList); err == nil && ok {
+			list = typed
+		}
+	}
+	if list == nil {
+		u := &unstructured.UnstructuredList{}
+		u.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		list = u
+	}
+	if err := r.reader().List(ctx, list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing %s in %s: %w", gvk.Kind, ns, err)
+	}
+	objs, err := meta.ExtractList(list)
+	if err != nil {
+		return nil, fmt.Errorf("reading the list of %s in %s: %w", gvk.Kind, ns, err)
+	}
+	items := make([]client.Object, 0, len(objs))
+	for _, o := range objs {
+		if item, ok := o.(client.Object); ok {
+			items = append(items, item)
+		}
+	}
+	return items, nil
 }
 
 // confirmMissing accounts for the in-flight requests that the status remembers but the cache does not
@@ -345,7 +372,7 @@ func (r *Reconciler) confirmMissing(ctx context.Context, check *v1alpha1.NodeHea
 }
 
 // remediationState reads what decide needs from a remediation request.
-func remediationState(ref emrRef, item *unstructured.Unstructured) remediationObject {
+func remediationState(ref emrRef, item client.Object) remediationObject {
 	o := remediationObject{
 		Ref:          ref,
 		TemplateName: item.GetAnnotations()[template.AnnotationTemplateName],
@@ -353,7 +380,7 @@ func remediationState(ref emrRef, item *unstructured.Unstructured) remediationOb
 		Deleting:     item.GetDeletionTimestamp() != nil,
 	}
 	o.TimedOutAt, o.TimedOut, _ = template.TimedOut(item) // a malformed mark still counts as timed out
-	if c, err := template.FindCondition(item, template.ConditionSucceeded); err == nil && c != nil && c.Status == metav1.ConditionFalse {
+	if c, err := requestCondition(item, template.ConditionSucceeded); err == nil && c != nil && c.Status == metav1.ConditionFalse {
 		o.Failed = true
 	}
 	return o

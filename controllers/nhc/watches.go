@@ -100,11 +100,13 @@ func (r *Reconciler) ensureWatch(ctx context.Context, gvk schema.GroupVersionKin
 	if w.started[gvk] {
 		return nil
 	}
-	obj := &unstructured.Unstructured{}
-	obj.SetGroupVersionKind(gvk)
+	var obj client.Object = &unstructured.Unstructured{}
+	obj.GetObjectKind().SetGroupVersionKind(gvk)
 	mapFn, preds := checksOwning, []predicate.Predicate{remediationChanged()}
 	if role == roleTemplate {
 		mapFn, preds = r.checksUsingTemplate, nil
+	} else if typed := r.typedRequest(gvk); typed != nil {
+		obj = typed // the informer this manager's own remediator already has (see listRemediations)
 	}
 	if err := w.ctrl.Watch(source.Kind[client.Object](w.cache, obj, handler.EnqueueRequestsFromMapFunc(mapFn), preds...)); err != nil {
 		return fmt.Errorf("watching %s: %w", gvk, err)
@@ -253,9 +255,8 @@ func conditionsChanged(a, b []corev1.NodeCondition) bool {
 func remediationChanged() predicate.Funcs {
 	return predicate.Funcs{
 		UpdateFunc: func(e crevent.UpdateEvent) bool {
-			o, okO := e.ObjectOld.(*unstructured.Unstructured)
-			n, okN := e.ObjectNew.(*unstructured.Unstructured)
-			if !okO || !okN {
+			o, n := e.ObjectOld, e.ObjectNew
+			if o == nil || n == nil {
 				return true
 			}
 			return !maps.Equal(o.GetAnnotations(), n.GetAnnotations()) ||
@@ -268,12 +269,41 @@ func remediationChanged() predicate.Funcs {
 }
 
 // succeededStatus is the status of a remediation request's Succeeded condition, "" when it has none.
-func succeededStatus(u *unstructured.Unstructured) metav1.ConditionStatus {
-	c, err := template.FindCondition(u, template.ConditionSucceeded)
+func succeededStatus(obj client.Object) metav1.ConditionStatus {
+	c, err := requestCondition(obj, template.ConditionSucceeded)
 	if err != nil || c == nil {
 		return ""
 	}
 	return c.Status
+}
+
+// requestCondition finds a condition of a remediation request: a typed kind (see typedRequest) reports
+// its conditions itself, any other kind is read from its unstructured status.
+func requestCondition(obj client.Object, condType string) (*metav1.Condition, error) {
+	switch o := obj.(type) {
+	case interface{ GetConditions() []metav1.Condition }:
+		return meta.FindStatusCondition(o.GetConditions(), condType), nil
+	case *unstructured.Unstructured:
+		return template.FindCondition(o, condType)
+	}
+	return nil, nil
+}
+
+// typedRequest returns a new typed object of a remediation kind this manager serves itself (the
+// PowerCycleRemediation), nil for any other kind. Such requests are read from the typed informer the
+// remediator already keeps, not from a second, unstructured one: each of their watch events would be
+// decoded twice, and in a wave of power cycles each request held twice, the second time as nested maps.
+// Only kinds that report their conditions (GetConditions) qualify.
+func (r *Reconciler) typedRequest(gvk schema.GroupVersionKind) client.Object {
+	obj, err := r.client.Scheme().New(gvk)
+	if err != nil {
+		return nil
+	}
+	typed, ok := obj.(client.Object)
+	if _, hasConditions := obj.(interface{ GetConditions() []metav1.Condition }); !ok || !hasConditions {
+		return nil
+	}
+	return typed
 }
 
 // leaseChanged passes node lease events in the lease namespace that change who holds a lease.

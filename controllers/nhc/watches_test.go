@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	crevent "sigs.k8s.io/controller-runtime/pkg/event"
@@ -103,6 +104,13 @@ func TestRemediationChangedIgnoresProgressReports(t *testing.T) {
 			u := base.DeepCopy()
 			tt.change(u)
 			g.Expect(remediationChanged().Update(crevent.UpdateEvent{ObjectOld: base, ObjectNew: u})).To(Equal(tt.want))
+			// The same, as read from the typed informer of a kind this manager serves.
+			typed := func(u *unstructured.Unstructured) *v1alpha1.PowerCycleRemediation {
+				p := &v1alpha1.PowerCycleRemediation{}
+				g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, p)).To(Succeed())
+				return p
+			}
+			g.Expect(remediationChanged().Update(crevent.UpdateEvent{ObjectOld: typed(base), ObjectNew: typed(u)})).To(Equal(tt.want), "typed")
 		})
 	}
 	g := NewWithT(t)
