@@ -35,6 +35,7 @@ import (
 	"github.com/metalheal/metalheal/controllers/nhc"
 	"github.com/metalheal/metalheal/controllers/powercycle"
 	"github.com/metalheal/metalheal/internal/bmcaccess"
+	"github.com/metalheal/metalheal/internal/logging"
 	"github.com/metalheal/metalheal/pkg/bmc"
 )
 
@@ -88,7 +89,7 @@ func main() {
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	ctrl.SetLogger(logging.Lazy(zap.New(zap.UseFlagOptions(&zapOpts))))
 
 	if err := run(cfg); err != nil {
 		ctrl.Log.Error(err, "Manager stopped")
