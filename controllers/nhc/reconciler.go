@@ -185,10 +185,11 @@ func (r *Reconciler) patchStatus(ctx context.Context, check *v1alpha1.NodeHealth
 		return nil
 	}
 	st.LastUpdateTime = &metav1.Time{Time: now}
-	base := check.DeepCopy()
 	check.Status = st
-	// Optimistic locking: a reconcile that decided from a stale check must not overwrite a newer status.
-	if err := r.client.Status().Patch(ctx, check, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+	// Guarded by the resourceVersion: a reconcile that decided from a stale check must not overwrite a
+	// newer status. An update, which means the same as a patch with optimistic locking, costs the API
+	// server less (see the power-cycle remediator's persist).
+	if err := r.client.Status().Update(ctx, check); err != nil {
 		return fmt.Errorf("patching status of NodeHealthCheck %s: %w", check.Name, err)
 	}
 	return nil

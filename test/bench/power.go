@@ -33,6 +33,24 @@ type CycleRun struct {
 	Seconds *Stats `json:"seconds,omitempty"`
 	// WritesPerRemediation is the remediator's API writes in the phase (clean-up included) per request.
 	WritesPerRemediation float64 `json:"writesPerRemediation"`
+	// Steps time each remediation's first attempt, step by step, from the stamps its status keeps (whole
+	// seconds): where a batch spends its time.
+	Steps []CycleStep `json:"steps,omitempty"`
+}
+
+// CycleStep is one step of the remediations' first attempts, over the batch.
+type CycleStep struct {
+	Name    string `json:"name"`
+	Seconds *Stats `json:"seconds"`
+}
+
+// cycleStepNames name the steps cycleSteps times, in order.
+var cycleStepNames = []string{
+	"created -> power-off recorded",   // acceptance, lease, remediation taint, power read, power-off record
+	"power-off recorded -> confirmed", // the power-off request, the host's power change, polls
+	"confirmed -> power-on recorded",  // the out-of-service taint, the power-on record
+	"power-on recorded -> confirmed",  // the power-on request, the host's power change, polls
+	"confirmed on -> succeeded",       // the boot, the node's Ready, the taints and the lease let go
 }
 
 // PowerCycles is the outcome of the concurrency phases.
@@ -166,6 +184,7 @@ func (b *bench) cycleBatch(ctx context.Context, name string, nodes []string) (*C
 		run.MakespanSeconds = last.Sub(start).Seconds()
 	}
 	run.Seconds = stats(durations)
+	run.Steps = b.cycleSteps(ctx)
 	logf("%s: makespan %.1fs; %d succeeded, %d failed, %d unfinished", name, run.MakespanSeconds, run.Succeeded, run.Failed, run.Unfinished)
 	p.Notes = append(p.Notes, fmt.Sprintf("%d power cycles: makespan %.1fs (then clean-up)", len(nodes), run.MakespanSeconds))
 
@@ -183,4 +202,33 @@ func (b *bench) cycleBatch(ctx context.Context, name string, nodes []string) (*C
 		b.forceHeal(nodes)
 	}
 	return run, nil
+}
+
+// cycleSteps times the steps of the first attempt of each request of the batch (see cycleStepNames).
+func (b *bench) cycleSteps(ctx context.Context) []CycleStep {
+	var list v1alpha1.PowerCycleRemediationList
+	if err := b.h.Client.List(ctx, &list, client.InNamespace(harness.Namespace), client.MatchingLabels{powerLabel: "true"}); err != nil {
+		logf("reading the power cycles' steps: %v", err)
+		return nil
+	}
+	samples := make([][]float64, len(cycleStepNames))
+	for _, p := range list.Items {
+		if len(p.Status.Attempts) == 0 {
+			continue
+		}
+		a := p.Status.Attempts[0]
+		stamps := []*metav1.Time{&p.CreationTimestamp, &a.Started, a.PoweredOff, a.PowerOnRequested, a.PoweredOn, a.Finished}
+		for i := range cycleStepNames {
+			if from, to := stamps[i], stamps[i+1]; from != nil && to != nil {
+				samples[i] = append(samples[i], to.Sub(from.Time).Seconds())
+			}
+		}
+	}
+	var steps []CycleStep
+	for i, name := range cycleStepNames {
+		if s := stats(samples[i]); s != nil {
+			steps = append(steps, CycleStep{Name: name, Seconds: s})
+		}
+	}
+	return steps
 }

@@ -86,6 +86,12 @@ type Stats struct {
 	Max  float64 `json:"max"`
 }
 
+// namedRun is a batch of power cycles and its name in the report.
+type namedRun struct {
+	name string
+	run  *CycleRun
+}
+
 // stats uses nearest-rank percentiles: p99 of 50 samples is the largest but zero.
 func stats(v []float64) *Stats {
 	if len(v) == 0 {
@@ -320,13 +326,13 @@ func (r *Report) print(out io.Writer) {
 		fmt.Fprintf(out, "\nPOWER CYCLES (%.0f ms per Redfish request, %.0fs power change, %.0fs boot)\n", pc.BMCLatencyMs, pc.PowerDelaySeconds, pc.BootDelaySeconds)
 		w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(w, "batch\tcount\tsucceeded\tfailed\tunfinished\tcreated in\tmakespan\tp50\tp95\tmax\twrites/remediation\t")
-		for _, x := range []struct {
-			name string
-			run  *CycleRun
-		}{{"single", pc.Single}, {"concurrent", pc.Concurrent}} {
-			if x.run == nil {
-				continue
+		var batches []namedRun
+		for _, x := range []namedRun{{"single", pc.Single}, {"concurrent", pc.Concurrent}} {
+			if x.run != nil {
+				batches = append(batches, x)
 			}
+		}
+		for _, x := range batches {
 			p50, p95, mx := "-", "-", "-"
 			if s := x.run.Seconds; s != nil {
 				p50, p95, mx = fmt.Sprintf("%.1fs", s.P50), fmt.Sprintf("%.1fs", s.P95), fmt.Sprintf("%.1fs", s.Max)
@@ -338,6 +344,14 @@ func (r *Report) print(out io.Writer) {
 		if pc.Ratio > 0 {
 			fmt.Fprintf(out, "  concurrent makespan / single = %.2fx\n", pc.Ratio)
 		}
+		fmt.Fprintf(out, "  first attempt, step by step (whole seconds, from status; p50 / p95 / max):\n")
+		w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		for _, x := range batches {
+			for _, st := range x.run.Steps {
+				fmt.Fprintf(w, "    %s\t%s\t%.0fs / %.0fs / %.0fs\n", x.name, st.Name, st.Seconds.P50, st.Seconds.P95, st.Seconds.Max)
+			}
+		}
+		w.Flush()
 	}
 
 	fmt.Fprintf(out, "\nTARGETS\n")
