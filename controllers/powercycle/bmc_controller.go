@@ -153,11 +153,14 @@ func (r *BMCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if b.Namespace != r.Access.Namespace() {
 		return ctrl.Result{}, nil
 	}
-	secretVersion, err := r.Access.CredentialsVersion(ctx, b)
+	secret, err := r.Access.Secret(ctx, b) // read once: check builds the driver from it
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	cur := bmcCheckRecord{uid: b.UID, generation: b.Generation, secretVersion: secretVersion}
+	cur := bmcCheckRecord{uid: b.UID, generation: b.Generation}
+	if secret != nil {
+		cur.secretVersion = secret.ResourceVersion
+	}
 	last := r.last(req.NamespacedName)
 	if last != nil && last.uid != b.UID {
 		r.Access.Forget(ctx, last.uid) // deleted and recreated under the same name while we looked away
@@ -177,7 +180,7 @@ func (r *BMCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		BMCChecks.WithLabelValues(bmcCheckSkippedRemediating).Inc()
 		return r.planNext(req.NamespacedName, b, cur, true, now), nil
 	}
-	a, err := r.check(ctx, b)
+	a, err := r.check(ctx, b, secret)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -202,13 +205,14 @@ func (r *BMCReconciler) planNext(key types.NamespacedName, b *v1alpha1.BMC, cur 
 // the BMC's host is being power-cycled.
 const bmcCheckSkippedRemediating = "SkippedRemediating"
 
-// check reads the BMC's power state once, bounded by the check timeout, and assesses the outcome. It
-// returns an error only for what is not the BMC's fault (reading its Secret failed): that is retried.
-func (r *BMCReconciler) check(ctx context.Context, b *v1alpha1.BMC) (bmcAssessment, error) {
+// check reads the BMC's power state once, bounded by the check timeout, and assesses the outcome. secret
+// is the BMC's Secret as Access.Secret read it. It returns an error only for what is not the BMC's fault:
+// that is retried.
+func (r *BMCReconciler) check(ctx context.Context, b *v1alpha1.BMC, secret *corev1.Secret) (bmcAssessment, error) {
 	checkCtx, cancel := context.WithTimeout(ctx, r.checkTimeout())
 	defer cancel()
 	state := bmc.PowerStateUnknown
-	d, err := r.Access.ForBMC(checkCtx, b)
+	d, err := r.Access.ForBMCWithSecret(checkCtx, b, secret)
 	if err != nil && bmcaccess.Reason(err) == "" {
 		return bmcAssessment{}, err
 	}
