@@ -39,8 +39,13 @@ func (r *RemediationReconciler) poweringOff(ctx context.Context, s *scope) (ctrl
 			if err := r.claimFence(ctx, s); err != nil {
 				return ctrl.Result{}, err
 			}
-			return ctrl.Result{}, r.transition(ctx, s, v1alpha1.PhasePoweredOff, v1alpha1.ReasonFenced,
-				fmt.Sprintf("BMC %s confirmed node %s powered off", s.status().BMCName, s.status().NodeName))
+			if err := r.transition(ctx, s, v1alpha1.PhasePoweredOff, v1alpha1.ReasonFenced,
+				fmt.Sprintf("BMC %s confirmed node %s powered off", s.status().BMCName, s.status().NodeName)); err != nil || s.abandoned {
+				return ctrl.Result{}, err
+			}
+			// PoweredOff's work starts at once, recorded step by step as ever: waiting for the watch event
+			// of the write above, and for a free worker, took seconds in a wave of power cycles.
+			return r.poweredOff(ctx, s)
 		},
 	})
 }

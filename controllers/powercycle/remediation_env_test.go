@@ -2,6 +2,7 @@ package powercycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -25,6 +26,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
@@ -450,4 +452,25 @@ func conditionOf(p *v1alpha1.PowerCycleRemediation, condType string) metav1.Cond
 		}
 	}
 	return metav1.Condition{}
+}
+
+// pauseBefore makes the remediator's first status write that enters phase fail with a conflict, as if
+// someone had written the request a moment before: that reconcile ends there, with the request left in
+// the phase before. It lets a test stop in a phase that a reconcile otherwise enters and leaves at once
+// (PoweredOff, say). It sets w.reconcilerOptions.
+func (w *world) pauseBefore(phase v1alpha1.PowerCyclePhase) {
+	w.t.Helper()
+	direct, err := client.NewWithWatch(w.api.cfg, client.Options{Scheme: w.api.scheme})
+	w.must(err)
+	var fired atomic.Bool
+	c := interceptor.NewClient(direct, interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if p, ok := obj.(*v1alpha1.PowerCycleRemediation); ok && p.Status.Phase == phase && fired.CompareAndSwap(false, true) {
+				return apierrors.NewConflict(v1alpha1.GroupVersion.WithResource("powercycleremediations").GroupResource(), p.Name,
+					errors.New("the test holds the request before "+string(phase)))
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	})
+	w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.Client = c }
 }

@@ -93,11 +93,11 @@ func testStaleCacheIsNotActedOn(t *testing.T, api *apiServer) {
 	g.Expect(p.Status.PowerRequest).NotTo(BeNil(), "the power-off is recorded and sent")
 	staleReconcile(created, "the request as created")
 
-	// The next one, a poll interval later, reads the host off and enters PoweredOff.
+	// The next one, a poll interval later, reads the host off, fences the node and powers it on.
 	poweringOff := p
 	w.clock.Step(r.opts.PowerPollInterval)
 	reconcileOnce()
-	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhasePoweredOff))
+	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhasePoweringOn))
 	staleReconcile(poweringOff, "the request in PoweringOff, before the power-off was confirmed")
 
 	// Fresh copies carry on to the end: one power-off, one power-on.
@@ -129,7 +129,7 @@ func testNoPollBeforeTheInterval(t *testing.T, api *apiServer) {
 	_, err = r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(len(hosts.Driver(fakeAddress(node)).Calls())).To(BeNumerically(">", calls), "read once the interval is over")
-	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhasePoweredOff))
+	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhasePoweringOn), "confirmed off, fenced, and powered on")
 }
 
 // Remediating, which the BMC inventory asks before a periodic check, reads the cache's node index: a

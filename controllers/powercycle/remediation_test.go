@@ -168,7 +168,7 @@ func testTransientFailure(t *testing.T, api *apiServer) {
 			leaseHolders = append(leaseHolders, *l.Spec.HolderIdentity)
 		}
 		switch p.Status.Phase {
-		case v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode:
+		case v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode:
 			g.Expect(w.taintKeys(node)).To(ContainElement(v1alpha1.TaintRemediation), "marked for the whole flow (%s)", p.Status.Phase)
 		}
 		if state == redfishmock.PowerOn && p.Status.Phase == v1alpha1.PhaseWaitingForNode {
@@ -178,7 +178,7 @@ func testTransientFailure(t *testing.T, api *apiServer) {
 	steps := w.drive(key, same(w.reconciler()), react, untilSettled)
 
 	g.Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePoweringOff,
-		v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseSucceeded}),
+		v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseSucceeded}),
 		"a request that is ready to go is accepted and powered off in one reconcile")
 	g.Expect(m.Resets("1")).To(Equal([]string{"ForceOff", "On"}), "one power-off, one power-on")
 	g.Expect(firstOutOfServiceWith).To(BeElementOf(redfishmock.PowerOff, redfishmock.PoweringOn),
@@ -248,8 +248,8 @@ func testEscalateMachine(t *testing.T, api *apiServer) {
 	steps := w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, never), untilSettled)
 
 	g.Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{
-		v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseRetrying,
-		v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode,
+		v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseRetrying,
+		v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode,
 		v1alpha1.PhaseEscalating, v1alpha1.PhaseSucceeded}))
 	p := w.get(key)
 	g.Expect(p.Status.NodeName).To(Equal(node), "found through the Machine's nodeRef")
@@ -283,8 +283,8 @@ func testEscalateNodeOnly(t *testing.T, api *apiServer) {
 	steps := w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, never), untilTerminal)
 
 	g.Expect(phases(steps)).To(HaveExactElements(
-		v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseRetrying,
-		v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode,
+		v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseRetrying,
+		v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode,
 		v1alpha1.PhaseEscalating, v1alpha1.PhaseFailed))
 	g.Expect(powerOps(host)).To(Equal([]string{"Off", "On", "Off", "On", "Off"}), "two cycles, then left off")
 	g.Expect(host.PowerState(w.ctx)).To(Equal(bmc.PowerStateOff))
@@ -371,12 +371,15 @@ func testCancelledMidFlow(t *testing.T, api *apiServer) {
 		unreadable bool
 		// noSecret: the BMC's Secret is missing, so the request waits in Pending, where nothing is done
 		// (otherwise a request that is ready goes from acceptance to the power-off in one step).
-		noSecret  bool
+		noSecret bool
+		// pause: the first write entering this phase conflicts (pauseBefore), so that the request is
+		// seen in the phase before it, which the reconcile would otherwise leave at once.
+		pause     v1alpha1.PowerCyclePhase
 		wantOps   []string
 		wantState bmc.PowerState
 	}{
 		{name: "deleted while off and fenced", strategy: reboot, at: v1alpha1.PhasePoweringOn, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
-		{name: "deleted just after power-off was confirmed", strategy: reboot, at: v1alpha1.PhasePoweredOff, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
+		{name: "deleted just after power-off was confirmed", strategy: reboot, at: v1alpha1.PhasePoweredOff, pause: v1alpha1.PhasePoweringOn, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
 		{name: "deleted while the power-off is on its way", strategy: reboot, at: v1alpha1.PhasePoweringOff, sent: true, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
 		{name: "deleted before the power-off was sent", strategy: reboot, at: v1alpha1.PhasePoweringOff, unreadable: true, wantOps: nil, wantState: bmc.PowerStateOn},
 		{name: "timed out while off and fenced", strategy: reboot, at: v1alpha1.PhasePoweringOn, timedOut: true, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
@@ -397,6 +400,9 @@ func testCancelledMidFlow(t *testing.T, api *apiServer) {
 			key := w.nhcRemediation(node, spec(tc.strategy, 3))
 			host := hosts.Driver(fakeAddress(node))
 			host.SetTransitionDelay(1)
+			if tc.pause != "" {
+				w.pauseBefore(tc.pause)
+			}
 			if tc.unreadable {
 				host.FailNext(bmc.OperationPowerState, &bmc.Error{Driver: "fake", Operation: bmc.OperationPowerState, Kind: bmc.ErrUnreachable, Err: errors.New("no answer")})
 			}
@@ -763,6 +769,7 @@ func testRestartAtEveryPhase(t *testing.T, api *apiServer) {
 		name        string
 		restartAt   v1alpha1.PowerCyclePhase // restart once, after this phase is entered
 		leaseHeld   time.Duration            // node-maintenance holds the node this long: the request waits in Pending
+		pause       v1alpha1.PowerCyclePhase // the first write entering it conflicts (pauseBefore): restartAt is seen
 		everyStep   bool                     // restart before every reconcile instead
 		strategy    v1alpha1.Strategy
 		retries     int32
@@ -772,12 +779,12 @@ func testRestartAtEveryPhase(t *testing.T, api *apiServer) {
 	}{
 		{name: "Pending", restartAt: v1alpha1.PhasePending, leaseHeld: time.Minute, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
 		{name: "PoweringOff", restartAt: v1alpha1.PhasePoweringOff, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
-		{name: "PoweredOff", restartAt: v1alpha1.PhasePoweredOff, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
+		{name: "PoweredOff", restartAt: v1alpha1.PhasePoweredOff, pause: v1alpha1.PhasePoweringOn, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
 		{name: "PoweringOn", restartAt: v1alpha1.PhasePoweringOn, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
 		{name: "WaitingForNode", restartAt: v1alpha1.PhaseWaitingForNode, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
 		{name: "Retrying", restartAt: v1alpha1.PhaseRetrying, strategy: reboot, healthyFrom: 2, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On", "Off", "On"}},
 		{name: "Escalating", restartAt: v1alpha1.PhaseEscalating, strategy: escalate, retries: 1, wantPhase: v1alpha1.PhaseFailed, wantOps: []string{"Off", "On", "Off"}},
-		{name: "PoweredOff (power-off strategy)", restartAt: v1alpha1.PhasePoweredOff, strategy: powerOff, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off"}},
+		{name: "PoweredOff (power-off strategy)", restartAt: v1alpha1.PhasePoweredOff, pause: v1alpha1.PhaseSucceeded, strategy: powerOff, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off"}},
 		{name: "before every reconcile", everyStep: true, strategy: reboot, healthyFrom: 2, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On", "Off", "On"}},
 		{name: "before every reconcile, escalate", everyStep: true, strategy: escalate, retries: 2, wantPhase: v1alpha1.PhaseFailed, wantOps: []string{"Off", "On", "Off", "On", "Off"}},
 	} {
@@ -789,6 +796,9 @@ func testRestartAtEveryPhase(t *testing.T, api *apiServer) {
 			host.SetTransitionDelay(2)
 			if tc.leaseHeld > 0 {
 				takeLease(w, node, "node-maintenance", tc.leaseHeld)
+			}
+			if tc.pause != "" {
+				w.pauseBefore(tc.pause)
 			}
 			key := w.nhcRemediation(node, spec(tc.strategy, max(tc.retries, 1)))
 
@@ -937,7 +947,7 @@ func testIPMI(t *testing.T, api *apiServer) {
 	steps := w.drive(key, same(w.reconciler()), react, untilSettled)
 
 	g.Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePoweringOff,
-		v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseSucceeded}))
+		v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseSucceeded}))
 	g.Expect(hostWasOffWhenFenced).To(BeTrue(), "the node was fenced, and the simulated host really off, when the power-on was sent")
 	g.Expect(sim.HostPoweredOn()).To(BeTrue())
 	p := w.get(key)
