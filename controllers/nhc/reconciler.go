@@ -190,7 +190,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, check *v1alpha1.NodeHealth
 	// newer status. An update, which means the same as a patch with optimistic locking, costs the API
 	// server less (see the power-cycle remediator's persist).
 	if err := r.client.Status().Update(ctx, check); err != nil {
-		return fmt.Errorf("patching status of NodeHealthCheck %s: %w", check.Name, err)
+		return fmt.Errorf("updating the status of NodeHealthCheck %s: %w", check.Name, err)
 	}
 	return nil
 }

@@ -56,9 +56,12 @@ var _ = Describe("A node whose kubelet hangs", func() {
 		By("the host finishes booting: the node is Ready, the remediation succeeds and is deleted")
 		Expect(h.Sim.ClearFault(broken)).To(Succeed())
 		waitGone(ctx, pcr, remedyWait)
+		// The suite's own watch may hear of the deletion a moment after the API server has it.
+		pcrObj := "pcr/" + pcr.Namespace + "/" + pcr.Name
+		Eventually(func() bool { return tl.has(pcrObj, "deleted", start) }).
+			WithContext(ctx).WithTimeout(settledWait).WithPolling(poll).Should(BeTrue())
 
 		By("in this order: request, remediation taint, host off, out-of-service taint, pod evicted, pod gone, node Ready, taints removed, request deleted; and the request saw the host off")
-		pcrObj := "pcr/" + pcr.Namespace + "/" + pcr.Name
 		nodeObj := "node/" + broken
 		offAt := tl.at("power/"+broken, "Off", start)
 		// The request records PoweredOff, then the remediator taints the node: a few milliseconds apart, and
