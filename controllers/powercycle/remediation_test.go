@@ -168,7 +168,7 @@ func testTransientFailure(t *testing.T, api *apiServer) {
 			leaseHolders = append(leaseHolders, *l.Spec.HolderIdentity)
 		}
 		switch p.Status.Phase {
-		case v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode:
+		case v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode:
 			g.Expect(w.taintKeys(node)).To(ContainElement(v1alpha1.TaintRemediation), "marked for the whole flow (%s)", p.Status.Phase)
 		}
 		if state == redfishmock.PowerOn && p.Status.Phase == v1alpha1.PhaseWaitingForNode {
