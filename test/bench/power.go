@@ -116,7 +116,7 @@ func (b *bench) cycleBatch(ctx context.Context, name string, nodes []string) (*C
 	created := make([]time.Time, len(nodes))
 	start := time.Now()
 	if len(nodes) > 1 {
-		// The batch's busiest part, its start, up to the single cycle's length at most (with --pprof-dir).
+		// The batch's busiest part: its first 30 s (with --pprof-dir).
 		b.profile(ctx, name, 30*time.Second)
 	}
 	g, gctx := errgroup.WithContext(ctx)
