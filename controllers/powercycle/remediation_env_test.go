@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -454,16 +457,103 @@ func conditionOf(p *v1alpha1.PowerCycleRemediation, condType string) metav1.Cond
 	return metav1.Condition{}
 }
 
+// writeLog counts a client's writes by verb and kind, e.g. "update PowerCycleRemediation/status".
+type writeLog struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (l *writeLog) add(verb string, obj client.Object, sub string) {
+	kind := reflect.TypeOf(obj).Elem().Name()
+	if sub != "" {
+		kind += "/" + sub
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.counts == nil {
+		l.counts = map[string]int{}
+	}
+	l.counts[verb+" "+kind]++
+}
+
+// all returns a copy of the counts.
+func (l *writeLog) all() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.counts)
+}
+
+// of is how many writes went to kind, its subresources included.
+func (l *writeLog) of(kind string) int {
+	n := 0
+	for key, c := range l.all() {
+		if _, k, _ := strings.Cut(key, " "); k == kind || strings.HasPrefix(k, kind+"/") {
+			n += c
+		}
+	}
+	return n
+}
+
+func (l *writeLog) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.counts = nil
+}
+
+// interceptedClient is a client straight to the API server (no cache) with funcs in front of it. Every
+// write that funcs leaves alone is counted in the log it returns.
+func (w *world) interceptedClient(funcs interceptor.Funcs) (client.Client, *writeLog) {
+	w.t.Helper()
+	direct, err := client.NewWithWatch(w.api.cfg, client.Options{Scheme: w.api.scheme})
+	w.must(err)
+	log := &writeLog{}
+	if funcs.Create == nil {
+		funcs.Create = func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			log.add("create", obj, "")
+			return c.Create(ctx, obj, opts...)
+		}
+	}
+	if funcs.Update == nil {
+		funcs.Update = func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			log.add("update", obj, "")
+			return c.Update(ctx, obj, opts...)
+		}
+	}
+	if funcs.Patch == nil {
+		funcs.Patch = func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			log.add("patch", obj, "")
+			return c.Patch(ctx, obj, patch, opts...)
+		}
+	}
+	if funcs.Delete == nil {
+		funcs.Delete = func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			log.add("delete", obj, "")
+			return c.Delete(ctx, obj, opts...)
+		}
+	}
+	if funcs.SubResourceUpdate == nil {
+		funcs.SubResourceUpdate = func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			log.add("update", obj, sub)
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		}
+	}
+	if funcs.SubResourcePatch == nil {
+		funcs.SubResourcePatch = func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			log.add("patch", obj, sub)
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		}
+	}
+	return interceptor.NewClient(direct, funcs), log
+}
+
 // pauseBefore makes the remediator's first status write that enters phase fail with a conflict, as if
 // someone had written the request a moment before: that reconcile ends there, with the request left in
 // the phase before. It lets a test stop in a phase that a reconcile otherwise enters and leaves at once
 // (PoweredOff, say). It sets w.reconcilerOptions.
 func (w *world) pauseBefore(phase v1alpha1.PowerCyclePhase) {
 	w.t.Helper()
-	direct, err := client.NewWithWatch(w.api.cfg, client.Options{Scheme: w.api.scheme})
-	w.must(err)
 	var fired atomic.Bool
-	c := interceptor.NewClient(direct, interceptor.Funcs{
+	c, _ := w.interceptedClient(interceptor.Funcs{
 		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 			if p, ok := obj.(*v1alpha1.PowerCycleRemediation); ok && p.Status.Phase == phase && fired.CompareAndSwap(false, true) {
 				return apierrors.NewConflict(v1alpha1.GroupVersion.WithResource("powercycleremediations").GroupResource(), p.Name,

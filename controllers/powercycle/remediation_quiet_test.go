@@ -2,9 +2,7 @@ package powercycle
 
 import (
 	"context"
-	"reflect"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,37 +25,14 @@ func testStaleCacheIsNotActedOn(t *testing.T, api *apiServer) {
 	node := w.fakeHost("worker-13", nil)
 	key := w.nhcRemediation(node, spec(reboot, 3))
 
-	direct, err := client.NewWithWatch(api.cfg, client.Options{Scheme: api.scheme})
-	g.Expect(err).NotTo(HaveOccurred())
 	var stale atomic.Pointer[v1alpha1.PowerCycleRemediation] // what the "cache" hands out instead, when set
-	var writes atomic.Int32
-	c := interceptor.NewClient(direct, interceptor.Funcs{
+	c, writes := w.interceptedClient(interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			if old := stale.Load(); old != nil && k == key {
 				old.DeepCopyInto(obj.(*v1alpha1.PowerCycleRemediation))
 				return nil
 			}
 			return c.Get(ctx, k, obj, opts...)
-		},
-		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-			if _, ok := obj.(*v1alpha1.PowerCycleRemediation); ok {
-				writes.Add(1)
-			}
-			return c.Patch(ctx, obj, patch, opts...)
-		},
-		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			if _, ok := obj.(*v1alpha1.PowerCycleRemediation); ok {
-				writes.Add(1)
-			}
-			return c.Update(ctx, obj, opts...)
-		},
-		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-			writes.Add(1)
-			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
-		},
-		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-			writes.Add(1)
-			return c.SubResource(sub).Update(ctx, obj, opts...)
 		},
 	})
 	w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.Client = c }
@@ -68,13 +43,13 @@ func testStaleCacheIsNotActedOn(t *testing.T, api *apiServer) {
 	staleReconcile := func(old *v1alpha1.PowerCycleRemediation, what string) {
 		t.Helper()
 		rv, calls := w.get(key).ResourceVersion, driver()
-		writes.Store(0)
+		writes.reset()
 		stale.Store(old)
 		res, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
 		stale.Store(nil)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(res.RequeueAfter).To(BeNumerically(">", 0), "%s: a backstop requeue", what)
-		g.Expect(writes.Load()).To(BeZero(), "%s: no write from a stale copy", what)
+		g.Expect(writes.of("PowerCycleRemediation")).To(BeZero(), "%s: no write from a stale copy", what)
 		g.Expect(driver()).To(Equal(calls), "%s: no BMC call from a stale copy", what)
 		g.Expect(w.get(key).ResourceVersion).To(Equal(rv), "%s: nothing changed", what)
 	}
@@ -182,45 +157,7 @@ func testWritesOfOneRemediation(t *testing.T, api *apiServer) {
 	node := w.fakeHost("worker-15", nil)
 	key := w.nhcRemediation(node, spec(reboot, 3))
 
-	direct, err := client.NewWithWatch(api.cfg, client.Options{Scheme: api.scheme})
-	g.Expect(err).NotTo(HaveOccurred())
-	var mu sync.Mutex
-	writes := map[string]int{}
-	count := func(verb string, obj client.Object, sub string) {
-		kind := reflect.TypeOf(obj).Elem().Name()
-		if sub != "" {
-			kind += "/" + sub
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		writes[verb+" "+kind]++
-	}
-	c := interceptor.NewClient(direct, interceptor.Funcs{
-		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			count("create", obj, "")
-			return c.Create(ctx, obj, opts...)
-		},
-		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			count("update", obj, "")
-			return c.Update(ctx, obj, opts...)
-		},
-		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-			count("patch", obj, "")
-			return c.Patch(ctx, obj, patch, opts...)
-		},
-		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-			count("delete", obj, "")
-			return c.Delete(ctx, obj, opts...)
-		},
-		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-			count("update", obj, sub)
-			return c.SubResource(sub).Update(ctx, obj, opts...)
-		},
-		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-			count("patch", obj, sub)
-			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
-		},
-	})
+	c, writes := w.interceptedClient(interceptor.Funcs{})
 	w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.Client, o.LeaseClient = c, c }
 	r := w.reconciler()
 
@@ -230,7 +167,7 @@ func testWritesOfOneRemediation(t *testing.T, api *apiServer) {
 	w.drive(key, same(r), nil, untilSettled)
 
 	g.Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
-	g.Expect(writes).To(Equal(map[string]int{
+	g.Expect(writes.all()).To(Equal(map[string]int{
 		// accepted with the remediation taint's record; PoweringOff with its request; PoweredOff with the
 		// out-of-service taint's record; PoweringOn with its request; WaitingForNode; Succeeded
 		"update PowerCycleRemediation/status": 6,
