@@ -7,12 +7,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // ensureTaint puts taint on the node. A taint the node already has is left alone and not counted as
-// ours; one we add is first recorded in status.appliedTaints (durably), so cleanup after a restart
-// still knows to remove it.
+// ours; one we add is first recorded in status.appliedTaints (durably, by an earlier write or by one
+// here), so cleanup after a restart still knows to remove it.
 func (r *RemediationReconciler) ensureTaint(ctx context.Context, s *scope, taint corev1.Taint) error {
 	node, err := r.getNode(ctx, s)
 	if err != nil {
@@ -21,13 +20,12 @@ func (r *RemediationReconciler) ensureTaint(ctx context.Context, s *scope, taint
 	if !claimTaint(s, node, taint) {
 		return nil
 	}
-	if err := r.persist(ctx, s); err != nil || s.abandoned {
-		return err
+	if !slices.Contains(s.base.Status.AppliedTaints, taint.Key) { // not yet recorded
+		if err := r.persist(ctx, s); err != nil || s.abandoned {
+			return err
+		}
 	}
-	before := node.DeepCopy()
-	node.Spec.Taints = append(node.Spec.Taints, taint)
-	if err := r.opts.Client.Patch(ctx, node, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		s.nodeRead = false // read it again next time
+	if err := r.writeTaints(ctx, s, node, append(slices.Clone(node.Spec.Taints), taint)); err != nil {
 		return fmt.Errorf("adding taint %s to node %s: %w", taint.Key, node.Name, err)
 	}
 	s.log.Info("Tainted node", "node", node.Name, "taint", taint.Key, "effect", taint.Effect)
@@ -65,10 +63,7 @@ func (r *RemediationReconciler) removeOurTaints(ctx context.Context, s *scope) e
 		return known && t.Effect == effect && slices.Contains(st.AppliedTaints, t.Key)
 	}
 	if slices.ContainsFunc(node.Spec.Taints, ours) {
-		before := node.DeepCopy()
-		node.Spec.Taints = slices.DeleteFunc(slices.Clone(node.Spec.Taints), ours)
-		if err := r.opts.Client.Patch(ctx, node, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-			s.nodeRead = false
+		if err := r.writeTaints(ctx, s, node, slices.DeleteFunc(slices.Clone(node.Spec.Taints), ours)); err != nil {
 			if apierrors.IsNotFound(err) {
 				st.AppliedTaints = nil
 				return nil
@@ -78,6 +73,21 @@ func (r *RemediationReconciler) removeOurTaints(ctx context.Context, s *scope) e
 		s.log.Info("Removed taints from node", "node", node.Name, "taints", st.AppliedTaints)
 	}
 	st.AppliedTaints = nil
+	return nil
+}
+
+// writeTaints sets the node's taints with an update guarded by the resourceVersion it was read at: a Node
+// that changed meanwhile is read again on the next reconcile, not overwritten. An update, not a patch: the
+// API server takes it in protobuf and stores it as it is, where a merge patch makes it encode the stored
+// Node to JSON, apply the patch and decode the result (half of what a taint cost it in a wave of power
+// cycles). The cached copy lacks what slimNode drops (managed fields, images, volumes): the API server
+// keeps a Node's status and managed fields from the stored object when an update leaves them out.
+func (r *RemediationReconciler) writeTaints(ctx context.Context, s *scope, node *corev1.Node, taints []corev1.Taint) error {
+	node.Spec.Taints = taints
+	if err := r.opts.Client.Update(ctx, node); err != nil {
+		s.nodeRead = false // read it again next time
+		return err
+	}
 	return nil
 }
 

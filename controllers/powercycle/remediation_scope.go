@@ -23,7 +23,7 @@ import (
 // along the way, and the instant the decisions are made at.
 type scope struct {
 	pcr  *v1alpha1.PowerCycleRemediation
-	base *v1alpha1.PowerCycleRemediation // as last read or written: what a status patch is computed from
+	base *v1alpha1.PowerCycleRemediation // as last read or written: what persist compares the status with
 	spec effectiveSpec
 	now  time.Time
 	log  logr.Logger
