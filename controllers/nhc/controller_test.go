@@ -3,6 +3,7 @@ package nhc
 import (
 	"context"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
@@ -619,4 +622,89 @@ func TestControlPlaneOneAtATimeAcrossChecks(t *testing.T) {
 	g.Expect(w.remediations(pcRemediation, second)).To(BeEmpty())
 	g.Expect(entry(second, cpB).SkipReason).To(Equal(SkipControlPlaneBusy))
 	g.Expect(entry(second, cpB).SkipMessage).To(ContainSubstring(cpA.Name))
+}
+
+// createOrder makes w's reconciler write through a client that records the kind of every create, in
+// order; onCreate, if set, runs after each successful create with its kind.
+func (w *world) createOrder(onCreate func(kind string)) *[]string {
+	w.t.Helper()
+	var mu sync.Mutex
+	var kinds []string
+	direct, err := client.NewWithWatch(restCfg, client.Options{Scheme: k8s.Scheme(), Mapper: k8s.RESTMapper()})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	c := interceptor.NewClient(direct, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			kind := obj.GetObjectKind().GroupVersionKind().Kind
+			if kind == "" {
+				if gvk, err := apiutil.GVKForObject(obj, c.Scheme()); err == nil {
+					kind = gvk.Kind
+				}
+			}
+			if err := c.Create(ctx, obj, opts...); err != nil {
+				return err
+			}
+			mu.Lock()
+			kinds = append(kinds, kind)
+			mu.Unlock()
+			if onCreate != nil {
+				onCreate(kind)
+			}
+			return nil
+		},
+	})
+	r, err := New(Options{Client: c, Clock: w.clk, Recorder: w.rec, LeaseNamespace: leaseNS, ResyncPeriod: 24 * time.Hour})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	w.r = r
+	return &kinds
+}
+
+// A PowerCycleRemediation, whose remediator checks the node lease itself, is created before the check
+// takes the lease: one round trip sooner. A request of any other kind waits for the lease.
+func TestOwnRequestGoesOutBeforeTheLease(t *testing.T) {
+	w := newWorld(t)
+	g := w.g
+	order := w.createOrder(nil)
+	pc := w.pcTemplate("pc")
+	check := w.check("nhc", &pc)
+	sick := w.node("w1", corev1.ConditionFalse, t0)
+	w.clk.SetTime(t0.Add(time.Hour))
+	w.reconcile(check)
+	g.Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{sick.Name}))
+	g.Expect(w.leaseHolder(sick)).To(Equal("NodeHealthCheck-" + check.Name))
+	g.Expect(*order).To(Equal([]string{"PowerCycleRemediation", "Lease"}))
+
+	w = newWorld(t)
+	order = w.createOrder(nil)
+	fence := w.fenceTemplate("fence", map[string]any{"template": map[string]any{"spec": map[string]any{}}})
+	check = w.check("nhc", &fence)
+	sick = w.node("w1", corev1.ConditionFalse, t0)
+	w.clk.SetTime(t0.Add(time.Hour))
+	w.reconcile(check)
+	g.Expect(names(w.remediations(fenceRemediation, check))).To(Equal([]string{sick.Name}))
+	g.Expect(*order).To(Equal([]string{"Lease", "FenceRemediation"}))
+}
+
+// Node maintenance takes the lease between the check's look at the cache and its lease request, just
+// after the PowerCycleRemediation went out: the request is deleted again and the Node skipped, as if the
+// check had seen the lease first.
+func TestLeaseTakenAfterTheRequestWentOut(t *testing.T) {
+	w := newWorld(t)
+	g := w.g
+	pc := w.pcTemplate("pc")
+	check := w.check("nhc", &pc)
+	sick := w.node("w1", corev1.ConditionFalse, t0)
+	w.clk.SetTime(t0.Add(time.Hour))
+	maintenance, err := leases.NewManager(k8s, "node-maintenance", w.clk, leases.WithNamespace(leaseNS))
+	g.Expect(err).NotTo(HaveOccurred())
+	w.createOrder(func(kind string) {
+		if kind == "PowerCycleRemediation" {
+			g.Expect(maintenance.RequestLease(w.ctx, sick, time.Hour)).To(Succeed())
+		}
+	})
+
+	w.reconcile(check)
+	g.Expect(w.remediations(pcRemediation, check)).To(BeEmpty(), "deleted again")
+	g.Expect(w.leaseHolder(sick)).To(Equal("node-maintenance"))
+	g.Expect(entry(check, sick).SkipReason).To(Equal(SkipLeaseHeldByOther))
+	g.Expect(entry(check, sick).Remediations).To(BeEmpty())
 }

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,10 +33,12 @@ type createResult struct {
 	// until is when a lease held by someone else runs out.
 	until time.Time
 	err   error
+	// leaseErr: the request was created, but taking its lease failed (to be retried).
+	leaseErr error
 }
 
 // execute carries out the plan: time-outs and deletions first, then lease releases and renewals, then the
-// creations in parallel (each after taking the node lease). What it creates is recorded in p.Entries; what
+// creations in parallel (each with the node lease, see create). What it creates is recorded in p.Entries; what
 // fails is returned, joined, for a rate-limited retry. Events and metrics are emitted here.
 func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthCheck, in observed, p *plan) error {
 	log := ctrl.LoggerFrom(ctx)
@@ -102,6 +105,9 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 			e.SkipReason, e.SkipMessage = "", ""
 			log.V(4).Info("Adopted remediation request", "node", name, "request", res.ref.String())
 		default:
+			if res.leaseErr != nil {
+				errs = append(errs, res.leaseErr)
+			}
 			e.Remediations = append(e.Remediations, *res.remediation)
 			e.SkipReason, e.SkipMessage = "", ""
 			// What decide would have asked for had the request already existed: the step's timeout and
@@ -149,16 +155,14 @@ func isDecision(ev event) bool {
 	return ev.Action == actionSkip || ev.Action == actionCheck
 }
 
-// create takes the node lease, then creates the remediation request. A lease held by someone else, or a
-// request of the same name created by someone else, turns into a skip.
+// create creates the remediation request for the Node and takes the Node's lease. For any kind the lease
+// comes first: nothing may act on a Node before its lease is held (medik8s' contract). The
+// PowerCycleRemediation goes first and its lease right after: its remediator itself takes the lease, or
+// finds it held by the check, before it touches the host, so the lease still comes before any action,
+// and the request is out one round trip sooner (in a burst of failures, that round trip is a queue). A
+// lease held by someone else turns into a skip (the request just created is deleted again), as does a
+// request of the same name created by someone else.
 func (r *Reconciler) create(ctx context.Context, lm *leases.Manager, check *v1alpha1.NodeHealthCheck, in observed, c createAction) createResult {
-	if err := r.requestLease(ctx, lm, c.Node); err != nil {
-		var held *leases.AlreadyHeldError
-		if errors.As(err, &held) {
-			return createResult{skipReason: SkipLeaseHeldByOther, skipMessage: fmt.Sprintf("The node's lease is held by %q", held.Holder), until: held.Until}
-		}
-		return createResult{err: fmt.Errorf("taking the lease of node %s: %w", c.Node.Name, err)}
-	}
 	st := in.Steps[c.Step]
 	emr, err := template.Instantiate(template.Request{
 		Template:    c.Template,
@@ -171,14 +175,73 @@ func (r *Reconciler) create(ctx context.Context, lm *leases.Manager, check *v1al
 		return createResult{err: fmt.Errorf("instantiating %s for node %s: %w", st.Ref.Kind, c.Node.Name, err)}
 	}
 	ref := emrRef{APIVersion: emr.GetAPIVersion(), Kind: emr.GetKind(), Namespace: emr.GetNamespace(), Name: emr.GetName()}
+	if !takesLeaseItself(emr.GroupVersionKind()) {
+		if res, ok := r.takeLease(ctx, lm, c.Node, ""); !ok {
+			return res
+		}
+		return r.createRequest(ctx, lm, check, c.Node, st, emr, ref)
+	}
+
+	res := r.createRequest(ctx, lm, check, c.Node, st, emr, ref)
+	if res.remediation == nil || res.adopted {
+		return res // nothing created now: no lease to take here (an in-flight request's lease is kept by keepLease)
+	}
+	lease, ok := r.takeLease(ctx, lm, c.Node, leases.HolderIdentity(ref.Kind, ref.Name))
+	switch {
+	case ok:
+		return res
+	case lease.skipReason != "":
+		// Someone took the Node a moment ago (the cache did not show it yet): the request goes again,
+		// before its remediator, which finds the lease held too, has done anything.
+		if err := r.deleteRemediation(ctx, ref); err != nil {
+			return createResult{err: fmt.Errorf("node %s: %s; deleting %s again: %w", c.Node.Name, lease.skipMessage, ref, err)}
+		}
+		r.recent.deleted(ref, r.clock.Now())
+		r.cpStarts.ended(ref.Name)
+		return lease
+	default:
+		// The request stands and its remediator waits for the lease or takes it; the next reconcile
+		// takes it for the check (keepLease).
+		res.leaseErr = lease.err
+		return res
+	}
+}
+
+// takesLeaseItself reports whether the remediator of a kind takes (or checks) the node lease itself before
+// it acts: metalheal's PowerCycleRemediation.
+func takesLeaseItself(gvk schema.GroupVersionKind) bool {
+	return gvk.Group == v1alpha1.GroupVersion.Group && gvk.Kind == "PowerCycleRemediation"
+}
+
+// takeLease takes the Node's lease for the check. A lease held by someone else is a skip, unless its
+// holder is alsoOK (the request the check has just created, whose remediator took it first).
+func (r *Reconciler) takeLease(ctx context.Context, lm *leases.Manager, node *corev1.Node, alsoOK string) (createResult, bool) {
+	err := r.requestLease(ctx, lm, node)
+	if err == nil {
+		return createResult{}, true
+	}
+	var held *leases.AlreadyHeldError
+	switch {
+	case errors.As(err, &held) && alsoOK != "" && held.Holder == alsoOK:
+		return createResult{}, true
+	case errors.As(err, &held):
+		return createResult{skipReason: SkipLeaseHeldByOther, skipMessage: fmt.Sprintf("The node's lease is held by %q", held.Holder), until: held.Until}, false
+	default:
+		return createResult{err: fmt.Errorf("taking the lease of node %s: %w", node.Name, err)}, false
+	}
+}
+
+// createRequest creates the remediation request emr. One of the same name that is ours already (the cache
+// had not shown it) is adopted; one created by someone else is a skip, and the lease is let go.
+func (r *Reconciler) createRequest(ctx context.Context, lm *leases.Manager, check *v1alpha1.NodeHealthCheck, node *corev1.Node, st step, emr *unstructured.Unstructured, ref emrRef) createResult {
 	rem := &v1alpha1.NodeRemediation{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: ref.Namespace, TemplateName: st.Ref.Name}
-	err = r.client.Create(ctx, emr)
+	err := r.client.Create(ctx, emr)
 	switch {
 	case err == nil:
 		rem.Started = metav1.Time{Time: r.clock.Now()}
 		r.recent.created(remediationObject{Ref: ref, TemplateName: st.Ref.Name, Created: rem.Started.Time}, rem.Started.Time)
-		if isControlPlane(c.Node) {
-			r.cpStarts.started(c.Node.Name, rem.Started.Time)
+		if isControlPlane(node) {
+			r.cpStarts.started(node.Name, rem.Started.Time)
 		}
 		return createResult{remediation: rem, ref: ref}
 	case apierrors.IsAlreadyExists(err):
@@ -191,8 +254,8 @@ func (r *Reconciler) create(ctx context.Context, lm *leases.Manager, check *v1al
 			rem.Started = metav1.Time{Time: r.clock.Now()}
 			return createResult{remediation: rem, ref: ref, adopted: true}
 		}
-		if err := lm.InvalidateLease(ctx, c.Node.Name); err != nil {
-			return createResult{err: fmt.Errorf("releasing the lease of node %s: %w", c.Node.Name, err)}
+		if err := lm.InvalidateLease(ctx, node.Name); err != nil {
+			return createResult{err: fmt.Errorf("releasing the lease of node %s: %w", node.Name, err)}
 		}
 		msg := fmt.Sprintf("%s exists and was not created by this check", ref)
 		if who := ownerDescription(existing); who != "" {

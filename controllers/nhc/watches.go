@@ -160,7 +160,13 @@ func remembers(check *v1alpha1.NodeHealthCheck, node string) bool {
 	return findEntry(check.Status.UnhealthyNodes, node) != nil
 }
 
-// checksForLease enqueues the checks of the Node a lease is about.
+// checksForLease enqueues the checks a lease changing hands can matter to: those that remember its Node
+// (skipped while someone else held it, or being remediated), those that select it while it is not Ready
+// (their status may not show the skip yet), and, for a control-plane Node, every check (one
+// control-plane Node down at a time, whoever took it down). The lease of a Ready Node that no check
+// remembers costs no reconcile: node maintenance, or a remediator working for someone else, takes
+// hundreds of them at a time, and each reconcile looks at every Node. A check that finds the Node
+// unhealthy later reads its lease then.
 func (r *Reconciler) checksForLease(ctx context.Context, obj client.Object) []reconcile.Request {
 	name, ok := strings.CutPrefix(obj.GetName(), leases.LeaseName(""))
 	if !ok || name == "" {
@@ -171,10 +177,24 @@ func (r *Reconciler) checksForLease(ctx context.Context, obj client.Object) []re
 		ctrl.LoggerFrom(ctx).Error(err, "Getting the node of a lease", "lease", obj.GetName())
 		return nil
 	}
-	if node == nil {
+	switch {
+	case node != nil && isControlPlane(node):
+		return r.allChecks(ctx, obj)
+	case node != nil && !ready(node):
+		return r.checksFor(ctx, name, labels.Set(node.Labels), true)
+	default:
 		return r.checksFor(ctx, name, nil, false)
 	}
-	return r.checksFor(ctx, name, labels.Set(node.Labels), true)
+}
+
+// ready reports whether the Node's Ready condition is True.
+func ready(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // checksOwning enqueues the NodeHealthCheck that owns a remediation request.

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 func TestNodeChangedIgnoresHeartbeats(t *testing.T) {
@@ -144,11 +145,20 @@ func TestMapFunctions(t *testing.T) {
 		return reconcile.Request{NamespacedName: types.NamespacedName{Name: c.Name}}
 	}
 	g.Expect(w.r.checksForNode(w.ctx, n)).To(Equal([]reconcile.Request{req(selecting)}))
+	leaseOf := func(n *corev1.Node) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: leases.LeaseName(n.Name), Namespace: leaseNS}}
+	}
+	g.Expect(w.r.checksForLease(w.ctx, leaseOf(n))).To(BeEmpty(), "a Ready Node no check remembers: its lease does not matter")
+	sick := w.node("w2", corev1.ConditionFalse, t0)
+	g.Expect(w.r.checksForLease(w.ctx, leaseOf(sick))).To(Equal([]reconcile.Request{req(selecting)}), "not Ready: it matters to the checks that select it")
+	cp := w.node("cp1", corev1.ConditionTrue, t0, labelControlPlane, "")
+	g.Expect(w.r.checksForLease(w.ctx, leaseOf(cp))).To(ContainElements(req(selecting), req(other)), "a control-plane Node's lease matters to every check")
 
 	// A check that remembers the Node hears of it even when its selector no longer matches.
 	other.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: n.Name, SkipReason: SkipExcluded}}
 	g.Expect(k8s.Status().Update(w.ctx, other)).To(Succeed())
 	g.Expect(w.r.checksForNode(w.ctx, n)).To(ConsistOf(req(selecting), req(other)))
+	g.Expect(w.r.checksForLease(w.ctx, leaseOf(n))).To(Equal([]reconcile.Request{req(other)}))
 
 	tpl := &unstructured.Unstructured{}
 	tpl.SetAPIVersion(ref.APIVersion)

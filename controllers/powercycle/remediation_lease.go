@@ -69,6 +69,14 @@ func (r *RemediationReconciler) acquireLease(ctx context.Context, s *scope, node
 
 	err = m.RequestLease(ctx, node, r.opts.LeaseDuration)
 	var held *leases.AlreadyHeldError
+	if errors.As(err, &held) && heldByOwner(s.pcr, held.Holder) {
+		// The owner took it a moment ago and our cache has not shown it yet (a health check may create
+		// the request first and take the lease right after).
+		s.setCondition(v1alpha1.ConditionLeaseAcquired, metav1.ConditionTrue, reasonLeaseHeldByOwner,
+			fmt.Sprintf("Node lease is held for this remediation by its owner %s", held.Holder))
+		s.leaseRecheck = untilDeadline(held.Until, s.now) + time.Second
+		return true, 0, nil
+	}
 	if errors.As(err, &held) {
 		msg := fmt.Sprintf("Node lease of %s is held by %s until %s", node.Name, held.Holder, held.Until.UTC().Format(timeFormat))
 		if s.setCondition(v1alpha1.ConditionLeaseAcquired, metav1.ConditionFalse, v1alpha1.ReasonLeaseHeldByOther, msg) {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/pkg/bmc"
@@ -47,6 +49,7 @@ func TestRemediation(t *testing.T) {
 		"BMCSecretMissing":                 testBMCSecretMissing,
 		"LeaseHeldByNodeMaintenance":       testLeaseHeldByNodeMaintenance,
 		"LeaseHeldByOwningHealthCheck":     testLeaseHeldByOwner,
+		"LeaseHeldByOwnerNotYetCached":     testLeaseHeldByOwnerNotYetCached,
 		"RestartAtEveryPhase":              testRestartAtEveryPhase,
 		"PowerOffIsRecordedBeforeItIsSent": testPowerOffRecordedFirst,
 		"ExcludedNodeIsNeverTouched":       testExcludedNode,
@@ -749,6 +752,42 @@ func testLeaseHeldByOwner(t *testing.T, api *apiServer) {
 	g.Expect(reasons).NotTo(ContainElement(v1alpha1.ReasonLeaseHeldByOther))
 	g.Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
 	g.Expect(*w.lease(node).Spec.HolderIdentity).To(Equal("NodeHealthCheck-workers"), "the owner's lease is not ours to release")
+}
+
+// The owner's lease is not in the remediator's cache yet (a health check that creates the request first
+// takes the lease a moment later): the lease request that follows finds it held by the owner, which is
+// as good as seeing it.
+func testLeaseHeldByOwnerNotYetCached(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.fakeHost("worker-16", nil)
+	takeLease(w, node, "NodeHealthCheck-workers", time.Hour)
+	key := w.nhcRemediation(node, spec(reboot, 3))
+	var missed atomic.Bool
+	c, _ := w.interceptedClient(interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*coordinationv1.Lease); ok && missed.CompareAndSwap(false, true) {
+				return apierrors.NewNotFound(coordinationv1.Resource("leases"), k.Name)
+			}
+			return c.Get(ctx, k, obj, opts...)
+		},
+	})
+	w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.LeaseClient = c }
+
+	var reasons []string
+	react := func(p *v1alpha1.PowerCycleRemediation) {
+		reasons = append(reasons, conditionOf(p, v1alpha1.ConditionLeaseAcquired).Reason)
+		w.kubeletOnPowerOn(node, always)(p)
+	}
+	w.drive(key, same(w.reconciler()), react, untilSettled)
+
+	g.Expect(missed.Load()).To(BeTrue())
+	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+	g.Expect(reasons[0]).To(Equal(reasonLeaseHeldByOwner))
+	g.Expect(reasons).NotTo(ContainElement(v1alpha1.ReasonLeaseHeldByOther))
+	g.Expect(w.drainEvents()).NotTo(ContainElement(ContainSubstring(EventNodeLeaseHeld)))
+	g.Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
+	g.Expect(*w.lease(node).Spec.HolderIdentity).To(Equal("NodeHealthCheck-workers"))
 }
 
 // takeLease creates node's lease for holder, valid for d from the world's time.
