@@ -249,6 +249,9 @@ func (b *bench) addWorldMeters() {
 	}
 	self := os.Getpid()
 	b.track.add(&meter{name: benchMeter, pids: func() []int { return []int{self} }})
+	b.track.mu.Lock()
+	b.track.lag = b.h.Sim.TakeMaxLeaseDelay
+	b.track.mu.Unlock()
 }
 
 // benchMeter names the bench process in the costs: the node simulator, the Redfish mock and the bench.

@@ -108,6 +108,10 @@ type Phase struct {
 	Reconciles map[string]float64 `json:"reconciles,omitempty"`
 	// Gauges are the controller's own gauges at the phase's end (metalheal's manager: goroutines, heap).
 	Gauges map[string]float64 `json:"gauges,omitempty"`
+	// SimulatorLagMs is the simulator's worst lease renewal delay in the phase (due → stored): whether the
+	// simulated kubelets kept up (a few ms) or fell behind a slow API server (a real kubelet would not
+	// wait for the others).
+	SimulatorLagMs *float64 `json:"simulatorLagMs,omitempty"`
 	// Notes say what happened in the phase.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -122,6 +126,8 @@ type tracker struct {
 	counters func() map[string]float64
 	// gauges, when set, reads what is recorded as each phase's Gauges at its end.
 	gauges func() map[string]float64
+	// lag, when set, returns the world's worst lag since it was last called (see Phase.SimulatorLagMs).
+	lag func() time.Duration
 }
 
 type phaseRun struct {
@@ -180,6 +186,9 @@ func (t *tracker) begin(name string) *Phase {
 	if t.counters != nil {
 		run.counters = t.counters()
 	}
+	if t.lag != nil {
+		t.lag() // start over
+	}
 	t.cur = run
 	t.phases = append(t.phases, p)
 	return p
@@ -209,6 +218,9 @@ func (t *tracker) end(now time.Time) {
 	}
 	if t.gauges != nil {
 		p.Gauges = t.gauges()
+	}
+	if t.lag != nil {
+		p.SimulatorLagMs = new(float64(t.lag().Microseconds()) / 1000)
 	}
 	if t.counters != nil {
 		if end := t.counters(); end != nil {

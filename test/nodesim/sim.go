@@ -303,8 +303,15 @@ type Stats struct {
 	// Errors counts failed API calls (each is retried).
 	Errors int64
 	// MaxLeaseDelay is the longest time from a lease renewal being due to the API server having it: how
-	// far behind the simulator fell (a few milliseconds when it keeps up).
+	// far behind the simulator fell (a few milliseconds when it keeps up), since the start or the last
+	// TakeMaxLeaseDelay.
 	MaxLeaseDelay time.Duration
+}
+
+// TakeMaxLeaseDelay returns the longest lease renewal delay (see Stats.MaxLeaseDelay) since the previous
+// call, or since the start, and starts over: how far behind the simulator fell in a stretch of time.
+func (s *Simulator) TakeMaxLeaseDelay() time.Duration {
+	return time.Duration(s.stats.maxLeaseDelay.Swap(0))
 }
 
 // Stats returns the simulator's statistics.

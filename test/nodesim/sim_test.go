@@ -313,6 +313,8 @@ func TestScale(t *testing.T) {
 	g.Expect(st.LeaseRenewals).To(BeNumerically(">=", int64(nodes)*int64(window/nodesim.DefaultLeaseInterval-1)))
 	// Far from the grace period (20s) even on a busy machine.
 	g.Expect(st.MaxLeaseDelay).To(BeNumerically("<", w.NodeMonitorGracePeriod()/4), "the simulator fell behind")
+	g.Expect(sim.TakeMaxLeaseDelay()).To(Equal(st.MaxLeaseDelay))
+	g.Expect(sim.Stats().MaxLeaseDelay).To(BeNumerically("<=", st.MaxLeaseDelay), "started over")
 
 	load := cpuKept.Seconds() / window.Seconds()
 	t.Logf("%d nodes registered in %s (simulator CPU %s); kept alive %s: %d lease renewals, %d status posts, worst lease delay %s; simulator CPU %s = %.1f%% of a core",
