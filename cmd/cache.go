@@ -7,8 +7,9 @@ import (
 // slimNode is the cache transform of Nodes: it drops what no controller here reads and what makes up
 // most of a real Node's size: managed fields, the container images the kubelet lists (up to 50 names and
 // sizes per Node), the volumes attached and in use, and the kubelet's config source. At thousands of
-// Nodes that is tens of megabytes of cache. Writes are patches computed from a copy of the cached Node,
-// so what is dropped here is never written back.
+// Nodes that is tens of megabytes of cache. The remediator writes a Node's taints with updates of a copy
+// of the cached Node: the API server ignores the status in an update and keeps the stored managed fields
+// when an update leaves them out, so nothing dropped here is lost.
 func slimNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
 	if !ok {

@@ -9,7 +9,7 @@ package powercycle
 // +kubebuilder:rbac:groups=remediation.metalheal.io,resources=powercycleremediationtemplates,verbs=get;list;watch
 // +kubebuilder:rbac:groups=remediation.metalheal.io,resources=bmcs,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=remediation.metalheal.io,resources=bmcs/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;update
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;create
