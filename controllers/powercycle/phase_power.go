@@ -26,14 +26,11 @@ func (r *RemediationReconciler) poweringOff(ctx context.Context, s *scope) (ctrl
 		target:   v1alpha1.PowerOff,
 		timeout:  s.spec.powerOffTimeout,
 		deadline: s.phaseStart().Add(s.spec.powerOffTimeout),
-		beforeRequest: func() error {
+		beforeRequest: func() {
 			if r.opts.ManagerNodeName != "" && r.opts.ManagerNodeName == s.status().NodeName {
 				r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeWarning, EventPoweringOffManagerNode, ActionPowerCycle,
 					"Powering off node %s, where this manager runs: the next manager resumes from this remediation's status", s.status().NodeName)
 			}
-			// The write that records the power-off request records the out-of-service taint too, ahead
-			// of the fencing, which then has nothing left to record.
-			return r.claimFence(ctx, s)
 		},
 		confirmed: func() (ctrl.Result, error) {
 			if a := s.currentAttempt(); a != nil {
@@ -42,12 +39,12 @@ func (r *RemediationReconciler) poweringOff(ctx context.Context, s *scope) (ctrl
 			if err := r.claimFence(ctx, s); err != nil {
 				return ctrl.Result{}, err
 			}
-			// PoweredOff's work starts at once. The phase is recorded by its first write: the taint's
-			// record when the host was found off without a request from us, otherwise the one entering
-			// PoweringOn. Waiting for the watch event of a write of its own, and for a free worker, took
-			// seconds in a wave of power cycles.
-			r.enter(s, v1alpha1.PhasePoweredOff, v1alpha1.ReasonFenced,
-				fmt.Sprintf("BMC %s confirmed node %s powered off", s.status().BMCName, s.status().NodeName))
+			if err := r.transition(ctx, s, v1alpha1.PhasePoweredOff, v1alpha1.ReasonFenced,
+				fmt.Sprintf("BMC %s confirmed node %s powered off", s.status().BMCName, s.status().NodeName)); err != nil || s.abandoned {
+				return ctrl.Result{}, err
+			}
+			// PoweredOff's work starts at once, recorded step by step as ever: waiting for the watch event
+			// of the write above, and for a free worker, took seconds in a wave of power cycles.
 			return r.poweredOff(ctx, s)
 		},
 	})
@@ -58,9 +55,8 @@ type powerWait struct {
 	target   v1alpha1.PowerState // On or Off
 	timeout  time.Duration       // for the message when the deadline passes
 	deadline time.Time
-	// beforeRequest, if set, runs once before the power request is recorded and sent; what it changes
-	// in the status is recorded with the request.
-	beforeRequest func() error
+	// beforeRequest, if set, runs once just before the power request is sent.
+	beforeRequest func()
 	// confirmed runs when the BMC reads the target state.
 	confirmed func() (ctrl.Result, error)
 }
@@ -95,9 +91,7 @@ func (r *RemediationReconciler) awaitPower(ctx context.Context, s *scope, w powe
 	}
 	if s.status().PowerRequest == nil {
 		if w.beforeRequest != nil {
-			if err := w.beforeRequest(); err != nil {
-				return ctrl.Result{}, err
-			}
+			w.beforeRequest()
 		}
 		if err := r.requestPower(ctx, s, d, w.target); err != nil {
 			return r.bmcTrouble(s, err, w.deadline, expired)
@@ -178,9 +172,8 @@ func (r *RemediationReconciler) fence(ctx context.Context, s *scope) error {
 	return err
 }
 
-// claimFence counts the out-of-service taint as ours ahead of fencing, so that an earlier write records
-// it (the power-off request's), and fence has nothing left to record before it taints the node. A
-// claimed taint that is never added is never removed either: cleanup removes only what the node has.
+// claimFence counts the out-of-service taint as ours ahead of fencing, so that the write entering
+// PoweredOff also records it, and fence has nothing left to record before it taints the node.
 func (r *RemediationReconciler) claimFence(ctx context.Context, s *scope) error {
 	if !s.spec.outOfServiceTaint {
 		return nil

@@ -10,8 +10,8 @@ import (
 )
 
 // ensureTaint puts taint on the node. A taint the node already has is left alone and not counted as
-// ours; one we add is first recorded in status.appliedTaints (durably, by an earlier write or by one
-// here), so cleanup after a restart still knows to remove it.
+// ours; one we add is first recorded in status.appliedTaints (durably), so cleanup after a restart
+// still knows to remove it.
 func (r *RemediationReconciler) ensureTaint(ctx context.Context, s *scope, taint corev1.Taint) error {
 	node, err := r.getNode(ctx, s)
 	if err != nil {
@@ -20,10 +20,8 @@ func (r *RemediationReconciler) ensureTaint(ctx context.Context, s *scope, taint
 	if !claimTaint(s, node, taint) {
 		return nil
 	}
-	if !slices.Contains(s.base.Status.AppliedTaints, taint.Key) { // not yet recorded
-		if err := r.persist(ctx, s); err != nil || s.abandoned {
-			return err
-		}
+	if err := r.persist(ctx, s); err != nil || s.abandoned {
+		return err
 	}
 	if err := r.writeTaints(ctx, s, node, append(slices.Clone(node.Spec.Taints), taint)); err != nil {
 		return fmt.Errorf("adding taint %s to node %s: %w", taint.Key, node.Name, err)

@@ -375,9 +375,6 @@ func testCancelledMidFlow(t *testing.T, api *apiServer) {
 		// noSecret: the BMC's Secret is missing, so the request waits in Pending, where nothing is done
 		// (otherwise a request that is ready goes from acceptance to the power-off in one step).
 		noSecret bool
-		// fenced: and the node has the out-of-service taint (the host was confirmed off; PoweredOff is
-		// recorded by the write that enters PoweringOn)
-		fenced bool
 		// pause: the first write entering this phase conflicts (pauseBefore), so that the request is
 		// seen in the phase before it, which the reconcile would otherwise leave at once.
 		pause     v1alpha1.PowerCyclePhase
@@ -385,7 +382,7 @@ func testCancelledMidFlow(t *testing.T, api *apiServer) {
 		wantState bmc.PowerState
 	}{
 		{name: "deleted while off and fenced", strategy: reboot, at: v1alpha1.PhasePoweringOn, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
-		{name: "deleted just after power-off was confirmed", strategy: reboot, at: v1alpha1.PhasePoweringOff, fenced: true, pause: v1alpha1.PhasePoweringOn, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
+		{name: "deleted just after power-off was confirmed", strategy: reboot, at: v1alpha1.PhasePoweredOff, pause: v1alpha1.PhasePoweringOn, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
 		{name: "deleted while the power-off is on its way", strategy: reboot, at: v1alpha1.PhasePoweringOff, sent: true, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
 		{name: "deleted before the power-off was sent", strategy: reboot, at: v1alpha1.PhasePoweringOff, unreadable: true, wantOps: nil, wantState: bmc.PowerStateOn},
 		{name: "timed out while off and fenced", strategy: reboot, at: v1alpha1.PhasePoweringOn, timedOut: true, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
@@ -414,13 +411,12 @@ func testCancelledMidFlow(t *testing.T, api *apiServer) {
 			}
 
 			w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, never), func(s []step) bool {
-				return s[len(s)-1].phase == tc.at && (!tc.sent || w.get(key).Status.PowerRequest != nil) &&
-					(!tc.fenced || slices.Contains(w.taintKeys(node), v1alpha1.TaintOutOfService))
+				return s[len(s)-1].phase == tc.at && (!tc.sent || w.get(key).Status.PowerRequest != nil)
 			})
 			if tc.sent {
 				g.Expect(host.PowerState(w.ctx)).To(Equal(bmc.PowerStateOn), "the BMC does not show the power-off yet")
 			}
-			if tc.at == v1alpha1.PhasePoweringOn || tc.fenced {
+			if tc.at == v1alpha1.PhasePoweringOn {
 				g.Expect(host.PowerState(w.ctx)).To(Equal(bmc.PowerStateOff))
 				g.Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
 			}
@@ -812,7 +808,6 @@ func testRestartAtEveryPhase(t *testing.T, api *apiServer) {
 		name        string
 		restartAt   v1alpha1.PowerCyclePhase // restart once, after this phase is entered
 		leaseHeld   time.Duration            // node-maintenance holds the node this long: the request waits in Pending
-		fenced      bool                     // restart only once the node is fenced, too
 		pause       v1alpha1.PowerCyclePhase // the first write entering it conflicts (pauseBefore): restartAt is seen
 		everyStep   bool                     // restart before every reconcile instead
 		strategy    v1alpha1.Strategy
@@ -823,12 +818,12 @@ func testRestartAtEveryPhase(t *testing.T, api *apiServer) {
 	}{
 		{name: "Pending", restartAt: v1alpha1.PhasePending, leaseHeld: time.Minute, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
 		{name: "PoweringOff", restartAt: v1alpha1.PhasePoweringOff, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
-		{name: "fenced, power-on not yet recorded", restartAt: v1alpha1.PhasePoweringOff, fenced: true, pause: v1alpha1.PhasePoweringOn, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
+		{name: "PoweredOff", restartAt: v1alpha1.PhasePoweredOff, pause: v1alpha1.PhasePoweringOn, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
 		{name: "PoweringOn", restartAt: v1alpha1.PhasePoweringOn, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
 		{name: "WaitingForNode", restartAt: v1alpha1.PhaseWaitingForNode, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}},
 		{name: "Retrying", restartAt: v1alpha1.PhaseRetrying, strategy: reboot, healthyFrom: 2, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On", "Off", "On"}},
 		{name: "Escalating", restartAt: v1alpha1.PhaseEscalating, strategy: escalate, retries: 1, wantPhase: v1alpha1.PhaseFailed, wantOps: []string{"Off", "On", "Off"}},
-		{name: "fenced, success not yet recorded (power-off strategy)", restartAt: v1alpha1.PhasePoweringOff, fenced: true, pause: v1alpha1.PhaseSucceeded, strategy: powerOff, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off"}},
+		{name: "PoweredOff (power-off strategy)", restartAt: v1alpha1.PhasePoweredOff, pause: v1alpha1.PhaseSucceeded, strategy: powerOff, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off"}},
 		{name: "before every reconcile", everyStep: true, strategy: reboot, healthyFrom: 2, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On", "Off", "On"}},
 		{name: "before every reconcile, escalate", everyStep: true, strategy: escalate, retries: 2, wantPhase: v1alpha1.PhaseFailed, wantOps: []string{"Off", "On", "Off", "On", "Off"}},
 	} {
@@ -856,8 +851,7 @@ func testRestartAtEveryPhase(t *testing.T, api *apiServer) {
 			}
 			kubelet := w.kubeletOnPowerOn(node, func(n int32) bool { return tc.healthyFrom > 0 && n >= tc.healthyFrom })
 			react := func(p *v1alpha1.PowerCycleRemediation) {
-				if !tc.everyStep && restarts == 0 && p.Status.Phase == tc.restartAt &&
-					(!tc.fenced || slices.Contains(w.taintKeys(node), v1alpha1.TaintOutOfService)) {
+				if !tc.everyStep && restarts == 0 && p.Status.Phase == tc.restartAt {
 					current, restarts = w.reconciler(), 1
 				}
 				kubelet(p)
