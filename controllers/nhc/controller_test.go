@@ -24,7 +24,6 @@ import (
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/metrics"
 	"github.com/metalheal/metalheal/internal/template"
-	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // steppingClock is a fake clock that moves on by step each time it is read: time passes while a
@@ -417,8 +416,7 @@ func TestLeaseHeldByNodeMaintenance(t *testing.T) {
 	now := t0.Add(time.Hour)
 	w.clk.SetTime(now)
 
-	maintenance, err := leases.NewManager(k8s, "node-maintenance", w.clk, leases.WithNamespace(leaseNS))
-	g.Expect(err).NotTo(HaveOccurred())
+	maintenance := w.maintenance()
 	g.Expect(maintenance.RequestLease(w.ctx, sick, time.Hour)).To(Succeed())
 
 	res := w.reconcile(check)
@@ -586,8 +584,7 @@ func TestControlPlaneNodeUnderMaintenanceHoldsOthersBack(t *testing.T) {
 	sick := w.node("cp2", corev1.ConditionUnknown, t0, labelControlPlane, "")
 	now := t0.Add(time.Hour)
 	w.clk.SetTime(now)
-	maintenance, err := leases.NewManager(k8s, "node-maintenance", w.clk, leases.WithNamespace(leaseNS))
-	g.Expect(err).NotTo(HaveOccurred())
+	maintenance := w.maintenance()
 	g.Expect(maintenance.RequestLease(w.ctx, drained, time.Hour)).To(Succeed())
 
 	w.reconcile(check)
@@ -694,8 +691,7 @@ func TestLeaseTakenAfterTheRequestWentOut(t *testing.T) {
 	check := w.check("nhc", &pc)
 	sick := w.node("w1", corev1.ConditionFalse, t0)
 	w.clk.SetTime(t0.Add(time.Hour))
-	maintenance, err := leases.NewManager(k8s, "node-maintenance", w.clk, leases.WithNamespace(leaseNS))
-	g.Expect(err).NotTo(HaveOccurred())
+	maintenance := w.maintenance()
 	w.createOrder(func(kind string) {
 		if kind == "PowerCycleRemediation" {
 			g.Expect(maintenance.RequestLease(w.ctx, sick, time.Hour)).To(Succeed())

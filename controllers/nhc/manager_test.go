@@ -24,7 +24,6 @@ import (
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/template"
-	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // requestLog counts the manager's API requests that are not watches, by method and path.
@@ -120,8 +119,7 @@ func TestManagerWatchesAndCachedReads(t *testing.T) {
 	}).Should(Equal(v1alpha1.PhaseEnabled))
 
 	// A lease held by node maintenance; its release is watched and the check proceeds.
-	maintenance, err := leases.NewManager(k8s, "node-maintenance", w.clk, leases.WithNamespace(leaseNS))
-	g.Expect(err).NotTo(HaveOccurred())
+	maintenance := w.maintenance()
 	g.Expect(maintenance.RequestLease(w.ctx, sick, time.Hour)).To(Succeed())
 	w.setReady(sick, corev1.ConditionFalse, t0)
 	eventually(func() []recordedEvent { return w.rec.with(EventSkippedLeaseHeld) }).Should(HaveLen(1))

@@ -283,6 +283,14 @@ func listKind(ctx context.Context, gvk schema.GroupVersionKind) []unstructured.U
 	return list.Items
 }
 
+// maintenance is node maintenance's lease manager ("node-maintenance"), on the world's clock.
+func (w *world) maintenance() *leases.Manager {
+	w.t.Helper()
+	m, err := leases.NewManager(k8s, "node-maintenance", w.clk, leases.WithNamespace(leaseNS))
+	w.g.Expect(err).NotTo(HaveOccurred())
+	return m
+}
+
 // leaseHolder returns who holds node's lease, "" when there is none.
 func (w *world) leaseHolder(n *corev1.Node) string {
 	w.t.Helper()
