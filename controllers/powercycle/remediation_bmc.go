@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/bmcaccess"
@@ -89,6 +90,7 @@ func (r *RemediationReconciler) requestPower(ctx context.Context, s *scope, d bm
 		st.PowerRequest = nil
 		return err
 	}
+	r.sent.record(client.ObjectKeyFromObject(s.pcr), *st.PowerRequest, r.opts.Clock.Now())
 	return nil
 }
 

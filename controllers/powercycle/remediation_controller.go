@@ -93,6 +93,8 @@ type RemediationReconciler struct {
 	phases map[v1alpha1.PowerCyclePhase]phaseHandler
 	// written knows which cached versions our own writes have already replaced.
 	written writtenVersions
+	// sent knows when the power requests of this process went out.
+	sent sentRequests
 }
 
 // NewRemediationReconciler checks and defaults opts and returns the remediator.
@@ -244,6 +246,7 @@ func (r *RemediationReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err := r.opts.Client.Get(ctx, req.NamespacedName, pcr); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.written.forget(req.NamespacedName)
+			r.sent.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}

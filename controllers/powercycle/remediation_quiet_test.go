@@ -107,6 +107,56 @@ func testNoPollBeforeTheInterval(t *testing.T, api *apiServer) {
 	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhasePoweringOn), "confirmed off, fenced, and powered on")
 }
 
+// Under load the write that records a power request takes a while, and the request is recorded to the
+// second: the first poll counts from when the request went out, or it would read the BMC before the host
+// had its interval to change, and the next poll would come only a whole interval later.
+func testFirstPollCountsFromTheSend(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.fakeHost("worker-15", nil)
+	key := w.nhcRemediation(node, spec(reboot, 3))
+	const slowWrite = 1500 * time.Millisecond
+	c, _ := w.interceptedClient(interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if p, ok := obj.(*v1alpha1.PowerCycleRemediation); ok && p.Status.PowerRequest != nil {
+				w.clock.Step(slowWrite) // the API server takes its time over the record
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	})
+	w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.Client = c }
+	r := w.reconciler()
+	calls := func() int { return len(hosts.Driver(fakeAddress(node)).Calls()) }
+
+	w.clock.Step(900 * time.Millisecond) // recorded as the second before
+	w.drive(key, same(r), nil, func(s []step) bool {
+		return s[len(s)-1].phase == v1alpha1.PhasePoweringOff && w.get(key).Status.PowerRequest != nil
+	})
+	sent := w.clock.Now()
+	recorded := w.get(key).Status.PowerRequest.Time.Time
+	g.Expect(sent.Sub(recorded)).To(Equal(900*time.Millisecond+slowWrite), "the test's premise")
+
+	// The reconcile the record's own event brings waits a whole interval from the send.
+	before := calls()
+	res, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.RequeueAfter).To(Equal(r.opts.PowerPollInterval), "the poll interval, counted from the send")
+
+	// An interval after the record, the host has had only part of its interval: no BMC call yet.
+	w.clock.SetTime(recorded.Add(r.opts.PowerPollInterval))
+	res, err = r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(calls()).To(Equal(before), "no BMC call before an interval has passed since the send")
+	g.Expect(res.RequeueAfter).To(Equal(sent.Add(r.opts.PowerPollInterval).Sub(w.clock.Now())))
+
+	// An interval after the send, the first poll finds the host off.
+	w.clock.SetTime(sent.Add(r.opts.PowerPollInterval))
+	_, err = r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(calls()).To(BeNumerically(">", before))
+	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhasePoweringOn), "confirmed off at the first poll")
+}
+
 // Remediating, which the BMC inventory asks before a periodic check, reads the cache's node index: a
 // remediation at work (new, or in a power phase) or being cleaned up counts; a finished one does not.
 func testRemediatingNodes(t *testing.T, api *apiServer) {

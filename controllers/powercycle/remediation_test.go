@@ -55,6 +55,7 @@ func TestRemediation(t *testing.T) {
 		"ExcludedNodeIsNeverTouched":       testExcludedNode,
 		"IPMIDriverAgainstIPMISim":         testIPMI,
 		"StaleCacheIsNotActedOn":           testStaleCacheIsNotActedOn,
+		"FirstPollCountsFromTheSend":       testFirstPollCountsFromTheSend,
 		"NoPollBeforeTheInterval":          testNoPollBeforeTheInterval,
 		"WritesOfOneRemediation":           testWritesOfOneRemediation,
 		"RemediatingNodes":                 testRemediatingNodes,
