@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -48,7 +49,7 @@ func (s *Simulator) boot(ctx context.Context, t task, now time.Time) error {
 
 // renewLease renews a node's lease, recreating it if it is gone.
 func (s *Simulator) renewLease(ctx context.Context, t task, now time.Time) error {
-	err := s.patchLease(ctx, t.node, now)
+	err := s.updateLease(ctx, t.node, now)
 	if !apierrors.IsNotFound(err) {
 		return err
 	}
@@ -89,7 +90,7 @@ func (s *Simulator) patchStatus(ctx context.Context, name string, status corev1.
 // not exist. known says whether it is believed to exist.
 func (s *Simulator) ensureLease(ctx context.Context, node *corev1.Node, known bool, now time.Time) error {
 	if known {
-		err := s.patchLease(ctx, node.Name, now)
+		err := s.updateLease(ctx, node.Name, now)
 		if !apierrors.IsNotFound(err) {
 			return err
 		}
@@ -109,9 +110,12 @@ func (s *Simulator) ensureLease(ctx context.Context, node *corev1.Node, known bo
 			RenewTime:            ptr.To(metav1.NewMicroTime(now)),
 		},
 	}
-	_, err := s.client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Create(ctx, lease, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		err = s.patchLease(ctx, node.Name, now)
+	created, err := s.client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Create(ctx, lease, metav1.CreateOptions{})
+	switch {
+	case err == nil:
+		s.leases.remember(created)
+	case apierrors.IsAlreadyExists(err):
+		err = s.updateLease(ctx, node.Name, now)
 	}
 	if err != nil {
 		return fmt.Errorf("lease of node %q: %w", node.Name, err)
@@ -119,17 +123,66 @@ func (s *Simulator) ensureLease(ctx context.Context, node *corev1.Node, known bo
 	return nil
 }
 
-// patchLease sets the lease's renew time: one request, no read.
-func (s *Simulator) patchLease(ctx context.Context, name string, now time.Time) error {
-	patch, err := json.Marshal(map[string]any{"spec": map[string]any{
-		"holderIdentity": name,
-		"renewTime":      metav1.NewMicroTime(now),
-	}})
-	if err != nil {
-		return err
+// updateLease sets the lease's holder and renew time, as the kubelet does: an update of the lease as it
+// last wrote it (one request, no read, the same cost to the API server as a real kubelet's renewal), read
+// again only when it has none or the update conflicts.
+func (s *Simulator) updateLease(ctx context.Context, name string, now time.Time) error {
+	leases := s.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	lease := s.leases.last(name)
+	for attempt := 0; ; attempt++ {
+		if lease == nil {
+			got, err := leases.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			lease = got
+		}
+		lease.Spec.HolderIdentity = ptr.To(name)
+		lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
+		updated, err := leases.Update(ctx, lease, metav1.UpdateOptions{})
+		if err == nil {
+			s.leases.remember(updated)
+			return nil
+		}
+		s.leases.forget(name)
+		if !apierrors.IsConflict(err) || attempt > 0 {
+			return err
+		}
+		lease = nil // someone else wrote it: read it again, once
 	}
-	_, err = s.client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
-	return err
+}
+
+// leaseMemory holds each node's lease as the simulator last wrote it. Each entry is a copy of its own:
+// last hands out one to change and send.
+type leaseMemory struct {
+	mu     sync.Mutex
+	leases map[string]*coordinationv1.Lease
+}
+
+func (m *leaseMemory) last(name string) *coordinationv1.Lease {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l := m.leases[name]; l != nil {
+		return l.DeepCopy()
+	}
+	return nil
+}
+
+func (m *leaseMemory) remember(l *coordinationv1.Lease) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.leases == nil {
+		m.leases = map[string]*coordinationv1.Lease{}
+	}
+	l = l.DeepCopy()
+	l.ManagedFields = nil // the API server keeps them when an update leaves them out
+	m.leases[l.Name] = l
+}
+
+func (m *leaseMemory) forget(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.leases, name)
 }
 
 // nodeObject is the Node a kubelet registers: labels, capacity, addresses and a Ready status.

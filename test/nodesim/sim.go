@@ -53,6 +53,7 @@ type Simulator struct {
 
 	stats  counters
 	podIPs atomic.Int64 // pod IPs handed out
+	leases leaseMemory  // each node's lease as last written, for the next renewal
 }
 
 // counters are the simulator's statistics.
