@@ -14,13 +14,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -45,13 +45,14 @@ type bench struct {
 	auditLog string
 	h        *harness.Harness
 	kube     kubernetes.Interface
-	dyn      dynamic.Interface
 	emrGVK   schema.GroupVersionKind
 	emrGVR   schema.GroupVersionResource
 	emrs     *watcher
-	track    *tracker
-	ctrl     *controller
-	report   *Report
+	// watcherPID is the request watcher's process (see watchRemediations), metered with the bench.
+	watcherPID atomic.Int64
+	track      *tracker
+	ctrl       *controller
+	report     *Report
 
 	lastProfile chan struct{} // closed when the last CPU profile is saved
 
@@ -205,11 +206,6 @@ func (b *bench) startWorld(ctx context.Context) error {
 	if b.kube, err = nodesim.NewClient(b.h.World.RESTConfig(), "bench"); err != nil {
 		return err
 	}
-	cfg := b.h.World.RESTConfig()
-	cfg.UserAgent = "metalheal-bench"
-	if b.dyn, err = dynamic.NewForConfig(cfg); err != nil {
-		return fmt.Errorf("dynamic client: %w", err)
-	}
 	return b.waitNodesLabelled(ctx)
 }
 
@@ -248,13 +244,19 @@ func (b *bench) addWorldMeters() {
 		b.track.add(&meter{name: p.Name, pids: func() []int { return []int{pid} }})
 	}
 	self := os.Getpid()
-	b.track.add(&meter{name: benchMeter, pids: func() []int { return []int{self} }})
+	b.track.add(&meter{name: benchMeter, pids: func() []int {
+		if w := int(b.watcherPID.Load()); w > 0 {
+			return []int{self, w}
+		}
+		return []int{self}
+	}})
 	b.track.mu.Lock()
 	b.track.lag = b.h.Sim.TakeMaxLeaseDelay
 	b.track.mu.Unlock()
 }
 
-// benchMeter names the bench process in the costs: the node simulator, the Redfish mock and the bench.
+// benchMeter names the bench's processes in the costs: the node simulator, the Redfish mock and the
+// bench, and the bench's request watcher.
 const benchMeter = "bench(nodesim+redfish-mock)"
 
 // pcrSpec is the power-cycle spec of the bench's template and of the requests it creates itself.
@@ -486,8 +488,12 @@ func (b *bench) waitStartup(ctx context.Context) error {
 		}
 	}
 	var err error
-	b.emrs, err = watchRemediations(ctx, b.dyn, b.emrGVR, b.onRemediation)
-	return err
+	b.emrs, err = watchRemediations(ctx, b.h.World.Kubeconfig(), b.emrGVR, b.onRemediation)
+	if err != nil {
+		return err
+	}
+	b.watcherPID.Store(int64(b.emrs.pid))
+	return nil
 }
 
 // waitManagerSynced waits until metalheal's NodeHealthCheck has seen every node and the manager's work

@@ -119,6 +119,15 @@ func parseKind(s string) (schema.GroupVersionKind, error) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == watcherCommand {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := runRequestWatcher(ctx, os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench request watcher:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	cfg, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		return
