@@ -90,11 +90,11 @@ func (r *RemediationReconciler) requestPower(ctx context.Context, s *scope, d bm
 		st.PowerRequest = nil
 		return err
 	}
-	r.sent.record(client.ObjectKeyFromObject(s.pcr), *st.PowerRequest, r.opts.Clock.Now())
 	return nil
 }
 
-// sendPower sends a power request that is already recorded, bounded by the BMC call timeout.
+// sendPower sends a power request that is already recorded, bounded by the BMC call timeout, and
+// remembers when it went out (see sentRequests).
 func (r *RemediationReconciler) sendPower(ctx context.Context, s *scope, d bmc.Driver, target v1alpha1.PowerState) error {
 	callCtx, cancel := context.WithTimeout(ctx, r.opts.BMCCallTimeout)
 	defer cancel()
@@ -106,6 +106,9 @@ func (r *RemediationReconciler) sendPower(ctx context.Context, s *scope, d bmc.D
 	}
 	if err != nil {
 		return classify(err, true)
+	}
+	if req := s.status().PowerRequest; req != nil {
+		r.sent.record(client.ObjectKeyFromObject(s.pcr), *req, r.opts.Clock.Now())
 	}
 	s.log.V(4).Info("Power change requested", "target", target, "bmc", s.status().BMCName)
 	return nil

@@ -149,12 +149,33 @@ func testFirstPollCountsFromTheSend(t *testing.T, api *apiServer) {
 	g.Expect(calls()).To(Equal(before), "no BMC call before an interval has passed since the send")
 	g.Expect(res.RequeueAfter).To(Equal(sent.Add(r.opts.PowerPollInterval).Sub(w.clock.Now())))
 
-	// An interval after the send, the first poll finds the host off.
+	// An interval after the send, the first poll finds the host off; the same reconcile fences the node
+	// and sends the power-on, recorded (slowly) first.
 	w.clock.SetTime(sent.Add(r.opts.PowerPollInterval))
 	_, err = r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(calls()).To(BeNumerically(">", before))
-	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhasePoweringOn), "confirmed off at the first poll")
+	p := w.get(key)
+	g.Expect(p.Status.Phase).To(Equal(v1alpha1.PhasePoweringOn), "confirmed off at the first poll")
+	g.Expect(p.Status.PowerRequest.Target).To(Equal(v1alpha1.PowerOn))
+
+	// The power-on's first poll counts from its send too.
+	sent, recorded, before = w.clock.Now(), p.Status.PowerRequest.Time.Time, calls()
+	g.Expect(sent.Sub(recorded)).To(BeNumerically(">=", slowWrite), "the test's premise")
+	w.clock.SetTime(recorded.Add(r.opts.PowerPollInterval))
+	res, err = r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(calls()).To(Equal(before), "no BMC call before an interval has passed since the power-on went out")
+	g.Expect(res.RequeueAfter).To(Equal(sent.Add(r.opts.PowerPollInterval).Sub(w.clock.Now())))
+	w.clock.SetTime(sent.Add(r.opts.PowerPollInterval))
+	_, err = r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseWaitingForNode), "confirmed on at the first poll")
+
+	// A new process remembers no send: it counts from the record, as before.
+	g.Expect(w.reconciler().untilFirstPoll(&scope{pcr: p, now: recorded.Add(time.Second)}, powerWait{
+		target: v1alpha1.PowerOn, deadline: recorded.Add(time.Hour),
+	})).To(Equal(r.opts.PowerPollInterval - time.Second))
 }
 
 // Remediating, which the BMC inventory asks before a periodic check, reads the cache's node index: a
