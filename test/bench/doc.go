@@ -15,7 +15,9 @@
 // Detection latency is the delay from a failed node's condition expiry (the lastTransitionTime the bench
 // wrote on its Ready=False condition, a whole second, plus --unhealthy-duration) to the moment the bench's
 // own watch receives the remediation request's ADDED event: a local clock, not creationTimestamp (1s
-// granularity). The controller's CPU time and memory come from /proc (per phase: CPU seconds, share of
+// granularity). The watch runs in a process of its own (the bench's executable, run as
+// "bench watch-requests"), so that it does not wait behind the simulated kubelets' goroutines; the API
+// server's audit log adds when the request was sent and stored. The controller's CPU time and memory come from /proc (per phase: CPU seconds, share of
 // one core, peak RSS). Its API requests come from the API server's audit log, filtered by the
 // controller's user (metalheal's service account, or a dedicated user for a peer), by verb and resource.
 //
