@@ -681,6 +681,46 @@ func TestOwnRequestGoesOutBeforeTheLease(t *testing.T) {
 	g.Expect(*order).To(Equal([]string{"Lease", "FenceRemediation"}))
 }
 
+// In a burst of failures every PowerCycleRemediation goes out before any of their leases is written.
+// The requests after the first hold their return for a moment, as a busy API server would: a lease
+// written meanwhile (the first request's, taken at once) would land between them.
+func TestBurstSendsEveryRequestBeforeAnyLease(t *testing.T) {
+	w := newWorld(t)
+	g := w.g
+	pc := w.pcTemplate("pc")
+	check := w.check("nhc", &pc)
+	sick := []*corev1.Node{w.node("w1", corev1.ConditionFalse, t0), w.node("w2", corev1.ConditionFalse, t0), w.node("w3", corev1.ConditionFalse, t0)}
+	w.clk.SetTime(t0.Add(time.Hour))
+	var mu sync.Mutex
+	requests := 0
+	leaseWritten := make(chan struct{})
+	var once sync.Once
+	order := w.createOrder(func(kind string) {
+		switch kind {
+		case "Lease":
+			once.Do(func() { close(leaseWritten) })
+		case "PowerCycleRemediation":
+			mu.Lock()
+			requests++
+			first := requests == 1
+			mu.Unlock()
+			if !first {
+				select {
+				case <-leaseWritten:
+				case <-time.After(300 * time.Millisecond):
+				}
+			}
+		}
+	})
+
+	w.reconcile(check)
+	g.Expect(names(w.remediations(pcRemediation, check))).To(ConsistOf(sick[0].Name, sick[1].Name, sick[2].Name))
+	for _, n := range sick {
+		g.Expect(w.leaseHolder(n)).To(Equal("NodeHealthCheck-" + check.Name))
+	}
+	g.Expect(*order).To(Equal([]string{"PowerCycleRemediation", "PowerCycleRemediation", "PowerCycleRemediation", "Lease", "Lease", "Lease"}))
+}
+
 // Node maintenance takes the lease between the check's look at the cache and its lease request, just
 // after the PowerCycleRemediation went out: the request is deleted again and the Node skipped, as if the
 // check had seen the lease first.

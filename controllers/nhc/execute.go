@@ -35,10 +35,13 @@ type createResult struct {
 	err   error
 	// leaseErr: the request was created, but taking its lease failed (to be retried).
 	leaseErr error
+	// leaseAfter: the request went out before its lease (see create), which takeLeaseAfter takes.
+	leaseAfter bool
 }
 
 // execute carries out the plan: time-outs and deletions first, then lease releases and renewals, then the
-// creations in parallel (each with the node lease, see create). What it creates is recorded in p.Entries; what
+// creations in parallel (each with the node lease, see create), and last the leases of the requests
+// that went out before them. What it creates is recorded in p.Entries; what
 // fails is returned, joined, for a rate-limited retry. Events and metrics are emitted here.
 func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthCheck, in observed, p *plan) error {
 	log := ctrl.LoggerFrom(ctx)
@@ -79,15 +82,16 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 	}
 
 	results := make([]createResult, len(p.Creates))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(r.opts.MaxConcurrentWrites)
-	for i, c := range p.Creates {
-		g.Go(func() error {
-			results[i] = r.create(gctx, lm, check, in, c)
-			return nil
-		})
-	}
-	_ = g.Wait() // create reports through results
+	r.inParallel(ctx, len(p.Creates), func(ctx context.Context, i int) {
+		results[i] = r.create(ctx, lm, check, in, p.Creates[i])
+	})
+	// In a burst of failures, every request goes out before any of their leases is written: the API
+	// server stores the requests without the leases' writes in between.
+	r.inParallel(ctx, len(p.Creates), func(ctx context.Context, i int) {
+		if results[i].leaseAfter {
+			results[i] = r.takeLeaseAfter(ctx, lm, p.Creates[i].Node, results[i])
+		}
+	})
 
 	for i, c := range p.Creates {
 		res, name := results[i], c.Node.Name
@@ -157,11 +161,12 @@ func isDecision(ev event) bool {
 
 // create creates the remediation request for the Node and takes the Node's lease. For any kind the lease
 // comes first: nothing may act on a Node before its lease is held (medik8s' contract). The
-// PowerCycleRemediation goes first and its lease right after: its remediator itself takes the lease, or
-// finds it held by the check, before it touches the host, so the lease still comes before any action,
-// and the request is out one round trip sooner (in a burst of failures, that round trip is a queue). A
-// lease held by someone else turns into a skip (the request just created is deleted again), as does a
-// request of the same name created by someone else.
+// PowerCycleRemediation goes first and its lease after it (takeLeaseAfter, once every request of the
+// reconcile went out): its remediator itself takes the lease, or finds it held by the check, before it
+// touches the host, so the lease still comes before any action, and the request is out one round trip
+// sooner (in a burst of failures, that round trip is a queue). A lease held by someone else turns into
+// a skip (the request just created is deleted again), as does a request of the same name created by
+// someone else.
 func (r *Reconciler) create(ctx context.Context, lm *leases.Manager, check *v1alpha1.NodeHealthCheck, in observed, c createAction) createResult {
 	st := in.Steps[c.Step]
 	emr, err := template.Instantiate(template.Request{
@@ -183,21 +188,26 @@ func (r *Reconciler) create(ctx context.Context, lm *leases.Manager, check *v1al
 	}
 
 	res := r.createRequest(ctx, lm, check, c.Node, st, emr, ref)
-	if res.remediation == nil || res.adopted {
-		return res // nothing created now: no lease to take here (an in-flight request's lease is kept by keepLease)
-	}
-	lease, ok := r.takeLease(ctx, lm, c.Node, leases.HolderIdentity(ref.Kind, ref.Name))
+	// Nothing created now: no lease to take here (an in-flight request's lease is kept by keepLease).
+	res.leaseAfter = res.remediation != nil && !res.adopted
+	return res
+}
+
+// takeLeaseAfter takes the Node's lease for a request that went out first (see create).
+func (r *Reconciler) takeLeaseAfter(ctx context.Context, lm *leases.Manager, node *corev1.Node, res createResult) createResult {
+	res.leaseAfter = false
+	lease, ok := r.takeLease(ctx, lm, node, leases.HolderIdentity(res.ref.Kind, res.ref.Name))
 	switch {
 	case ok:
 		return res
 	case lease.skipReason != "":
 		// Someone took the Node a moment ago (the cache did not show it yet): the request goes again,
 		// before its remediator, which finds the lease held too, has done anything.
-		if err := r.deleteRemediation(ctx, ref); err != nil {
-			return createResult{err: fmt.Errorf("node %s: %s; deleting %s again: %w", c.Node.Name, lease.skipMessage, ref, err)}
+		if err := r.deleteRemediation(ctx, res.ref); err != nil {
+			return createResult{err: fmt.Errorf("node %s: %s; deleting %s again: %w", node.Name, lease.skipMessage, res.ref, err)}
 		}
-		r.recent.deleted(ref, r.clock.Now())
-		r.cpStarts.ended(ref.Name)
+		r.recent.deleted(res.ref, r.clock.Now())
+		r.cpStarts.ended(res.ref.Name)
 		return lease
 	default:
 		// The request stands and its remediator waits for the lease or takes it; the next reconcile
@@ -205,6 +215,19 @@ func (r *Reconciler) create(ctx context.Context, lm *leases.Manager, check *v1al
 		res.leaseErr = lease.err
 		return res
 	}
+}
+
+// inParallel runs do for 0..n-1, at most MaxConcurrentWrites at once, and waits for them.
+func (r *Reconciler) inParallel(ctx context.Context, n int, do func(ctx context.Context, i int)) {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(r.opts.MaxConcurrentWrites)
+	for i := range n {
+		g.Go(func() error {
+			do(gctx, i)
+			return nil
+		})
+	}
+	_ = g.Wait() // do reports through its own results
 }
 
 // takesLeaseItself reports whether the remediator of a kind takes (or checks) the node lease itself before
