@@ -94,6 +94,9 @@ type Phase struct {
 	// LoadAvg is /proc/loadavg at the start and the end: other work on the machine makes CPU figures noisy.
 	LoadAvgStart string `json:"loadAvgStart"`
 	LoadAvgEnd   string `json:"loadAvgEnd"`
+	// StealPercent is the share of the machine's CPU time its hypervisor gave to others during the phase
+	// (/proc/stat): on a virtual machine, the other noise the figures carry.
+	StealPercent *float64 `json:"stealPercent,omitempty"`
 	// Requests counts the controller's API requests by "verb resource" (from the audit log).
 	Requests      map[string]int `json:"requests"`
 	RequestsTotal int            `json:"requestsTotal"`
@@ -135,6 +138,9 @@ type phaseRun struct {
 	start    map[string]reading
 	peak     map[string]int64
 	counters map[string]float64
+	// The machine's CPU time at the start (see machineCPU).
+	cpuTotal, cpuSteal uint64
+	cpuOK              bool
 }
 
 func (t *tracker) add(m *meter) {
@@ -179,6 +185,7 @@ func (t *tracker) begin(name string) *Phase {
 	defer t.mu.Unlock()
 	p := &Phase{Name: name, Start: now, LoadAvgStart: loadAvg(), Costs: map[string]Cost{}}
 	run := &phaseRun{phase: p, start: map[string]reading{}, peak: map[string]int64{}}
+	run.cpuTotal, run.cpuSteal, run.cpuOK = machineCPU()
 	for _, m := range t.meters {
 		r := m.read()
 		run.start[m.name], run.peak[m.name] = r, r.RSS
@@ -206,6 +213,9 @@ func (t *tracker) end(now time.Time) {
 	p := run.phase
 	p.End, p.LoadAvgEnd = now, loadAvg()
 	p.Seconds = now.Sub(p.Start).Seconds()
+	if total, steal, ok := machineCPU(); ok && run.cpuOK && total > run.cpuTotal {
+		p.StealPercent = new(100 * float64(steal-run.cpuSteal) / float64(total-run.cpuTotal))
+	}
 	for _, m := range t.meters {
 		r := m.read()
 		startCPU := run.start[m.name].CPU // zero for a meter added during the phase
@@ -240,6 +250,32 @@ func (t *tracker) finish() []*Phase {
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// machineCPU reads the machine's CPU time from the first line of /proc/stat, in clock ticks: all of it,
+// and the part stolen by the hypervisor.
+func machineCPU() (total, steal uint64, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0, false
+	}
+	// user nice system idle iowait irq softirq steal [guest guest_nice, already counted in user and nice]
+	for i := 1; i <= 8; i++ {
+		v, err := strconv.ParseUint(f[i], 10, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		total += v
+		if i == 8 {
+			steal = v
+		}
+	}
+	return total, steal, true
+}
 
 // loadAvg is the first three fields of /proc/loadavg.
 func loadAvg() string {

@@ -266,17 +266,20 @@ func (r *Report) print(out io.Writer) {
 
 	fmt.Fprintf(out, "\nCOST per phase (controller = %s; CPU %% of one core; RSS peak sampled each second)\n", r.Controller.Name)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "phase\twall\tctrl CPU-s\tctrl CPU%\tctrl peak RSS\trequests\tlists\twrites\tapiserver CPU%\tetcd CPU%\tkcm CPU%\tbench CPU%\tsimulator lag\tload avg (start -> end)\t")
+	fmt.Fprintln(w, "phase\twall\tctrl CPU-s\tctrl CPU%\tctrl peak RSS\trequests\tlists\twrites\tapiserver CPU%\tetcd CPU%\tkcm CPU%\tbench CPU%\tsimulator lag\tsteal\tload avg (start -> end)\t")
 	for _, p := range r.Phases {
 		cc := p.Costs[controllerMeter]
-		lag := "-"
+		lag, steal := "-", "-"
 		if p.SimulatorLagMs != nil {
 			lag = ms(*p.SimulatorLagMs)
 		}
-		fmt.Fprintf(w, "%s\t%.0fs\t%.1f\t%.2f\t%.0f MiB\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s -> %s\t\n", p.Name, p.Seconds,
+		if p.StealPercent != nil {
+			steal = fmt.Sprintf("%.1f%%", *p.StealPercent)
+		}
+		fmt.Fprintf(w, "%s\t%.0fs\t%.1f\t%.2f\t%.0f MiB\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s -> %s\t\n", p.Name, p.Seconds,
 			cc.CPUSeconds, cc.CPUPercent, cc.PeakRSSMiB, p.RequestsTotal, p.Lists, p.Writes,
 			p.Costs["kube-apiserver"].CPUPercent, p.Costs["etcd"].CPUPercent, p.Costs["kube-controller-manager"].CPUPercent,
-			p.Costs[benchMeter].CPUPercent, lag, p.LoadAvgStart, p.LoadAvgEnd)
+			p.Costs[benchMeter].CPUPercent, lag, steal, p.LoadAvgStart, p.LoadAvgEnd)
 	}
 	w.Flush()
 
