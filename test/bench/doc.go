@@ -17,9 +17,11 @@
 // own watch receives the remediation request's ADDED event: a local clock, not creationTimestamp (1s
 // granularity). The watch runs in a process of its own (the bench's executable, run as
 // "bench watch-requests"), so that it does not wait behind the simulated kubelets' goroutines; the API
-// server's audit log adds when the request was sent and stored. The controller's CPU time and memory come from /proc (per phase: CPU seconds, share of
-// one core, peak RSS). Its API requests come from the API server's audit log, filtered by the
-// controller's user (metalheal's service account, or a dedicated user for a peer), by verb and resource.
+// server's audit log adds when the request was sent and stored. The controller's CPU time and memory
+// come from /proc (per phase: CPU seconds, share of one core, peak RSS); each phase also records what
+// makes its figures noisy: the load average, the machine's CPU steal and how far the simulated kubelets
+// fell behind. The controller's API requests come from the API server's audit log, filtered by its user
+// (metalheal's service account, or a dedicated user for a peer), by verb and resource.
 //
 // Output: a table on stdout and a JSON file (--out). `make bench ARGS="--nodes=500"` runs it;
 // BENCHMARKS.md records the figures.
