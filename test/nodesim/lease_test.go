@@ -49,8 +49,8 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // A simulated kubelet renews its lease as a kubelet does: an update of the lease it last wrote, with no
-// read and no patch (a patch costs the API server more, and the bench measures a real cluster's load); it
-// reads the lease again only when someone else wrote it, and creates it again when it is gone.
+// read and no patch (the bench should put a real cluster's requests on the API server); it reads the
+// lease again only when someone else wrote it, and creates it again when it is gone.
 func TestLeaseRenewedLikeAKubelet(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
