@@ -141,36 +141,37 @@ func testFirstPollCountsFromTheSend(t *testing.T, api *apiServer) {
 	res, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.RequeueAfter).To(Equal(r.opts.PowerPollInterval), "the poll interval, counted from the send")
+	g.Expect(calls()).To(Equal(before), "no BMC call right after the send")
 
-	// An interval after the record, the host has had only part of its interval: no BMC call yet.
-	w.clock.SetTime(recorded.Add(r.opts.PowerPollInterval))
-	res, err = r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(calls()).To(Equal(before), "no BMC call before an interval has passed since the send")
-	g.Expect(res.RequeueAfter).To(Equal(sent.Add(r.opts.PowerPollInterval).Sub(w.clock.Now())))
+	// firstPoll checks the request sent at sent and recorded at recorded: an interval after the record,
+	// the host has had only part of its interval, and there is no BMC call yet; an interval after the
+	// send, the first poll confirms the change and moves on to phase.
+	firstPoll := func(what string, sent, recorded time.Time, phase v1alpha1.PowerCyclePhase) *v1alpha1.PowerCycleRemediation {
+		t.Helper()
+		before := calls()
+		w.clock.SetTime(recorded.Add(r.opts.PowerPollInterval))
+		res, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(calls()).To(Equal(before), "no BMC call before an interval has passed since the %s went out", what)
+		g.Expect(res.RequeueAfter).To(Equal(sent.Add(r.opts.PowerPollInterval).Sub(w.clock.Now())))
+		w.clock.SetTime(sent.Add(r.opts.PowerPollInterval))
+		_, err = r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(calls()).To(BeNumerically(">", before))
+		p := w.get(key)
+		g.Expect(p.Status.Phase).To(Equal(phase), "confirmed at the first poll after the %s", what)
+		return p
+	}
 
-	// An interval after the send, the first poll finds the host off; the same reconcile fences the node
-	// and sends the power-on, recorded (slowly) first.
-	w.clock.SetTime(sent.Add(r.opts.PowerPollInterval))
-	_, err = r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(calls()).To(BeNumerically(">", before))
-	p := w.get(key)
-	g.Expect(p.Status.Phase).To(Equal(v1alpha1.PhasePoweringOn), "confirmed off at the first poll")
+	// The power-off: its first poll finds the host off, and the same reconcile fences the node and sends
+	// the power-on, recorded (slowly) first.
+	p := firstPoll("power-off", sent, recorded, v1alpha1.PhasePoweringOn)
 	g.Expect(p.Status.PowerRequest.Target).To(Equal(v1alpha1.PowerOn))
 
 	// The power-on's first poll counts from its send too.
-	sent, recorded, before = w.clock.Now(), p.Status.PowerRequest.Time.Time, calls()
+	sent, recorded = w.clock.Now(), p.Status.PowerRequest.Time.Time
 	g.Expect(sent.Sub(recorded)).To(BeNumerically(">=", slowWrite), "the test's premise")
-	w.clock.SetTime(recorded.Add(r.opts.PowerPollInterval))
-	res, err = r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(calls()).To(Equal(before), "no BMC call before an interval has passed since the power-on went out")
-	g.Expect(res.RequeueAfter).To(Equal(sent.Add(r.opts.PowerPollInterval).Sub(w.clock.Now())))
-	w.clock.SetTime(sent.Add(r.opts.PowerPollInterval))
-	_, err = r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseWaitingForNode), "confirmed on at the first poll")
+	firstPoll("power-on", sent, recorded, v1alpha1.PhaseWaitingForNode)
 
 	// A new process remembers no send: it counts from the record, as before.
 	g.Expect(w.reconciler().untilFirstPoll(&scope{pcr: p, now: recorded.Add(time.Second)}, powerWait{
