@@ -152,8 +152,8 @@ func (s *Simulator) updateLease(ctx context.Context, name string, now time.Time)
 	}
 }
 
-// leaseMemory holds each node's lease as the simulator last wrote it. Each entry is a copy of its own:
-// last hands out one to change and send.
+// leaseMemory holds each node's lease as the simulator last wrote it. Entries are never changed: last
+// hands out a copy to change and send.
 type leaseMemory struct {
 	mu     sync.Mutex
 	leases map[string]*coordinationv1.Lease
@@ -168,13 +168,13 @@ func (m *leaseMemory) last(name string) *coordinationv1.Lease {
 	return nil
 }
 
+// remember keeps l, as the API server answered a write of it; the caller no longer uses it.
 func (m *leaseMemory) remember(l *coordinationv1.Lease) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.leases == nil {
 		m.leases = map[string]*coordinationv1.Lease{}
 	}
-	l = l.DeepCopy()
 	l.ManagedFields = nil // the API server keeps them when an update leaves them out
 	m.leases[l.Name] = l
 }
