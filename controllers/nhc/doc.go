@@ -11,7 +11,9 @@
 // to take and release, the status, the events, and when to look again), and execute carries it out. The
 // controller requeues at the earliest deadline decide found: a condition expiring (detection never waits
 // for a resync), healthyDelay, an escalation step's timeout, a lease renewal, the end of a storm cooldown.
-// The resync period is only a safety net.
+// The resync period is only a safety net. While a reconcile writes, a side lane (sidelane.go) creates the
+// first requests of Nodes whose condition expires meanwhile, so that detection never waits for a
+// reconcile's deletions, lease releases or status write.
 //
 // # Cost at scale
 //

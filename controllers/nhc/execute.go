@@ -81,18 +81,7 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 		}
 	}
 
-	results := make([]createResult, len(p.Creates))
-	r.inParallel(ctx, len(p.Creates), func(ctx context.Context, i int) {
-		results[i] = r.create(ctx, lm, check, in, p.Creates[i])
-	})
-	// In a burst of failures, every request goes out before any of their leases is written: the API
-	// server stores the requests without the leases' writes in between.
-	r.inParallel(ctx, len(p.Creates), func(ctx context.Context, i int) {
-		if results[i].leaseAfter {
-			results[i] = r.takeLeaseAfter(ctx, lm, p.Creates[i].Node, results[i])
-		}
-	})
-
+	results := r.createAll(ctx, lm, check, in, p.Creates)
 	for i, c := range p.Creates {
 		res, name := results[i], c.Node.Name
 		e := p.Entries[name]
@@ -120,22 +109,44 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 				p.at(res.remediation.Started.Add(timeout))
 			}
 			p.at(res.remediation.Started.Add(r.opts.LeaseDuration / 2))
-			metrics.RemediationsCreated.WithLabelValues(metrics.CheckerNHC, res.ref.Kind).Inc()
-			if !c.ExpiredAt.IsZero() {
-				metrics.DetectionDelay.WithLabelValues(metrics.CheckerNHC).Observe(res.remediation.Started.Sub(c.ExpiredAt).Seconds())
-			}
-			msg := fmt.Sprintf("Created %s for node %s, unhealthy (%s)", res.ref, name, c.Why)
-			if n := len(in.Steps); n > 1 {
-				msg += fmt.Sprintf(": escalation step %d of %d", c.Step+1, n)
-			}
-			p.Events = append(p.Events, normal(EventRemediationCreated, actionCreate, name, msg))
-			log.Info("Created remediation request", "node", name, "request", res.ref.String(), "reason", c.Why)
+			p.Events = append(p.Events, r.created(ctx, in, c, res))
 		}
 	}
 
 	metrics.UnhealthyTargets.WithLabelValues(metrics.CheckerNHC, check.Name).Set(float64(p.Unhealthy))
 	r.emit(check, p.Events, true)
 	return errors.Join(errs...)
+}
+
+// createAll creates the requests of creates in parallel (see create), then takes the leases of those
+// that went out before them: in a burst of failures, every request goes out before any of their leases
+// is written, so that the API server stores the requests without the leases' writes in between.
+func (r *Reconciler) createAll(ctx context.Context, lm *leases.Manager, check *v1alpha1.NodeHealthCheck, in observed, creates []createAction) []createResult {
+	results := make([]createResult, len(creates))
+	r.inParallel(ctx, len(creates), func(ctx context.Context, i int) {
+		results[i] = r.create(ctx, lm, check, in, creates[i])
+	})
+	r.inParallel(ctx, len(creates), func(ctx context.Context, i int) {
+		if results[i].leaseAfter {
+			results[i] = r.takeLeaseAfter(ctx, lm, creates[i].Node, results[i])
+		}
+	})
+	return results
+}
+
+// created counts and logs the request res created for c, and returns its event.
+func (r *Reconciler) created(ctx context.Context, in observed, c createAction, res createResult) event {
+	metrics.RemediationsCreated.WithLabelValues(metrics.CheckerNHC, res.ref.Kind).Inc()
+	if !c.ExpiredAt.IsZero() {
+		metrics.DetectionDelay.WithLabelValues(metrics.CheckerNHC).Observe(res.remediation.Started.Sub(c.ExpiredAt).Seconds())
+	}
+	name := c.Node.Name
+	msg := fmt.Sprintf("Created %s for node %s, unhealthy (%s)", res.ref, name, c.Why)
+	if n := len(in.Steps); n > 1 {
+		msg += fmt.Sprintf(": escalation step %d of %d", c.Step+1, n)
+	}
+	ctrl.LoggerFrom(ctx).Info("Created remediation request", "node", name, "request", res.ref.String(), "reason", c.Why)
+	return normal(EventRemediationCreated, actionCreate, name, msg)
 }
 
 // emit records the events of actions (actions true: creations, time-outs, deletions, leases) or of

@@ -152,9 +152,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	now := r.clock.Now()
 	p := decide(in, now)
+	// Expiries that come while the writes below are under way are acted on at once (see sideLane).
+	lane := r.startSideLane(ctx, req.NamespacedName, &p)
 	execErr := r.execute(ctx, check, in, &p)
 	base := check.DeepCopy()
-	if err := r.patchStatus(ctx, check, p.status(check), r.clock.Now()); err != nil {
+	statusErr := r.patchStatus(ctx, check, p.status(check), r.clock.Now())
+	if lane.finish() {
+		p.at(r.clock.Now()) // look again at once: the status does not record what the side lane created
+	}
+	if err := statusErr; err != nil {
 		if apierrors.IsConflict(err) && execErr == nil {
 			// The cache showed an older check than the API server has (often our own last status
 			// write): decide again from a fresh view.
