@@ -94,6 +94,7 @@ func (l *sideLane) run(ctx context.Context, r *Reconciler, key types.NamespacedN
 // expired and are not busy. It returns the next expiry instant, and whether it created anything.
 func (r *Reconciler) sideLaneOnce(ctx context.Context, key types.NamespacedName, busy map[string]bool) (time.Time, bool) {
 	log := ctrl.LoggerFrom(ctx).WithValues("lane", "side")
+	ctx = ctrl.LoggerInto(ctx, log) // its creations are logged as the side lane's
 	check := &v1alpha1.NodeHealthCheck{}
 	if err := r.client.Get(ctx, key, check); err != nil || !check.DeletionTimestamp.IsZero() {
 		return time.Time{}, false // the reconcile sees to it
