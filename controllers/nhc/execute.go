@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -39,49 +42,37 @@ type createResult struct {
 	leaseAfter bool
 }
 
-// execute carries out the plan: time-outs and deletions first, then lease releases and renewals, then the
-// creations in parallel (each with the node lease, see create), and last the leases of the requests
-// that went out before them. What it creates is recorded in p.Entries; what
-// fails is returned, joined, for a rate-limited retry. Events and metrics are emitted here.
+// execute carries out the plan. The requests of Nodes that have just failed go out first, in parallel
+// (each with the node lease, see create): detection waits for no other write. Then the time-outs,
+// deletions, lease releases and renewals, in parallel; then the requests that must follow a time-out or
+// deletion of their Node's request; and last the leases of the requests that went out before them. What
+// it creates is recorded in p.Entries; what fails is returned, joined, for a rate-limited retry. Events
+// and metrics are emitted here.
 func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthCheck, in observed, p *plan) error {
-	log := ctrl.LoggerFrom(ctx)
 	lm, err := leases.NewManager(r.client, in.Holder, r.clock, leases.WithNamespace(r.opts.LeaseNamespace))
 	if err != nil {
 		return fmt.Errorf("lease manager: %w", err)
 	}
-	var errs []error
-	for _, ref := range p.TimeOuts {
-		if err := r.markTimedOut(ctx, ref); err != nil {
-			errs = append(errs, err)
+	follows := map[string]bool{} // Nodes whose request is timed out or deleted now: a new one comes after
+	for _, refs := range [][]emrRef{p.TimeOuts, p.Deletes} {
+		for _, ref := range refs {
+			follows[ref.Name] = true // requests are named after their Node
 		}
 	}
-	for _, ref := range p.Deletes {
-		if err := r.deleteRemediation(ctx, ref); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		r.recent.deleted(ref, r.clock.Now())
-		r.cpStarts.ended(ref.Name)
-		log.V(4).Info("Deleted remediation request", "request", ref.String())
-	}
-	for _, name := range p.Release {
-		if err := lm.InvalidateLease(ctx, name); err != nil {
-			errs = append(errs, fmt.Errorf("releasing the lease of node %s: %w", name, err))
+	var first, after []int
+	for i, c := range p.Creates {
+		if follows[c.Node.Name] {
+			after = append(after, i)
+		} else {
+			first = append(first, i)
 		}
 	}
-	for _, node := range p.Renew {
-		if err := r.requestLease(ctx, lm, node); err != nil {
-			var held *leases.AlreadyHeldError
-			if !errors.As(err, &held) {
-				errs = append(errs, fmt.Errorf("renewing the lease of node %s: %w", node.Name, err))
-				continue
-			}
-			p.Events = append(p.Events, warning(EventLeaseNotRenewed, actionLease, node.Name,
-				fmt.Sprintf("Node %s is being remediated but its lease is now held by %q until %s", node.Name, held.Holder, held.Until.UTC().Format(time.RFC3339))))
-		}
-	}
+	results := make([]createResult, len(p.Creates))
+	r.createEach(ctx, lm, check, in, p.Creates, first, results)
+	errs := r.tidy(ctx, lm, p)
+	r.createEach(ctx, lm, check, in, p.Creates, after, results)
+	r.leasesAfter(ctx, lm, p.Creates, results)
 
-	results := r.createAll(ctx, lm, check, in, p.Creates)
 	for i, c := range p.Creates {
 		res, name := results[i], c.Node.Name
 		e := p.Entries[name]
@@ -96,7 +87,7 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 		case res.adopted:
 			e.Remediations = append(e.Remediations, *res.remediation)
 			e.SkipReason, e.SkipMessage = "", ""
-			log.V(4).Info("Adopted remediation request", "node", name, "request", res.ref.String())
+			ctrl.LoggerFrom(ctx).V(4).Info("Adopted remediation request", "node", name, "request", res.ref.String())
 		default:
 			if res.leaseErr != nil {
 				errs = append(errs, res.leaseErr)
@@ -118,20 +109,97 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 	return errors.Join(errs...)
 }
 
-// createAll creates the requests of creates in parallel (see create), then takes the leases of those
-// that went out before them: in a burst of failures, every request goes out before any of their leases
-// is written, so that the API server stores the requests without the leases' writes in between.
+// createAll creates the requests of creates (createEach), then takes the leases of those that went out
+// before them (leasesAfter).
 func (r *Reconciler) createAll(ctx context.Context, lm *leases.Manager, check *v1alpha1.NodeHealthCheck, in observed, creates []createAction) []createResult {
 	results := make([]createResult, len(creates))
-	r.inParallel(ctx, len(creates), func(ctx context.Context, i int) {
+	all := make([]int, len(creates))
+	for i := range all {
+		all[i] = i
+	}
+	r.createEach(ctx, lm, check, in, creates, all, results)
+	r.leasesAfter(ctx, lm, creates, results)
+	return results
+}
+
+// createEach creates the requests creates[i] for each i of which, in parallel (see create), into
+// results[i].
+func (r *Reconciler) createEach(ctx context.Context, lm *leases.Manager, check *v1alpha1.NodeHealthCheck, in observed, creates []createAction, which []int, results []createResult) {
+	r.inParallel(ctx, len(which), func(ctx context.Context, j int) {
+		i := which[j]
 		results[i] = r.create(ctx, lm, check, in, creates[i])
 	})
+}
+
+// leasesAfter takes, in parallel, the leases of the requests that went out before them. In a burst of
+// failures every request goes out before any of their leases is written, so that the API server stores
+// the requests without the leases' writes in between.
+func (r *Reconciler) leasesAfter(ctx context.Context, lm *leases.Manager, creates []createAction, results []createResult) {
 	r.inParallel(ctx, len(creates), func(ctx context.Context, i int) {
 		if results[i].leaseAfter {
 			results[i] = r.takeLeaseAfter(ctx, lm, creates[i].Node, results[i])
 		}
 	})
-	return results
+}
+
+// tidy carries out, in parallel, the plan's time-outs, deletions, lease releases and lease renewals, and
+// returns what failed. Each concerns a different object.
+func (r *Reconciler) tidy(ctx context.Context, lm *leases.Manager, p *plan) []error {
+	log := ctrl.LoggerFrom(ctx)
+	var mu sync.Mutex
+	var errs []error
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		errs = append(errs, err)
+	}
+	var jobs []func(context.Context)
+	for _, ref := range p.TimeOuts {
+		jobs = append(jobs, func(ctx context.Context) {
+			if err := r.markTimedOut(ctx, ref); err != nil {
+				fail(err)
+			}
+		})
+	}
+	for _, ref := range p.Deletes {
+		jobs = append(jobs, func(ctx context.Context) {
+			if err := r.deleteRemediation(ctx, ref); err != nil {
+				fail(err)
+				return
+			}
+			r.recent.deleted(ref, r.clock.Now())
+			r.cpStarts.ended(ref.Name)
+			log.V(4).Info("Deleted remediation request", "request", ref.String())
+		})
+	}
+	for _, name := range p.Release {
+		jobs = append(jobs, func(ctx context.Context) {
+			if err := lm.InvalidateLease(ctx, name); err != nil {
+				fail(fmt.Errorf("releasing the lease of node %s: %w", name, err))
+			}
+		})
+	}
+	var notRenewed []event
+	for _, node := range p.Renew {
+		jobs = append(jobs, func(ctx context.Context) {
+			err := r.requestLease(ctx, lm, node)
+			var held *leases.AlreadyHeldError
+			switch {
+			case err == nil:
+			case errors.As(err, &held):
+				mu.Lock()
+				defer mu.Unlock()
+				notRenewed = append(notRenewed, warning(EventLeaseNotRenewed, actionLease, node.Name,
+					fmt.Sprintf("Node %s is being remediated but its lease is now held by %q until %s", node.Name, held.Holder, held.Until.UTC().Format(time.RFC3339))))
+			default:
+				fail(fmt.Errorf("renewing the lease of node %s: %w", node.Name, err))
+			}
+		})
+	}
+	r.inParallel(ctx, len(jobs), func(ctx context.Context, i int) { jobs[i](ctx) })
+	slices.SortFunc(notRenewed, func(a, b event) int { return strings.Compare(a.Node, b.Node) })
+	p.Events = append(p.Events, notRenewed...)
+	return errs
 }
 
 // created counts and logs the request res created for c, and returns its event.

@@ -1,5 +1,8 @@
 package nhc
 
+// Detection waits for no other write: not for a reconcile's writes in flight (the side lane), nor for the
+// deletions and lease writes of the same reconcile.
+
 import (
 	"context"
 	"sync"
@@ -11,7 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // holdStatusWrites makes w's reconciler write through a client whose status updates wait until release is
@@ -87,4 +93,62 @@ func TestExpiryDuringTheWritesIsRequestedAtOnce(t *testing.T) {
 	g.Expect(names(w.remediations(pcRemediation, check))).To(ConsistOf(first.Name, second.Name, cp.Name))
 	g.Expect(entry(check, second).Remediations).To(HaveLen(1))
 	g.Expect(w.rec.with(EventRemediationCreated)).To(HaveLen(3), "the side lane's request is not announced twice")
+}
+
+// writeOrder makes w's reconciler write through a client that records every create and delete, as
+// "create Kind name" or "delete Kind name", in order.
+func (w *world) writeOrder() *[]string {
+	w.t.Helper()
+	var mu sync.Mutex
+	var writes []string
+	record := func(verb string, c client.Client, obj client.Object) {
+		kind := obj.GetObjectKind().GroupVersionKind().Kind
+		if kind == "" {
+			if gvk, err := apiutil.GVKForObject(obj, c.Scheme()); err == nil {
+				kind = gvk.Kind
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		writes = append(writes, verb+" "+kind+" "+obj.GetName())
+	}
+	direct, err := client.NewWithWatch(restCfg, client.Options{Scheme: k8s.Scheme(), Mapper: k8s.RESTMapper()})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	c := interceptor.NewClient(direct, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			record("create", c, obj)
+			return c.Create(ctx, obj, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			record("delete", c, obj)
+			return c.Delete(ctx, obj, opts...)
+		},
+	})
+	r, err := New(Options{Client: c, Clock: w.clk, Recorder: w.rec, LeaseNamespace: leaseNS, ResyncPeriod: 24 * time.Hour})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	w.r = r
+	return &writes
+}
+
+// A reconcile that both requests a Node that has just failed and deletes the request of one that
+// recovered sends the new request first: detection waits for no other write.
+func TestNewRequestsGoBeforeTheDeletions(t *testing.T) {
+	w := newWorld(t)
+	g := w.g
+	pc := w.pcTemplate("pc")
+	check := w.check("nhc", &pc)
+	recovered := w.node("w1", corev1.ConditionFalse, t0)
+	failed := w.node("w2", corev1.ConditionFalse, t0.Add(time.Minute))
+	w.clk.SetTime(t0.Add(5 * time.Minute))
+	w.reconcile(check)
+	g.Expect(names(w.remediations(pcRemediation, check))).To(ConsistOf(recovered.Name))
+
+	w.setReady(recovered, corev1.ConditionTrue, t0.Add(5*time.Minute+30*time.Second))
+	w.clk.SetTime(t0.Add(6 * time.Minute))
+	writes := w.writeOrder()
+	w.reconcile(check)
+	g.Expect(names(w.remediations(pcRemediation, check))).To(ConsistOf(failed.Name))
+	g.Expect(*writes).To(HaveLen(3))
+	g.Expect((*writes)[0]).To(Equal("create PowerCycleRemediation "+failed.Name), "the new request goes out first")
+	g.Expect((*writes)[1:]).To(ConsistOf("delete PowerCycleRemediation "+recovered.Name, "create Lease "+leases.LeaseName(failed.Name)))
 }
