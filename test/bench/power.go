@@ -97,13 +97,12 @@ func (b *bench) powerCycles(ctx context.Context) error {
 	for i := range batch {
 		batch[i] = harness.NodeName(i + 1)
 	}
-	if pc.Concurrent, err = b.cycleBatch(ctx, "power-concurrent", batch); err != nil {
-		return err
-	}
-	if pc.Single.MakespanSeconds > 0 {
+	// The batch's figures stand even if its clean-up fails.
+	pc.Concurrent, err = b.cycleBatch(ctx, "power-concurrent", batch)
+	if pc.Single.MakespanSeconds > 0 && pc.Concurrent.MakespanSeconds > 0 {
 		pc.Ratio = pc.Concurrent.MakespanSeconds / pc.Single.MakespanSeconds
 	}
-	return nil
+	return err
 }
 
 // cycleBatch creates one PowerCycleRemediation per node at once, waits for each to end, deletes them and
@@ -189,9 +188,8 @@ func (b *bench) cycleBatch(ctx context.Context, name string, nodes []string) (*C
 	p.Notes = append(p.Notes, fmt.Sprintf("%d power cycles: makespan %.1fs (then clean-up)", len(nodes), run.MakespanSeconds))
 
 	// Clean up: the requests go (the remediator's finalizer runs), the nodes come back.
-	if err := b.h.Client.DeleteAllOf(ctx, &v1alpha1.PowerCycleRemediation{}, client.InNamespace(harness.Namespace),
-		client.MatchingLabels{powerLabel: "true"}); err != nil {
-		return run, fmt.Errorf("deleting the power cycles: %w", err)
+	if err := b.deletePowerCycles(ctx); err != nil {
+		return run, err
 	}
 	recovered, err := b.waitRecovered(ctx, nodes, b.cfg.recoverTimeout)
 	if err != nil {
@@ -202,6 +200,25 @@ func (b *bench) cycleBatch(ctx context.Context, name string, nodes []string) (*C
 		b.forceHeal(nodes)
 	}
 	return run, nil
+}
+
+// deletePowerCycles deletes the bench's power cycles. On a loaded API server one deletion of 500
+// requests can outlast the server's request timeout, having deleted some of them: it is asked again, a
+// few times, for the rest.
+func (b *bench) deletePowerCycles(ctx context.Context) error {
+	const attempts = 5
+	var err error
+	for i := range attempts {
+		if err = b.h.Client.DeleteAllOf(ctx, &v1alpha1.PowerCycleRemediation{}, client.InNamespace(harness.Namespace),
+			client.MatchingLabels{powerLabel: "true"}); err == nil || ctx.Err() != nil {
+			break
+		}
+		logf("deleting the power cycles (attempt %d of %d): %v", i+1, attempts, err)
+	}
+	if err != nil {
+		return fmt.Errorf("deleting the power cycles: %w", err)
+	}
+	return nil
 }
 
 // cycleSteps times the steps of the first attempt of each request of the batch (see cycleStepNames).
