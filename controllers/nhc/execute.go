@@ -49,7 +49,8 @@ type createResult struct {
 // it creates is recorded in p.Entries; what fails is returned, joined, for a rate-limited retry. Events
 // and metrics are emitted here.
 func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthCheck, in observed, p *plan) error {
-	lm, err := leases.NewManager(r.client, in.Holder, r.clock, leases.WithNamespace(r.opts.LeaseNamespace))
+	lm, err := leases.NewManager(r.client, in.Holder, r.clock, leases.WithNamespace(r.opts.LeaseNamespace),
+		leases.WithLiveReader(r.liveReader()))
 	if err != nil {
 		return fmt.Errorf("lease manager: %w", err)
 	}

@@ -115,7 +115,8 @@ func (r *Reconciler) sideLaneOnce(ctx context.Context, key types.NamespacedName,
 	if len(creates) == 0 {
 		return p.NextExpiry, false
 	}
-	lm, err := leases.NewManager(r.client, in.Holder, r.clock, leases.WithNamespace(r.opts.LeaseNamespace))
+	lm, err := leases.NewManager(r.client, in.Holder, r.clock, leases.WithNamespace(r.opts.LeaseNamespace),
+		leases.WithLiveReader(r.liveReader()))
 	if err != nil {
 		log.V(1).Info("Side lane has no lease manager", "error", err.Error())
 		return time.Time{}, false

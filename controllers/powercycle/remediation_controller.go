@@ -55,7 +55,8 @@ type RemediationReconcilerOptions struct {
 	// writes carry the resourceVersion they were computed from, so a stale read never acts twice.
 	Client client.Client
 	// APIReader reads owning Machines straight from the API server (rare reads: no informer over every
-	// Machine). Defaults to Client.
+	// Machine), and node leases after the cache lost a race with one (leases.WithLiveReader). Defaults to
+	// Client.
 	APIReader client.Reader
 	// Clock is the only source of time.
 	Clock clock.Clock

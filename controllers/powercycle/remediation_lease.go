@@ -20,7 +20,7 @@ const reasonLeaseHeldByOwner = "LeaseHeldByOwner"
 // leaseManager is the node lease manager acting as this remediation: "PowerCycleRemediation-<name>".
 func (r *RemediationReconciler) leaseManager(pcr *v1alpha1.PowerCycleRemediation) (*leases.Manager, error) {
 	return leases.NewManager(r.opts.LeaseClient, leases.HolderIdentity(remediationKind, pcr.Name), r.opts.Clock,
-		leases.WithNamespace(r.opts.LeaseNamespace))
+		leases.WithNamespace(r.opts.LeaseNamespace), leases.WithLiveReader(r.opts.APIReader))
 }
 
 // heldByOwner reports whether holder is one of the remediation's owners ("<Kind>-<name>"), which holds

@@ -31,7 +31,10 @@
 //		&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{leases.DefaultNamespace: {}}},
 //	}
 //
-// or one that does not cache Leases at all (client.CacheOptions{DisableFor: ...}).
+// or one that does not cache Leases at all (client.CacheOptions{DisableFor: ...}). A cache shows a lease
+// some time after it was written, so with a cached client also pass WithLiveReader (a manager's API
+// reader): after a lost race, the next attempt reads the lease from the API server rather than the same
+// stale copy.
 //
 // The lease namespace must exist; RequestLease returns a *NamespaceNotFoundError when it does not.
 package leases

@@ -66,12 +66,30 @@ func WithNamespace(ns string) Option {
 	return func(m *Manager) { m.namespace = ns }
 }
 
+// WithLiveReader reads a lease through r (the API server itself, e.g. a manager's API reader) once an
+// attempt has lost a race with it. A cache-backed client shows a lease some time after it was written:
+// re-reading the cache would find it missing, or as it was, again, and fail every attempt the same way
+// (a create that finds the lease already there, an update that meets a newer version).
+func WithLiveReader(r client.Reader) Option {
+	return func(m *Manager) { m.live = r }
+}
+
 // Manager requests, renews and releases node leases for one holder.
 type Manager struct {
 	client    client.Client
+	live      client.Reader // nil: client
 	holder    string
 	clock     clock.PassiveClock
 	namespace string
+}
+
+// reader is what attempt (from 0) reads the lease through: the client first, the live reader after a
+// lost race.
+func (m *Manager) reader(attempt int) client.Reader {
+	if attempt > 0 && m.live != nil {
+		return m.live
+	}
+	return m.client
 }
 
 // NewManager returns a Manager acting as holderIdentity (see HolderIdentity). Read the package
@@ -114,8 +132,8 @@ func (m *Manager) RequestLease(ctx context.Context, node *corev1.Node, duration 
 	seconds := int32(min(math.Ceil(duration.Seconds()), math.MaxInt32))
 
 	var lastErr error
-	for range maxAttempts {
-		done, err := m.requestOnce(ctx, node, seconds)
+	for attempt := range maxAttempts {
+		done, err := m.requestOnce(ctx, m.reader(attempt), node, seconds)
 		if done {
 			return err
 		}
@@ -125,13 +143,13 @@ func (m *Manager) RequestLease(ctx context.Context, node *corev1.Node, duration 
 }
 
 // requestOnce makes one attempt; done is false when it lost a race and should be retried.
-func (m *Manager) requestOnce(ctx context.Context, node *corev1.Node, seconds int32) (done bool, err error) {
+func (m *Manager) requestOnce(ctx context.Context, r client.Reader, node *corev1.Node, seconds int32) (done bool, err error) {
 	logger := log.FromContext(ctx).WithValues("node", klog.KObj(node), "holder", m.holder)
 	now := metav1.NewMicroTime(m.clock.Now())
 	key := client.ObjectKey{Namespace: m.namespace, Name: LeaseName(node.Name)}
 
 	lease := &coordinationv1.Lease{}
-	if err := m.client.Get(ctx, key, lease); err != nil {
+	if err := r.Get(ctx, key, lease); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return true, fmt.Errorf("getting lease %s: %w", key, err)
 		}
@@ -203,9 +221,9 @@ func (m *Manager) requestOnce(ctx context.Context, node *corev1.Node, seconds in
 func (m *Manager) InvalidateLease(ctx context.Context, nodeName string) error {
 	key := client.ObjectKey{Namespace: m.namespace, Name: LeaseName(nodeName)}
 	var lastErr error
-	for range maxAttempts {
+	for attempt := range maxAttempts {
 		lease := &coordinationv1.Lease{}
-		if err := m.client.Get(ctx, key, lease); err != nil {
+		if err := m.reader(attempt).Get(ctx, key, lease); err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
