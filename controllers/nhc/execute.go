@@ -123,7 +123,7 @@ func (r *Reconciler) createAll(ctx context.Context, lm *leases.Manager, check *v
 	return results
 }
 
-// createEach creates the requests creates[i] for each i of which, in parallel (see create), into
+// createEach creates, in parallel (see create), the request creates[i] for each i in which, into
 // results[i].
 func (r *Reconciler) createEach(ctx context.Context, lm *leases.Manager, check *v1alpha1.NodeHealthCheck, in observed, creates []createAction, which []int, results []createResult) {
 	r.inParallel(ctx, len(which), func(ctx context.Context, j int) {
