@@ -621,22 +621,38 @@ func TestControlPlaneOneAtATimeAcrossChecks(t *testing.T) {
 	g.Expect(entry(second, cpB).SkipMessage).To(ContainSubstring(cpA.Name))
 }
 
+// writeThrough makes w's reconciler use a direct client to the test API server whose calls go through
+// funcs.
+func (w *world) writeThrough(funcs interceptor.Funcs) {
+	w.t.Helper()
+	direct, err := client.NewWithWatch(restCfg, client.Options{Scheme: k8s.Scheme(), Mapper: k8s.RESTMapper()})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	r, err := New(Options{Client: interceptor.NewClient(direct, funcs), Clock: w.clk, Recorder: w.rec, LeaseNamespace: leaseNS,
+		ResyncPeriod: 24 * time.Hour})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	w.r = r
+}
+
+// kindOf is obj's kind, from its type when it does not carry one.
+func kindOf(c client.Client, obj client.Object) string {
+	kind := obj.GetObjectKind().GroupVersionKind().Kind
+	if kind == "" {
+		if gvk, err := apiutil.GVKForObject(obj, c.Scheme()); err == nil {
+			kind = gvk.Kind
+		}
+	}
+	return kind
+}
+
 // createOrder makes w's reconciler write through a client that records the kind of every create, in
 // order; onCreate, if set, runs after each successful create with its kind.
 func (w *world) createOrder(onCreate func(kind string)) *[]string {
 	w.t.Helper()
 	var mu sync.Mutex
 	var kinds []string
-	direct, err := client.NewWithWatch(restCfg, client.Options{Scheme: k8s.Scheme(), Mapper: k8s.RESTMapper()})
-	w.g.Expect(err).NotTo(HaveOccurred())
-	c := interceptor.NewClient(direct, interceptor.Funcs{
+	w.writeThrough(interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			kind := obj.GetObjectKind().GroupVersionKind().Kind
-			if kind == "" {
-				if gvk, err := apiutil.GVKForObject(obj, c.Scheme()); err == nil {
-					kind = gvk.Kind
-				}
-			}
+			kind := kindOf(c, obj)
 			if err := c.Create(ctx, obj, opts...); err != nil {
 				return err
 			}
@@ -649,9 +665,6 @@ func (w *world) createOrder(onCreate func(kind string)) *[]string {
 			return nil
 		},
 	})
-	r, err := New(Options{Client: c, Clock: w.clk, Recorder: w.rec, LeaseNamespace: leaseNS, ResyncPeriod: 24 * time.Hour})
-	w.g.Expect(err).NotTo(HaveOccurred())
-	w.r = r
 	return &kinds
 }
 

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/metalheal/metalheal/pkg/leases"
@@ -26,9 +25,7 @@ func (w *world) holdStatusWrites() (held <-chan struct{}, release func()) {
 	w.t.Helper()
 	waiting, released := make(chan struct{}), make(chan struct{})
 	var once, releaseOnce sync.Once
-	direct, err := client.NewWithWatch(restCfg, client.Options{Scheme: k8s.Scheme(), Mapper: k8s.RESTMapper()})
-	w.g.Expect(err).NotTo(HaveOccurred())
-	c := interceptor.NewClient(direct, interceptor.Funcs{
+	w.writeThrough(interceptor.Funcs{
 		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 			once.Do(func() { close(waiting) })
 			select {
@@ -39,9 +36,6 @@ func (w *world) holdStatusWrites() (held <-chan struct{}, release func()) {
 			return c.SubResource(sub).Update(ctx, obj, opts...)
 		},
 	})
-	r, err := New(Options{Client: c, Clock: w.clk, Recorder: w.rec, LeaseNamespace: leaseNS, ResyncPeriod: 24 * time.Hour})
-	w.g.Expect(err).NotTo(HaveOccurred())
-	w.r = r
 	release = func() { releaseOnce.Do(func() { close(released) }) }
 	w.t.Cleanup(release)
 	return waiting, release
@@ -102,19 +96,11 @@ func (w *world) writeOrder() *[]string {
 	var mu sync.Mutex
 	var writes []string
 	record := func(verb string, c client.Client, obj client.Object) {
-		kind := obj.GetObjectKind().GroupVersionKind().Kind
-		if kind == "" {
-			if gvk, err := apiutil.GVKForObject(obj, c.Scheme()); err == nil {
-				kind = gvk.Kind
-			}
-		}
 		mu.Lock()
 		defer mu.Unlock()
-		writes = append(writes, verb+" "+kind+" "+obj.GetName())
+		writes = append(writes, verb+" "+kindOf(c, obj)+" "+obj.GetName())
 	}
-	direct, err := client.NewWithWatch(restCfg, client.Options{Scheme: k8s.Scheme(), Mapper: k8s.RESTMapper()})
-	w.g.Expect(err).NotTo(HaveOccurred())
-	c := interceptor.NewClient(direct, interceptor.Funcs{
+	w.writeThrough(interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			record("create", c, obj)
 			return c.Create(ctx, obj, opts...)
@@ -124,9 +110,6 @@ func (w *world) writeOrder() *[]string {
 			return c.Delete(ctx, obj, opts...)
 		},
 	})
-	r, err := New(Options{Client: c, Clock: w.clk, Recorder: w.rec, LeaseNamespace: leaseNS, ResyncPeriod: 24 * time.Hour})
-	w.g.Expect(err).NotTo(HaveOccurred())
-	w.r = r
 	return &writes
 }
 
