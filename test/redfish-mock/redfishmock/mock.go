@@ -69,6 +69,7 @@ type Mock struct {
 	handler        http.Handler // the Redfish API
 	controlHandler http.Handler // the control endpoint
 	server         *http.Server
+	listener       net.Listener // closed by Close too: Serve only tracks it once its goroutine has run
 	url            string
 	cert           *x509.Certificate // the TLS certificate; nil without TLS
 
@@ -233,6 +234,7 @@ func (m *Mock) Start() (*Mock, error) {
 		m.cert, scheme = cert.Leaf, "https"
 	}
 	m.url = scheme + "://" + ln.Addr().String()
+	m.listener = ln
 	go func() { _ = m.server.Serve(ln) }()
 	return m, nil
 }
@@ -241,6 +243,7 @@ func (m *Mock) Start() (*Mock, error) {
 func (m *Mock) Close() {
 	if m.server != nil {
 		_ = m.server.Close()
+		_ = m.listener.Close()
 	}
 }
 

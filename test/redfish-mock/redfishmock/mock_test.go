@@ -2,6 +2,7 @@ package redfishmock_test
 
 import (
 	"crypto/tls"
+	"net"
 	"net/http"
 	"runtime"
 	"testing"
@@ -188,6 +189,23 @@ func TestTLS(t *testing.T) {
 
 	trusting := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: m.CertPool(), MinVersion: tls.VersionTLS12}}}
 	g.Expect(send(t, trusting, m.URL(), admin("GET", "/redfish/v1/Systems/1", "")).status).To(Equal(http.StatusOK))
+}
+
+// TestClosedRefuses: once Close returns, the address refuses connections, even when Close follows Start
+// at once (before the server goroutine has run): a client must see "connection refused", not a connection
+// accepted and then reset.
+func TestClosedRefuses(t *testing.T) {
+	g := NewWithT(t)
+	for range 200 {
+		m, err := redfishmock.New().WithSystems(1).Start()
+		g.Expect(err).NotTo(HaveOccurred())
+		m.Close()
+		conn, err := net.DialTimeout("tcp", m.URL()[len("http://"):], time.Second)
+		if err == nil {
+			_ = conn.Close()
+		}
+		g.Expect(err).To(MatchError(ContainSubstring("connection refused")))
+	}
 }
 
 // TestThousandsOfSystems: systems cost memory, not goroutines or timers.
