@@ -622,13 +622,13 @@ func TestControlPlaneOneAtATimeAcrossChecks(t *testing.T) {
 }
 
 // writeThrough makes w's reconciler use a direct client to the test API server whose calls go through
-// funcs.
+// funcs; its live reads (the API reader) do not.
 func (w *world) writeThrough(funcs interceptor.Funcs) {
 	w.t.Helper()
 	direct, err := client.NewWithWatch(restCfg, client.Options{Scheme: k8s.Scheme(), Mapper: k8s.RESTMapper()})
 	w.g.Expect(err).NotTo(HaveOccurred())
-	r, err := New(Options{Client: interceptor.NewClient(direct, funcs), Clock: w.clk, Recorder: w.rec, LeaseNamespace: leaseNS,
-		ResyncPeriod: 24 * time.Hour})
+	r, err := New(Options{Client: interceptor.NewClient(direct, funcs), APIReader: direct, Clock: w.clk, Recorder: w.rec,
+		LeaseNamespace: leaseNS, ResyncPeriod: 24 * time.Hour})
 	w.g.Expect(err).NotTo(HaveOccurred())
 	w.r = r
 }

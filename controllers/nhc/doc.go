@@ -50,7 +50,8 @@
 //     before it creates a request, renews it at half-time while any request of its own for the Node
 //     exists, and releases it once they are all gone. A valid lease held by anyone else (e.g.
 //     node-maintenance) hands the Node off: no request, an event naming the holder, a look again when the
-//     lease runs out (and when the lease changes).
+//     lease runs out (and when the lease changes). Its own lease writes are remembered until the cache
+//     shows them (recentLeases), so none is repeated from a cache that lags behind it.
 //   - pauseRequests and a missing or malformed template (phase Disabled) stop new requests; requests in
 //     flight are still timed out and deleted. Nodes labelled
 //     remediation.medik8s.io/exclude-from-remediation=true are never remediated.

@@ -177,7 +177,9 @@ func (r *Reconciler) tidy(ctx context.Context, lm *leases.Manager, p *plan) []er
 		jobs = append(jobs, func(ctx context.Context) {
 			if err := lm.InvalidateLease(ctx, name); err != nil {
 				fail(fmt.Errorf("releasing the lease of node %s: %w", name, err))
+				return
 			}
+			r.leaseWrites.released(name, lm.HolderIdentity(), r.opts.LeaseDuration, r.clock.Now())
 		})
 	}
 	var notRenewed []event
@@ -370,18 +372,24 @@ func (r *Reconciler) createRequest(ctx context.Context, lm *leases.Manager, chec
 	}
 }
 
-// requestLease takes or renews the node lease, creating the lease namespace when it is missing.
+// requestLease takes or renews the node lease, creating the lease namespace when it is missing, and
+// remembers what it wrote until the cache shows it (recentLeases).
 func (r *Reconciler) requestLease(ctx context.Context, lm *leases.Manager, node *corev1.Node) error {
+	now := r.clock.Now()
 	err := lm.RequestLease(ctx, node, r.opts.LeaseDuration)
 	var nsErr *leases.NamespaceNotFoundError
-	if !errors.As(err, &nsErr) {
-		return err
+	if errors.As(err, &nsErr) {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.opts.LeaseNamespace}}
+		if cerr := r.client.Create(ctx, ns); cerr != nil && !apierrors.IsAlreadyExists(cerr) {
+			return fmt.Errorf("creating lease namespace %s: %w", r.opts.LeaseNamespace, cerr)
+		}
+		now = r.clock.Now()
+		err = lm.RequestLease(ctx, node, r.opts.LeaseDuration)
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.opts.LeaseNamespace}}
-	if cerr := r.client.Create(ctx, ns); cerr != nil && !apierrors.IsAlreadyExists(cerr) {
-		return fmt.Errorf("creating lease namespace %s: %w", r.opts.LeaseNamespace, cerr)
+	if err == nil {
+		r.leaseWrites.taken(node.Name, lm.HolderIdentity(), leases.Expiry(now, r.opts.LeaseDuration), now)
 	}
-	return lm.RequestLease(ctx, node, r.opts.LeaseDuration)
+	return err
 }
 
 // markTimedOut sets the timed-out annotation on a request: the remediator must stop and clean up.

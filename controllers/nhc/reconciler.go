@@ -87,7 +87,9 @@ type Reconciler struct {
 	// manager.
 	nodeStore toolscache.Store
 	recent    recentWrites
-	cpStarts  controlPlaneStarts
+	// leaseWrites are the node leases this process just wrote (see recentLeases).
+	leaseWrites recentLeases
+	cpStarts    controlPlaneStarts
 
 	// skipNameValidation lets tests start several managers in one process.
 	skipNameValidation bool

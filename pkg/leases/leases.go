@@ -129,7 +129,7 @@ func (m *Manager) RequestLease(ctx context.Context, node *corev1.Node, duration 
 	if duration < time.Second {
 		return fmt.Errorf("lease duration %s is shorter than one second", duration)
 	}
-	seconds := int32(min(math.Ceil(duration.Seconds()), math.MaxInt32))
+	seconds := durationSeconds(duration)
 
 	var lastErr error
 	for attempt := range maxAttempts {
@@ -268,6 +268,18 @@ func (m *Manager) HolderOf(ctx context.Context, nodeName string) (holder string,
 	}
 	until, valid = validUntil(lease, m.clock.Now())
 	return holderOf(lease), valid, until, nil
+}
+
+// Expiry is when a lease that RequestLease takes or renews at now for duration runs out: duration rounded
+// up to whole seconds, from now as the API server stores it (to the microsecond). A lease read back after
+// that write expires at Expiry or later.
+func Expiry(now time.Time, duration time.Duration) time.Time {
+	return now.Truncate(time.Microsecond).Add(time.Duration(durationSeconds(duration)) * time.Second)
+}
+
+// durationSeconds is a lease duration in the whole seconds a Lease holds, rounded up.
+func durationSeconds(d time.Duration) int32 {
+	return int32(min(math.Ceil(d.Seconds()), math.MaxInt32))
 }
 
 // ValidUntil returns when lease expires (renewTime, or acquireTime if it was never renewed, plus

@@ -431,3 +431,28 @@ func TestRequestLeaseReadsLiveAfterALostRace(t *testing.T) {
 		})
 	}
 }
+
+// TestExpiryIsALowerBound: a lease read back after RequestLease never expires before Expiry said it
+// would, whatever the clock's nanoseconds and however the duration rounds; and no more than a
+// microsecond after it.
+func TestExpiryIsALowerBound(t *testing.T) {
+	g := NewWithT(t)
+	ctx := t.Context()
+	for i, c := range []struct {
+		at       time.Time
+		duration time.Duration
+	}{
+		{t0, time.Minute},
+		{t0.Add(123456789 * time.Nanosecond), 1500 * time.Millisecond},
+		{t0.Add(999999999 * time.Nanosecond), 10*time.Minute + time.Nanosecond},
+	} {
+		clk := clocktesting.NewFakeClock(c.at)
+		node := newNode(t, fmt.Sprintf("expiry-%d", i))
+		m := newManager(t, otherHolder, clk)
+		g.Expect(m.RequestLease(ctx, node, c.duration)).To(Succeed())
+		until, _ := ValidUntil(getLease(g, node), c.at)
+		want := Expiry(c.at, c.duration)
+		g.Expect(until).To(BeTemporally(">=", want), "case %d", i)
+		g.Expect(until).To(BeTemporally("<", want.Add(time.Microsecond)), "case %d", i)
+	}
+}
