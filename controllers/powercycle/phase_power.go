@@ -63,8 +63,9 @@ type powerWait struct {
 }
 
 // awaitPower reads the power state: at the target, confirmed; past the deadline, the attempt fails;
-// otherwise the power request is sent (once: it is recorded before it is sent) and the BMC is polled
-// again after PowerPollInterval. BMC trouble is retried with backoff until the deadline.
+// otherwise the power request is sent (once: it is recorded before it is sent, and only while the wait
+// has time left to see it done, see lastSend) and the BMC is polled again after PowerPollInterval. BMC
+// trouble is retried with backoff until the deadline.
 func (r *RemediationReconciler) awaitPower(ctx context.Context, s *scope, w powerWait) (ctrl.Result, error) {
 	verb, want := "power-off", bmc.PowerStateOff
 	if w.target == v1alpha1.PowerOn {
@@ -91,6 +92,11 @@ func (r *RemediationReconciler) awaitPower(ctx context.Context, s *scope, w powe
 		return expired(fmt.Sprintf("the BMC still reports %s", state))
 	}
 	if s.status().PowerRequest == nil {
+		if now := r.opts.Clock.Now(); now.After(lastSend(w.deadline, w.timeout, r.opts.PowerPollInterval)) {
+			// Too late in this attempt to see the host act on a request (the BMC may have taken most of
+			// the wait to answer): the next attempt sends it, once, instead of both.
+			return ctrl.Result{RequeueAfter: untilDeadline(w.deadline, now)}, nil
+		}
 		if w.beforeRequest != nil {
 			w.beforeRequest()
 		}

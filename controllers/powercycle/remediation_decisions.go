@@ -93,6 +93,13 @@ func growingWait(since, now time.Time, floor, ceiling time.Duration) time.Durati
 	return min(max(now.Sub(since), floor), max(ceiling, floor))
 }
 
+// lastSend is the latest moment a power request may go out in a wait of timeout that ends at deadline:
+// the wait must keep a poll interval (half its timeout, if that is shorter) to see the host act on it.
+// Sent later, the attempt would fail before the host could act, and the next attempt would ask again.
+func lastSend(deadline time.Time, timeout, poll time.Duration) time.Time {
+	return deadline.Add(-min(poll, timeout/2))
+}
+
 // untilDeadline is the wait until deadline, never less than a second's tick.
 func untilDeadline(deadline, now time.Time) time.Duration {
 	return max(deadline.Sub(now), time.Millisecond)

@@ -107,6 +107,23 @@ func TestGrowingWait(t *testing.T) {
 	}
 }
 
+func TestLastSend(t *testing.T) {
+	deadline := epoch.Add(time.Hour)
+	for _, tc := range []struct {
+		name          string
+		timeout, poll time.Duration
+		want          time.Time
+	}{
+		{"a poll interval before the deadline", 2 * time.Minute, 5 * time.Second, deadline.Add(-5 * time.Second)},
+		{"half of a timeout shorter than two intervals", 6 * time.Second, 5 * time.Second, deadline.Add(-3 * time.Second)},
+		{"the shortest timeout the API allows", 5 * time.Second, 5 * time.Second, deadline.Add(-2500 * time.Millisecond)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			NewWithT(t).Expect(lastSend(deadline, tc.timeout, tc.poll)).To(Equal(tc.want))
+		})
+	}
+}
+
 func TestNodeReadySince(t *testing.T) {
 	powerOn := epoch.Add(time.Hour)
 	ready := func(status corev1.ConditionStatus, heartbeat, transition time.Time) *corev1.Node {

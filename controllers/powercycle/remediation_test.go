@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -45,6 +46,7 @@ func TestRemediation(t *testing.T) {
 		"CancelledWhilePowerOffIsQueued":   testCancelledWhilePowerOffQueued,
 		"PowerOffNeverConfirmed":           testPowerOffNeverConfirmed,
 		"BMCUnreachable":                   testBMCUnreachable,
+		"NoPowerRequestTooLateToWaitFor":   testNoPowerRequestTooLate,
 		"BMCWrongCredentials":              testBMCWrongCredentials,
 		"BMCSecretMissing":                 testBMCSecretMissing,
 		"LeaseHeldByNodeMaintenance":       testLeaseHeldByNodeMaintenance,
@@ -635,6 +637,37 @@ func testBMCUnreachable(t *testing.T, api *apiServer) {
 	g.Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 	g.Expect(conditionOf(p, v1alpha1.ConditionBMCReady).Status).To(Equal(metav1.ConditionTrue))
 	g.Expect(powerOps(host)).To(Equal([]string{"Off", "On"}))
+}
+
+// A BMC that comes back with less than a poll interval left before the attempt's deadline: the power-off
+// is not sent then, since the attempt could not wait to see it done and the next attempt would send it
+// again to a host already going down. The attempt fails at its deadline; the next one asks once.
+func testNoPowerRequestTooLate(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.fakeHost("worker-late", nil)
+	host := hosts.Driver(fakeAddress(node))
+	host.SetTransitionDelay(3) // a host that takes a few reads to go off, as a real one takes seconds
+	host.FailAlways(bmc.OperationPowerState, &bmc.Error{Driver: "fake", Operation: bmc.OperationPowerState, Kind: bmc.ErrUnreachable,
+		Err: fmt.Errorf("dial tcp 10.0.0.9:443: connect: no route to host")})
+	key := w.nhcRemediation(node, spec(reboot, 3))
+	w.drive(key, same(w.reconciler()), nil, untilPhase(v1alpha1.PhasePoweringOff))
+
+	// The BMC answers again two seconds before the attempt's power-off deadline (the poll interval is 5s).
+	deadline := w.get(key).Status.LastTransitionTime.Add(time.Minute)
+	w.clock.SetTime(deadline.Add(-2 * time.Second))
+	host.FailAlways(bmc.OperationPowerState, nil)
+	res, err := w.reconciler().Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(host.CallCount(bmc.OperationPowerOff)).To(BeZero(), "no power-off the attempt cannot wait for")
+	g.Expect(res.RequeueAfter).To(Equal(2*time.Second), "looks again at the deadline")
+
+	w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+	p := w.get(key)
+	g.Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+	g.Expect(p.Status.Attempts).To(HaveLen(2))
+	g.Expect(p.Status.Attempts[0].Message).To(ContainSubstring("power-off not confirmed within 1m0s"))
+	g.Expect(powerOps(host)).To(Equal([]string{"Off", "On"}), "one power-off, sent by the attempt that waited for it")
 }
 
 // Wrong credentials (Redfish mock): BMCReady=False AuthenticationFailed, bounded retries, and the
