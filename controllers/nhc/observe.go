@@ -606,7 +606,9 @@ func (rl *recentLeases) taken(node, holder string, until, at time.Time) {
 
 // released records that holder released node's lease at at; leaseDuration is the duration it writes.
 func (rl *recentLeases) released(node, holder string, leaseDuration time.Duration, at time.Time) {
-	rl.put(node, recentLease{holder: holder, until: leases.Expiry(at, leaseDuration), released: true, at: at})
+	// Expiry rounds at down to the microsecond; a lease written at at itself may keep the nanoseconds.
+	latest := leases.Expiry(at, leaseDuration).Add(time.Microsecond)
+	rl.put(node, recentLease{holder: holder, until: latest, released: true, at: at})
 }
 
 func (rl *recentLeases) put(node string, w recentLease) {
