@@ -49,8 +49,7 @@ type createResult struct {
 // it creates is recorded in p.Entries; what fails is returned, joined, for a rate-limited retry. Events
 // and metrics are emitted here.
 func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthCheck, in observed, p *plan) error {
-	lm, err := leases.NewManager(r.client, in.Holder, r.clock, leases.WithNamespace(r.opts.LeaseNamespace),
-		leases.WithLiveReader(r.liveReader()))
+	lm, err := r.leaseManager(in.Holder)
 	if err != nil {
 		return fmt.Errorf("lease manager: %w", err)
 	}
@@ -417,6 +416,13 @@ func objectFor(ref emrRef) *unstructured.Unstructured {
 	obj.SetNamespace(ref.Namespace)
 	obj.SetName(ref.Name)
 	return obj
+}
+
+// leaseManager is the node lease manager acting as holder, in the lease namespace, reading a lease live
+// after a lost race.
+func (r *Reconciler) leaseManager(holder string) (*leases.Manager, error) {
+	return leases.NewManager(r.client, holder, r.clock, leases.WithNamespace(r.opts.LeaseNamespace),
+		leases.WithLiveReader(r.liveReader()))
 }
 
 // liveReader reads from the API server.

@@ -8,7 +8,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
-	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // A sideLane keeps detection from waiting behind a reconcile's writes. A check is reconciled by one worker
@@ -115,8 +114,7 @@ func (r *Reconciler) sideLaneOnce(ctx context.Context, key types.NamespacedName,
 	if len(creates) == 0 {
 		return p.NextExpiry, false
 	}
-	lm, err := leases.NewManager(r.client, in.Holder, r.clock, leases.WithNamespace(r.opts.LeaseNamespace),
-		leases.WithLiveReader(r.liveReader()))
+	lm, err := r.leaseManager(in.Holder)
 	if err != nil {
 		log.V(1).Info("Side lane has no lease manager", "error", err.Error())
 		return time.Time{}, false
