@@ -633,6 +633,25 @@ func (w *world) writeThrough(funcs interceptor.Funcs) {
 	w.r = r
 }
 
+// recordWrites returns interceptor funcs that pass every create, update and delete through after
+// telling record about it ("create", "update" or "delete"), whether it then succeeds or not.
+func recordWrites(record func(verb string, c client.Client, obj client.Object)) interceptor.Funcs {
+	return interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			record("create", c, obj)
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			record("update", c, obj)
+			return c.Update(ctx, obj, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			record("delete", c, obj)
+			return c.Delete(ctx, obj, opts...)
+		},
+	}
+}
+
 // kindOf is obj's kind, from its type when it does not carry one.
 func kindOf(c client.Client, obj client.Object) string {
 	kind := obj.GetObjectKind().GroupVersionKind().Kind

@@ -95,21 +95,14 @@ func (w *world) writeOrder() *[]string {
 	w.t.Helper()
 	var mu sync.Mutex
 	var writes []string
-	record := func(verb string, c client.Client, obj client.Object) {
+	w.writeThrough(recordWrites(func(verb string, c client.Client, obj client.Object) {
+		if verb == "update" {
+			return
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		writes = append(writes, verb+" "+kindOf(c, obj)+" "+obj.GetName())
-	}
-	w.writeThrough(interceptor.Funcs{
-		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			record("create", c, obj)
-			return c.Create(ctx, obj, opts...)
-		},
-		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-			record("delete", c, obj)
-			return c.Delete(ctx, obj, opts...)
-		},
-	})
+	}))
 	return &writes
 }
 

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 )
 
 // staleLeases makes w's reconciler read node leases from a cache frozen at the moment freeze is called
@@ -23,52 +22,39 @@ func (w *world) staleLeases() (freeze func(), writes func() map[string]int) {
 	var mu sync.Mutex
 	frozen := &coordinationv1.LeaseList{}
 	counts := map[string]int{}
-	count := func(verb string, obj client.Object) {
+	funcs := recordWrites(func(verb string, _ client.Client, obj client.Object) {
 		if _, ok := obj.(*coordinationv1.Lease); ok {
 			mu.Lock()
 			counts[verb]++
 			mu.Unlock()
 		}
-	}
-	w.writeThrough(interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			l, ok := obj.(*coordinationv1.Lease)
-			if !ok {
-				return c.Get(ctx, key, obj, opts...)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			for i := range frozen.Items {
-				if frozen.Items[i].Namespace == key.Namespace && frozen.Items[i].Name == key.Name {
-					frozen.Items[i].DeepCopyInto(l)
-					return nil
-				}
-			}
-			return apierrors.NewNotFound(coordinationv1.Resource("leases"), key.Name)
-		},
-		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
-			l, ok := list.(*coordinationv1.LeaseList)
-			if !ok {
-				return c.List(ctx, list, opts...)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			frozen.DeepCopyInto(l)
-			return nil
-		},
-		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			count("create", obj)
-			return c.Create(ctx, obj, opts...)
-		},
-		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			count("update", obj)
-			return c.Update(ctx, obj, opts...)
-		},
-		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-			count("delete", obj)
-			return c.Delete(ctx, obj, opts...)
-		},
 	})
+	funcs.Get = func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		l, ok := obj.(*coordinationv1.Lease)
+		if !ok {
+			return c.Get(ctx, key, obj, opts...)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range frozen.Items {
+			if frozen.Items[i].Namespace == key.Namespace && frozen.Items[i].Name == key.Name {
+				frozen.Items[i].DeepCopyInto(l)
+				return nil
+			}
+		}
+		return apierrors.NewNotFound(coordinationv1.Resource("leases"), key.Name)
+	}
+	funcs.List = func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+		l, ok := list.(*coordinationv1.LeaseList)
+		if !ok {
+			return c.List(ctx, list, opts...)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		frozen.DeepCopyInto(l)
+		return nil
+	}
+	w.writeThrough(funcs)
 	freeze = func() {
 		mu.Lock()
 		defer mu.Unlock()
