@@ -776,3 +776,40 @@ func TestLeaseTakenAfterTheRequestWentOut(t *testing.T) {
 	g.Expect(entry(check, sick).SkipReason).To(Equal(SkipLeaseHeldByOther))
 	g.Expect(entry(check, sick).Remediations).To(BeEmpty())
 }
+
+// The remediator of the check's own PowerCycleRemediation takes the Node's lease between the request
+// going out and the check's lease request: the check takes the lease over from it, so that the check
+// holds the Node for all its steps, as it does when it wins. A lease its request's remediator holds when
+// the check next looks is taken over too; one held by anyone else is left alone.
+func TestLeaseTakenByItsOwnRequestIsTakenOver(t *testing.T) {
+	w := newWorld(t)
+	g := w.g
+	pc := w.pcTemplate("pc")
+	check := w.check("nhc", &pc)
+	sick := w.node("w1", corev1.ConditionFalse, t0)
+	w.clk.SetTime(t0.Add(time.Hour))
+	remediator := w.leaseManager("PowerCycleRemediation-" + sick.Name)
+	w.createOrder(func(kind string) {
+		if kind == "PowerCycleRemediation" {
+			g.Expect(remediator.RequestLease(w.ctx, sick, time.Hour)).To(Succeed())
+		}
+	})
+	w.reconcile(check)
+	g.Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{sick.Name}))
+	g.Expect(w.leaseHolder(sick)).To(Equal("NodeHealthCheck-" + check.Name))
+	g.Expect(entry(check, sick).SkipReason).To(BeEmpty())
+
+	ours := w.leaseManager("NodeHealthCheck-" + check.Name)
+	w.clk.Step(time.Minute)
+	g.Expect(ours.InvalidateLease(w.ctx, sick.Name)).To(Succeed()) // as if the remediator had won
+	g.Expect(remediator.RequestLease(w.ctx, sick, time.Hour)).To(Succeed())
+	w.reconcile(check)
+	g.Expect(w.leaseHolder(sick)).To(Equal("NodeHealthCheck-"+check.Name), "taken over at the next look")
+
+	w.clk.Step(time.Minute)
+	g.Expect(ours.InvalidateLease(w.ctx, sick.Name)).To(Succeed())
+	g.Expect(w.maintenance().RequestLease(w.ctx, sick, time.Hour)).To(Succeed())
+	w.reconcile(check)
+	g.Expect(w.leaseHolder(sick)).To(Equal("node-maintenance"), "someone else's lease is not taken")
+	g.Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{sick.Name}), "the running remediation is not interrupted")
+}

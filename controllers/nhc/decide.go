@@ -17,6 +17,7 @@ import (
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/budget"
 	"github.com/metalheal/metalheal/internal/conditions"
+	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // Per-node skip reasons: status.unhealthyNodes[].skipReason and the reason label of
@@ -67,8 +68,9 @@ type plan struct {
 	TimeOuts []emrRef
 	// Deletes are requests to delete.
 	Deletes []emrRef
-	// Renew are Nodes whose lease we hold (or must retake) while their remediation lives.
-	Renew []*corev1.Node
+	// Renew are Nodes whose lease we hold (or must retake, or take over from our own request's
+	// remediator) while their remediation lives.
+	Renew []renewal
 	// Release are Nodes whose lease we hold but no longer need.
 	Release []string
 	// Events to emit.
@@ -550,20 +552,35 @@ func (d *decider) releaseLeases() {
 	d.p.Release = names
 }
 
+// renewal is a node lease to renew, retake, or take over From the remediators of our own requests for
+// the Node.
+type renewal struct {
+	Node *corev1.Node
+	From []string
+}
+
 // keepLease renews our lease on node once half of it has run out (or retakes it when it is missing or
-// expired), and otherwise looks again at that moment.
+// expired), and otherwise looks again at that moment. A lease the remediator of one of our requests for
+// the Node holds (it took the lease between its request going out and ours, see create) is taken over:
+// the check holds the Node for every step of its remediation.
 func (d *decider) keepLease(node *corev1.Node) {
 	l := d.in.Leases[node.Name]
+	var from []string
+	for _, o := range d.in.Ours[node.Name] {
+		from = append(from, leases.HolderIdentity(o.Ref.Kind, o.Ref.Name))
+	}
 	if l.validAt(d.now) {
-		if l.Holder != d.in.Holder {
+		switch {
+		case l.Holder == d.in.Holder:
+			if renewAt := l.Until.Add(-d.in.LeaseDuration / 2); d.now.Before(renewAt) {
+				d.p.at(renewAt)
+				return
+			}
+		case !slices.Contains(from, l.Holder):
 			return // someone else took it; the remediation already runs and is not interrupted
 		}
-		if renewAt := l.Until.Add(-d.in.LeaseDuration / 2); d.now.Before(renewAt) {
-			d.p.at(renewAt)
-			return
-		}
 	}
-	d.p.Renew = append(d.p.Renew, node)
+	d.p.Renew = append(d.p.Renew, renewal{Node: node, From: from})
 }
 
 // markTimedOut ends the step r: in status now, on the request through the annotation.

@@ -559,7 +559,7 @@ func TestDecideEscalation(t *testing.T) {
 		g.Expect(p.Creates).To(BeEmpty())
 		g.Expect(p.Entries["w1"].Remediations[1].TimedOut.Time).To(Equal(now), "the step has ended in status")
 		g.Expect(reasons(p)).To(Equal([]string{EventRemediationFailed, EventRemediationsExhausted}))
-		g.Expect(p.Renew).To(ContainElement(HaveField("Name", "w1")), "the check keeps the node's lease")
+		g.Expect(p.Renew).To(ContainElement(HaveField("Node.Name", "w1")), "the check keeps the node's lease")
 	})
 	t.Run("next step with the same name waits for the old request to go", func(t *testing.T) {
 		g := NewWithT(t)
@@ -683,5 +683,17 @@ func TestDecideRecovery(t *testing.T) {
 		g.Expect(p.Next).To(Equal(started.Add(5 * time.Minute)))
 		p = decide(in, started.Add(5*time.Minute))
 		g.Expect(p.Renew).To(HaveLen(1))
+	})
+	t.Run("lease held by our request's remediator taken over, anyone else's left alone", func(t *testing.T) {
+		g := NewWithT(t)
+		in := unitObserved(unitCheck(), unitNode("w1", corev1.ConditionFalse, u0))
+		in.Check.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: "w1", Remediations: []v1alpha1.NodeRemediation{pcEntry(started)}}}
+		in.Ours["w1"] = []remediationObject{pcObj("w1", started)}
+		in.Leases["w1"] = leaseInfo{Holder: "PowerCycleRemediation-w1", Until: started.Add(10 * time.Minute)}
+		p := decide(in, started.Add(time.Minute))
+		g.Expect(p.Renew).To(ConsistOf(renewal{Node: in.Nodes[0], From: []string{"PowerCycleRemediation-w1"}}))
+		in.Leases["w1"] = leaseInfo{Holder: "node-maintenance", Until: started.Add(10 * time.Minute)}
+		p = decide(in, started.Add(time.Minute))
+		g.Expect(p.Renew).To(BeEmpty())
 	})
 }

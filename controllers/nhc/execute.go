@@ -182,9 +182,10 @@ func (r *Reconciler) tidy(ctx context.Context, lm *leases.Manager, p *plan) []er
 		})
 	}
 	var notRenewed []event
-	for _, node := range p.Renew {
+	for _, renew := range p.Renew {
+		node := renew.Node
 		jobs = append(jobs, func(ctx context.Context) {
-			err := r.requestLease(ctx, lm, node)
+			err := r.requestLease(ctx, lm, node, renew.From...)
 			var held *leases.AlreadyHeldError
 			switch {
 			case err == nil:
@@ -262,7 +263,7 @@ func (r *Reconciler) create(ctx context.Context, lm *leases.Manager, check *v1al
 	}
 	ref := emrRef{APIVersion: emr.GetAPIVersion(), Kind: emr.GetKind(), Namespace: emr.GetNamespace(), Name: emr.GetName()}
 	if !takesLeaseItself(emr.GroupVersionKind()) {
-		if res, ok := r.takeLease(ctx, lm, c.Node, ""); !ok {
+		if res, ok := r.takeLease(ctx, lm, c.Node); !ok {
 			return res
 		}
 		return r.createRequest(ctx, lm, check, c.Node, st, emr, ref)
@@ -317,17 +318,15 @@ func takesLeaseItself(gvk schema.GroupVersionKind) bool {
 	return gvk.Group == v1alpha1.GroupVersion.Group && gvk.Kind == "PowerCycleRemediation"
 }
 
-// takeLease takes the Node's lease for the check. A lease held by someone else is a skip, unless its
-// holder is alsoOK (the request the check has just created, whose remediator took it first).
-func (r *Reconciler) takeLease(ctx context.Context, lm *leases.Manager, node *corev1.Node, alsoOK string) (createResult, bool) {
-	err := r.requestLease(ctx, lm, node)
+// takeLease takes the Node's lease for the check, over from its own request's remediator (from) should
+// that have taken it first. A lease held by anyone else is a skip.
+func (r *Reconciler) takeLease(ctx context.Context, lm *leases.Manager, node *corev1.Node, from ...string) (createResult, bool) {
+	err := r.requestLease(ctx, lm, node, from...)
 	if err == nil {
 		return createResult{}, true
 	}
 	var held *leases.AlreadyHeldError
 	switch {
-	case errors.As(err, &held) && alsoOK != "" && held.Holder == alsoOK:
-		return createResult{}, true
 	case errors.As(err, &held):
 		return createResult{skipReason: SkipLeaseHeldByOther, skipMessage: fmt.Sprintf("The node's lease is held by %q", held.Holder), until: held.Until}, false
 	default:
@@ -371,11 +370,12 @@ func (r *Reconciler) createRequest(ctx context.Context, lm *leases.Manager, chec
 	}
 }
 
-// requestLease takes or renews the node lease, creating the lease namespace when it is missing, and
-// remembers what it wrote until the cache shows it (recentLeases).
-func (r *Reconciler) requestLease(ctx context.Context, lm *leases.Manager, node *corev1.Node) error {
+// requestLease takes or renews the node lease (taking it over from a holder in from, the remediator of
+// one of the check's own requests), creating the lease namespace when it is missing, and remembers what
+// it wrote until the cache shows it (recentLeases).
+func (r *Reconciler) requestLease(ctx context.Context, lm *leases.Manager, node *corev1.Node, from ...string) error {
 	now := r.clock.Now()
-	err := lm.RequestLease(ctx, node, r.opts.LeaseDuration)
+	err := lm.RequestLeaseFrom(ctx, node, r.opts.LeaseDuration, from...)
 	var nsErr *leases.NamespaceNotFoundError
 	if errors.As(err, &nsErr) {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.opts.LeaseNamespace}}
@@ -383,7 +383,7 @@ func (r *Reconciler) requestLease(ctx context.Context, lm *leases.Manager, node 
 			return fmt.Errorf("creating lease namespace %s: %w", r.opts.LeaseNamespace, cerr)
 		}
 		now = r.clock.Now()
-		err = lm.RequestLease(ctx, node, r.opts.LeaseDuration)
+		err = lm.RequestLeaseFrom(ctx, node, r.opts.LeaseDuration, from...)
 	}
 	if err == nil {
 		r.leaseWrites.taken(node.Name, lm.HolderIdentity(), leases.Expiry(now, r.opts.LeaseDuration), now)

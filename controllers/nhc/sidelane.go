@@ -49,7 +49,7 @@ func (r *Reconciler) startSideLane(ctx context.Context, key types.NamespacedName
 		}
 	}
 	for _, n := range p.Renew {
-		busy[n.Name] = true
+		busy[n.Node.Name] = true
 	}
 	for _, name := range p.Release {
 		busy[name] = true

@@ -285,8 +285,13 @@ func listKind(ctx context.Context, gvk schema.GroupVersionKind) []unstructured.U
 
 // maintenance is node maintenance's lease manager ("node-maintenance"), on the world's clock.
 func (w *world) maintenance() *leases.Manager {
+	return w.leaseManager("node-maintenance")
+}
+
+// leaseManager is a lease manager acting as holder, on the world's clock.
+func (w *world) leaseManager(holder string) *leases.Manager {
 	w.t.Helper()
-	m, err := leases.NewManager(k8s, "node-maintenance", w.clk, leases.WithNamespace(leaseNS))
+	m, err := leases.NewManager(k8s, holder, w.clk, leases.WithNamespace(leaseNS))
 	w.g.Expect(err).NotTo(HaveOccurred())
 	return m
 }

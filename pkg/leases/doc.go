@@ -12,6 +12,9 @@
 //     and otherwise returns an *AlreadyHeldError naming the holder and when its lease runs out. Callers
 //     hand off on that error: no remediation starts, an event says who holds the node, retry at Until.
 //     A lease without a holder counts as free.
+//   - RequestLeaseFrom is RequestLease that also takes over a valid lease held by one of the holders it
+//     is given: those acting for us (a health check takes the lease over from the remediator of its own
+//     request, which took it first).
 //   - InvalidateLease releases the lease by deleting it, but only if we hold it. Releasing a lease that
 //     does not exist, or that someone else holds, is a no-op that returns nil: after the call we do not
 //     hold the lease, which is all a finalizer cleaning up "the lease we took" needs to know. (medik8s'

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -123,6 +124,13 @@ func (m *Manager) Namespace() string { return m.namespace }
 // transition). A valid lease held by someone else yields an *AlreadyHeldError and leaves the lease
 // untouched. A missing lease namespace yields a *NamespaceNotFoundError.
 func (m *Manager) RequestLease(ctx context.Context, node *corev1.Node, duration time.Duration) error {
+	return m.RequestLeaseFrom(ctx, node, duration)
+}
+
+// RequestLeaseFrom is RequestLease that also takes over a valid lease held by one of from: holders that act
+// for us, such as the remediator of a health check's own request, which took the node's lease a moment
+// before the check did. The hand-over counts a transition and is logged.
+func (m *Manager) RequestLeaseFrom(ctx context.Context, node *corev1.Node, duration time.Duration, from ...string) error {
 	if node == nil || node.Name == "" || node.UID == "" {
 		return errors.New("requesting a node lease needs a node with a name and a uid")
 	}
@@ -133,7 +141,7 @@ func (m *Manager) RequestLease(ctx context.Context, node *corev1.Node, duration 
 
 	var lastErr error
 	for attempt := range maxAttempts {
-		done, err := m.requestOnce(ctx, m.reader(attempt), node, seconds)
+		done, err := m.requestOnce(ctx, m.reader(attempt), node, seconds, from)
 		if done {
 			return err
 		}
@@ -143,7 +151,7 @@ func (m *Manager) RequestLease(ctx context.Context, node *corev1.Node, duration 
 }
 
 // requestOnce makes one attempt; done is false when it lost a race and should be retried.
-func (m *Manager) requestOnce(ctx context.Context, r client.Reader, node *corev1.Node, seconds int32) (done bool, err error) {
+func (m *Manager) requestOnce(ctx context.Context, r client.Reader, node *corev1.Node, seconds int32, from []string) (done bool, err error) {
 	logger := log.FromContext(ctx).WithValues("node", klog.KObj(node), "holder", m.holder)
 	now := metav1.NewMicroTime(m.clock.Now())
 	key := client.ObjectKey{Namespace: m.namespace, Name: LeaseName(node.Name)}
@@ -186,11 +194,14 @@ func (m *Manager) requestOnce(ctx context.Context, r client.Reader, node *corev1
 			msg = "Reacquired expired node lease"
 			lease.Spec.AcquireTime = &now
 		}
-	case valid && holder != "":
+	case valid && holder != "" && !slices.Contains(from, holder):
 		return true, &AlreadyHeldError{Holder: holder, Until: until}
 	default:
 		msg = "Took over expired node lease"
-		logger = logger.WithValues("previousHolder", holder, "expired", until)
+		if valid {
+			msg = "Took over node lease from a holder acting for us"
+		}
+		logger = logger.WithValues("previousHolder", holder, "until", until)
 		transitions := int32(0)
 		if lease.Spec.LeaseTransitions != nil {
 			transitions = *lease.Spec.LeaseTransitions

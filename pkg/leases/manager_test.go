@@ -206,6 +206,7 @@ func TestRequestLeaseOverExistingLease(t *testing.T) {
 		name         string
 		existing     coordinationv1.LeaseSpec
 		foreignOwner bool
+		from         []string      // holders acting for us (RequestLeaseFrom)
 		wantHolder   string        // when the request is refused: who holds it
 		wantUntil    time.Duration // and until when, relative to t0
 		want         leaseState    // otherwise: the lease afterwards
@@ -229,6 +230,18 @@ func TestRequestLeaseOverExistingLease(t *testing.T) {
 			name:       "someone else's lease that was never renewed counts from its acquire time",
 			existing:   coordinationv1.LeaseSpec{HolderIdentity: new(otherHolder), AcquireTime: mt(-10 * time.Second), LeaseDurationSeconds: new(int32(3600))},
 			wantHolder: otherHolder, wantUntil: 3590 * time.Second,
+		},
+		{
+			name:       "a valid lease of a holder not acting for us is refused",
+			existing:   coordinationv1.LeaseSpec{HolderIdentity: new(otherHolder), AcquireTime: mt(-time.Hour), RenewTime: mt(-10 * time.Second), LeaseDurationSeconds: new(int32(30))},
+			from:       []string{"PowerCycleRemediation-m"},
+			wantHolder: otherHolder, wantUntil: 20 * time.Second,
+		},
+		{
+			name:     "a valid lease of a holder acting for us is taken over, counting a transition",
+			existing: coordinationv1.LeaseSpec{HolderIdentity: new(otherHolder), AcquireTime: mt(-time.Hour), RenewTime: mt(-10 * time.Second), LeaseDurationSeconds: new(int32(30)), LeaseTransitions: new(int32(1))},
+			from:     []string{"PowerCycleRemediation-m", otherHolder},
+			want:     leaseState{holder: us, acquire: t0, renew: t0, seconds: 60, transitions: 2},
 		},
 		{
 			name:     "someone else's expired lease is taken over",
@@ -270,7 +283,7 @@ func TestRequestLeaseOverExistingLease(t *testing.T) {
 
 			// The holder identity is that of a PowerCycleRemediation named "n", whatever the node.
 			m := newManager(t, us, clocktesting.NewFakeClock(t0))
-			err := m.RequestLease(ctx, node, time.Minute)
+			err := m.RequestLeaseFrom(ctx, node, time.Minute, tt.from...)
 			if tt.wantHolder != "" {
 				expectHeldBy(g, err, tt.wantHolder, t0.Add(tt.wantUntil))
 				after := getLease(g, node)
