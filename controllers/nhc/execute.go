@@ -386,7 +386,7 @@ func (r *Reconciler) requestLease(ctx context.Context, lm *leases.Manager, node 
 		err = lm.RequestLeaseFrom(ctx, node, r.opts.LeaseDuration, from...)
 	}
 	if err == nil {
-		r.leaseWrites.taken(node.Name, lm.HolderIdentity(), leases.Expiry(now, r.opts.LeaseDuration), now)
+		r.leaseWrites.taken(node.Name, lm.HolderIdentity(), leases.Expiry(now, r.opts.LeaseDuration), now, from)
 	}
 	return err
 }

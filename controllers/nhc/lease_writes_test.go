@@ -112,3 +112,29 @@ func TestOwnLeaseWritesAreNotRepeatedWhileTheCacheLags(t *testing.T) {
 	w.reconcile(check)
 	g.Expect(writes()).To(Equal(map[string]int{"create": 2, "delete": 1, "update": 1}), "renewed once, when due")
 }
+
+// The check takes a Node's lease over from its own request's remediator once, even while its cache goes
+// on showing the remediator's lease, which runs out later than the check's own.
+func TestTakeOverIsNotRepeatedWhileTheCacheLags(t *testing.T) {
+	w := newWorld(t)
+	g := w.g
+	pc := w.pcTemplate("pc")
+	check := w.check("nhc", &pc)
+	sick := w.node("w1", corev1.ConditionFalse, t0)
+	w.clk.SetTime(t0.Add(time.Hour))
+	w.reconcile(check)
+	g.Expect(w.leaseHolder(sick)).To(Equal("NodeHealthCheck-" + check.Name))
+
+	// The manager stopped before it took the lease, and the remediator took it, for longer than the
+	// check takes it; the manager starts again, with a cache that goes on showing the remediator's lease.
+	g.Expect(w.leaseManager("NodeHealthCheck-"+check.Name).InvalidateLease(w.ctx, sick.Name)).To(Succeed())
+	g.Expect(w.leaseManager("PowerCycleRemediation-"+sick.Name).RequestLease(w.ctx, sick, time.Hour)).To(Succeed())
+	freeze, writes := w.staleLeases()
+	freeze()
+	w.clk.Step(time.Minute)
+	w.reconcile(check)
+	g.Expect(w.leaseHolder(sick)).To(Equal("NodeHealthCheck-" + check.Name))
+	w.reconcile(check)
+	w.reconcile(check)
+	g.Expect(writes()).To(Equal(map[string]int{"update": 1}), "one take-over")
+}

@@ -597,11 +597,14 @@ type recentLease struct {
 	until    time.Time
 	released bool
 	at       time.Time
+	// from: taken over from one of these (the remediators of our requests), who do not write the lease
+	// again while ours is valid, so a cached lease of theirs is older than the take-over.
+	from []string
 }
 
-// taken records that holder took or renewed node's lease at at, until until.
-func (rl *recentLeases) taken(node, holder string, until, at time.Time) {
-	rl.put(node, recentLease{holder: holder, until: until, at: at})
+// taken records that holder took or renewed node's lease at at, until until, over from one of from.
+func (rl *recentLeases) taken(node, holder string, until, at time.Time, from []string) {
+	rl.put(node, recentLease{holder: holder, until: until, at: at, from: from})
 }
 
 // released records that holder released node's lease at at; leaseDuration is the duration it writes.
@@ -634,7 +637,7 @@ func (rl *recentLeases) overlay(cached map[string]leaseInfo, now time.Time) {
 			// A lease of ours written before the release: the cache has not seen the deletion.
 			lags = inCache && c.Holder == w.holder && !c.Until.After(w.until)
 		default:
-			lags = !inCache || c.Until.Before(w.until)
+			lags = !inCache || c.Until.Before(w.until) || slices.Contains(w.from, c.Holder)
 		}
 		switch {
 		case !lags:

@@ -141,11 +141,17 @@ func newWorld(t *testing.T) *world {
 	t.Helper()
 	w := &world{t: t, g: NewWithT(t), ctx: t.Context(), clk: clocktesting.NewFakeClock(t0), rec: &recorder{},
 		pool: fmt.Sprintf("p%02d", pools.Add(1))}
+	w.restart()
+	return w
+}
+
+// restart gives w a new reconciler, as a restarted manager has: nothing remembered of earlier writes.
+func (w *world) restart() {
+	w.t.Helper()
 	// A long resync: the tests assert the exact requeue at each deadline.
 	r, err := New(Options{Client: k8s, Clock: w.clk, Recorder: w.rec, LeaseNamespace: leaseNS, ResyncPeriod: 24 * time.Hour})
 	w.g.Expect(err).NotTo(HaveOccurred())
 	w.r = r
-	return w
 }
 
 // node creates a Node of this world's pool whose Ready condition has had status since the given time.
