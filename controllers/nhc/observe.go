@@ -265,6 +265,7 @@ func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeH
 		}
 	}
 
+	now := r.clock.Now()
 	ours := map[string][]remediationObject{}
 	foreign := map[emrRef]string{}
 	for _, k := range keys {
@@ -293,7 +294,11 @@ func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeH
 			if node == "" {
 				node = item.GetName()
 			}
-			ours[node] = append(ours[node], remediationState(ref, item))
+			o := remediationState(ref, item)
+			if w, ok := r.recent.get(ref, now); ok && w.Deleting {
+				o.Deleting = true // we deleted it a moment ago; the cache does not show it yet
+			}
+			ours[node] = append(ours[node], o)
 		}
 	}
 	return ours, foreign, nil
@@ -527,7 +532,8 @@ func (r *Reconciler) reader() client.Reader {
 
 // recentWrites remembers the requests this process just created or deleted, until the cache shows the
 // creation (or for recentWriteTTL), so that a reconcile working from a cache that lags behind its own
-// writes neither mistakes a new request for deleted nor reads a deleted one live.
+// writes neither mistakes a new request for deleted, nor reads a deleted one live, nor deletes again one
+// the cache still shows as it was before the delete.
 type recentWrites struct {
 	mu   sync.Mutex
 	objs map[emrRef]recentWrite
