@@ -289,13 +289,12 @@ func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeH
 				foreign[ref] = ownerDescription(item)
 				continue
 			}
-			r.recent.seen(ref) // the cache shows it now
 			node := item.GetAnnotations()[template.AnnotationNodeName]
 			if node == "" {
 				node = item.GetName()
 			}
 			o := remediationState(ref, item)
-			if w, ok := r.recent.get(ref, now); ok && w.Deleting {
+			if r.recent.seen(ref, now) {
 				o.Deleting = true // we deleted it a moment ago; the cache does not show it yet
 			}
 			ours[node] = append(ours[node], o)
@@ -574,13 +573,17 @@ func (rw *recentWrites) get(ref emrRef, now time.Time) (remediationObject, bool)
 	return w.obj, ok
 }
 
-// seen forgets a creation once the cache shows the request.
-func (rw *recentWrites) seen(ref emrRef) {
+// seen is told of each request the cache shows: it forgets a creation (the cache shows it now) and
+// reports whether this process deleted the request a moment ago (the cache does not show that yet).
+func (rw *recentWrites) seen(ref emrRef, now time.Time) (deleted bool) {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
-	if w, ok := rw.objs[ref]; ok && !w.obj.Deleting {
-		delete(rw.objs, ref)
+	w, ok := rw.objs[ref]
+	if ok && w.obj.Deleting && now.Sub(w.at) <= recentWriteTTL {
+		return true
 	}
+	delete(rw.objs, ref)
+	return false
 }
 
 // recentLeases remembers the node leases this process just took, renewed or released, until the cache
