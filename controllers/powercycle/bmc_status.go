@@ -34,17 +34,26 @@ type bmcCheckRecord struct {
 	next          time.Time
 }
 
-// bmcPhase is the BMC's place in every check interval: an offset in [0, interval) derived from a hash
-// of its UID. The periodic checks of a BMC happen at the instants whose time modulo interval is its
-// phase, so N BMCs spread their checks evenly over the interval instead of all coming due together.
+// bmcSlotsPerInterval is how many instants of each check interval the periodic checks are grouped on.
+// Checks spread one by one over the interval (17 a second at 5,000 BMCs and 5 minutes) wake the manager
+// for each: a timer of its queue, a worker, a connection, and the manager goes idle again in between.
+// Grouped on 30 instants (every 10 s at 5 minutes), a group's checks run together and the manager wakes
+// once for them. Each BMC is still checked once an interval, and the BMCs, each its own machine, see no
+// difference.
+const bmcSlotsPerInterval = 30
+
+// bmcPhase is the BMC's place in every check interval: one of bmcSlotsPerInterval offsets in
+// [0, interval), evenly apart, chosen by a hash of its UID. The periodic checks of a BMC happen at the
+// instants whose time modulo interval is its phase, so N BMCs spread their checks evenly over the
+// interval, in groups of about N/bmcSlotsPerInterval, instead of all coming due together.
 func bmcPhase(uid types.UID, interval time.Duration) time.Duration {
 	if interval <= 0 {
 		return 0
 	}
 	sum := sha256.Sum256([]byte(uid))
-	// hash × interval / 2^64: uniform over [0, interval) without the bias of a modulo.
-	hi, _ := bits.Mul64(binary.BigEndian.Uint64(sum[:8]), uint64(interval))
-	return time.Duration(hi)
+	// hash × slots / 2^64: uniform over the slots without the bias of a modulo.
+	slot, _ := bits.Mul64(binary.BigEndian.Uint64(sum[:8]), bmcSlotsPerInterval)
+	return time.Duration(int64(slot) * int64(interval) / bmcSlotsPerInterval)
 }
 
 // bmcNextSlot is the first instant at or after t whose time modulo interval (counted from the Unix

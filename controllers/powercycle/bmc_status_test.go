@@ -186,10 +186,13 @@ func TestBMCPhase(t *testing.T) {
 				// A thundering herd: all n BMCs checked within 100 s of start-up.
 				start := bmcT0.Add(17 * time.Second)
 				var count [buckets]int
+				slots := map[time.Duration]int{}
 				for i := range n {
 					u := uid(i, rng)
 					phase := bmcPhase(u, interval)
 					g.Expect(phase).To(And(BeNumerically(">=", 0), BeNumerically("<", interval)))
+					g.Expect(phase%(interval/bmcSlotsPerInterval)).To(BeZero(), "checks are grouped on %d instants an interval", bmcSlotsPerInterval)
+					slots[phase]++
 					c := start.Add(time.Duration(i) * 100 * time.Second / n)
 					second := bmcSlotAfter(phase, c, interval)
 					third := bmcSlotAfter(phase, second, interval)
@@ -199,6 +202,11 @@ func TestBMCPhase(t *testing.T) {
 				for b, k := range count {
 					g.Expect(k).To(BeNumerically("<=", 2*n/buckets), "bucket %d of %v holds %d checks", b, count, k)
 					g.Expect(k).To(BeNumerically(">=", n/buckets/2), "bucket %d of %v holds %d checks", b, count, k)
+				}
+				// Every group is used, none is more than twice its share.
+				g.Expect(slots).To(HaveLen(bmcSlotsPerInterval))
+				for phase, k := range slots {
+					g.Expect(k).To(BeNumerically("<=", 2*n/bmcSlotsPerInterval), "the group at %v holds %d checks", phase, k)
 				}
 			})
 		}
