@@ -61,8 +61,9 @@ type NodeRemediations interface {
 // Interval, and reports the result in the BMC's status and, on change, in events. An administrator thus
 // learns that a BMC is misconfigured before the node it guards fails.
 //
-// The periodic checks are spread evenly over the interval: each BMC has its own slot in it (from a hash
-// of its UID), so 5,000 BMCs created or restarted together do not come due together every interval. The
+// The periodic checks are spread evenly over the interval: each BMC has its own slot in it (one of
+// bmcSlotsPerInterval, from a hash of its UID), so 5,000 BMCs created or restarted together do not come
+// due together every interval, and the BMCs of a slot are checked as a group. The
 // status is written only when it changes or lastChecked needs a refresh (BMCStatusRefreshAge).
 type BMCReconciler struct {
 	// Client reads BMCs (from the cache) and writes their status.
