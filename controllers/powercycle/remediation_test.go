@@ -56,7 +56,7 @@ func TestRemediation(t *testing.T) {
 		"PowerOffIsRecordedBeforeItIsSent": testPowerOffRecordedFirst,
 		"ExcludedNodeIsNeverTouched":       testExcludedNode,
 		"IPMIDriverAgainstIPMISim":         testIPMI,
-		"StaleCacheGoesOnFromOurLastWrite": testStaleCacheGoesOnFromOurLastWrite,
+		"StaleCacheIsNotActedOn":           testStaleCacheIsNotActedOn,
 		"FirstPollCountsFromTheSend":       testFirstPollCountsFromTheSend,
 		"NoPollBeforeTheInterval":          testNoPollBeforeTheInterval,
 		"WritesOfOneRemediation":           testWritesOfOneRemediation,
