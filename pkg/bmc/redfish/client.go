@@ -109,11 +109,25 @@ func (c client) do(method, path string, payload any, headers map[string]string) 
 	if err != nil {
 		return nil, err
 	}
+	resp.Body = drainingBody{resp.Body}
 	if resp.StatusCode >= http.StatusMultipleChoices {
 		defer resp.Body.Close()
 		return nil, newStatusError(method, path, resp)
 	}
 	return resp, nil
+}
+
+// maxDrain bounds what is read and thrown away of a response body left unread.
+const maxDrain = 64 << 10
+
+// drainingBody reads what is left of a response body (up to maxDrain) before closing it, so that its
+// connection goes back to the pool: a body closed before its end closes the connection, and a JSON
+// decoder (ours, gofish's) stops at the end of the value, which may come before the end of the body.
+type drainingBody struct{ io.ReadCloser }
+
+func (b drainingBody) Close() error {
+	_, _ = io.CopyN(io.Discard, b.ReadCloser, maxDrain)
+	return b.ReadCloser.Close()
 }
 
 // statusError is a BMC's answer with an error status. It keeps the Redfish error's message, never the

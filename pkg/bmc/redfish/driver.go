@@ -26,10 +26,15 @@ const DriverName = "redfish"
 // connection to a BMC that has been idle idleConnTimeout is closed: a BMC is read every few seconds while
 // its host is power-cycled, and every few minutes otherwise; the first keeps its connection, the second
 // does not hold one open between checks (each costs two goroutines and two 4 KiB buffers).
+//
+// Many BMCs may share an address: a chassis manager serving its blades' systems, a Redfish proxy or
+// aggregator, an emulator of virtual machines. Each keeps its connection there too (Go's default keeps
+// two idle connections per address, so a wave of power cycles behind one address would connect anew for
+// nearly every request).
 const (
 	idleConnTimeout = 15 * time.Second
-	// maxIdleConns bounds the idle connections kept across all BMCs, enough for every host in a large
-	// power-cycling wave to keep its connection between polls.
+	// maxIdleConns bounds the idle connections kept across all BMCs, and to any one address, enough for
+	// every host in a large power-cycling wave to keep its connection between polls.
 	maxIdleConns = 1024
 )
 
@@ -43,6 +48,7 @@ func newTransport(insecure bool) *http.Transport {
 	t.TLSClientConfig = bmc.Options{DisableCertificateVerification: insecure}.TLSConfig()
 	t.IdleConnTimeout = idleConnTimeout
 	t.MaxIdleConns = maxIdleConns
+	t.MaxIdleConnsPerHost = maxIdleConns
 	return t
 }
 

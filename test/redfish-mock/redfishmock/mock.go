@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -69,6 +70,7 @@ type Mock struct {
 	handler        http.Handler // the Redfish API
 	controlHandler http.Handler // the control endpoint
 	server         *http.Server
+	connections    atomic.Int64 // connections accepted
 	listener       net.Listener // closed by Close too: Serve only tracks it once its goroutine has run
 	url            string
 	cert           *x509.Certificate // the TLS certificate; nil without TLS
@@ -219,7 +221,11 @@ func (m *Mock) Start() (*Mock, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.server = &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}
+	m.server = &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second, ConnState: func(_ net.Conn, state http.ConnState) {
+		if state == http.StateNew {
+			m.connections.Add(1)
+		}
+	}}
 	scheme := "http"
 	if m.tls {
 		host, _, _ := net.SplitHostPort(ln.Addr().String())
@@ -238,6 +244,9 @@ func (m *Mock) Start() (*Mock, error) {
 	go func() { _ = m.server.Serve(ln) }()
 	return m, nil
 }
+
+// Connections is how many connections the mock has accepted since it started.
+func (m *Mock) Connections() int { return int(m.connections.Load()) }
 
 // Close stops serving and drops every connection.
 func (m *Mock) Close() {
