@@ -9,6 +9,11 @@
 // the only one the service lists. Power on is the On reset; power off is ForceOff, or GracefulShutdown
 // when not forced and the system allows it. Both are no-ops when the system is already there.
 //
+// The drivers share one HTTP transport (per TLS setting). A BMC keeps its connection between calls while
+// it is polled (idle connections close after 15 s), also when many BMCs share one address (a chassis
+// manager, a Redfish proxy, an emulator), and every answer is read to its end so that its connection can
+// be kept.
+//
 // Every call is bounded by its context and by Options.Timeout. gofish's own client keeps the context it
 // was connected with, so the driver hands gofish a small common.Client of its own, bound to each call's
 // context. Errors are *bmc.Error of one kind (unreachable, authentication, unsupported, timeout); the
