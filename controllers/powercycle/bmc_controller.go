@@ -63,8 +63,8 @@ type NodeRemediations interface {
 //
 // The periodic checks are spread evenly over the interval: each BMC has its own slot in it (one of
 // bmcSlotsPerInterval, from a hash of its UID), so 5,000 BMCs created or restarted together do not come
-// due together every interval, and the BMCs of a slot are checked as a group. The
-// status is written only when it changes or lastChecked needs a refresh (BMCStatusRefreshAge).
+// due together every interval, and the BMCs of a slot are checked as a group. The status is written
+// only when it changes or lastChecked needs a refresh (BMCStatusRefreshAge).
 type BMCReconciler struct {
 	// Client reads BMCs (from the cache) and writes their status.
 	Client client.Client

@@ -296,7 +296,8 @@ func TestBMCsSharingAnAddressKeepTheirConnections(t *testing.T) {
 	for i := range drivers {
 		drivers[i] = newDriver(t, m.URL(), m.SystemPath(strconv.Itoa(i+1)), creds, bmc.Options{})
 	}
-	warm := 0                   // connections made by the first round, in which every driver logs in (and dials may race)
+	// warm: the connections of the first round, in which every driver logs in (and dials may race).
+	warm := 0
 	for round := range rounds { // every BMC polled at once, round after round
 		if round == 1 {
 			warm = m.Connections()
@@ -312,8 +313,7 @@ func TestBMCsSharingAnAddressKeepTheirConnections(t *testing.T) {
 	}
 	// The connections are kept between polls: the later rounds connect anew only by chance (a dial that
 	// raced a connection on its way back to the pool). With Go's default of two idle connections per
-	// address, or with bodies closed before their end (which closes their connection), 6 to 8 polls of
-	// every round connect anew.
+	// address, 6 of every round's 8 polls connect anew.
 	g.Expect(m.Connections()-warm).To(BeNumerically("<", n), "connections made by %d more rounds of polls of %d BMCs", rounds-1, n)
 }
 
