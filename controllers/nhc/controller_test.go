@@ -693,10 +693,7 @@ func TestOwnRequestGoesOutBeforeTheLease(t *testing.T) {
 	w := newWorld(t)
 	g := w.g
 	order := w.createOrder(nil)
-	pc := w.pcTemplate("pc")
-	check := w.check("nhc", &pc)
-	sick := w.node("w1", corev1.ConditionFalse, t0)
-	w.clk.SetTime(t0.Add(time.Hour))
+	check, sick := w.pcCheckWithSickNode()
 	w.reconcile(check)
 	g.Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{sick.Name}))
 	g.Expect(w.leaseHolder(sick)).To(Equal("NodeHealthCheck-" + check.Name))
@@ -759,10 +756,7 @@ func TestBurstSendsEveryRequestBeforeAnyLease(t *testing.T) {
 func TestLeaseTakenAfterTheRequestWentOut(t *testing.T) {
 	w := newWorld(t)
 	g := w.g
-	pc := w.pcTemplate("pc")
-	check := w.check("nhc", &pc)
-	sick := w.node("w1", corev1.ConditionFalse, t0)
-	w.clk.SetTime(t0.Add(time.Hour))
+	check, sick := w.pcCheckWithSickNode()
 	maintenance := w.maintenance()
 	w.createOrder(func(kind string) {
 		if kind == "PowerCycleRemediation" {
@@ -784,10 +778,7 @@ func TestLeaseTakenAfterTheRequestWentOut(t *testing.T) {
 func TestLeaseTakenByItsOwnRequestIsTakenOver(t *testing.T) {
 	w := newWorld(t)
 	g := w.g
-	pc := w.pcTemplate("pc")
-	check := w.check("nhc", &pc)
-	sick := w.node("w1", corev1.ConditionFalse, t0)
-	w.clk.SetTime(t0.Add(time.Hour))
+	check, sick := w.pcCheckWithSickNode()
 	remediator := w.leaseManager("PowerCycleRemediation-" + sick.Name)
 	w.createOrder(func(kind string) {
 		if kind == "PowerCycleRemediation" {

@@ -118,10 +118,7 @@ func TestOwnLeaseWritesAreNotRepeatedWhileTheCacheLags(t *testing.T) {
 func TestTakeOverIsNotRepeatedWhileTheCacheLags(t *testing.T) {
 	w := newWorld(t)
 	g := w.g
-	pc := w.pcTemplate("pc")
-	check := w.check("nhc", &pc)
-	sick := w.node("w1", corev1.ConditionFalse, t0)
-	w.clk.SetTime(t0.Add(time.Hour))
+	check, sick := w.pcCheckWithSickNode()
 	w.reconcile(check)
 	g.Expect(w.leaseHolder(sick)).To(Equal("NodeHealthCheck-" + check.Name))
 

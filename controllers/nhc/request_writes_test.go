@@ -5,7 +5,6 @@ import (
 	"reflect"
 	"sync"
 	"testing"
-	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -65,10 +64,7 @@ func TestOwnDeleteIsNotRepeatedWhileTheCacheLags(t *testing.T) {
 	w := newWorld(t)
 	g := w.g
 	freeze, deletes := w.stalePCRs()
-	pc := w.pcTemplate("pc")
-	check := w.check("nhc", &pc)
-	sick := w.node("w1", corev1.ConditionFalse, t0)
-	w.clk.SetTime(t0.Add(time.Hour))
+	check, sick := w.pcCheckWithSickNode()
 	w.reconcile(check)
 	g.Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{sick.Name}))
 

@@ -214,6 +214,17 @@ func (w *world) create(obj client.Object) {
 	w.t.Cleanup(func() { _ = k8s.Delete(context.Background(), obj) })
 }
 
+// pcCheckWithSickNode is the common opening: a check "nhc" with a PowerCycleRemediation template, one
+// Node w1 Ready=False since t0, and the clock an hour later, so that the Node is due for a request.
+func (w *world) pcCheckWithSickNode() (*v1alpha1.NodeHealthCheck, *corev1.Node) {
+	w.t.Helper()
+	pc := w.pcTemplate("pc")
+	check := w.check("nhc", &pc)
+	sick := w.node("w1", corev1.ConditionFalse, t0)
+	w.clk.SetTime(t0.Add(time.Hour))
+	return check, sick
+}
+
 // check creates a NodeHealthCheck selecting this world's pool: Ready Unknown or False for 5m, no budget
 // limit (maxUnhealthy 100%) unless mods change it.
 func (w *world) check(name string, ref *v1alpha1.TemplateReference, mods ...func(*v1alpha1.NodeHealthCheck)) *v1alpha1.NodeHealthCheck {
