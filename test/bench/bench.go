@@ -53,6 +53,8 @@ type bench struct {
 	track      *tracker
 	ctrl       *controller
 	report     *Report
+	// powerLog hears the Redfish mock's power changes, for the power cycles' BMC view.
+	powerLog powerLog
 
 	lastProfile chan struct{} // closed when the last CPU profile is saved
 
@@ -198,11 +200,15 @@ func (b *bench) startWorld(ctx context.Context) error {
 		BootDelay:     b.cfg.bootDelay,
 		PowerDelay:    b.cfg.powerDelay,
 		SkipBMCs:      b.cfg.peer() || !b.cfg.bmcs,
-		Log:           logWriter{},
+		// The power cycles' BMC view reads a whole batch's requests (about 15 per cycle, and the periodic
+		// checks): the default record of 10,000 would drop the start of a batch of 500.
+		RedfishRequestLimit: 200000,
+		Log:                 logWriter{},
 	})
 	if err != nil {
 		return fmt.Errorf("starting the world: %w", err)
 	}
+	b.powerLog.listen(b.h.Mock)
 	if b.kube, err = nodesim.NewClient(b.h.World.RESTConfig(), "bench"); err != nil {
 		return err
 	}

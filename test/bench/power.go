@@ -36,6 +36,11 @@ type CycleRun struct {
 	// Steps time each remediation's first attempt, step by step, from the stamps its status keeps (whole
 	// seconds): where a batch spends its time.
 	Steps []CycleStep `json:"steps,omitempty"`
+	// BMCSteps time the same cycles as their BMCs saw them, to the millisecond (see bmcStepNames), and
+	// BMCRequestsPerRemediation counts the Redfish requests of the batch (periodic checks included) per
+	// remediation.
+	BMCSteps                  []CycleStep `json:"bmcSteps,omitempty"`
+	BMCRequestsPerRemediation float64     `json:"bmcRequestsPerRemediation,omitempty"`
 }
 
 // CycleStep is one step of the remediations' first attempts, over the batch.
@@ -113,6 +118,8 @@ func (b *bench) cycleBatch(ctx context.Context, name string, nodes []string) (*C
 	logf("%s: %d power cycles at once (%s per Redfish request, %s power change, %s boot)",
 		name, len(nodes), b.cfg.bmcLatency, b.cfg.powerDelay, b.cfg.bootDelay)
 	created := make([]time.Time, len(nodes))
+	b.h.Mock.ResetRequests()
+	b.powerLog.reset()
 	start := time.Now()
 	if len(nodes) > 1 {
 		// The batch's busiest part: its first 30 s (with --pprof-dir).
@@ -163,8 +170,12 @@ func (b *bench) cycleBatch(ctx context.Context, name string, nodes []string) (*C
 	seen := b.emrs.since(start)
 	var durations []float64
 	var last time.Time
+	terminal := map[string]time.Time{}
 	for i, n := range nodes {
 		s, ok := seen[n]
+		if ok && !s.Terminal.IsZero() {
+			terminal[n] = s.Terminal
+		}
 		switch {
 		case !ok || s.Terminal.IsZero():
 			run.Unfinished++
@@ -184,6 +195,7 @@ func (b *bench) cycleBatch(ctx context.Context, name string, nodes []string) (*C
 	}
 	run.Seconds = stats(durations)
 	run.Steps = b.cycleSteps(ctx)
+	run.BMCSteps, run.BMCRequestsPerRemediation = b.bmcSteps(nodes, created, terminal, b.h.Mock.Requests())
 	logf("%s: makespan %.1fs; %d succeeded, %d failed, %d unfinished", name, run.MakespanSeconds, run.Succeeded, run.Failed, run.Unfinished)
 	p.Notes = append(p.Notes, fmt.Sprintf("%d power cycles: makespan %.1fs (then clean-up)", len(nodes), run.MakespanSeconds))
 

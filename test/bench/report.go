@@ -359,6 +359,17 @@ func (r *Report) print(out io.Writer) {
 			}
 		}
 		w.Flush()
+		fmt.Fprintf(out, "  the same, as the BMCs saw it (Redfish requests and power changes; p50 / p95 / max):\n")
+		w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		for _, x := range batches {
+			for _, st := range x.run.BMCSteps {
+				fmt.Fprintf(w, "    %s\t%s\t%.2fs / %.2fs / %.2fs\n", x.name, st.Name, st.Seconds.P50, st.Seconds.P95, st.Seconds.Max)
+			}
+			if x.run.BMCRequestsPerRemediation > 0 {
+				fmt.Fprintf(w, "    %s\tRedfish requests per remediation (periodic checks included)\t%.1f\n", x.name, x.run.BMCRequestsPerRemediation)
+			}
+		}
+		w.Flush()
 	}
 
 	fmt.Fprintf(out, "\nTARGETS\n")

@@ -56,6 +56,8 @@ type Options struct {
 	NodeLabels map[string]string
 	// SkipBMCs creates no BMC objects (a test that makes its own).
 	SkipBMCs bool
+	// RedfishRequestLimit is how many requests the Redfish mock's record keeps (0: the mock's default).
+	RedfishRequestLimit int
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 }
@@ -130,8 +132,12 @@ func Start(ctx context.Context, opts Options) (_ *Harness, err error) {
 	h.ManagerKubeconfig = user.Kubeconfig
 
 	h.logf("starting the Redfish BMC simulator with %d systems", opts.Workers)
-	h.Mock, err = redfishmock.New().WithSystems(opts.Workers).WithCredentials(BMCUsername, BMCPassword).
-		WithPowerDelay(opts.PowerDelay).WithControlEndpoint().Start()
+	mock := redfishmock.New().WithSystems(opts.Workers).WithCredentials(BMCUsername, BMCPassword).
+		WithPowerDelay(opts.PowerDelay).WithControlEndpoint()
+	if opts.RedfishRequestLimit > 0 {
+		mock = mock.WithRequestLimit(opts.RedfishRequestLimit)
+	}
+	h.Mock, err = mock.Start()
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/metalheal/metalheal/test/harness"
+	"github.com/metalheal/metalheal/test/redfish-mock/redfishmock"
+)
+
+// bmcStepNames name the steps of a power cycle as its BMC sees them, to the millisecond (the Redfish
+// mock's request record and power changes): where the time between the status stamps goes.
+var bmcStepNames = []string{
+	"created -> power-off request at the BMC",  // acceptance, lease, taint, power read, power-off record
+	"power-off request -> poll that reads Off", // one poll interval, ideally
+	"that poll -> power-on request at the BMC", // PoweredOff recorded, node fenced, power-on recorded
+	"power-on request -> poll that reads On",   // one poll interval, ideally
+	"that poll -> Succeeded seen",              // the boot, the node's Ready, taints and lease let go
+}
+
+// powerLog keeps the time of every power change of the Redfish mock's systems while a batch runs.
+type powerLog struct {
+	mu      sync.Mutex
+	changes map[string][]powerChange // by system ID
+}
+
+type powerChange struct {
+	to redfishmock.PowerState
+	at time.Time
+}
+
+// listen hears the mock's power changes from now on.
+func (l *powerLog) listen(m *redfishmock.Mock) {
+	l.mu.Lock()
+	l.changes = map[string][]powerChange{}
+	l.mu.Unlock()
+	m.OnPowerChange(func(id string, _, to redfishmock.PowerState) {
+		now := time.Now()
+		l.mu.Lock()
+		l.changes[id] = append(l.changes[id], powerChange{to: to, at: now})
+		l.mu.Unlock()
+	})
+}
+
+// reset forgets the changes heard so far.
+func (l *powerLog) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.changes = map[string][]powerChange{}
+}
+
+// first is the first change of system id to state at or after t.
+func (l *powerLog) first(id string, to redfishmock.PowerState, t time.Time) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.changes[id] {
+		if c.to == to && !c.at.Before(t) {
+			return c.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// bmcSteps times each node's power cycle from the mock's record of requests (arrival times) and its
+// power changes: the first reset after the create (power-off), the first read of the system after the
+// host was off, the next reset (power-on), the first read after the host was on, and the request seen
+// Succeeded. It also counts the mock's requests in the batch, per remediation.
+func (b *bench) bmcSteps(nodes []string, created []time.Time, terminal map[string]time.Time, reqs []redfishmock.Request) ([]CycleStep, float64) {
+	bySystem := map[string][]redfishmock.Request{}
+	for _, r := range reqs {
+		if r.System != "" {
+			bySystem[r.System] = append(bySystem[r.System], r)
+		}
+	}
+	isReset := func(r redfishmock.Request) bool {
+		return r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/Actions/ComputerSystem.Reset")
+	}
+	isRead := func(id string, r redfishmock.Request) bool {
+		return r.Method == http.MethodGet && r.Path == b.h.Mock.SystemPath(id)
+	}
+	next := func(rs []redfishmock.Request, from time.Time, match func(redfishmock.Request) bool) (time.Time, bool) {
+		for _, r := range rs {
+			if !r.Time.Before(from) && match(r) {
+				return r.Time, true
+			}
+		}
+		return time.Time{}, false
+	}
+	// A read that arrives up to one latency before a change answers after it.
+	early := b.cfg.bmcLatency
+	samples := make([][]float64, len(bmcStepNames))
+	for i, n := range nodes {
+		id := harness.SystemID(n)
+		rs := bySystem[id]
+		read := func(r redfishmock.Request) bool { return isRead(id, r) }
+		pollAfter := func(to redfishmock.PowerState) func(time.Time) (time.Time, bool) {
+			return func(t time.Time) (time.Time, bool) {
+				at, ok := b.powerLog.first(id, to, t)
+				if !ok {
+					return at, false
+				}
+				return next(rs, at.Add(-early), read)
+			}
+		}
+		reset := func(t time.Time) (time.Time, bool) { return next(rs, t, isReset) }
+		finders := []func(time.Time) (time.Time, bool){
+			reset, pollAfter(redfishmock.PowerOff), reset, pollAfter(redfishmock.PowerOn),
+			func(t time.Time) (time.Time, bool) { at, ok := terminal[n]; return at, ok && at.After(t) },
+		}
+		mark := created[i]
+		for j, find := range finders {
+			at, ok := find(mark)
+			if !ok {
+				break
+			}
+			samples[j] = append(samples[j], at.Sub(mark).Seconds())
+			mark = at
+		}
+	}
+	var steps []CycleStep
+	for i, name := range bmcStepNames {
+		if s := stats(samples[i]); s != nil {
+			steps = append(steps, CycleStep{Name: name, Seconds: s})
+		}
+	}
+	var perRemediation float64
+	if len(nodes) > 0 {
+		perRemediation = float64(len(reqs)) / float64(len(nodes))
+	}
+	return steps, perRemediation
+}
