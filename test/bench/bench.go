@@ -53,7 +53,7 @@ type bench struct {
 	track      *tracker
 	ctrl       *controller
 	report     *Report
-	// powerLog hears the Redfish mock's power changes, for the power cycles' BMC view.
+	// powerLog hears the Redfish mock's power changes and the hosts' boots, for the power cycles' BMC view.
 	powerLog powerLog
 
 	lastProfile chan struct{} // closed when the last CPU profile is saved
@@ -203,6 +203,7 @@ func (b *bench) startWorld(ctx context.Context) error {
 		// The power cycles' BMC view reads a whole batch's requests (about 15 per cycle, and the periodic
 		// checks): the default record of 10,000 would drop the start of a batch of 500.
 		RedfishRequestLimit: 200000,
+		OnBoot:              b.powerLog.booted,
 		Log:                 logWriter{},
 	})
 	if err != nil {

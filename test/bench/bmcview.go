@@ -17,13 +17,16 @@ var bmcStepNames = []string{
 	"power-off request -> poll that reads Off", // one poll interval, ideally
 	"that poll -> power-on request at the BMC", // PoweredOff recorded, node fenced, power-on recorded
 	"power-on request -> poll that reads On",   // one poll interval, ideally
-	"that poll -> Succeeded seen",              // the boot, the node's Ready, taints and lease let go
+	"that poll -> node Ready stored",           // the rest of the boot (--boot-delay after the host is on)
+	"node Ready stored -> Succeeded seen",      // the remediator sees it, lets taints and lease go
 }
 
-// powerLog keeps the time of every power change of the Redfish mock's systems while a batch runs.
+// powerLog keeps the time of every power change of the Redfish mock's systems, and of every boot of the
+// simulated hosts, while a batch runs.
 type powerLog struct {
 	mu      sync.Mutex
 	changes map[string][]powerChange // by system ID
+	boots   map[string][]time.Time   // by node
 }
 
 type powerChange struct {
@@ -33,9 +36,7 @@ type powerChange struct {
 
 // listen hears the mock's power changes from now on.
 func (l *powerLog) listen(m *redfishmock.Mock) {
-	l.mu.Lock()
-	l.changes = map[string][]powerChange{}
-	l.mu.Unlock()
+	l.reset()
 	m.OnPowerChange(func(id string, _, to redfishmock.PowerState) {
 		now := time.Now()
 		l.mu.Lock()
@@ -44,11 +45,32 @@ func (l *powerLog) listen(m *redfishmock.Mock) {
 	})
 }
 
-// reset forgets the changes heard so far.
+// booted records a simulated host's boot (harness.Options.OnBoot).
+func (l *powerLog) booted(node string, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.boots != nil {
+		l.boots[node] = append(l.boots[node], at)
+	}
+}
+
+// reset forgets the changes and boots heard so far.
 func (l *powerLog) reset() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.changes = map[string][]powerChange{}
+	l.changes, l.boots = map[string][]powerChange{}, map[string][]time.Time{}
+}
+
+// firstBoot is node's first boot at or after t.
+func (l *powerLog) firstBoot(node string, t time.Time) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, at := range l.boots[node] {
+		if !at.Before(t) {
+			return at, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // first is the first change of system id to state at or after t.
@@ -63,10 +85,10 @@ func (l *powerLog) first(id string, to redfishmock.PowerState, t time.Time) (tim
 	return time.Time{}, false
 }
 
-// bmcSteps times each node's power cycle from the mock's record of requests (arrival times) and its
-// power changes: the first reset after the create (power-off), the first read of the system after the
-// host was off, the next reset (power-on), the first read after the host was on, and the request seen
-// Succeeded. It also counts the mock's requests in the batch, per remediation.
+// bmcSteps times each node's power cycle from the mock's record of requests (arrival times), its power
+// changes and the simulated hosts' boots: the first reset after the create (power-off), the first read
+// of the system after the host was off, the next reset (power-on), the first read after the host was on,
+// the host's boot (its Node Ready stored), and the request seen Succeeded. It also counts the mock's requests in the batch, per remediation.
 func (b *bench) bmcSteps(nodes []string, created []time.Time, terminal map[string]time.Time, reqs []redfishmock.Request) ([]CycleStep, float64) {
 	bySystem := map[string][]redfishmock.Request{}
 	for _, r := range reqs {
@@ -104,9 +126,19 @@ func (b *bench) bmcSteps(nodes []string, created []time.Time, terminal map[strin
 				return next(rs, at.Add(-early), read)
 			}
 		}
-		reset := func(t time.Time) (time.Time, bool) { return next(rs, t, isReset) }
+		var lastReset time.Time
+		reset := func(t time.Time) (time.Time, bool) {
+			at, ok := next(rs, t, isReset)
+			lastReset = at
+			return at, ok
+		}
+		// The boot after the power-on; a poll later than the boot counts it as at once.
+		boot := func(t time.Time) (time.Time, bool) {
+			at, ok := b.powerLog.firstBoot(n, lastReset)
+			return laterOf(at, t), ok
+		}
 		finders := []func(time.Time) (time.Time, bool){
-			reset, pollAfter(redfishmock.PowerOff), reset, pollAfter(redfishmock.PowerOn),
+			reset, pollAfter(redfishmock.PowerOff), reset, pollAfter(redfishmock.PowerOn), boot,
 			func(t time.Time) (time.Time, bool) { at, ok := terminal[n]; return at, ok && at.After(t) },
 		}
 		mark := created[i]
@@ -130,4 +162,11 @@ func (b *bench) bmcSteps(nodes []string, created []time.Time, terminal map[strin
 		perRemediation = float64(len(reqs)) / float64(len(nodes))
 	}
 	return steps, perRemediation
+}
+
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

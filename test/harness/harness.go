@@ -58,6 +58,8 @@ type Options struct {
 	SkipBMCs bool
 	// RedfishRequestLimit is how many requests the Redfish mock's record keeps (0: the mock's default).
 	RedfishRequestLimit int
+	// OnBoot, if set, hears every simulated host that has booted (see nodesim.Options.OnBoot).
+	OnBoot func(node string, at time.Time)
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 }
@@ -152,7 +154,7 @@ func Start(ctx context.Context, opts Options) (_ *Harness, err error) {
 	simCtx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	h.Sim = nodesim.New(cs, nodesim.Options{Power: power, LeaseInterval: opts.LeaseInterval, BootDelay: opts.BootDelay,
-		Workers: simulatorWorkers(opts.Workers)})
+		Workers: simulatorWorkers(opts.Workers), OnBoot: opts.OnBoot})
 	if err := h.Sim.Start(simCtx); err != nil {
 		return nil, err
 	}
@@ -259,12 +261,11 @@ func (h *Harness) Stop() {
 	}
 }
 
-// simulatorWorkers is how many API calls the node simulator makes at once for n nodes. Real kubelets do
-// not wait for each other: with the simulator's default 16 calls at once, 5,000 nodes' lease renewals
-// (500 a second) fall behind as soon as the API server answers in more than 30 ms, as it does in a wave of
-// power cycles, and a booted node's first Ready report then waits behind thousands of renewals (the
-// simulator serves heartbeats first). One call at once per 16 nodes, at most 256, keeps up while the API
-// server answers within half a second.
+// simulatorWorkers is how many API calls the node simulator makes at once for n nodes' heartbeats (and
+// as many for boots, which never wait behind heartbeats). Real kubelets do not wait for each other: with
+// the simulator's default 16 calls at once, 5,000 nodes' lease renewals (500 a second) fall behind as
+// soon as the API server answers in more than 30 ms, as it does in a wave of power cycles. One call at
+// once per 16 nodes, at most 256, keeps up while the API server answers within half a second.
 func simulatorWorkers(n int) int {
 	return min(max(n/16, nodesim.DefaultWorkers), 256)
 }

@@ -24,7 +24,7 @@ const (
 	DefaultBootDelay = 10 * time.Second
 	// DefaultRetryInterval is how soon a failed API call is tried again.
 	DefaultRetryInterval = time.Second
-	// DefaultWorkers is how many API calls are made at once.
+	// DefaultWorkers is how many API calls are made at once for heartbeats, and as many for boots.
 	DefaultWorkers = 16
 	// DefaultName names the simulator in labels and its user agent.
 	DefaultName = "nodesim"
@@ -59,6 +59,8 @@ type Options struct {
 	RetryInterval time.Duration
 	// Workers: see DefaultWorkers.
 	Workers int
+	// OnBoot, if set, is called when a host has booted: its Node registered Ready and its lease renewed.
+	OnBoot func(node string, at time.Time)
 
 	// KubeletVersion is reported in each node's status. Default v1.36.3.
 	KubeletVersion string

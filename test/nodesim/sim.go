@@ -41,11 +41,13 @@ type Simulator struct {
 	mu    sync.Mutex
 	fleet *fleet
 
-	// Work that is due waits in two FIFOs, guarded by mu: heartbeats go before boots, so that registering
-	// thousands of nodes never delays the lease renewals of those already up.
-	beats, boots []task
-	ready        *sync.Cond    // signalled when work is added to the FIFOs
-	wake         chan struct{} // a buffered poke for the scheduler: the queue changed
+	// Work that is due waits in two FIFOs, guarded by mu, each with workers of its own: heartbeats and
+	// boots. Registering thousands of nodes never delays the lease renewals of those already up, and a
+	// host that boots registers without waiting behind the fleet's heartbeats, as a real kubelet, its own
+	// process, does.
+	beats, boots         []task
+	beatReady, bootReady *sync.Cond    // signalled when work is added to beats, boots
+	wake                 chan struct{} // a buffered poke for the scheduler: the queue changed
 
 	started atomic.Bool
 	done    chan struct{}
@@ -74,7 +76,7 @@ func New(client kubernetes.Interface, opts Options) *Simulator {
 		wake:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
 	}
-	s.ready = sync.NewCond(&s.mu)
+	s.beatReady, s.bootReady = sync.NewCond(&s.mu), sync.NewCond(&s.mu)
 	s.fleet = newFleet(timing{
 		bootDelay:      opts.BootDelay,
 		leaseInterval:  opts.LeaseInterval,
@@ -93,9 +95,10 @@ func jitter(max time.Duration) time.Duration {
 	return max - rand.N(max)
 }
 
-// Start starts the simulator's goroutines (a scheduler, Options.Workers API workers, and the informers
-// that let it act as a kubelet on its Nodes and Pods) and returns once the informers have synced. It runs
-// until ctx is done; Done is closed when it has stopped. The logger comes from ctx (logr).
+// Start starts the simulator's goroutines (a scheduler, Options.Workers API workers for heartbeats and as
+// many for boots, and the informers that let it act as a kubelet on its Nodes and Pods) and returns once
+// the informers have synced. It runs until ctx is done; Done is closed when it has stopped. The logger
+// comes from ctx (logr).
 func (s *Simulator) Start(ctx context.Context) (err error) {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("simulator started twice")
@@ -135,11 +138,13 @@ func (s *Simulator) Start(ctx context.Context) (err error) {
 		// Wake the idle workers to see that ctx is done.
 		<-ctx.Done()
 		s.mu.Lock()
-		s.ready.Broadcast()
+		s.beatReady.Broadcast()
+		s.bootReady.Broadcast()
 		s.mu.Unlock()
 	}()
 	for range s.opts.Workers {
-		wg.Go(func() { s.worker(ctx) })
+		wg.Go(func() { s.worker(ctx, &s.beats, s.beatReady) })
+		wg.Go(func() { s.worker(ctx, &s.boots, s.bootReady) })
 	}
 	wg.Go(func() { pods.run(ctx) })
 	wg.Go(func() { s.schedule(ctx) })
@@ -352,20 +357,20 @@ func (s *Simulator) schedule(ctx context.Context) {
 		s.mu.Lock()
 		s.fleet.schedule(now)
 		tasks := s.fleet.pop(now.Add(schedulingSlack))
+		var beats, boots int
 		for _, t := range tasks {
 			if t.kind == taskBoot {
 				s.boots = append(s.boots, t)
+				boots++
 			} else {
 				s.beats = append(s.beats, t)
+				beats++
 			}
 		}
 		next, pending := s.fleet.next()
 		s.mu.Unlock()
-		if len(tasks) == 1 {
-			s.ready.Signal()
-		} else if len(tasks) > 1 {
-			s.ready.Broadcast()
-		}
+		signal(s.beatReady, beats)
+		signal(s.bootReady, boots)
 
 		var timeout <-chan time.Time
 		var timer clock.Timer
@@ -387,10 +392,19 @@ func (s *Simulator) schedule(ctx context.Context) {
 	}
 }
 
-// worker does kubelet work until ctx is done.
-func (s *Simulator) worker(ctx context.Context) {
+// signal wakes as many workers as there are new tasks (a broadcast for more than one).
+func signal(c *sync.Cond, tasks int) {
+	if tasks == 1 {
+		c.Signal()
+	} else if tasks > 1 {
+		c.Broadcast()
+	}
+}
+
+// worker does the kubelet work of one FIFO (beats or boots, signalled by ready) until ctx is done.
+func (s *Simulator) worker(ctx context.Context, fifo *[]task, ready *sync.Cond) {
 	for {
-		t, ok := s.take(ctx)
+		t, ok := s.take(ctx, fifo, ready)
 		if !ok {
 			return
 		}
@@ -398,25 +412,20 @@ func (s *Simulator) worker(ctx context.Context) {
 	}
 }
 
-// take waits for work (heartbeats first); false once ctx is done.
-func (s *Simulator) take(ctx context.Context) (task, bool) {
+// take waits for work in fifo; false once ctx is done.
+func (s *Simulator) take(ctx context.Context, fifo *[]task, ready *sync.Cond) (task, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
 		if ctx.Err() != nil {
 			return task{}, false
 		}
-		switch {
-		case len(s.beats) > 0:
-			t := s.beats[0]
-			s.beats = s.beats[1:]
-			return t, true
-		case len(s.boots) > 0:
-			t := s.boots[0]
-			s.boots = s.boots[1:]
+		if len(*fifo) > 0 {
+			t := (*fifo)[0]
+			*fifo = (*fifo)[1:]
 			return t, true
 		}
-		s.ready.Wait()
+		ready.Wait()
 	}
 }
 
@@ -450,6 +459,9 @@ func (s *Simulator) do(ctx context.Context, t task) {
 	s.poke()
 	if booted {
 		s.pods.nodeUp(t.node)
+		if s.opts.OnBoot != nil {
+			s.opts.OnBoot(t.node, s.clock.Now())
+		}
 	}
 }
 
