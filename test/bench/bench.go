@@ -53,8 +53,10 @@ type bench struct {
 	track      *tracker
 	ctrl       *controller
 	report     *Report
-	// powerLog hears the Redfish mock's power changes and the hosts' boots, for the power cycles' BMC view.
+	// powerLog hears the Redfish mock's power changes and the hosts' boots, for the power cycles' BMC view;
+	// ends keeps what its last steps need until the audit log is read.
 	powerLog powerLog
+	ends     []waveEnds
 
 	lastProfile chan struct{} // closed when the last CPU profile is saved
 
@@ -118,6 +120,7 @@ func run(ctx context.Context, cfg config, command string) (err error) {
 	}
 	attribute(phases, reqs)
 	decompose(b.report.Detection, reqs, b.emrGVR.Resource)
+	b.finishSteps(reqs)
 	b.report.Phases = phases
 	b.report.finish()
 	b.report.print(os.Stdout)

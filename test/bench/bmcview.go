@@ -170,3 +170,81 @@ func laterOf(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// lastSteps are the names of the steps finishSteps splits "node Ready stored -> Succeeded seen" into,
+// from the API server's audit log.
+var lastStepNames = []string{
+	"node Ready stored -> remediator's first node write arrives", // its Node watch, a free worker
+	"that write -> Succeeded stored",                             // taints off, lease let go, status
+	"Succeeded stored -> Succeeded seen",                         // the bench's watch
+}
+
+// waveEnds are what finishSteps needs of a batch, kept until the audit log is read: each node's boot
+// after its power-on and the time its request was seen Succeeded.
+type waveEnds struct {
+	run      *CycleRun
+	boots    map[string]time.Time
+	terminal map[string]time.Time
+}
+
+// keepEnds remembers a batch's boots and ends for finishSteps.
+func (b *bench) keepEnds(run *CycleRun, nodes []string, terminal map[string]time.Time) {
+	ends := waveEnds{run: run, boots: map[string]time.Time{}, terminal: terminal}
+	b.powerLog.mu.Lock()
+	for _, n := range nodes {
+		if bs := b.powerLog.boots[n]; len(bs) > 0 {
+			ends.boots[n] = bs[len(bs)-1]
+		}
+	}
+	b.powerLog.mu.Unlock()
+	b.ends = append(b.ends, ends)
+}
+
+// finishSteps adds lastStepNames to each kept batch's BMC steps, from the controller's requests: its
+// first write of the node after the node's boot, and the last status write of the node's request stored
+// before the bench saw it Succeeded.
+func (b *bench) finishSteps(reqs []request) {
+	nodeWrites, statusWrites := map[string][]request{}, map[string][]request{}
+	for _, r := range reqs {
+		switch {
+		case r.write && r.resource == "nodes":
+			nodeWrites[r.name] = append(nodeWrites[r.name], r)
+		case r.write && r.resource == b.emrGVR.Resource+"/status":
+			statusWrites[r.name] = append(statusWrites[r.name], r)
+		}
+	}
+	for _, e := range b.ends {
+		samples := make([][]float64, len(lastStepNames))
+		for n, boot := range e.boots {
+			end, ok := e.terminal[n]
+			if !ok || !end.After(boot) {
+				continue
+			}
+			var first time.Time
+			for _, r := range nodeWrites[n] {
+				if r.at.After(boot) {
+					first = r.at
+					break
+				}
+			}
+			var stored time.Time
+			for _, r := range statusWrites[n] { // the bench names each request after its node
+				if done := r.at.Add(r.latency); r.at.After(boot) && !done.After(end) {
+					stored = done
+				}
+			}
+			if first.IsZero() || stored.Before(first) {
+				continue
+			}
+			marks := []time.Time{boot, first, stored, end}
+			for i := range lastStepNames {
+				samples[i] = append(samples[i], marks[i+1].Sub(marks[i]).Seconds())
+			}
+		}
+		for i, name := range lastStepNames {
+			if s := stats(samples[i]); s != nil {
+				e.run.BMCSteps = append(e.run.BMCSteps, CycleStep{Name: name, Seconds: s})
+			}
+		}
+	}
+}

@@ -196,6 +196,7 @@ func (b *bench) cycleBatch(ctx context.Context, name string, nodes []string) (*C
 	run.Seconds = stats(durations)
 	run.Steps = b.cycleSteps(ctx)
 	run.BMCSteps, run.BMCRequestsPerRemediation = b.bmcSteps(nodes, created, terminal, b.h.Mock.Requests())
+	b.keepEnds(run, nodes, terminal)
 	logf("%s: makespan %.1fs; %d succeeded, %d failed, %d unfinished", name, run.MakespanSeconds, run.Succeeded, run.Failed, run.Unfinished)
 	p.Notes = append(p.Notes, fmt.Sprintf("%d power cycles: makespan %.1fs (then clean-up)", len(nodes), run.MakespanSeconds))
 
