@@ -30,8 +30,16 @@ var (
 		Name: "metalheal_bmc_checks_total",
 		Help: "Checks of the BMC inventory, by result: CheckSucceeded, the reason of the condition that says what is wrong, or SkippedRemediating.",
 	}, []string{"result"})
+
+	// CacheWaits counts the reconciles that found the cached PowerCycleRemediation older than the
+	// remediator's own last write of it, and so waited for the cache rather than act on a stale copy.
+	// Steadily rising, it says the manager's watch of the API server falls behind.
+	CacheWaits = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "metalheal_powercycle_cache_waits_total",
+		Help: "Reconciles of a PowerCycleRemediation that found the cache older than the remediator's own last write, and waited for it.",
+	})
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(PhaseTransitions, RemediationDuration, BMCChecks)
+	ctrlmetrics.Registry.MustRegister(PhaseTransitions, RemediationDuration, BMCChecks, CacheWaits)
 }

@@ -255,6 +255,7 @@ func (r *RemediationReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if r.written.stale(req.NamespacedName, pcr.ResourceVersion) {
 		// The watch event of our own last write brings the next reconcile; the requeue is only a backstop.
 		logger.V(4).Info("The cache has not caught up with our last write yet; waiting for it")
+		CacheWaits.Inc()
 		return ctrl.Result{RequeueAfter: r.opts.PowerPollInterval}, nil
 	}
 	ctx = ctrl.LoggerInto(ctx, logger)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,12 +43,13 @@ func testStaleCacheIsNotActedOn(t *testing.T, api *apiServer) {
 	// staleReconcile reconciles with the cache handing out old: nothing may happen.
 	staleReconcile := func(old *v1alpha1.PowerCycleRemediation, what string) {
 		t.Helper()
-		rv, calls := w.get(key).ResourceVersion, driver()
+		rv, calls, waits := w.get(key).ResourceVersion, driver(), testutil.ToFloat64(CacheWaits)
 		writes.reset()
 		stale.Store(old)
 		res, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
 		stale.Store(nil)
 		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(testutil.ToFloat64(CacheWaits)-waits).To(BeNumerically(">=", 1), "%s: the wait is counted", what)
 		g.Expect(res.RequeueAfter).To(BeNumerically(">", 0), "%s: a backstop requeue", what)
 		g.Expect(writes.of("PowerCycleRemediation")).To(BeZero(), "%s: no write from a stale copy", what)
 		g.Expect(driver()).To(Equal(calls), "%s: no BMC call from a stale copy", what)

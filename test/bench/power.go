@@ -41,6 +41,32 @@ type CycleRun struct {
 	// remediation.
 	BMCSteps                  []CycleStep `json:"bmcSteps,omitempty"`
 	BMCRequestsPerRemediation float64     `json:"bmcRequestsPerRemediation,omitempty"`
+	// QueueWait is how long the remediator's reconciles waited in its queue for a worker, over the batch
+	// (controller-runtime's workqueue_queue_duration_seconds; metalheal's manager only).
+	QueueWait *QueueWait `json:"queueWait,omitempty"`
+}
+
+// QueueWait summarises a controller queue's waits: the mean, and the histogram buckets that hold the
+// median and the 95th percentile.
+type QueueWait struct {
+	Items  float64 `json:"items"`
+	MeanMs float64 `json:"meanMs"`
+	P50    string  `json:"p50Bound"`
+	P95    string  `json:"p95Bound"`
+	// CacheWaits counts the reconciles that waited for the cache to show the remediator's own last write
+	// (metalheal_powercycle_cache_waits_total).
+	CacheWaits float64 `json:"cacheWaits"`
+}
+
+// queueWait is the change of the remediator's queue waits from before to after.
+func queueWait(before, after series) *QueueWait {
+	const metric, label = "workqueue_queue_duration_seconds", `name="powercycleremediation"`
+	h := after.histogram(metric, label).minus(before.histogram(metric, label))
+	if h.Count == 0 {
+		return nil
+	}
+	return &QueueWait{Items: h.Count, MeanMs: 1000 * h.SumSecs / h.Count, P50: h.quantileBound(0.5), P95: h.quantileBound(0.95),
+		CacheWaits: after.sum("metalheal_powercycle_cache_waits_total") - before.sum("metalheal_powercycle_cache_waits_total")}
 }
 
 // CycleStep is one step of the remediations' first attempts, over the batch.
@@ -120,6 +146,10 @@ func (b *bench) cycleBatch(ctx context.Context, name string, nodes []string) (*C
 	created := make([]time.Time, len(nodes))
 	b.h.Mock.ResetRequests()
 	b.powerLog.reset()
+	var before series
+	if b.ctrl.metricsURL != "" {
+		before, _ = scrape(ctx, b.ctrl.metricsURL)
+	}
 	start := time.Now()
 	if len(nodes) > 1 {
 		// The batch's busiest part: its first 30 s (with --pprof-dir).
@@ -194,6 +224,11 @@ func (b *bench) cycleBatch(ctx context.Context, name string, nodes []string) (*C
 		run.MakespanSeconds = last.Sub(start).Seconds()
 	}
 	run.Seconds = stats(durations)
+	if before != nil {
+		if after, err := scrape(ctx, b.ctrl.metricsURL); err == nil {
+			run.QueueWait = queueWait(before, after)
+		}
+	}
 	run.Steps = b.cycleSteps(ctx)
 	run.BMCSteps, run.BMCRequestsPerRemediation = b.bmcSteps(nodes, created, terminal, b.h.Mock.Requests())
 	b.keepEnds(run, nodes, terminal)

@@ -365,6 +365,9 @@ func (r *Report) print(out io.Writer) {
 			for _, st := range x.run.BMCSteps {
 				fmt.Fprintf(w, "    %s\t%s\t%.2fs / %.2fs / %.2fs\n", x.name, st.Name, st.Seconds.P50, st.Seconds.P95, st.Seconds.Max)
 			}
+			if q := x.run.QueueWait; q != nil {
+				fmt.Fprintf(w, "    %s\tthe remediator's queue: %.0f reconciles waited for a worker\tmean %.0fms, p50 <= %ss, p95 <= %ss; %.0f waited for the cache\n", x.name, q.Items, q.MeanMs, q.P50, q.P95, q.CacheWaits)
+			}
 			if x.run.BMCRequestsPerRemediation > 0 {
 				fmt.Fprintf(w, "    %s\tRedfish requests per remediation (periodic checks included)\t%.1f\n", x.name, x.run.BMCRequestsPerRemediation)
 			}
