@@ -125,6 +125,10 @@ func run(cfg config) error {
 	restCfg.Burst = cfg.clientBurst
 	restCfg.UserAgent = "metalheal-manager"
 
+	cacheHTTP, err := cacheHTTPClient(restCfg)
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: cfg.metricsAddr},
@@ -134,6 +138,7 @@ func run(cfg config) error {
 		LeaderElectionID:        cfg.leaderElectionID,
 		LeaderElectionNamespace: cfg.namespace,
 		Cache: cache.Options{
+			HTTPClient: cacheHTTP,
 			SyncPeriod: &cfg.resyncPeriod,
 			// Nothing reads managedFields: dropping them keeps the cache small at thousands of nodes.
 			DefaultTransform: cache.TransformStripManagedFields(),
