@@ -102,6 +102,11 @@ func run(ctx context.Context, cfg config, command string) (err error) {
 		return err
 	}
 	defer func() { _ = b.ctrl.stop() }()
+	defer func() {
+		if b.emrs != nil {
+			b.emrs.stop() // a process of its own: it would outlive the bench
+		}
+	}()
 
 	if err := b.phases(ctx); err != nil {
 		logf("run stopped early: %v", err)

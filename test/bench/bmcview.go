@@ -88,7 +88,9 @@ func (l *powerLog) first(id string, to redfishmock.PowerState, t time.Time) (tim
 // bmcSteps times each node's power cycle from the mock's record of requests (arrival times), its power
 // changes and the simulated hosts' boots: the first reset after the create (power-off), the first read
 // of the system after the host was off, the next reset (power-on), the first read after the host was on,
-// the host's boot (its Node Ready stored), and the request seen Succeeded. It also counts the mock's requests in the batch, per remediation.
+// the host's boot (its Node Ready stored), and the request seen Succeeded. (A periodic check of the BMC
+// reads the system too: one that comes first counts as the poll.) It also counts the mock's requests in
+// the batch, per remediation.
 func (b *bench) bmcSteps(nodes []string, created []time.Time, terminal map[string]time.Time, reqs []redfishmock.Request) ([]CycleStep, float64) {
 	bySystem := map[string][]redfishmock.Request{}
 	for _, r := range reqs {

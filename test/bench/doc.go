@@ -23,6 +23,13 @@
 // fell behind. The controller's API requests come from the API server's audit log, filtered by its user
 // (metalheal's service account, or a dedicated user for a peer), by verb and resource.
 //
+// The power-cycle phases time each remediation's first attempt from the stamps of its status (whole
+// seconds), and again as its BMC saw it, to the millisecond: the Redfish mock's record of requests and
+// its power changes, the simulator's boots, and the audit log give the power-off request, the poll that
+// read the host off, the power-on request, the poll that read it on, the node's Ready, the remediator's
+// first write after it, and the Succeeded status stored and seen. For metalheal they add the
+// remediator's queue waits and the reconciles that waited for its cache (from the manager's metrics).
+//
 // Output: a table on stdout and a JSON file (--out). `make bench ARGS="--nodes=500"` runs it;
 // BENCHMARKS.md records the figures.
 package main

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -366,7 +367,8 @@ func (r *Report) print(out io.Writer) {
 				fmt.Fprintf(w, "    %s\t%s\t%.2fs / %.2fs / %.2fs\n", x.name, st.Name, st.Seconds.P50, st.Seconds.P95, st.Seconds.Max)
 			}
 			if q := x.run.QueueWait; q != nil {
-				fmt.Fprintf(w, "    %s\tthe remediator's queue: %.0f reconciles waited for a worker\tmean %.0fms, p50 <= %ss, p95 <= %ss; %.0f waited for the cache\n", x.name, q.Items, q.MeanMs, q.P50, q.P95, q.CacheWaits)
+				fmt.Fprintf(w, "    %s\tthe remediator's queue: %.0f reconciles waited for a worker\tmean %.0fms, p50 <= %s, p95 <= %s; %.0f waited for the cache\n",
+					x.name, q.Items, q.MeanMs, bucketSeconds(q.P50), bucketSeconds(q.P95), q.CacheWaits)
 			}
 			if x.run.BMCRequestsPerRemediation > 0 {
 				fmt.Fprintf(w, "    %s\tRedfish requests per remediation (periodic checks included)\t%.1f\n", x.name, x.run.BMCRequestsPerRemediation)
@@ -400,4 +402,13 @@ func ms(v float64) string {
 		return fmt.Sprintf("%.1fs", v/1000)
 	}
 	return fmt.Sprintf("%.1fms", v)
+}
+
+// bucketSeconds prints a histogram bucket's upper bound ("9.999999999999999e-05") as seconds ("0.0001s").
+func bucketSeconds(le string) string {
+	v, err := strconv.ParseFloat(le, 64)
+	if err != nil {
+		return le
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64) + "s"
 }

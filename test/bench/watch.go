@@ -43,6 +43,15 @@ type watcher struct {
 	byUID  map[types.UID]*sighting
 	onSeen func(s sighting) // called for each new request, outside the lock
 	pid    int              // the request watcher's process
+	proc   *os.Process
+	done   chan struct{} // closed once the watcher's output has ended and the process is reaped
+}
+
+// stop ends the request watcher's process and waits for it: a process of its own does not end with
+// the bench.
+func (w *watcher) stop() {
+	_ = w.proc.Kill()
+	<-w.done
 }
 
 // watchRemediations starts the request watcher (see runRequestWatcher) on gvr and returns once its
@@ -66,9 +75,10 @@ func watchRemediations(ctx context.Context, kubeconfig string, gvr schema.GroupV
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting the request watcher: %w", err)
 	}
-	w := &watcher{byUID: map[types.UID]*sighting{}, onSeen: onSeen, pid: cmd.Process.Pid}
+	w := &watcher{byUID: map[types.UID]*sighting{}, onSeen: onSeen, pid: cmd.Process.Pid, proc: cmd.Process, done: make(chan struct{})}
 	synced := make(chan error, 1)
 	go func() {
+		defer close(w.done)
 		dec := json.NewDecoder(out)
 		running := false // synced, and the bench waits on what it sees
 		for {
@@ -96,8 +106,12 @@ func watchRemediations(ctx context.Context, kubeconfig string, gvr schema.GroupV
 	}()
 	select {
 	case err := <-synced:
-		return w, err
+		if err != nil {
+			return nil, err
+		}
+		return w, nil
 	case <-ctx.Done():
+		w.stop()
 		return nil, fmt.Errorf("watching %s: %w", gvr, context.Cause(ctx))
 	}
 }
