@@ -45,7 +45,7 @@ func (l *powerLog) listen(m *redfishmock.Mock) {
 	})
 }
 
-// booted records a simulated host's boot (harness.Options.OnBoot).
+// booted records when a simulated host's Node was stored Ready after a boot (harness.Options.OnBoot).
 func (l *powerLog) booted(node string, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -69,6 +69,16 @@ func (l *powerLog) firstBoot(node string, t time.Time) (time.Time, bool) {
 		if !at.Before(t) {
 			return at, true
 		}
+	}
+	return time.Time{}, false
+}
+
+// lastBoot is node's latest boot heard.
+func (l *powerLog) lastBoot(node string) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if bs := l.boots[node]; len(bs) > 0 {
+		return bs[len(bs)-1], true
 	}
 	return time.Time{}, false
 }
@@ -173,7 +183,7 @@ func laterOf(a, b time.Time) time.Time {
 	return b
 }
 
-// lastSteps are the names of the steps finishSteps splits "node Ready stored -> Succeeded seen" into,
+// lastStepNames name the steps finishSteps splits "node Ready stored -> Succeeded seen" into,
 // from the API server's audit log.
 var lastStepNames = []string{
 	"node Ready stored -> remediator's first node write arrives", // its Node watch, a free worker
@@ -192,13 +202,11 @@ type waveEnds struct {
 // keepEnds remembers a batch's boots and ends for finishSteps.
 func (b *bench) keepEnds(run *CycleRun, nodes []string, terminal map[string]time.Time) {
 	ends := waveEnds{run: run, boots: map[string]time.Time{}, terminal: terminal}
-	b.powerLog.mu.Lock()
 	for _, n := range nodes {
-		if bs := b.powerLog.boots[n]; len(bs) > 0 {
-			ends.boots[n] = bs[len(bs)-1]
+		if at, ok := b.powerLog.lastBoot(n); ok {
+			ends.boots[n] = at
 		}
 	}
-	b.powerLog.mu.Unlock()
 	b.ends = append(b.ends, ends)
 }
 
@@ -222,17 +230,24 @@ func (b *bench) finishSteps(reqs []request) {
 			if !ok || !end.After(boot) {
 				continue
 			}
+			// The Ready is stamped when the simulator had the API server's answer; an idle remediator's
+			// write can arrive before that. Its earlier node writes (the taints) come seconds before.
 			var first time.Time
 			for _, r := range nodeWrites[n] {
-				if r.at.After(boot) {
-					first = r.at
+				if r.at.After(boot.Add(-time.Second)) {
+					first = laterOf(r.at, boot)
 					break
 				}
 			}
+			// The last status write that arrived before the bench saw Succeeded; an idle API server
+			// completes its answer just after the watch event has gone out.
 			var stored time.Time
 			for _, r := range statusWrites[n] { // the bench names each request after its node
-				if done := r.at.Add(r.latency); r.at.After(boot) && !done.After(end) {
-					stored = done
+				if r.at.After(boot) && r.at.Before(end) {
+					stored = r.at.Add(r.latency)
+					if stored.After(end) {
+						stored = end
+					}
 				}
 			}
 			if first.IsZero() || stored.Before(first) {

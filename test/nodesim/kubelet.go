@@ -24,8 +24,9 @@ const (
 )
 
 // boot is the kubelet starting: it registers its Node (creating it, or taking over the one that exists)
-// with Ready=True and a new boot ID, then creates or renews its lease.
-func (s *Simulator) boot(ctx context.Context, t task, now time.Time) error {
+// with Ready=True and a new boot ID, then creates or renews its lease. It returns when the Node was
+// stored Ready.
+func (s *Simulator) boot(ctx context.Context, t task, now time.Time) (time.Time, error) {
 	node := s.nodeObject(t, now)
 	nodes := s.client.CoreV1().Nodes()
 	var got *corev1.Node
@@ -42,9 +43,10 @@ func (s *Simulator) boot(ctx context.Context, t task, now time.Time) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("registering node %q: %w", t.node, err)
+		return time.Time{}, fmt.Errorf("registering node %q: %w", t.node, err)
 	}
-	return s.ensureLease(ctx, got, t.leaseCreated, now)
+	ready := s.clock.Now()
+	return ready, s.ensureLease(ctx, got, t.leaseCreated, now)
 }
 
 // renewLease renews a node's lease, recreating it if it is gone.

@@ -59,9 +59,9 @@ type Options struct {
 	RetryInterval time.Duration
 	// Workers: see DefaultWorkers.
 	Workers int
-	// OnBoot, if set, is called when a host has booted: its Node registered Ready and its lease renewed.
-	// It runs on the worker that booted the host, just after the boot is recorded (AddNodes may have
-	// returned already).
+	// OnBoot, if set, is called when a host has booted (its Node registered Ready and its lease renewed),
+	// with the time its Node was stored Ready. It runs on the worker that booted the host, just after the
+	// boot is recorded (AddNodes may have returned already).
 	OnBoot func(node string, at time.Time)
 
 	// KubeletVersion is reported in each node's status. Default v1.36.3.

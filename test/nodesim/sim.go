@@ -433,9 +433,10 @@ func (s *Simulator) take(ctx context.Context, fifo *[]task, ready *sync.Cond) (t
 func (s *Simulator) do(ctx context.Context, t task) {
 	now := s.clock.Now()
 	var err error
+	var readyAt time.Time // a boot's Node stored Ready
 	switch t.kind {
 	case taskBoot:
-		err = s.boot(ctx, t, now)
+		readyAt, err = s.boot(ctx, t, now)
 	case taskLease:
 		err = s.renewLease(ctx, t, now)
 	case taskStatus:
@@ -460,7 +461,7 @@ func (s *Simulator) do(ctx context.Context, t task) {
 	if booted {
 		s.pods.nodeUp(t.node)
 		if s.opts.OnBoot != nil {
-			s.opts.OnBoot(t.node, s.clock.Now())
+			s.opts.OnBoot(t.node, readyAt)
 		}
 	}
 }
