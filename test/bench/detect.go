@@ -102,10 +102,7 @@ func (b *bench) benchHeals() bool {
 func (b *bench) detect(ctx context.Context, name string, nodes []string, over time.Duration) (Detection, error) {
 	d := Detection{Phase: name, Failures: len(nodes), Over: over.Seconds()}
 	p := b.track.begin(name)
-	var before series
-	if b.ctrl.metricsURL != "" {
-		before, _ = scrape(ctx, b.ctrl.metricsURL)
-	}
+	before := b.managerMetrics(ctx)
 	if over == 0 {
 		b.profile(ctx, name, 30*time.Second)
 	}
@@ -206,11 +203,9 @@ func (b *bench) detect(ctx context.Context, name string, nodes []string, over ti
 		logf("%s: %d/%d detected; delay after expiry p50 %.1fms p95 %.1fms p99 %.1fms max %.1fms",
 			name, d.Detected, len(nodes), d.Stats.P50, d.Stats.P95, d.Stats.P99, d.Stats.Max)
 	}
-	if before != nil {
-		if after, err := scrape(ctx, b.ctrl.metricsURL); err == nil {
-			h := after.histogram("metalheal_detection_delay_seconds").minus(before.histogram("metalheal_detection_delay_seconds"))
-			d.ManagerHistogram = &h
-		}
+	if after := b.managerMetrics(ctx); before != nil && after != nil {
+		h := after.histogram("metalheal_detection_delay_seconds").minus(before.histogram("metalheal_detection_delay_seconds"))
+		d.ManagerHistogram = &h
 	}
 
 	// Wait for recovery: metalheal power-cycles the nodes; for a peer, the bench has healed them.

@@ -10,6 +10,18 @@ import (
 	"strings"
 )
 
+// managerMetrics scrapes metalheal's manager; nil for a peer (no metrics endpoint) or when it cannot.
+func (b *bench) managerMetrics(ctx context.Context) series {
+	if b.ctrl.metricsURL == "" {
+		return nil
+	}
+	m, err := scrape(ctx, b.ctrl.metricsURL)
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
 // series are the samples of a Prometheus text exposition: "name{labels}" → value.
 type series map[string]float64
 

@@ -146,10 +146,7 @@ func (b *bench) cycleBatch(ctx context.Context, name string, nodes []string) (*C
 	created := make([]time.Time, len(nodes))
 	b.h.Mock.ResetRequests()
 	b.powerLog.reset()
-	var before series
-	if b.ctrl.metricsURL != "" {
-		before, _ = scrape(ctx, b.ctrl.metricsURL)
-	}
+	before := b.managerMetrics(ctx)
 	start := time.Now()
 	if len(nodes) > 1 {
 		// The batch's busiest part: its first 30 s (with --pprof-dir).
@@ -224,10 +221,8 @@ func (b *bench) cycleBatch(ctx context.Context, name string, nodes []string) (*C
 		run.MakespanSeconds = last.Sub(start).Seconds()
 	}
 	run.Seconds = stats(durations)
-	if before != nil {
-		if after, err := scrape(ctx, b.ctrl.metricsURL); err == nil {
-			run.QueueWait = queueWait(before, after)
-		}
+	if after := b.managerMetrics(ctx); before != nil && after != nil {
+		run.QueueWait = queueWait(before, after)
 	}
 	run.Steps = b.cycleSteps(ctx)
 	run.BMCSteps, run.BMCRequestsPerRemediation = b.bmcSteps(nodes, created, terminal, b.h.Mock.Requests())

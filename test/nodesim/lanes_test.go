@@ -17,9 +17,8 @@ import (
 // leaseGate holds the lease requests of one node while it is closed: an API server slow to answer that
 // node's heartbeats.
 type leaseGate struct {
-	node    string
-	wrapped http.RoundTripper
-	held    chan struct{} // gets a value when a request is held
+	node string
+	held chan struct{} // gets a value when a request is held
 
 	mu     sync.Mutex
 	closed chan struct{} // nil while open
@@ -48,24 +47,26 @@ func (g *leaseGate) isClosed() bool {
 	return g.closed != nil
 }
 
-func (g *leaseGate) RoundTrip(req *http.Request) (*http.Response, error) {
-	if strings.HasSuffix(req.URL.Path, "/leases/"+g.node) {
-		g.mu.Lock()
-		closed := g.closed
-		g.mu.Unlock()
-		if closed != nil {
-			select {
-			case g.held <- struct{}{}:
-			default:
-			}
-			select {
-			case <-closed:
-			case <-req.Context().Done():
-				return nil, req.Context().Err()
+func (g *leaseGate) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if strings.HasSuffix(req.URL.Path, "/leases/"+g.node) {
+			g.mu.Lock()
+			closed := g.closed
+			g.mu.Unlock()
+			if closed != nil {
+				select {
+				case g.held <- struct{}{}:
+				default:
+				}
+				select {
+				case <-closed:
+				case <-req.Context().Done():
+					return nil, req.Context().Err()
+				}
 			}
 		}
-	}
-	return g.wrapped.RoundTrip(req)
+		return rt.RoundTrip(req)
+	})
 }
 
 // A host that boots registers while every heartbeat worker waits on the API server: its kubelet is its
@@ -79,7 +80,7 @@ func TestBootDoesNotWaitForHeartbeats(t *testing.T) {
 	gate := &leaseGate{node: "lanes-1", held: make(chan struct{}, 1)}
 	t.Cleanup(gate.open)
 	cfg := rest.CopyConfig(w.RESTConfig())
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { gate.wrapped = rt; return gate }
+	cfg.WrapTransport = gate.wrap
 	cs, err := nodesim.NewClient(cfg, "lanes")
 	g.Expect(err).NotTo(HaveOccurred())
 
