@@ -267,6 +267,8 @@ func (b *bench) addWorldMeters() {
 	}})
 	b.track.mu.Lock()
 	b.track.lag = b.h.Sim.TakeMaxLeaseDelay
+	b.track.server = b.serverCounters
+	b.track.peaks = b.etcdGauges
 	b.track.mu.Unlock()
 }
 

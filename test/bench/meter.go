@@ -115,6 +115,11 @@ type Phase struct {
 	// simulated kubelets kept up (a few ms) or fell behind a slow API server (a real kubelet would not
 	// wait for the others).
 	SimulatorLagMs *float64 `json:"simulatorLagMs,omitempty"`
+	// Server is the change over the phase of the API server's own counters (see serverCounters): its
+	// fairness queues' waits, the watches it closed on slow watchers, its etcd requests.
+	Server map[string]float64 `json:"apiServer,omitempty"`
+	// Peaks are the largest values of etcd's watch gauges sampled in the phase (see etcdGauges).
+	Peaks map[string]float64 `json:"etcdPeaks,omitempty"`
 	// Notes say what happened in the phase.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -131,6 +136,10 @@ type tracker struct {
 	gauges func() map[string]float64
 	// lag, when set, returns the world's worst lag since it was last called (see Phase.SimulatorLagMs).
 	lag func() time.Duration
+	// server, when set, reads counters whose change over each phase is recorded as its Server.
+	server func() map[string]float64
+	// peaks, when set, reads gauges sampled every second whose largest values are each phase's Peaks.
+	peaks func() map[string]float64
 }
 
 type phaseRun struct {
@@ -138,6 +147,7 @@ type phaseRun struct {
 	start    map[string]reading
 	peak     map[string]int64
 	counters map[string]float64
+	server   map[string]float64
 	// The machine's CPU time at the start (see machineCPU).
 	cpuTotal, cpuSteal uint64
 	cpuOK              bool
@@ -165,9 +175,23 @@ func (t *tracker) run(ctx context.Context) {
 
 func (t *tracker) sample() {
 	t.mu.Lock()
+	peaks := t.peaks
+	t.mu.Unlock()
+	var gauges map[string]float64
+	if peaks != nil {
+		gauges = peaks() // a scrape: not under the lock
+	}
+	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.cur == nil {
 		return
+	}
+	for k, v := range gauges {
+		if p := t.cur.phase; p.Peaks == nil {
+			p.Peaks = map[string]float64{k: v}
+		} else if v > p.Peaks[k] {
+			p.Peaks[k] = v
+		}
 	}
 	for _, m := range t.meters {
 		r := m.read()
@@ -192,6 +216,9 @@ func (t *tracker) begin(name string) *Phase {
 	}
 	if t.counters != nil {
 		run.counters = t.counters()
+	}
+	if t.server != nil {
+		run.server = t.server()
 	}
 	if t.lag != nil {
 		t.lag() // start over
@@ -233,13 +260,23 @@ func (t *tracker) end(now time.Time) {
 		p.SimulatorLagMs = new(float64(t.lag().Microseconds()) / 1000)
 	}
 	if t.counters != nil {
-		if end := t.counters(); end != nil {
-			p.Reconciles = map[string]float64{}
-			for k, v := range end {
-				p.Reconciles[k] = v - run.counters[k]
-			}
-		}
+		p.Reconciles = change(run.counters, t.counters())
 	}
+	if t.server != nil && run.server != nil {
+		p.Server = change(run.server, t.server())
+	}
+}
+
+// change is what counters read at a phase's end add to those read at its start; nil without an end.
+func change(start, end map[string]float64) map[string]float64 {
+	if end == nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for k, v := range end {
+		out[k] = v - start[k]
+	}
+	return out
 }
 
 func (t *tracker) finish() []*Phase {

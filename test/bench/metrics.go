@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"sort"
 	"strconv"
@@ -39,8 +40,13 @@ func scrape(ctx context.Context, url string) (series, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("scraping %s: %s", url, resp.Status)
 	}
+	return parseSeries(resp.Body)
+}
+
+// parseSeries reads a Prometheus text exposition.
+func parseSeries(r io.Reader) (series, error) {
 	out := series{}
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()

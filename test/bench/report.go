@@ -308,6 +308,9 @@ func (r *Report) print(out io.Writer) {
 		if l := p.WriteLatencyMs; l != nil {
 			fmt.Fprintf(out, "  %-17s API server time per write: p50 %.1fms, p99 %.1fms, max %.1fms\n", "", l.P50, l.P99, l.Max)
 		}
+		if line := serverLine(p); line != "" {
+			fmt.Fprintf(out, "  %-17s %s\n", "", line)
+		}
 		if len(p.Reconciles) > 0 {
 			names := make([]string, 0, len(p.Reconciles))
 			for k := range p.Reconciles {
@@ -411,4 +414,42 @@ func bucketSeconds(le string) string {
 		return le
 	}
 	return strconv.FormatFloat(v, 'g', 3, 64) + "s"
+}
+
+// serverLine sums up a phase's API server and etcd figures: the mean wait in each fairness queue that
+// had any, the watches closed on slow watchers, etcd's mean time per write, and etcd's peaks.
+func serverLine(p *Phase) string {
+	var parts []string
+	var waits []string
+	for k, n := range p.Server {
+		level, ok := strings.CutPrefix(k, "apf wait count ")
+		if !ok || n == 0 {
+			continue
+		}
+		waits = append(waits, fmt.Sprintf("%s %.1fms (%.0f)", level, 1000*p.Server["apf wait sum "+level]/n, n))
+	}
+	sort.Strings(waits)
+	if len(waits) > 0 {
+		parts = append(parts, "queue waits "+strings.Join(waits, ", "))
+	}
+	var closed []string
+	for k, n := range p.Server {
+		if r, ok := strings.CutPrefix(k, "terminated watchers "); ok && n > 0 {
+			closed = append(closed, fmt.Sprintf("%s %.0f", r, n))
+		}
+	}
+	sort.Strings(closed)
+	if len(closed) > 0 {
+		parts = append(parts, "watches closed "+strings.Join(closed, ", "))
+	}
+	for _, op := range []string{"update", "create"} {
+		if n := p.Server["etcd "+op+" count"]; n > 0 {
+			parts = append(parts, fmt.Sprintf("etcd %s %.1fms", op, 1000*p.Server["etcd "+op+" sum"]/n))
+		}
+	}
+	if pk := p.Peaks; pk != nil {
+		parts = append(parts, fmt.Sprintf("etcd peaks: %.0f slow watchers, %.0f pending events, %.0f streams, %.0f watchers",
+			pk["etcd slow watchers"], pk["etcd pending events"], pk["etcd watch streams"], pk["etcd watchers"]))
+	}
+	return strings.Join(parts, "; ")
 }

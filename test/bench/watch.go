@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,11 +46,14 @@ type watcher struct {
 	pid    int              // the request watcher's process
 	proc   *os.Process
 	done   chan struct{} // closed once the watcher's output has ended and the process is reaped
+	// stopping is set by stop: the output's end is then expected, not news.
+	stopping atomic.Bool
 }
 
 // stop ends the request watcher's process and waits for it: a process of its own does not end with
 // the bench.
 func (w *watcher) stop() {
+	w.stopping.Store(true)
 	_ = w.proc.Kill()
 	<-w.done
 }
@@ -87,7 +91,7 @@ func watchRemediations(ctx context.Context, kubeconfig string, gvr schema.GroupV
 				err = fmt.Errorf("the request watcher stopped: %w (%v)", err, cmd.Wait())
 				if !running {
 					synced <- err
-				} else if ctx.Err() == nil {
+				} else if ctx.Err() == nil && !w.stopping.Load() {
 					// The bench would wait for requests it can no longer see, until its phase times out.
 					logf("%v: remediation requests are no longer seen", err)
 				}

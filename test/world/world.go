@@ -324,3 +324,6 @@ func (w *World) Stop() error {
 	})
 	return w.stopErr
 }
+
+// EtcdURL is etcd's client address (plain HTTP on localhost); its /metrics is served there too.
+func (w *World) EtcdURL() string { return w.env.ControlPlane.Etcd.URL.String() }
