@@ -45,6 +45,9 @@ type Failure struct {
 	DecidedMs    *float64 `json:"decidedMs,omitempty"`
 	CreateSentMs *float64 `json:"createSentMs,omitempty"`
 	CreatedMs    *float64 `json:"createdMs,omitempty"`
+	// BMCRequestsNear counts the Redfish requests the BMC simulator received from 300 ms before Expiry to
+	// 100 ms after it: the periodic BMC checks the controller was making when it had to act.
+	BMCRequestsNear *int `json:"bmcRequestsNear,omitempty"`
 	// Verified: when the request appeared, the node still showed the condition the bench wrote.
 	Verified bool `json:"verified"`
 	// Reposts counts the times the condition was found overwritten and posted again (see holdNotReady).
@@ -198,6 +201,7 @@ func (b *bench) detect(ctx context.Context, name string, nodes []string, over ti
 		}
 		st.mu.Unlock()
 	}
+	b.countNearbyBMCRequests(states)
 	d.Stats = stats(delays)
 	if d.Stats != nil {
 		logf("%s: %d/%d detected; delay after expiry p50 %.1fms p95 %.1fms p99 %.1fms max %.1fms",
@@ -244,6 +248,28 @@ func (b *bench) detect(ctx context.Context, name string, nodes []string, over ti
 }
 
 func (b *bench) sim() *nodesim.Simulator { return b.h.Sim }
+
+// countNearbyBMCRequests sets each failure's BMCRequestsNear from the BMC simulator's record (kept since
+// the world started; the power cycles reset it).
+func (b *bench) countNearbyBMCRequests(states []*failureState) {
+	if b.h.Mock == nil {
+		return
+	}
+	record := b.h.Mock.Requests()
+	for _, st := range states {
+		st.mu.Lock()
+		if !st.f.Expiry.IsZero() {
+			from, to := st.f.Expiry.Add(-300*time.Millisecond), st.f.Expiry.Add(100*time.Millisecond)
+			i := sort.Search(len(record), func(i int) bool { return !record[i].Time.Before(from) })
+			n := 0
+			for ; i < len(record) && record[i].Time.Before(to); i++ {
+				n++
+			}
+			st.f.BMCRequestsNear = &n
+		}
+		st.mu.Unlock()
+	}
+}
 
 // holdNotReady posts the node's Ready=False condition and makes sure it holds. A heartbeat the simulator
 // took on before the hang can still land after the post when the simulator is working through a backlog
