@@ -2,11 +2,18 @@ package harness_test
 
 import (
 	"context"
+	"net/http"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
@@ -41,3 +48,52 @@ func TestManagerChecksBMCsWithDeployedRBAC(t *testing.T) {
 	g.Expect(string(logs)).NotTo(ContainSubstring(harness.BMCPassword), "the manager logged a BMC password")
 	g.Expect(string(logs)).NotTo(ContainSubstring("forbidden"), "the deployed RBAC lacks a permission the manager uses")
 }
+
+// The manager's requests have the priority level config/flowcontrol gives them, as kube-controller-
+// manager's do: workload-high, and leader-election for its leader election lease. Without it they fall
+// to workload-low, which lends most of its seats away while the manager is quiet.
+func TestManagerRequestsHaveTheirPriorityLevel(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	h, err := harness.Start(ctx, harness.Options{Workers: 1, Log: os.Stderr})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(h.Stop)
+
+	var levels flowcontrolv1.PriorityLevelConfigurationList
+	g.Expect(h.Client.List(ctx, &levels)).To(Succeed())
+	levelOf := map[string]string{} // UID → name
+	for _, l := range levels.Items {
+		levelOf[string(l.UID)] = l.Name
+	}
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", h.ManagerKubeconfig)
+	g.Expect(err).NotTo(HaveOccurred())
+	var last atomic.Value // the priority level of the last answer
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			if err == nil {
+				last.Store(levelOf[resp.Header.Get("X-Kubernetes-PF-PriorityLevel-UID")])
+			}
+			return resp, err
+		})
+	})
+	cs, err := kubernetes.NewForConfig(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	_, err = cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(last.Load()).To(Equal("workload-high"), "reading Nodes")
+
+	_, err = cs.CoordinationV1().Leases("medik8s-leases").List(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(last.Load()).To(Equal("workload-high"), "reading node maintenance leases")
+
+	_, err = cs.CoordinationV1().Leases(harness.Namespace).Get(ctx, "metalheal.remediation.metalheal.io", metav1.GetOptions{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no leader yet: %v", err)
+	g.Expect(last.Load()).To(Equal("leader-election"), "reading the leader election lease")
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
