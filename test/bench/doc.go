@@ -21,7 +21,11 @@
 // come from /proc (per phase: CPU seconds, share of one core, peak RSS); each phase also records what
 // makes its figures noisy: the load average, the machine's CPU steal and how far the simulated kubelets
 // fell behind. The controller's API requests come from the API server's audit log, filtered by its user
-// (metalheal's service account, or a dedicated user for a peer), by verb and resource.
+// (metalheal's service account, or a dedicated user for a peer), by verb and resource. The API server's
+// and etcd's own metrics add, per phase, how long requests waited in each priority level's fairness
+// queue, the watches the API server closed on slow watchers, etcd's time per write and its watch gauges;
+// each detected failure records the Redfish requests (the manager's periodic BMC checks) around its
+// expiry.
 //
 // The power-cycle phases time each remediation's first attempt from the stamps of its status (whole
 // seconds), and again as its BMC saw it, to the millisecond: the Redfish mock's record of requests and
