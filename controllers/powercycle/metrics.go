@@ -31,15 +31,23 @@ var (
 		Help: "Checks of the BMC inventory, by result: CheckSucceeded, the reason of the condition that says what is wrong, or SkippedRemediating.",
 	}, []string{"result"})
 
-	// CacheWaits counts the reconciles that found the cached PowerCycleRemediation older than the
-	// remediator's own last write of it, and so waited for the cache rather than act on a stale copy.
-	// Steadily rising, it says the manager's watch of the API server falls behind.
+	// CacheWaits counts the reconciles that found the cached PowerCycleRemediation older than the latest
+	// write the remediator knows of (someone else's, after a conflict), and so waited for the cache rather
+	// than act on a stale copy.
 	CacheWaits = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "metalheal_powercycle_cache_waits_total",
-		Help: "Reconciles of a PowerCycleRemediation that found the cache older than the remediator's own last write, and waited for it.",
+		Help: "Reconciles of a PowerCycleRemediation that found the cache older than the latest write the remediator knows of, and waited for it.",
+	})
+
+	// CacheSkips counts the reconciles that found the cached PowerCycleRemediation older than the
+	// remediator's own last write of it, and went on from the object that write left. Steadily rising,
+	// with CacheWaits, it says the manager's watch of the API server falls behind.
+	CacheSkips = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "metalheal_powercycle_cache_skips_total",
+		Help: "Reconciles of a PowerCycleRemediation that found the cache older than the remediator's own last write, and went on from the object that write left.",
 	})
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(PhaseTransitions, RemediationDuration, BMCChecks, CacheWaits)
+	ctrlmetrics.Registry.MustRegister(PhaseTransitions, RemediationDuration, BMCChecks, CacheWaits, CacheSkips)
 }

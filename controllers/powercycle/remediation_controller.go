@@ -251,12 +251,21 @@ func (r *RemediationReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	newer, stale := r.written.newer(req.NamespacedName, pcr.ResourceVersion)
+	if newer != nil {
+		pcr = newer // the cache has not caught up with our last write: go on from what it left
+	}
 	logger := ctrl.LoggerFrom(ctx).WithValues("powercycleremediation", klog.KObj(pcr), "phase", pcr.Status.Phase)
-	if r.written.stale(req.NamespacedName, pcr.ResourceVersion) {
-		// The watch event of our own last write brings the next reconcile; the requeue is only a backstop.
-		logger.V(4).Info("The cache has not caught up with our last write yet; waiting for it")
+	if stale && newer == nil {
+		// Someone else wrote after us: the watch event of that write brings the next reconcile; the
+		// requeue is only a backstop.
+		logger.V(4).Info("The cache has not caught up with the latest write yet; waiting for it")
 		CacheWaits.Inc()
 		return ctrl.Result{RequeueAfter: r.opts.PowerPollInterval}, nil
+	}
+	if stale {
+		logger.V(4).Info("The cache has not caught up with our last write yet; going on from what it left")
+		CacheSkips.Inc()
 	}
 	ctx = ctrl.LoggerInto(ctx, logger)
 	s := r.newScope(pcr, logger)

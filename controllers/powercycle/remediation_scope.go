@@ -82,10 +82,10 @@ func (r *RemediationReconciler) persist(ctx context.Context, s *scope) error {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return staleOr(fmt.Errorf("recording the status of PowerCycleRemediation %s/%s: %w", s.pcr.Namespace, s.pcr.Name, err))
+		return r.staleOr(s, fmt.Errorf("recording the status of PowerCycleRemediation %s/%s: %w", s.pcr.Namespace, s.pcr.Name, err))
 	}
-	r.written.wrote(client.ObjectKeyFromObject(s.pcr), old)
 	s.base = s.pcr.DeepCopy()
+	r.written.wrote(client.ObjectKeyFromObject(s.pcr), old, s.base)
 	r.announce(s)
 	return nil
 }
@@ -98,9 +98,10 @@ type staleObjectError struct{ err error }
 func (e *staleObjectError) Error() string { return e.err.Error() }
 func (e *staleObjectError) Unwrap() error { return e.err }
 
-// staleOr marks a conflict as a staleObjectError.
-func staleOr(err error) error {
+// staleOr marks a conflict as a staleObjectError, after which the remediation waits for the cache.
+func (r *RemediationReconciler) staleOr(s *scope, err error) error {
 	if apierrors.IsConflict(err) {
+		r.written.conflicted(client.ObjectKeyFromObject(s.pcr))
 		return &staleObjectError{err: err}
 	}
 	return err
@@ -130,10 +131,10 @@ func (r *RemediationReconciler) patchFinalizer(ctx context.Context, s *scope, ch
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return staleOr(fmt.Errorf("updating the finalizer of PowerCycleRemediation %s/%s: %w", s.pcr.Namespace, s.pcr.Name, err))
+		return r.staleOr(s, fmt.Errorf("updating the finalizer of PowerCycleRemediation %s/%s: %w", s.pcr.Namespace, s.pcr.Name, err))
 	}
-	r.written.wrote(client.ObjectKeyFromObject(s.pcr), old)
 	s.base = s.pcr.DeepCopy()
+	r.written.wrote(client.ObjectKeyFromObject(s.pcr), old, s.base)
 	return nil
 }
 

@@ -56,7 +56,7 @@ func TestRemediation(t *testing.T) {
 		"PowerOffIsRecordedBeforeItIsSent": testPowerOffRecordedFirst,
 		"ExcludedNodeIsNeverTouched":       testExcludedNode,
 		"IPMIDriverAgainstIPMISim":         testIPMI,
-		"StaleCacheIsNotActedOn":           testStaleCacheIsNotActedOn,
+		"StaleCacheGoesOnFromOurLastWrite": testStaleCacheGoesOnFromOurLastWrite,
 		"FirstPollCountsFromTheSend":       testFirstPollCountsFromTheSend,
 		"NoPollBeforeTheInterval":          testNoPollBeforeTheInterval,
 		"WritesOfOneRemediation":           testWritesOfOneRemediation,
