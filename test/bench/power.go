@@ -56,6 +56,9 @@ type QueueWait struct {
 	// CacheWaits counts the reconciles that waited for the cache to show the remediator's own last write
 	// (metalheal_powercycle_cache_waits_total).
 	CacheWaits float64 `json:"cacheWaits"`
+	// CacheSkips counts the reconciles that found the cache behind the remediator's own last write and
+	// went on from the object that write left (metalheal_powercycle_cache_skips_total).
+	CacheSkips float64 `json:"cacheSkips"`
 }
 
 // queueWait is the change of the remediator's queue waits from before to after.
@@ -66,7 +69,8 @@ func queueWait(before, after series) *QueueWait {
 		return nil
 	}
 	return &QueueWait{Items: h.Count, MeanMs: 1000 * h.SumSecs / h.Count, P50: h.quantileBound(0.5), P95: h.quantileBound(0.95),
-		CacheWaits: after.sum("metalheal_powercycle_cache_waits_total") - before.sum("metalheal_powercycle_cache_waits_total")}
+		CacheWaits: after.sum("metalheal_powercycle_cache_waits_total") - before.sum("metalheal_powercycle_cache_waits_total"),
+		CacheSkips: after.sum("metalheal_powercycle_cache_skips_total") - before.sum("metalheal_powercycle_cache_skips_total")}
 }
 
 // CycleStep is one step of the remediations' first attempts, over the batch.

@@ -370,8 +370,8 @@ func (r *Report) print(out io.Writer) {
 				fmt.Fprintf(w, "    %s\t%s\t%.2fs / %.2fs / %.2fs\n", x.name, st.Name, st.Seconds.P50, st.Seconds.P95, st.Seconds.Max)
 			}
 			if q := x.run.QueueWait; q != nil {
-				fmt.Fprintf(w, "    %s\tthe remediator's queue: %.0f reconciles waited for a worker\tmean %.0fms, p50 <= %s, p95 <= %s; %.0f waited for the cache\n",
-					x.name, q.Items, q.MeanMs, bucketSeconds(q.P50), bucketSeconds(q.P95), q.CacheWaits)
+				fmt.Fprintf(w, "    %s\tthe remediator's queue: %.0f reconciles waited for a worker\tmean %.0fms, p50 <= %s, p95 <= %s; %.0f waited for the cache, %.0f went on from their own last write\n",
+					x.name, q.Items, q.MeanMs, bucketSeconds(q.P50), bucketSeconds(q.P95), q.CacheWaits, q.CacheSkips)
 			}
 			if x.run.BMCRequestsPerRemediation > 0 {
 				fmt.Fprintf(w, "    %s\tRedfish requests per remediation (periodic checks included)\t%.1f\n", x.name, x.run.BMCRequestsPerRemediation)
