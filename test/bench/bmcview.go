@@ -195,13 +195,14 @@ var lastStepNames = []string{
 // after its power-on and the time its request was seen Succeeded.
 type waveEnds struct {
 	run      *CycleRun
+	start    time.Time // the batch's first create
 	boots    map[string]time.Time
 	terminal map[string]time.Time
 }
 
 // keepEnds remembers a batch's boots and ends for finishSteps.
-func (b *bench) keepEnds(run *CycleRun, nodes []string, terminal map[string]time.Time) {
-	ends := waveEnds{run: run, boots: map[string]time.Time{}, terminal: terminal}
+func (b *bench) keepEnds(run *CycleRun, start time.Time, nodes []string, terminal map[string]time.Time) {
+	ends := waveEnds{run: run, start: start, boots: map[string]time.Time{}, terminal: terminal}
 	for _, n := range nodes {
 		if at, ok := b.powerLog.lastBoot(n); ok {
 			ends.boots[n] = at
@@ -225,6 +226,8 @@ func (b *bench) finishSteps(reqs []request) {
 	}
 	for _, e := range b.ends {
 		samples := make([][]float64, len(lastStepNames))
+		var lastStored time.Time
+		stores := 0
 		for n, boot := range e.boots {
 			end, ok := e.terminal[n]
 			if !ok || !end.After(boot) {
@@ -250,6 +253,10 @@ func (b *bench) finishSteps(reqs []request) {
 					}
 				}
 			}
+			if !stored.IsZero() {
+				stores++
+				lastStored = laterOf(lastStored, stored)
+			}
 			if first.IsZero() || stored.Before(first) {
 				continue
 			}
@@ -257,6 +264,9 @@ func (b *bench) finishSteps(reqs []request) {
 			for i := range lastStepNames {
 				samples[i] = append(samples[i], marks[i+1].Sub(marks[i]).Seconds())
 			}
+		}
+		if stores > 0 && stores == len(e.terminal) {
+			e.run.StoredMakespanSeconds = lastStored.Sub(e.start).Seconds()
 		}
 		for i, name := range lastStepNames {
 			if s := stats(samples[i]); s != nil {
