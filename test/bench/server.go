@@ -34,8 +34,12 @@ func (b *bench) serverCounters() map[string]float64 {
 			}
 		case "apiserver_flowcontrol_rejected_requests_total":
 			out["apf rejected "+label(labels, "priority_level")] += v
-		case "apiserver_terminated_watchers_total", "apiserver_watch_cache_terminated_watchers_total":
-			out["terminated watchers "+label(labels, "resource")+label(labels, "group")] += v
+		case "apiserver_terminated_watchers_total":
+			resource := label(labels, "resource")
+			if g := label(labels, "group"); g != "" {
+				resource += "." + g
+			}
+			out["terminated watchers "+resource] += v
 		case "etcd_request_duration_seconds_sum", "etcd_request_duration_seconds_count":
 			out["etcd "+label(labels, "operation")+" "+suffix(metric)] += v
 		}
@@ -53,11 +57,10 @@ func (b *bench) etcdGauges() map[string]float64 {
 		return nil
 	}
 	return map[string]float64{
-		"etcd slow watchers":    m.sum("etcd_debugging_mvcc_slow_watcher_total"),
-		"etcd pending events":   m.sum("etcd_debugging_mvcc_pending_events_total"),
-		"etcd watch streams":    m.sum("etcd_debugging_mvcc_watch_stream_total"),
-		"etcd watchers":         m.sum("etcd_debugging_mvcc_watcher_total"),
-		"etcd apply duration s": m.sum("etcd_server_apply_duration_seconds_sum"),
+		"etcd slow watchers":  m.sum("etcd_debugging_mvcc_slow_watcher_total"),
+		"etcd pending events": m.sum("etcd_debugging_mvcc_pending_events_total"),
+		"etcd watch streams":  m.sum("etcd_debugging_mvcc_watch_stream_total"),
+		"etcd watchers":       m.sum("etcd_debugging_mvcc_watcher_total"),
 	}
 }
 
