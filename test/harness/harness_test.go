@@ -20,13 +20,22 @@ import (
 	"github.com/metalheal/metalheal/test/harness"
 )
 
+// startHarness starts a world of n workers, stopped when the test ends.
+func startHarness(t *testing.T, n int) *harness.Harness {
+	t.Helper()
+	h, err := harness.Start(context.Background(), harness.Options{Workers: n, Log: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	return h
+}
+
 // The real manager, under config/default's RBAC, checks every BMC of the world.
 func TestManagerChecksBMCsWithDeployedRBAC(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	h, err := harness.Start(ctx, harness.Options{Workers: 2, Log: os.Stderr})
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(h.Stop)
+	h := startHarness(t, 2)
 
 	m, err := h.StartManager(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -55,9 +64,7 @@ func TestManagerChecksBMCsWithDeployedRBAC(t *testing.T) {
 func TestManagerRequestsHaveTheirPriorityLevel(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	h, err := harness.Start(ctx, harness.Options{Workers: 1, Log: os.Stderr})
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(h.Stop)
+	h := startHarness(t, 1)
 
 	var levels flowcontrolv1.PriorityLevelConfigurationList
 	g.Expect(h.Client.List(ctx, &levels)).To(Succeed())
