@@ -12,6 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -65,12 +66,16 @@ func TestDefaultDeploysOnARealAPIServer(t *testing.T) {
 	g.Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 5))
 	g.Expect(kinds).To(HaveKeyWithValue("Deployment", 1))
 	g.Expect(kinds).To(HaveKeyWithValue("Namespace", 1))
+	g.Expect(kinds).To(HaveKeyWithValue("FlowSchema", 2))
 
+	var manager appsv1.Deployment
+	var schemas []flowcontrolv1.FlowSchema
 	for _, obj := range objs {
 		switch obj.GetKind() {
 		case "Deployment":
 			var d appsv1.Deployment
 			g.Expect(convert(obj, &d)).To(Succeed())
+			manager = d
 			pod := d.Spec.Template.Spec
 			g.Expect(pod.SecurityContext.RunAsNonRoot).To(HaveValue(BeTrue()), "the manager runs as non-root")
 			g.Expect(pod.Containers[0].SecurityContext.ReadOnlyRootFilesystem).To(HaveValue(BeTrue()), "read-only root filesystem")
@@ -85,6 +90,20 @@ func TestDefaultDeploysOnARealAPIServer(t *testing.T) {
 			var r rbacv1.Role
 			g.Expect(convert(obj, &r)).To(Succeed())
 			g.Expect(r.Namespace).To(Equal("metalheal-system"))
+		case "FlowSchema":
+			var fs flowcontrolv1.FlowSchema
+			g.Expect(convert(obj, &fs)).To(Succeed())
+			g.Expect(fs.Namespace).To(BeEmpty(), "FlowSchema %s is cluster-scoped", fs.Name)
+			schemas = append(schemas, fs)
+		}
+	}
+	// kustomize does not rewrite FlowSchema subjects: they must name the manager's service account as
+	// deployed.
+	for _, fs := range schemas {
+		for _, rule := range fs.Spec.Rules {
+			g.Expect(rule.Subjects).To(ConsistOf(HaveField("ServiceAccount", HaveValue(Equal(flowcontrolv1.ServiceAccountSubject{
+				Namespace: manager.Namespace, Name: manager.Spec.Template.Spec.ServiceAccountName,
+			})))), "FlowSchema %s names the manager's service account", fs.Name)
 		}
 	}
 	// Secrets are readable only in the manager's namespace.
