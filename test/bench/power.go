@@ -57,8 +57,8 @@ type QueueWait struct {
 	MeanMs float64 `json:"meanMs"`
 	P50    string  `json:"p50Bound"`
 	P95    string  `json:"p95Bound"`
-	// CacheWaits counts the reconciles that waited for the cache to show the remediator's own last write
-	// (metalheal_powercycle_cache_waits_total).
+	// CacheWaits counts the reconciles that waited for the cache to show the latest write the remediator
+	// knew of, someone else's after a conflict (metalheal_powercycle_cache_waits_total).
 	CacheWaits float64 `json:"cacheWaits"`
 	// CacheSkips counts the reconciles that found the cache behind the remediator's own last write and
 	// went on from the object that write left (metalheal_powercycle_cache_skips_total).
