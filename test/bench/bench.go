@@ -381,8 +381,8 @@ func (b *bench) startController(ctx context.Context) error {
 func (b *bench) reconcileCounts() map[string]float64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	m, err := scrape(ctx, b.ctrl.metricsURL)
-	if err != nil {
+	m := b.managerMetrics(ctx)
+	if m == nil {
 		return nil
 	}
 	out := map[string]float64{}
@@ -399,8 +399,8 @@ func (b *bench) reconcileCounts() map[string]float64 {
 func (b *bench) runtimeGauges() map[string]float64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	m, err := scrape(ctx, b.ctrl.metricsURL)
-	if err != nil {
+	m := b.managerMetrics(ctx)
+	if m == nil {
 		return nil
 	}
 	return map[string]float64{
@@ -581,8 +581,8 @@ func (b *bench) waitPeriodicChecks(ctx context.Context) error {
 			return fmt.Errorf("waiting for the BMC inventory's periodic checks: %w", ctx.Err())
 		case <-tick.C:
 		}
-		m, err := scrape(ctx, b.ctrl.metricsURL)
-		if err != nil {
+		m := b.managerMetrics(ctx)
+		if m == nil {
 			continue
 		}
 		if m.sum("metalheal_bmc_checks_total") > float64(b.cfg.nodes) {
