@@ -121,9 +121,10 @@ func phaseLabel(p v1alpha1.PowerCyclePhase) string {
 	return string(p)
 }
 
-// start accepts a new request and goes on with Pending's work at once. The acceptance is recorded by
-// Pending's first write (the remediation taint's record), or at the end of the reconcile when Pending
-// has to wait: a request that is ready to go costs no write and no round trip of its own.
+// start accepts a new request and goes on with Pending's work at once. The acceptance is recorded by the
+// write that enters PoweringOff (with the remediation taint and the power-off request), or at the end of
+// the reconcile when Pending has to wait: a request that is ready to go costs no write and no round trip
+// of its own.
 func (r *RemediationReconciler) start(ctx context.Context, s *scope) (ctrl.Result, error) {
 	s.setCondition(v1alpha1.ConditionPermanentNodeDeletionExpected, metav1.ConditionFalse, v1alpha1.ReasonAsExpected,
 		"the node is power-cycled, not deleted")

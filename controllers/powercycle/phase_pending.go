@@ -16,9 +16,10 @@ import (
 // reasonNodeExcluded: the node is labelled remediation.medik8s.io/exclude-from-remediation=true.
 const reasonNodeExcluded = "NodeExcluded"
 
-// pending gets everything ready before the host is touched: the node, its BMC, the node lease and the
-// remediation taint; then the first attempt starts. While something is missing it waits (no lease is
-// taken while the BMC is not usable), with waits that grow the longer it lasts.
+// pending gets everything ready before the host is touched: the node, its BMC and the node lease; then
+// the first attempt starts, whose write entering PoweringOff records the acceptance too, and which puts
+// the remediation taint on the node before the power-off request goes out. While something is missing
+// it waits (no lease is taken while the BMC is not usable), with waits that grow the longer it lasts.
 func (r *RemediationReconciler) pending(ctx context.Context, s *scope) (ctrl.Result, error) {
 	st := s.status()
 	if st.NodeName == "" {
@@ -61,8 +62,7 @@ func (r *RemediationReconciler) pending(ctx context.Context, s *scope) (ctrl.Res
 	if err != nil || !ok {
 		return ctrl.Result{RequeueAfter: leaseWait}, err
 	}
-	if err := r.ensureTaint(ctx, s, remediationTaint()); err != nil || s.abandoned {
-		return ctrl.Result{}, err
-	}
+	// The remediation taint goes on in PoweringOff, right after the write that records the acceptance,
+	// the taint and the power-off request together, and before that request is sent.
 	return r.startAttempt(ctx, s)
 }

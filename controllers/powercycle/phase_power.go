@@ -27,6 +27,9 @@ func (r *RemediationReconciler) poweringOff(ctx context.Context, s *scope) (ctrl
 		target:   v1alpha1.PowerOff,
 		timeout:  s.spec.powerOffTimeout,
 		deadline: s.phaseStart().Add(s.spec.powerOffTimeout),
+		// The remediation taint is claimed by the write that records the power-off request (the one
+		// that enters PoweringOff, for a request that is ready) and added right after it.
+		taints: []corev1.Taint{remediationTaint()},
 		beforeRequest: func() {
 			if r.opts.ManagerNodeName != "" && r.opts.ManagerNodeName == s.status().NodeName {
 				r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeWarning, EventPoweringOffManagerNode, ActionPowerCycle,
@@ -58,6 +61,8 @@ type powerWait struct {
 	deadline time.Time
 	// beforeRequest, if set, runs once just before the power request is sent.
 	beforeRequest func()
+	// taints must be on the node before the power request goes out (see requestPower).
+	taints []corev1.Taint
 	// confirmed runs when the BMC reads the target state.
 	confirmed func() (ctrl.Result, error)
 }
@@ -100,7 +105,7 @@ func (r *RemediationReconciler) awaitPower(ctx context.Context, s *scope, w powe
 		if w.beforeRequest != nil {
 			w.beforeRequest()
 		}
-		if err := r.requestPower(ctx, s, d, w.target); err != nil {
+		if err := r.requestPower(ctx, s, d, w.target, w.taints...); err != nil {
 			return r.bmcTrouble(s, err, w.deadline, expired)
 		}
 	}
@@ -171,30 +176,33 @@ func (r *RemediationReconciler) startPowerOn(ctx context.Context, s *scope) (ctr
 	return ctrl.Result{RequeueAfter: r.opts.PowerPollInterval}, nil
 }
 
-// fence adds the out-of-service taint (if the spec wants it) to a node whose host is confirmed off. It
-// is called only from phases entered on the BMC's confirmation.
+// fence taints a node whose host is confirmed off (see fenceTaints). It is called only from phases
+// entered on the BMC's confirmation.
 func (r *RemediationReconciler) fence(ctx context.Context, s *scope) error {
-	if !s.spec.outOfServiceTaint {
-		return nil
-	}
-	err := r.ensureTaint(ctx, s, outOfServiceTaint(s.now))
-	if apierrors.IsNotFound(err) {
-		return nil // no node left to fence
-	}
-	return err
+	return r.ensureTaints(ctx, s, fenceTaints(s)...)
 }
 
-// claimFence counts the out-of-service taint as ours ahead of fencing, so that the write entering
-// PoweredOff also records it, and fence has nothing left to record before it taints the node.
-func (r *RemediationReconciler) claimFence(ctx context.Context, s *scope) error {
-	if !s.spec.outOfServiceTaint {
-		return nil
+// fenceTaints are the taints of a node whose host is confirmed off: the out-of-service taint, if the
+// spec wants it, and the remediation taint, which a host that read Off before any power-off request was
+// sent does not have yet.
+func fenceTaints(s *scope) []corev1.Taint {
+	taints := []corev1.Taint{remediationTaint()}
+	if s.spec.outOfServiceTaint {
+		taints = append(taints, outOfServiceTaint(s.now))
 	}
+	return taints
+}
+
+// claimFence counts the fence's taints as ours ahead of fencing, so that the write entering PoweredOff
+// also records them, and fence has nothing left to record before it taints the node.
+func (r *RemediationReconciler) claimFence(ctx context.Context, s *scope) error {
 	node, err := r.getNode(ctx, s)
 	if err != nil {
 		return ignoreNotFound(err)
 	}
-	claimTaint(s, node, outOfServiceTaint(s.now))
+	for _, t := range fenceTaints(s) {
+		claimTaint(s, node, t)
+	}
 	return nil
 }
 

@@ -75,16 +75,18 @@ func (r *RemediationReconciler) readPower(ctx context.Context, s *scope, d bmc.D
 	return state, nil
 }
 
-// requestPower records a power request, then sends it (bounded by the BMC call timeout). A request that
-// failed is forgotten, so that it may be sent again; one that went out is never sent again in the phase.
-func (r *RemediationReconciler) requestPower(ctx context.Context, s *scope, d bmc.Driver, target v1alpha1.PowerState) error {
+// requestPower records a power request, then sends it (bounded by the BMC call timeout). taints are what
+// the node must carry before the request goes out: the write that records the request claims them too,
+// and they are added between that write and the send. A request that could not be sent is forgotten,
+// so that it may be sent again; one that went out is never sent again in the phase.
+func (r *RemediationReconciler) requestPower(ctx context.Context, s *scope, d bmc.Driver, target v1alpha1.PowerState, taints ...corev1.Taint) error {
 	st := s.status()
 	st.PowerRequest = &v1alpha1.PowerRequest{Target: target, Time: stamp(s.now)}
-	if err := r.persist(ctx, s); err != nil {
+	if err := r.ensureTaints(ctx, s, taints...); err != nil || s.abandoned {
+		if !s.abandoned {
+			st.PowerRequest = nil // recorded, but the node could not be tainted: not sent
+		}
 		return err
-	}
-	if s.abandoned {
-		return nil
 	}
 	if err := r.sendPower(ctx, s, d, target); err != nil {
 		st.PowerRequest = nil

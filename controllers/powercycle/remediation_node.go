@@ -9,24 +9,37 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
-// ensureTaint puts taint on the node. A taint the node already has is left alone and not counted as
-// ours; one we add is first recorded in status.appliedTaints (durably), so cleanup after a restart
-// still knows to remove it.
-func (r *RemediationReconciler) ensureTaint(ctx context.Context, s *scope, taint corev1.Taint) error {
-	node, err := r.getNode(ctx, s)
-	if err != nil {
-		return fmt.Errorf("reading node %s to taint it: %w", s.status().NodeName, err)
+// ensureTaints puts taints on the node, in one update. A taint the node already has is left alone and not
+// counted as ours; one we add is first recorded in status.appliedTaints (durably, by the status write that
+// records whatever else is pending), so cleanup after a restart still knows to remove it. The status is
+// recorded even when the node needs nothing, or is gone.
+func (r *RemediationReconciler) ensureTaints(ctx context.Context, s *scope, taints ...corev1.Taint) error {
+	var node *corev1.Node
+	var missing []corev1.Taint
+	if len(taints) > 0 {
+		var err error
+		node, err = r.getNode(ctx, s)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("reading node %s to taint it: %w", s.status().NodeName, err)
+		}
+		for _, t := range taints {
+			if node == nil {
+				break
+			}
+			if claimTaint(s, node, t) {
+				missing = append(missing, t)
+			}
+		}
 	}
-	if !claimTaint(s, node, taint) {
-		return nil
-	}
-	if err := r.persist(ctx, s); err != nil || s.abandoned {
+	if err := r.persist(ctx, s); err != nil || s.abandoned || len(missing) == 0 {
 		return err
 	}
-	if err := r.writeTaints(ctx, s, node, append(slices.Clone(node.Spec.Taints), taint)); err != nil {
-		return fmt.Errorf("adding taint %s to node %s: %w", taint.Key, node.Name, err)
+	if err := r.writeTaints(ctx, s, node, append(slices.Clone(node.Spec.Taints), missing...)); err != nil {
+		return fmt.Errorf("tainting node %s: %w", node.Name, err)
 	}
-	s.log.Info("Tainted node", "node", node.Name, "taint", taint.Key, "effect", taint.Effect)
+	for _, t := range missing {
+		s.log.Info("Tainted node", "node", node.Name, "taint", t.Key, "effect", t.Effect)
+	}
 	return nil
 }
 

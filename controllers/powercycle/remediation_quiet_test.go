@@ -255,9 +255,10 @@ func testWritesOfOneRemediation(t *testing.T, api *apiServer) {
 
 	g.Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
 	g.Expect(writes.all()).To(Equal(map[string]int{
-		// accepted with the remediation taint's record; PoweringOff with its request; PoweredOff with the
-		// out-of-service taint's record; PoweringOn with its request; WaitingForNode; Succeeded
-		"update PowerCycleRemediation/status": 6,
+		// accepted and PoweringOff, with the remediation taint's record and the power-off request;
+		// PoweredOff with the out-of-service taint's record; PoweringOn with its request; WaitingForNode;
+		// Succeeded
+		"update PowerCycleRemediation/status": 5,
 		"update PowerCycleRemediation":        2, // the finalizer on, then off
 		"update Node":                         3, // the two taints on, one at a time, then both off
 		"create Lease":                        1,

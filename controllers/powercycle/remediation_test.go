@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -54,6 +55,8 @@ func TestRemediation(t *testing.T) {
 		"LeaseHeldByOwnerNotYetCached":     testLeaseHeldByOwnerNotYetCached,
 		"RestartAtEveryPhase":              testRestartAtEveryPhase,
 		"PowerOffIsRecordedBeforeItIsSent": testPowerOffRecordedFirst,
+		"TaintRefusedHoldsThePowerOff":     testTaintRefusedHoldsThePowerOff,
+		"HostAlreadyOffIsFencedAtOnce":     testHostAlreadyOff,
 		"ExcludedNodeIsNeverTouched":       testExcludedNode,
 		"IPMIDriverAgainstIPMISim":         testIPMI,
 		"StaleCacheGoesOnFromOurLastWrite": testStaleCacheGoesOnFromOurLastWrite,
@@ -900,20 +903,27 @@ func testRestartAtEveryPhase(t *testing.T, api *apiServer) {
 }
 
 // A power-off is recorded in the request's status before it is sent: were the manager on the node it
-// powers off, its successor would find the record. The BMC checks it at the moment it is asked.
+// powers off, its successor would find the record. By then the node carries the remediation taint, which
+// the same write claimed (the acceptance, the taint and the request take one write). The BMC checks it
+// all at the moment it is asked.
 func testPowerOffRecordedFirst(t *testing.T, api *apiServer) {
 	g := NewWithT(t)
 	w, hosts := fakeHosts(t, api)
 	node := w.fakeHost("worker-11", nil)
 	key := w.nhcRemediation(node, spec(reboot, 3))
-	var recorded []bool
+	type seen struct{ recorded, claimed, tainted bool }
+	var atPowerOff []seen
 	registry := bmc.NewRegistry()
 	g.Expect(registry.Register(bmc.DriverRedfish, func(addr bmc.Address, creds bmc.Credentials, opts bmc.Options) (bmc.Driver, error) {
 		d, err := hosts.New(addr, creds, opts)
 		return &checkingDriver{Driver: d, beforePowerOff: func() {
 			p := &v1alpha1.PowerCycleRemediation{}
 			w.must(w.c.Get(context.Background(), key, p)) // straight from the API server
-			recorded = append(recorded, p.Status.PowerRequest != nil && p.Status.PowerRequest.Target == v1alpha1.PowerOff)
+			atPowerOff = append(atPowerOff, seen{
+				recorded: p.Status.PowerRequest != nil && p.Status.PowerRequest.Target == v1alpha1.PowerOff,
+				claimed:  slices.Contains(p.Status.AppliedTaints, v1alpha1.TaintRemediation),
+				tainted:  slices.Contains(w.taintKeys(node), v1alpha1.TaintRemediation),
+			})
 		}}, err
 	})).To(Succeed())
 	w.registry = registry
@@ -921,9 +931,61 @@ func testPowerOffRecordedFirst(t *testing.T, api *apiServer) {
 
 	w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
 
-	g.Expect(recorded).To(Equal([]bool{true}))
+	g.Expect(atPowerOff).To(Equal([]seen{{recorded: true, claimed: true, tainted: true}}))
 	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 	g.Expect(w.drainEvents()).To(ContainElement(HavePrefix("Warning PoweringOffManagerNode")))
+}
+
+// The node refuses the remediation taint (it changed meanwhile): the power-off request recorded with the
+// taint's claim is not sent, and the record is dropped again, so that a later reconcile taints the node
+// and sends it, once.
+func testTaintRefusedHoldsThePowerOff(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.fakeHost("worker-16", nil)
+	key := w.nhcRemediation(node, spec(reboot, 3))
+	host := hosts.Driver(fakeAddress(node))
+	refusing, _ := w.interceptedClient(interceptor.Funcs{
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if _, ok := obj.(*corev1.Node); ok {
+				return apierrors.NewConflict(corev1.Resource("nodes"), obj.GetName(), errors.New("the node changed"))
+			}
+			return c.Update(ctx, obj, opts...)
+		},
+	})
+	w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.Client = refusing }
+	_, err := w.reconciler().Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+	g.Expect(err).To(MatchError(ContainSubstring("tainting node " + node)))
+	p := w.get(key)
+	g.Expect(p.Status.Phase).To(Equal(v1alpha1.PhasePoweringOff))
+	g.Expect(p.Status.PowerRequest).To(BeNil(), "a request that was not sent is not on record")
+	g.Expect(p.Status.AppliedTaints).To(ConsistOf(v1alpha1.TaintRemediation))
+	g.Expect(powerOps(host)).To(BeEmpty())
+
+	w.reconcilerOptions = nil
+	w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+	g.Expect(powerOps(host)).To(Equal([]string{"Off", "On"}))
+}
+
+// A host that already reads Off is sent no power-off: the write entering PoweredOff claims both the
+// remediation taint and the out-of-service taint, and the node gets both at once, before the power-on.
+func testHostAlreadyOff(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.fakeHost("worker-17", nil)
+	host := hosts.Driver(fakeAddress(node))
+	host.SetPowerState(bmc.PowerStateOff)
+	key := w.nhcRemediation(node, spec(reboot, 3))
+	var atPowerOn [][]string
+	w.registry = checkingPowerOn(t, bmc.DriverRedfish, hosts.New, func() { atPowerOn = append(atPowerOn, w.taintKeys(node)) })
+
+	w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+
+	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+	g.Expect(powerOps(host)).To(Equal([]string{"On"}))
+	g.Expect(atPowerOn).To(Equal([][]string{{v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService}}))
+	g.Expect(w.taintKeys(node)).To(BeEmpty())
 }
 
 // checkingDriver runs a check just before passing a power change on (either check may be nil).

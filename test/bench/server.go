@@ -41,7 +41,14 @@ func (b *bench) serverCounters() map[string]float64 {
 			}
 			out["terminated watchers "+resource] += v
 		case "etcd_request_duration_seconds_sum", "etcd_request_duration_seconds_count":
-			out["etcd "+label(labels, "operation")+" "+suffix(metric)] += v
+			op := label(labels, "operation")
+			out["etcd "+op+" "+suffix(metric)] += v
+			// An update the API server tried against its watch cache's copy of the object, found stale
+			// and did again from etcd's costs a read of the object (and the update's work twice).
+			if r := b.emrGVR; suffix(metric) == "count" && label(labels, "resource") == r.Resource && label(labels, "group") == r.Group &&
+				(op == "get" || op == "update") {
+				out["requests etcd "+op] += v
+			}
 		}
 	}
 	return out

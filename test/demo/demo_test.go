@@ -45,8 +45,9 @@ var causal = [][2]step{
 	{stepInjected, stepNotReady},
 	{stepNotReady, stepEMRCreated}, // the NodeHealthCheck's duration
 	{stepLeaseTaken, stepPoweringOff},
-	{stepEMRCreated, stepCordoned},
 	{stepEMRCreated, stepPoweringOff},
+	{stepPoweringOff, stepCordoned},    // the write that records the power-off request claims the taint
+	{stepCordoned, stepHostOff},        // no power-off is sent to an untainted node
 	{stepPoweringOff, stepHostOff},     // the BMC's power delay
 	{stepHostOff, stepPoweredOff},      // the remediator reads Off only once it is off
 	{stepPoweredOff, stepFenced},       // never taint on a guess

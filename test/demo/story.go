@@ -26,8 +26,8 @@ const (
 	stepNotReady                  // the node lifecycle controller marks the node Ready=Unknown
 	stepEMRCreated                // the NodeHealthCheck creates the PowerCycleRemediation (detection)
 	stepLeaseTaken                // the node lease appears in medik8s-leases
+	stepPoweringOff               // the remediation enters PoweringOff, the power-off request on record
 	stepCordoned                  // the remediator's NoSchedule taint is on the node
-	stepPoweringOff               // the remediation enters PoweringOff
 	stepHostOff                   // the BMC simulator's host is Off
 	stepPoweredOff                // the remediator read Off from the BMC: power-off confirmed
 	stepFenced                    // the out-of-service taint is on the node
@@ -74,7 +74,7 @@ func (s step) String() string {
 
 // storySteps are the steps of a successful story, in order: the demo waits for all of them.
 var storySteps = []step{
-	stepInjected, stepNotReady, stepEMRCreated, stepLeaseTaken, stepCordoned, stepPoweringOff, stepHostOff,
+	stepInjected, stepNotReady, stepEMRCreated, stepLeaseTaken, stepPoweringOff, stepCordoned, stepHostOff,
 	stepPoweredOff, stepFenced, stepPoweringOn, stepHostOn, stepPoweredOn, stepNodeReady, stepTaintsRemoved,
 	stepRemediated, stepEMRDeleted, stepEMRGone, stepLeaseReleased,
 }
