@@ -423,8 +423,9 @@ func bucketSeconds(le string) string {
 }
 
 // serverLine sums up a phase's API server and etcd figures: the mean wait in each fairness queue that
-// had any, the watches closed on slow watchers, etcd's mean time per write, how many updates of the requests
-// the API server did again from etcd (its watch cache held an older copy), and etcd's peaks.
+// had any, the watches closed on slow watchers, etcd's mean time per write, the requests' reads from etcd
+// beside their updates (an update that found the watch cache's copy stale reads the object and is done
+// again; a delete reads it first), and etcd's peaks.
 func serverLine(p *Phase) string {
 	var parts []string
 	var waits []string
@@ -455,8 +456,7 @@ func serverLine(p *Phase) string {
 		}
 	}
 	if n := p.Server["requests etcd update"]; n > 0 {
-		parts = append(parts, fmt.Sprintf("requests' updates read again from etcd (watch cache behind) %.0f of %.0f",
-			p.Server["requests etcd get"], n))
+		parts = append(parts, fmt.Sprintf("requests read from etcd %.0f times for %.0f updates", p.Server["requests etcd get"], n))
 	}
 	if pk := p.Peaks; pk != nil {
 		parts = append(parts, fmt.Sprintf("etcd peaks: %.0f slow watchers, %.0f pending events, %.0f streams, %.0f watchers",

@@ -44,7 +44,7 @@ func (b *bench) serverCounters() map[string]float64 {
 			op := label(labels, "operation")
 			out["etcd "+op+" "+suffix(metric)] += v
 			// An update the API server tried against its watch cache's copy of the object, found stale
-			// and did again from etcd's costs a read of the object (and the update's work twice).
+			// and did again costs a read from etcd (and the update's work twice); a delete reads too.
 			if r := b.emrGVR; suffix(metric) == "count" && label(labels, "resource") == r.Resource && label(labels, "group") == r.Group &&
 				(op == "get" || op == "update") {
 				out["requests etcd "+op] += v
