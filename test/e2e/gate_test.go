@@ -21,11 +21,11 @@ import (
 const phaseGateName = "e2e-phase-hold"
 
 // phaseGateExpression allows a PowerCycleRemediation's status update unless its parameters (a ConfigMap:
-// request name → phase) hold the request in the phase it is leaving.
+// request name → phase) hold the request in the phase it is leaving; held in "", a new request is held
+// before its first phase.
 const phaseGateExpression = `!(has(params.data) && object.metadata.name in params.data &&
-  has(oldObject.status) && has(oldObject.status.phase) &&
-  oldObject.status.phase == params.data[object.metadata.name] &&
-  (!has(object.status) || !has(object.status.phase) || object.status.phase != oldObject.status.phase))`
+  (has(oldObject.status) && has(oldObject.status.phase) ? oldObject.status.phase : '') == params.data[object.metadata.name] &&
+  (has(object.status) && has(object.status.phase) ? object.status.phase : '') != params.data[object.metadata.name])`
 
 // phaseGate holds remediation requests in a phase: the API server refuses the status update that would
 // move a held request on, so the manager does the phase's work and cannot record that it is done. A
