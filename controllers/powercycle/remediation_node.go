@@ -12,22 +12,22 @@ import (
 // ensureTaints puts taints on the node, in one update. A taint the node already has is left alone and not
 // counted as ours; one we add is first recorded in status.appliedTaints (durably, by the status write that
 // records whatever else is pending), so cleanup after a restart still knows to remove it. The status is
-// recorded even when the node needs nothing, or is gone.
+// recorded even when the node needs nothing, or is gone (a node that is gone has nothing to taint).
 func (r *RemediationReconciler) ensureTaints(ctx context.Context, s *scope, taints ...corev1.Taint) error {
 	var node *corev1.Node
 	var missing []corev1.Taint
 	if len(taints) > 0 {
-		var err error
-		node, err = r.getNode(ctx, s)
-		if err != nil && !apierrors.IsNotFound(err) {
+		n, err := r.getNode(ctx, s)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
 			return fmt.Errorf("reading node %s to taint it: %w", s.status().NodeName, err)
-		}
-		for _, t := range taints {
-			if node == nil {
-				break
-			}
-			if claimTaint(s, node, t) {
-				missing = append(missing, t)
+		default:
+			node = n
+			for _, t := range taints {
+				if claimTaint(s, node, t) {
+					missing = append(missing, t)
+				}
 			}
 		}
 	}
@@ -35,7 +35,7 @@ func (r *RemediationReconciler) ensureTaints(ctx context.Context, s *scope, tain
 		return err
 	}
 	if err := r.writeTaints(ctx, s, node, append(slices.Clone(node.Spec.Taints), missing...)); err != nil {
-		return fmt.Errorf("tainting node %s: %w", node.Name, err)
+		return ignoreNotFound(fmt.Errorf("tainting node %s: %w", node.Name, err))
 	}
 	for _, t := range missing {
 		s.log.Info("Tainted node", "node", node.Name, "taint", t.Key, "effect", t.Effect)
