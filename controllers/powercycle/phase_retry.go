@@ -61,7 +61,8 @@ func (r *RemediationReconciler) escalating(ctx context.Context, s *scope) (ctrl.
 		return giveUp(fmt.Sprintf("the BMC still reports %s after %s", state, s.spec.powerOffTimeout))
 	}
 	if s.status().PowerRequest == nil {
-		if err := r.requestPower(ctx, s, d, v1alpha1.PowerOff); err != nil {
+		// No power-off goes to an untainted node: every attempt may have failed before sending one.
+		if err := r.requestPower(ctx, s, d, v1alpha1.PowerOff, remediationTaint()); err != nil {
 			return r.bmcTrouble(s, err, deadline, giveUp)
 		}
 	}

@@ -57,6 +57,7 @@ func TestRemediation(t *testing.T) {
 		"PowerOffIsRecordedBeforeItIsSent": testPowerOffRecordedFirst,
 		"TaintRefusedHoldsThePowerOff":     testTaintRefusedHoldsThePowerOff,
 		"HostAlreadyOffIsFencedAtOnce":     testHostAlreadyOff,
+		"EscalationTaintsBeforePowerOff":   testEscalationTaintsBeforePowerOff,
 		"ExcludedNodeIsNeverTouched":       testExcludedNode,
 		"IPMIDriverAgainstIPMISim":         testIPMI,
 		"StaleCacheGoesOnFromOurLastWrite": testStaleCacheGoesOnFromOurLastWrite,
@@ -986,6 +987,38 @@ func testHostAlreadyOff(t *testing.T, api *apiServer) {
 	g.Expect(powerOps(host)).To(Equal([]string{"On"}))
 	g.Expect(atPowerOn).To(Equal([][]string{{v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService}}))
 	g.Expect(w.taintKeys(node)).To(BeEmpty())
+}
+
+// Every attempt failed before a power-off could be sent (the BMC could not be read), so the node never
+// got the remediation taint; when the BMC answers again in Escalating, the power-off that escalation
+// sends is the first the host gets, and the node carries the taint by then.
+func testEscalationTaintsBeforePowerOff(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.fakeHost("worker-18", nil)
+	host := hosts.Driver(fakeAddress(node))
+	host.FailAlways(bmc.OperationPowerState, &bmc.Error{Driver: "fake", Operation: bmc.OperationPowerState, Kind: bmc.ErrUnreachable,
+		Err: fmt.Errorf("dial tcp 10.0.0.18:443: connect: no route to host")})
+	var taintedAtPowerOff []bool
+	registry := bmc.NewRegistry()
+	g.Expect(registry.Register(bmc.DriverRedfish, func(addr bmc.Address, creds bmc.Credentials, opts bmc.Options) (bmc.Driver, error) {
+		d, err := hosts.New(addr, creds, opts)
+		return &checkingDriver{Driver: d, beforePowerOff: func() {
+			taintedAtPowerOff = append(taintedAtPowerOff, slices.Contains(w.taintKeys(node), v1alpha1.TaintRemediation))
+		}}, err
+	})).To(Succeed())
+	w.registry = registry
+	key := w.nhcRemediation(node, spec(escalate, 1))
+	r := w.reconciler()
+	w.drive(key, same(r), nil, untilPhase(v1alpha1.PhaseEscalating))
+	g.Expect(w.taintKeys(node)).To(BeEmpty())
+
+	host.FailAlways(bmc.OperationPowerState, nil) // the BMC answers again
+	w.drive(key, same(r), nil, untilSettled)
+
+	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseFailed))
+	g.Expect(powerOps(host)).To(Equal([]string{"Off"}))
+	g.Expect(taintedAtPowerOff).To(Equal([]bool{true}))
 }
 
 // checkingDriver runs a check just before passing a power change on (either check may be nil).
