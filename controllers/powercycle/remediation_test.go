@@ -914,20 +914,15 @@ func testPowerOffRecordedFirst(t *testing.T, api *apiServer) {
 	key := w.nhcRemediation(node, spec(reboot, 3))
 	type seen struct{ recorded, claimed, tainted bool }
 	var atPowerOff []seen
-	registry := bmc.NewRegistry()
-	g.Expect(registry.Register(bmc.DriverRedfish, func(addr bmc.Address, creds bmc.Credentials, opts bmc.Options) (bmc.Driver, error) {
-		d, err := hosts.New(addr, creds, opts)
-		return &checkingDriver{Driver: d, beforePowerOff: func() {
-			p := &v1alpha1.PowerCycleRemediation{}
-			w.must(w.c.Get(context.Background(), key, p)) // straight from the API server
-			atPowerOff = append(atPowerOff, seen{
-				recorded: p.Status.PowerRequest != nil && p.Status.PowerRequest.Target == v1alpha1.PowerOff,
-				claimed:  slices.Contains(p.Status.AppliedTaints, v1alpha1.TaintRemediation),
-				tainted:  slices.Contains(w.taintKeys(node), v1alpha1.TaintRemediation),
-			})
-		}}, err
-	})).To(Succeed())
-	w.registry = registry
+	w.registry = checkingPowerOff(t, bmc.DriverRedfish, hosts.New, func() {
+		p := &v1alpha1.PowerCycleRemediation{}
+		w.must(w.c.Get(context.Background(), key, p)) // straight from the API server
+		atPowerOff = append(atPowerOff, seen{
+			recorded: p.Status.PowerRequest != nil && p.Status.PowerRequest.Target == v1alpha1.PowerOff,
+			claimed:  slices.Contains(p.Status.AppliedTaints, v1alpha1.TaintRemediation),
+			tainted:  slices.Contains(w.taintKeys(node), v1alpha1.TaintRemediation),
+		})
+	})
 	w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.ManagerNodeName = node }
 
 	w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
@@ -1000,14 +995,9 @@ func testEscalationTaintsBeforePowerOff(t *testing.T, api *apiServer) {
 	host.FailAlways(bmc.OperationPowerState, &bmc.Error{Driver: "fake", Operation: bmc.OperationPowerState, Kind: bmc.ErrUnreachable,
 		Err: fmt.Errorf("dial tcp 10.0.0.18:443: connect: no route to host")})
 	var taintedAtPowerOff []bool
-	registry := bmc.NewRegistry()
-	g.Expect(registry.Register(bmc.DriverRedfish, func(addr bmc.Address, creds bmc.Credentials, opts bmc.Options) (bmc.Driver, error) {
-		d, err := hosts.New(addr, creds, opts)
-		return &checkingDriver{Driver: d, beforePowerOff: func() {
-			taintedAtPowerOff = append(taintedAtPowerOff, slices.Contains(w.taintKeys(node), v1alpha1.TaintRemediation))
-		}}, err
-	})).To(Succeed())
-	w.registry = registry
+	w.registry = checkingPowerOff(t, bmc.DriverRedfish, hosts.New, func() {
+		taintedAtPowerOff = append(taintedAtPowerOff, slices.Contains(w.taintKeys(node), v1alpha1.TaintRemediation))
+	})
 	key := w.nhcRemediation(node, spec(escalate, 1))
 	r := w.reconciler()
 	w.drive(key, same(r), nil, untilPhase(v1alpha1.PhaseEscalating))
@@ -1045,11 +1035,23 @@ func (d *checkingDriver) PowerOn(ctx context.Context) error {
 // checkingPowerOn is a registry whose driver of kind (built by factory) runs check just before every
 // power-on.
 func checkingPowerOn(t *testing.T, kind string, factory bmc.Factory, check func()) *bmc.Registry {
+	return checkingRegistry(t, kind, factory, checkingDriver{beforePowerOn: check})
+}
+
+// checkingPowerOff is checkingPowerOn for power-offs.
+func checkingPowerOff(t *testing.T, kind string, factory bmc.Factory, check func()) *bmc.Registry {
+	return checkingRegistry(t, kind, factory, checkingDriver{beforePowerOff: check})
+}
+
+// checkingRegistry is a registry whose driver of kind (built by factory) runs checks' checks.
+func checkingRegistry(t *testing.T, kind string, factory bmc.Factory, checks checkingDriver) *bmc.Registry {
 	t.Helper()
 	registry := bmc.NewRegistry()
 	if err := registry.Register(kind, func(addr bmc.Address, creds bmc.Credentials, opts bmc.Options) (bmc.Driver, error) {
 		d, err := factory(addr, creds, opts)
-		return &checkingDriver{Driver: d, beforePowerOn: check}, err
+		c := checks
+		c.Driver = d
+		return &c, err
 	}); err != nil {
 		t.Fatal(err)
 	}
