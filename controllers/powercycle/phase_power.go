@@ -196,14 +196,8 @@ func fenceTaints(s *scope) []corev1.Taint {
 // claimFence counts the fence's taints as ours ahead of fencing, so that the write entering PoweredOff
 // also records them, and fence has nothing left to record before it taints the node.
 func (r *RemediationReconciler) claimFence(ctx context.Context, s *scope) error {
-	node, err := r.getNode(ctx, s)
-	if err != nil {
-		return ignoreNotFound(err)
-	}
-	for _, t := range fenceTaints(s) {
-		claimTaint(s, node, t)
-	}
-	return nil
+	_, _, err := r.claimTaints(ctx, s, fenceTaints(s)...)
+	return err
 }
 
 // poweringOn asks the BMC to power the host on (once) and waits until it reads On.

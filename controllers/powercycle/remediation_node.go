@@ -14,22 +14,9 @@ import (
 // records whatever else is pending), so cleanup after a restart still knows to remove it. The status is
 // recorded even when the node needs nothing, or is gone (a node that is gone has nothing to taint).
 func (r *RemediationReconciler) ensureTaints(ctx context.Context, s *scope, taints ...corev1.Taint) error {
-	var node *corev1.Node
-	var missing []corev1.Taint
-	if len(taints) > 0 {
-		n, err := r.getNode(ctx, s)
-		switch {
-		case apierrors.IsNotFound(err):
-		case err != nil:
-			return fmt.Errorf("reading node %s to taint it: %w", s.status().NodeName, err)
-		default:
-			node = n
-			for _, t := range taints {
-				if claimTaint(s, node, t) {
-					missing = append(missing, t)
-				}
-			}
-		}
+	node, missing, err := r.claimTaints(ctx, s, taints...)
+	if err != nil {
+		return err
 	}
 	if err := r.persist(ctx, s); err != nil || s.abandoned || len(missing) == 0 {
 		return err
@@ -41,6 +28,28 @@ func (r *RemediationReconciler) ensureTaints(ctx context.Context, s *scope, tain
 		s.log.Info("Tainted node", "node", node.Name, "taint", t.Key, "effect", t.Effect)
 	}
 	return nil
+}
+
+// claimTaints claims each of taints the node lacks (see claimTaint) and returns the node and those taints;
+// a node that is gone has none to claim.
+func (r *RemediationReconciler) claimTaints(ctx context.Context, s *scope, taints ...corev1.Taint) (*corev1.Node, []corev1.Taint, error) {
+	if len(taints) == 0 {
+		return nil, nil, nil
+	}
+	node, err := r.getNode(ctx, s)
+	if apierrors.IsNotFound(err) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading node %s to taint it: %w", s.status().NodeName, err)
+	}
+	var missing []corev1.Taint
+	for _, t := range taints {
+		if claimTaint(s, node, t) {
+			missing = append(missing, t)
+		}
+	}
+	return node, missing, nil
 }
 
 // claimTaint counts taint as ours in status.appliedTaints (not yet recorded) unless the node has it
