@@ -160,9 +160,9 @@ var _ = Describe("A host that never comes back", func() {
 		pcrObj := "pcr/" + ns + "/workers-0"
 		Eventually(func() bool { return tl.has(machineObj, "deleted", start) }).
 			WithContext(ctx).WithTimeout(remedyWait).WithPolling(poll).Should(BeTrue())
-		deleted := tl.at(machineObj, "deleted", start)
-		Expect(tl.at(pcrObj, v1alpha1.ConditionPermanentNodeDeletionExpected+"=True", start)).To(BeTemporally("<", deleted))
-		Expect(tl.at(pcrObj, "attempt=2", start)).To(BeTemporally("<", deleted))
+		deleted := [2]string{machineObj, "deleted"}
+		tl.storedBefore(ctx, start, [2]string{pcrObj, v1alpha1.ConditionPermanentNodeDeletionExpected + "=True"}, deleted)
+		tl.storedBefore(ctx, start, [2]string{pcrObj, "attempt=2"}, deleted)
 		Expect(tl.has(pcrObj, "attempt=3", start)).To(BeFalse())
 
 		By("the request goes with the Machine; the node is released, its host left as it is (on), and the MachineSet remains")

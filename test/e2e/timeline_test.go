@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -41,18 +42,33 @@ type event struct {
 	// "deleting", "deleted" (pod, pcr, machine); "phase=<phase>", "<condition>=<status>" such as
 	// "Succeeded=False", "attempt=<n>", "timed-out" (pcr).
 	What string
+	// Revision is the resourceVersion of the write a watch reported (for a deletion, the deletion's); 0 for
+	// power changes. Watches of different kinds deliver at their own pace, so the order in which the suite
+	// sees two objects change is not the order in which they were stored; with the suite's single etcd,
+	// revisions are.
+	Revision int64
 }
 
 func (e event) String() string {
-	return fmt.Sprintf("%s  %-36s %s", e.At.Format("15:04:05.000"), e.Object, e.What)
+	if e.Revision == 0 {
+		return fmt.Sprintf("%s  %-36s %s", e.At.Format("15:04:05.000"), e.Object, e.What)
+	}
+	return fmt.Sprintf("%s  %-36s %s (rv %d)", e.At.Format("15:04:05.000"), e.Object, e.What, e.Revision)
 }
 
 func newTimeline() *timeline { return &timeline{} }
 
-func (t *timeline) record(object, what string) {
+func (t *timeline) record(object, what string) { t.recordStored(object, what, nil) }
+
+// recordStored records what a watch reported of obj, with the revision it was stored at.
+func (t *timeline) recordStored(object, what string, obj client.Object) {
+	var rev int64
+	if obj != nil {
+		rev, _ = strconv.ParseInt(obj.GetResourceVersion(), 10, 64)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.events = append(t.events, event{At: time.Now(), Object: object, What: what})
+	t.events = append(t.events, event{At: time.Now(), Object: object, What: what, Revision: rev})
 }
 
 // first returns the time of the first event of object that is what, at or after since.
@@ -74,6 +90,33 @@ func (t *timeline) at(object, what string, since time.Time) time.Time {
 	at, ok := t.first(object, what, since)
 	Expect(ok).To(BeTrue(), "%s: no %q since %s; its events:\n%s", object, what, since.Format("15:04:05.000"), t.dump(since, object))
 	return at
+}
+
+// storedBefore fails the scenario unless the first write that made one event was stored before the one
+// that made another, both seen since a time. It waits for the watches to report both: the suite can hear
+// of the later write first.
+func (t *timeline) storedBefore(ctx context.Context, since time.Time, first, then [2]string) {
+	GinkgoHelper()
+	revision := func(what [2]string) func() int64 {
+		return func() int64 {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			for _, e := range t.events {
+				if e.Object == what[0] && e.What == what[1] && !e.At.Before(since) {
+					return e.Revision
+				}
+			}
+			return 0
+		}
+	}
+	var a, b int64
+	Eventually(func(g Gomega) {
+		a, b = revision(first)(), revision(then)()
+		g.Expect(a).NotTo(BeZero(), "%s %s seen", first[0], first[1])
+		g.Expect(b).NotTo(BeZero(), "%s %s seen", then[0], then[1])
+	}).WithContext(ctx).WithTimeout(10*time.Second).WithPolling(100*time.Millisecond).Should(Succeed(),
+		func() string { return "its events:\n" + t.dump(since, first[0], then[0]) })
+	Expect(a).To(BeNumerically("<", b), "%s %s stored before %s %s; events:\n%s", first[0], first[1], then[0], then[1], t.dump(since, first[0], then[0]))
 }
 
 // before returns the events of object since a time and before another, oldest first.
@@ -132,7 +175,7 @@ func (t *timeline) watch(ctx context.Context, c ctrlcache.Cache) error {
 	}{
 		{&corev1.Node{}, cache.ResourceEventHandlerFuncs{UpdateFunc: func(o, n any) { t.nodeChanged(o.(*corev1.Node), n.(*corev1.Node)) }}},
 		{&corev1.Pod{}, cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { t.record(podKey(o.(*corev1.Pod)), "created") },
+			AddFunc:    func(o any) { t.recordStored(podKey(o.(*corev1.Pod)), "created", o.(*corev1.Pod)) },
 			UpdateFunc: func(o, n any) { t.podChanged(o.(*corev1.Pod), n.(*corev1.Pod)) },
 			DeleteFunc: func(o any) { t.deleted("pod", o) },
 		}},
@@ -142,7 +185,7 @@ func (t *timeline) watch(ctx context.Context, c ctrlcache.Cache) error {
 			DeleteFunc: func(o any) { t.deleted("pcr", o) },
 		}},
 		{&clusterv1.Machine{}, cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { t.record(nsKey("machine", o.(client.Object)), "created") },
+			AddFunc:    func(o any) { t.recordStored(nsKey("machine", o.(client.Object)), "created", o.(client.Object)) },
 			UpdateFunc: func(o, n any) { t.deletingOnce("machine", o.(client.Object), n.(client.Object)) },
 			DeleteFunc: func(o any) { t.deleted("machine", o) },
 		}},
@@ -166,49 +209,49 @@ func (t *timeline) watch(ctx context.Context, c ctrlcache.Cache) error {
 func (t *timeline) nodeChanged(old, cur *corev1.Node) {
 	key := "node/" + cur.Name
 	if was, is := nodeReady(old), nodeReady(cur); was != is {
-		t.record(key, "Ready="+is)
+		t.recordStored(key, "Ready="+is, cur)
 	}
 	had, has := taintKeys(old), taintKeys(cur)
 	for k := range has {
 		if !had[k] {
-			t.record(key, "taint+"+k)
+			t.recordStored(key, "taint+"+k, cur)
 		}
 	}
 	for k := range had {
 		if !has[k] {
-			t.record(key, "taint-"+k)
+			t.recordStored(key, "taint-"+k, cur)
 		}
 	}
 }
 
 func (t *timeline) podChanged(old, cur *corev1.Pod) {
 	if old.DeletionTimestamp == nil && cur.DeletionTimestamp != nil {
-		t.record(podKey(cur), "deleting")
+		t.recordStored(podKey(cur), "deleting", cur)
 	}
 	if old.Status.Phase != cur.Status.Phase {
-		t.record(podKey(cur), "phase="+string(cur.Status.Phase))
+		t.recordStored(podKey(cur), "phase="+string(cur.Status.Phase), cur)
 	}
 }
 
 func (t *timeline) pcrChanged(old, cur *v1alpha1.PowerCycleRemediation) {
 	key := nsKey("pcr", cur)
 	if old.UID == "" {
-		t.record(key, "created")
+		t.recordStored(key, "created", cur)
 	}
 	if old.Status.Phase != cur.Status.Phase {
-		t.record(key, "phase="+string(cur.Status.Phase))
+		t.recordStored(key, "phase="+string(cur.Status.Phase), cur)
 	}
 	if n, m := len(old.Status.Attempts), len(cur.Status.Attempts); m > 0 && (n == 0 || old.Status.Attempts[n-1].Number != cur.Status.Attempts[m-1].Number) {
-		t.record(key, fmt.Sprintf("attempt=%d", cur.Status.Attempts[m-1].Number))
+		t.recordStored(key, fmt.Sprintf("attempt=%d", cur.Status.Attempts[m-1].Number), cur)
 	}
 	for _, c := range cur.Status.Conditions {
 		if was := conditionStatus(old.Status.Conditions, c.Type); was != string(c.Status) {
-			t.record(key, c.Type+"="+string(c.Status))
+			t.recordStored(key, c.Type+"="+string(c.Status), cur)
 		}
 	}
 	if _, was := old.Annotations[v1alpha1.AnnotationTimedOut]; !was {
 		if _, is := cur.Annotations[v1alpha1.AnnotationTimedOut]; is {
-			t.record(key, "timed-out")
+			t.recordStored(key, "timed-out", cur)
 		}
 	}
 	t.deletingOnce("pcr", old, cur)
@@ -216,16 +259,20 @@ func (t *timeline) pcrChanged(old, cur *v1alpha1.PowerCycleRemediation) {
 
 func (t *timeline) deletingOnce(kind string, old, cur client.Object) {
 	if old.GetDeletionTimestamp() == nil && cur.GetDeletionTimestamp() != nil {
-		t.record(nsKey(kind, cur), "deleting")
+		t.recordStored(nsKey(kind, cur), "deleting", cur)
 	}
 }
 
 func (t *timeline) deleted(kind string, obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
+		// A deletion learnt from a relist: when it was stored is not known.
+		if o, ok := d.Obj.(client.Object); ok {
+			t.record(nsKey(kind, o), "deleted")
+		}
+		return
 	}
 	if o, ok := obj.(client.Object); ok {
-		t.record(nsKey(kind, o), "deleted")
+		t.recordStored(nsKey(kind, o), "deleted", o)
 	}
 }
 
