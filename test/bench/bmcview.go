@@ -228,8 +228,25 @@ func (b *bench) finishSteps(reqs []request) {
 		samples := make([][]float64, len(lastStepNames))
 		var lastStored time.Time
 		stores := 0
-		for n, boot := range e.boots {
-			end, ok := e.terminal[n]
+		for n, end := range e.terminal {
+			// The last status write that arrived before the bench saw Succeeded: the one that recorded
+			// it. It may have arrived before the boot was stamped, as the node's Ready can reach the
+			// remediator's watch before the simulator has the API server's answer (seconds, in a wave).
+			// An idle API server completes its answer just after the watch event has gone out.
+			var stored, arrived time.Time
+			for _, r := range statusWrites[n] { // the bench names each request after its node
+				if r.at.Before(end) && r.at.After(arrived) {
+					arrived, stored = r.at, r.at.Add(r.latency)
+					if stored.After(end) {
+						stored = end
+					}
+				}
+			}
+			if !stored.IsZero() {
+				stores++
+				lastStored = laterOf(lastStored, stored)
+			}
+			boot, ok := e.boots[n]
 			if !ok || !end.After(boot) {
 				continue
 			}
@@ -241,21 +258,6 @@ func (b *bench) finishSteps(reqs []request) {
 					first = laterOf(r.at, boot)
 					break
 				}
-			}
-			// The last status write that arrived before the bench saw Succeeded; an idle API server
-			// completes its answer just after the watch event has gone out.
-			var stored time.Time
-			for _, r := range statusWrites[n] { // the bench names each request after its node
-				if r.at.After(boot) && r.at.Before(end) {
-					stored = r.at.Add(r.latency)
-					if stored.After(end) {
-						stored = end
-					}
-				}
-			}
-			if !stored.IsZero() {
-				stores++
-				lastStored = laterOf(lastStored, stored)
 			}
 			if first.IsZero() || stored.Before(first) {
 				continue
