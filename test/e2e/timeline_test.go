@@ -97,26 +97,27 @@ func (t *timeline) at(object, what string, since time.Time) time.Time {
 // of the later write first.
 func (t *timeline) storedBefore(ctx context.Context, since time.Time, first, then [2]string) {
 	GinkgoHelper()
-	revision := func(what [2]string) func() int64 {
-		return func() int64 {
-			t.mu.Lock()
-			defer t.mu.Unlock()
-			for _, e := range t.events {
-				if e.Object == what[0] && e.What == what[1] && !e.At.Before(since) {
-					return e.Revision
-				}
-			}
-			return 0
-		}
-	}
 	var a, b int64
 	Eventually(func(g Gomega) {
-		a, b = revision(first)(), revision(then)()
+		a, b = t.revision(first, since), t.revision(then, since)
 		g.Expect(a).NotTo(BeZero(), "%s %s seen", first[0], first[1])
 		g.Expect(b).NotTo(BeZero(), "%s %s seen", then[0], then[1])
 	}).WithContext(ctx).WithTimeout(10*time.Second).WithPolling(100*time.Millisecond).Should(Succeed(),
 		func() string { return "its events:\n" + t.dump(since, first[0], then[0]) })
 	Expect(a).To(BeNumerically("<", b), "%s %s stored before %s %s; events:\n%s", first[0], first[1], then[0], then[1], t.dump(since, first[0], then[0]))
+}
+
+// revision is the revision of the first event {object, what} seen since a time; 0 if none was, or if
+// its watch did not say (a power change, a deletion learnt from a relist).
+func (t *timeline) revision(e [2]string, since time.Time) int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, x := range t.events {
+		if x.Object == e[0] && x.What == e[1] && !x.At.Before(since) {
+			return x.Revision
+		}
+	}
+	return 0
 }
 
 // before returns the events of object since a time and before another, oldest first.
