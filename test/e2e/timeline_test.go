@@ -73,14 +73,20 @@ func (t *timeline) recordStored(object, what string, obj client.Object) {
 
 // first returns the time of the first event of object that is what, at or after since.
 func (t *timeline) first(object, what string, since time.Time) (time.Time, bool) {
+	e, ok := t.firstEvent(object, what, since)
+	return e.At, ok
+}
+
+// firstEvent returns the first event of object that is what, at or after since.
+func (t *timeline) firstEvent(object, what string, since time.Time) (event, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, e := range t.events {
 		if e.Object == object && e.What == what && !e.At.Before(since) {
-			return e.At, true
+			return e, true
 		}
 	}
-	return time.Time{}, false
+	return event{}, false
 }
 
 // at is first for an event that must have happened: the scenario fails, showing the object's events,
@@ -110,14 +116,8 @@ func (t *timeline) storedBefore(ctx context.Context, since time.Time, first, the
 // revision is the revision of the first event {object, what} seen since a time; 0 if none was, or if
 // its watch did not say (a power change, a deletion learnt from a relist).
 func (t *timeline) revision(e [2]string, since time.Time) int64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, x := range t.events {
-		if x.Object == e[0] && x.What == e[1] && !x.At.Before(since) {
-			return x.Revision
-		}
-	}
-	return 0
+	x, _ := t.firstEvent(e[0], e[1], since)
+	return x.Revision
 }
 
 // before returns the events of object since a time and before another, oldest first.
