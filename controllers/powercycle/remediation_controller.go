@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -152,7 +153,9 @@ func remediationNodeKey(pcr *v1alpha1.PowerCycleRemediation) string {
 }
 
 // SetupWithManager registers the remediator: it watches PowerCycleRemediations, the Nodes they act on
-// (a Node turning Ready is noticed at once) and the BMCs of those nodes (a fixed BMC is tried at once).
+// (a Node turning Ready is noticed at once), the BMCs of those nodes (a fixed BMC is tried at once) and
+// the node leases (a request waiting for its health check's lease goes on once it is taken). The node
+// leases are read through the manager's cache: restrict it to the lease namespace.
 func (r *RemediationReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if err := indexRemediationsByNode(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
@@ -164,6 +167,7 @@ func (r *RemediationReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 			builder.WithPredicates(nodeChangePredicate())).
 		Watches(&v1alpha1.BMC{}, handler.EnqueueRequestsFromMapFunc(r.remediationsOfBMC),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.remediationsAwaitingLease)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).
 		Complete(r)
 }
@@ -284,6 +288,9 @@ func (r *RemediationReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	_, timedOut, _ := template.TimedOut(pcr)
 	if !pcr.DeletionTimestamp.IsZero() || timedOut {
 		return r.cleanup(ctx, s)
+	}
+	if wait, err := r.awaitOwnerLease(ctx, s); err != nil || wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, err
 	}
 	if err := r.ensureFinalizer(ctx, s); err != nil {
 		return ctrl.Result{}, err

@@ -4,10 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/pkg/leases"
@@ -32,6 +38,65 @@ func heldByOwner(pcr *v1alpha1.PowerCycleRemediation, holder string) bool {
 		}
 	}
 	return false
+}
+
+// ownerLeaseGrace is how long after its creation a request from a NodeHealthCheck waits for the check to
+// take the node lease for it, before it takes the lease itself. A check may create the request first and
+// take the lease right after (metalheal's does, so that detection waits for no other write); were the
+// remediator to take it meanwhile, both would write the lease and one would find it taken, read it and
+// take it over: three more lease requests per node, at the moment of a burst of failures.
+const ownerLeaseGrace = 10 * time.Second
+
+// awaitOwnerLease reports how long a request created by a NodeHealthCheck waits, before it has done
+// anything, for the check to take the node lease for it: until the lease shows up in the cache (its watch
+// event brings the next reconcile), ownerLeaseGrace after the request's creation at the latest. It
+// returns 0 once the lease is held by the check or by this request, or by anyone else (pending reports
+// that), for a request that has started already, or one from anything but a NodeHealthCheck.
+func (r *RemediationReconciler) awaitOwnerLease(ctx context.Context, s *scope) (time.Duration, error) {
+	if s.pcr.Status.Phase != "" || !fromNodeHealthCheck(s.pcr) {
+		return 0, nil
+	}
+	deadline := s.pcr.CreationTimestamp.Add(ownerLeaseGrace)
+	if s.now.Before(s.pcr.CreationTimestamp.Time) || !s.now.Before(deadline) {
+		return 0, nil
+	}
+	m, err := r.leaseManager(s.pcr)
+	if err != nil {
+		return 0, err
+	}
+	_, valid, _, err := m.HolderOf(ctx, remediationNodeKey(s.pcr))
+	if err != nil || valid {
+		return 0, err
+	}
+	s.log.V(4).Info("Waiting for the health check to take the node lease", "until", deadline)
+	return deadline.Sub(s.now), nil
+}
+
+// fromNodeHealthCheck reports whether a NodeHealthCheck (metalheal's or medik8s') owns the request:
+// such a check holds the node lease for the requests it creates.
+func fromNodeHealthCheck(pcr *v1alpha1.PowerCycleRemediation) bool {
+	return slices.ContainsFunc(pcr.OwnerReferences, func(ref metav1.OwnerReference) bool { return ref.Kind == "NodeHealthCheck" })
+}
+
+// remediationsAwaitingLease maps a node lease to the requests of its node that may be waiting for it
+// (awaitOwnerLease): those from a NodeHealthCheck that have not started.
+func (r *RemediationReconciler) remediationsAwaitingLease(ctx context.Context, o client.Object) []reconcile.Request {
+	node, ok := strings.CutPrefix(o.GetName(), leases.LeaseName(""))
+	if !ok || o.GetNamespace() != r.opts.LeaseNamespace {
+		return nil
+	}
+	var list v1alpha1.PowerCycleRemediationList
+	if err := r.opts.Client.List(ctx, &list, client.MatchingFields{remediationNodeIndex: node}, client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the remediations of a node", "node", node)
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range list.Items {
+		if p := &list.Items[i]; p.Status.Phase == "" && fromNodeHealthCheck(p) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}})
+		}
+	}
+	return reqs
 }
 
 // acquireLease makes sure the remediation may act on node: it holds the node lease (taking or renewing

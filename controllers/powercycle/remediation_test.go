@@ -20,12 +20,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/bmcaccess"
 	"github.com/metalheal/metalheal/pkg/bmc"
 	"github.com/metalheal/metalheal/pkg/bmc/fake"
 	"github.com/metalheal/metalheal/pkg/bmc/ipmi"
@@ -53,6 +57,8 @@ func TestRemediation(t *testing.T) {
 		"LeaseHeldByNodeMaintenance":       testLeaseHeldByNodeMaintenance,
 		"LeaseHeldByOwningHealthCheck":     testLeaseHeldByOwner,
 		"LeaseHeldByOwnerNotYetCached":     testLeaseHeldByOwnerNotYetCached,
+		"WaitsForItsHealthChecksLease":     testWaitsForOwnersLease,
+		"OwnersLeaseThatNeverComes":        testOwnersLeaseNeverComes,
 		"RestartAtEveryPhase":              testRestartAtEveryPhase,
 		"PowerOffIsRecordedBeforeItIsSent": testPowerOffRecordedFirst,
 		"TaintRefusedHoldsThePowerOff":     testTaintRefusedHoldsThePowerOff,
@@ -816,6 +822,105 @@ func leaseHeldByOwner(t *testing.T, api *apiServer, nodeName string, notYetCache
 		g.Expect(reasons[0]).To(Equal(reasonLeaseHeldByOwner))
 		g.Expect(w.drainEvents()).NotTo(ContainElement(ContainSubstring(EventNodeLeaseHeld)))
 	}
+}
+
+// A request from a NodeHealthCheck whose lease the check has not taken yet (it creates the request
+// first, then takes the lease) waits for the lease without a write, a lease request or a BMC call; once
+// the check holds the lease, its watch event brings the reconcile that goes on, under the check's lease.
+func testWaitsForOwnersLease(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.fakeHost("worker-17", nil)
+	key := w.nhcRemediation(node, spec(reboot, 3))
+	created := w.get(key).CreationTimestamp.Time
+	w.clock.SetTime(created.Add(300 * time.Millisecond)) // just after the check's create
+
+	c, writes := w.interceptedClient(interceptor.Funcs{})
+	w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.Client, o.LeaseClient = c, c }
+	r := w.reconciler()
+	res, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.RequeueAfter).To(Equal(ownerLeaseGrace-300*time.Millisecond), "a backstop: the lease's watch event comes first")
+	g.Expect(writes.all()).To(BeEmpty())
+	p := w.get(key)
+	g.Expect(p.Finalizers).To(BeEmpty())
+	g.Expect(p.Status.Phase).To(BeEmpty())
+	g.Expect(w.lease(node)).To(BeNil())
+	g.Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(BeEmpty())
+
+	// The lease's watch event maps to the waiting request, and to nothing once it has started.
+	lease := takeLease(w, node, "NodeHealthCheck-workers", time.Hour)
+	mapped := awaitingLease(t, w, lease)
+	g.Eventually(mapped).WithTimeout(10 * time.Second).WithPolling(20 * time.Millisecond).Should(ConsistOf(reconcile.Request{NamespacedName: key}))
+
+	w.clock.Step(50 * time.Millisecond)
+	var reasons []string
+	react := func(p *v1alpha1.PowerCycleRemediation) {
+		reasons = append(reasons, conditionOf(p, v1alpha1.ConditionLeaseAcquired).Reason)
+		w.kubeletOnPowerOn(node, always)(p)
+	}
+	w.drive(key, same(r), react, untilSettled)
+	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+	g.Expect(reasons[0]).To(Equal(reasonLeaseHeldByOwner))
+	g.Expect(reasons).NotTo(ContainElement(v1alpha1.ReasonLeaseAcquired))
+	g.Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
+	g.Expect(writes.of("Lease")).To(BeZero(), "the check's lease is enough")
+	g.Expect(*w.lease(node).Spec.HolderIdentity).To(Equal("NodeHealthCheck-workers"))
+	g.Eventually(mapped).WithTimeout(10 * time.Second).WithPolling(20 * time.Millisecond).Should(BeEmpty())
+
+	// A lease elsewhere, or named otherwise, is nobody's news.
+	g.Expect(mapped()).To(BeEmpty())
+	other := lease.DeepCopy()
+	other.Namespace = w.ns
+	g.Expect(awaitingLease(t, w, other)()).To(BeEmpty())
+}
+
+// The check never takes the lease (it failed to, or is not one that does): the request waits no longer
+// than ownerLeaseGrace after its creation, then takes the lease itself and goes on.
+func testOwnersLeaseNeverComes(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.fakeHost("worker-18", nil)
+	key := w.nhcRemediation(node, spec(reboot, 3))
+	w.clock.SetTime(w.get(key).CreationTimestamp.Time)
+
+	var reasons []string
+	react := func(p *v1alpha1.PowerCycleRemediation) {
+		reasons = append(reasons, conditionOf(p, v1alpha1.ConditionLeaseAcquired).Reason)
+		w.kubeletOnPowerOn(node, always)(p)
+	}
+	steps := w.drive(key, same(w.reconciler()), react, untilSettled)
+	g.Expect(steps[0].phase).To(BeEmpty())
+	g.Expect(steps[0].result.RequeueAfter).To(Equal(ownerLeaseGrace))
+	g.Expect(steps[1].at.Sub(steps[0].at)).To(Equal(ownerLeaseGrace))
+	g.Expect(steps[1].phase).NotTo(BeEmpty(), "the grace is over: it goes on")
+	p := w.get(key)
+	g.Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+	g.Expect(reasons).To(ContainElement(v1alpha1.ReasonLeaseAcquired))
+	g.Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
+	g.Expect(w.lease(node)).To(Or(BeNil(), WithTransform(func(l *coordinationv1.Lease) string { return ptr.Deref(l.Spec.HolderIdentity, "") }, BeEmpty())),
+		"its own lease is given back")
+}
+
+// awaitingLease returns what the remediator's lease watch maps lease to, read through a cache of the
+// world's namespace and the lease namespace, as the manager's is.
+func awaitingLease(t *testing.T, w *world, lease *coordinationv1.Lease) func() []reconcile.Request {
+	t.Helper()
+	ca, err := cache.New(w.api.cfg, cache.Options{Scheme: w.api.scheme, DefaultNamespaces: map[string]cache.Config{w.ns: {}}})
+	w.must(err)
+	w.must(indexRemediationsByNode(w.ctx, ca))
+	ctx, cancel := context.WithCancel(w.ctx)
+	t.Cleanup(cancel)
+	go func() { _ = ca.Start(ctx) }()
+	if !ca.WaitForCacheSync(ctx) {
+		t.Fatal("the cache did not sync")
+	}
+	cached, err := client.New(w.api.cfg, client.Options{Scheme: w.api.scheme, Cache: &client.CacheOptions{Reader: ca}})
+	w.must(err)
+	r, err := NewRemediationReconciler(RemediationReconcilerOptions{Client: cached, Clock: w.clock, Recorder: w.recorder,
+		Drivers: bmcaccess.New(w.api.cache, w.ns, w.registry, bmcaccess.Options{})})
+	w.must(err)
+	return func() []reconcile.Request { return r.remediationsAwaitingLease(w.ctx, lease) }
 }
 
 // takeLease creates node's lease for holder, valid for d from the world's time.
