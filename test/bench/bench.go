@@ -124,6 +124,7 @@ func run(ctx context.Context, cfg config, command string) (err error) {
 		logf("reading the audit log: %v", aerr)
 	}
 	attribute(phases, reqs)
+	noteWatchEnds(phases, b.ctrl.logPath)
 	decompose(b.report.Detection, reqs, b.emrGVR.Resource)
 	b.finishSteps(reqs)
 	b.report.Phases = phases
