@@ -850,7 +850,8 @@ func testWaitsForOwnersLease(t *testing.T, api *apiServer) {
 
 	// The lease's watch event maps to the waiting request, and to nothing once it has started.
 	lease := takeLease(w, node, "NodeHealthCheck-workers", time.Hour)
-	mapped := awaitingLease(t, w, lease)
+	awaiting := awaitingLease(t, w)
+	mapped := func() []reconcile.Request { return awaiting(lease) }
 	g.Eventually(mapped).WithTimeout(10 * time.Second).WithPolling(20 * time.Millisecond).Should(ConsistOf(reconcile.Request{NamespacedName: key}))
 
 	w.clock.Step(50 * time.Millisecond)
@@ -868,11 +869,19 @@ func testWaitsForOwnersLease(t *testing.T, api *apiServer) {
 	g.Expect(*w.lease(node).Spec.HolderIdentity).To(Equal("NodeHealthCheck-workers"))
 	g.Eventually(mapped).WithTimeout(10 * time.Second).WithPolling(20 * time.Millisecond).Should(BeEmpty())
 
-	// A lease elsewhere, or named otherwise, is nobody's news.
-	g.Expect(mapped()).To(BeEmpty())
-	other := lease.DeepCopy()
-	other.Namespace = w.ns
-	g.Expect(awaitingLease(t, w, other)()).To(BeEmpty())
+	// With another request waiting, its node's lease maps to it, and the same lease elsewhere, or a lease
+	// named otherwise, to nothing.
+	waiting := w.nhcRemediation(w.fakeHost("worker-19", nil), spec(reboot, 3))
+	ours := lease.DeepCopy()
+	ours.Name = leases.LeaseName(waiting.Name)
+	g.Eventually(func() []reconcile.Request { return awaiting(ours) }).WithTimeout(10 * time.Second).WithPolling(20 * time.Millisecond).
+		Should(ConsistOf(reconcile.Request{NamespacedName: waiting}))
+	elsewhere := ours.DeepCopy()
+	elsewhere.Namespace = w.ns
+	g.Expect(awaiting(elsewhere)).To(BeEmpty())
+	unprefixed := ours.DeepCopy()
+	unprefixed.Name = waiting.Name
+	g.Expect(awaiting(unprefixed)).To(BeEmpty())
 }
 
 // The check never takes the lease (it failed to, or is not one that does): the request waits no longer
@@ -902,9 +911,9 @@ func testOwnersLeaseNeverComes(t *testing.T, api *apiServer) {
 		"its own lease is given back")
 }
 
-// awaitingLease returns what the remediator's lease watch maps lease to, read through a cache of the
-// world's namespace and the lease namespace, as the manager's is.
-func awaitingLease(t *testing.T, w *world, lease *coordinationv1.Lease) func() []reconcile.Request {
+// awaitingLease returns what the remediator's lease watch maps a lease to, the requests read through a
+// cache of the world's namespace indexed by node, as the manager's are.
+func awaitingLease(t *testing.T, w *world) func(*coordinationv1.Lease) []reconcile.Request {
 	t.Helper()
 	ca, err := cache.New(w.api.cfg, cache.Options{Scheme: w.api.scheme, DefaultNamespaces: map[string]cache.Config{w.ns: {}}})
 	w.must(err)
@@ -920,7 +929,7 @@ func awaitingLease(t *testing.T, w *world, lease *coordinationv1.Lease) func() [
 	r, err := NewRemediationReconciler(RemediationReconcilerOptions{Client: cached, Clock: w.clock, Recorder: w.recorder,
 		Drivers: bmcaccess.New(w.api.cache, w.ns, w.registry, bmcaccess.Options{})})
 	w.must(err)
-	return func() []reconcile.Request { return r.remediationsAwaitingLease(w.ctx, lease) }
+	return func(l *coordinationv1.Lease) []reconcile.Request { return r.remediationsAwaitingLease(w.ctx, l) }
 }
 
 // takeLease creates node's lease for holder, valid for d from the world's time.
