@@ -185,7 +185,7 @@ func indexRemediationsByNode(ctx context.Context, indexer client.FieldIndexer) e
 
 // remediationsOfNode maps a Node to the remediations acting on it.
 func (r *RemediationReconciler) remediationsOfNode(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.remediationsFor(ctx, o.GetName())
+	return r.remediationsFor(ctx, o.GetName(), nil)
 }
 
 // remediationsOfBMC maps a BMC to the remediations acting on its node.
@@ -194,18 +194,29 @@ func (r *RemediationReconciler) remediationsOfBMC(ctx context.Context, o client.
 	if !ok {
 		return nil
 	}
-	return r.remediationsFor(ctx, b.Spec.NodeName)
+	return r.remediationsFor(ctx, b.Spec.NodeName, nil)
 }
 
-func (r *RemediationReconciler) remediationsFor(ctx context.Context, nodeName string) []reconcile.Request {
+// remediationsOn returns the remediations acting on a node, read from the cache's index without copying:
+// read them, never change them. None when the cache cannot be read (logged).
+func (r *RemediationReconciler) remediationsOn(ctx context.Context, nodeName string) []v1alpha1.PowerCycleRemediation {
 	var list v1alpha1.PowerCycleRemediationList
-	if err := r.opts.Client.List(ctx, &list, client.MatchingFields{remediationNodeIndex: nodeName}); err != nil {
+	if err := r.opts.Client.List(ctx, &list, client.MatchingFields{remediationNodeIndex: nodeName}, client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing the remediations of a node", "node", nodeName)
 		return nil
 	}
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for _, p := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}})
+	return list.Items
+}
+
+// remediationsFor maps a node to the remediations acting on it, those keep lets through (all when keep is
+// nil).
+func (r *RemediationReconciler) remediationsFor(ctx context.Context, nodeName string, keep func(*v1alpha1.PowerCycleRemediation) bool) []reconcile.Request {
+	items := r.remediationsOn(ctx, nodeName)
+	reqs := make([]reconcile.Request, 0, len(items))
+	for i := range items {
+		if p := &items[i]; keep == nil || keep(p) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}})
+		}
 	}
 	return reqs
 }
@@ -213,13 +224,9 @@ func (r *RemediationReconciler) remediationsFor(ctx context.Context, nodeName st
 // Remediating reports whether a PowerCycleRemediation is at work on the node: not finished yet, or
 // being cleaned up (which may power the host on). It reads the cache's index, without copying.
 func (r *RemediationReconciler) Remediating(ctx context.Context, nodeName string) bool {
-	var list v1alpha1.PowerCycleRemediationList
-	if err := r.opts.Client.List(ctx, &list, client.MatchingFields{remediationNodeIndex: nodeName}, client.UnsafeDisableDeepCopy); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Listing the remediations of a node", "node", nodeName)
-		return false
-	}
-	for i := range list.Items {
-		p := &list.Items[i]
+	items := r.remediationsOn(ctx, nodeName)
+	for i := range items {
+		p := &items[i]
 		if !terminal(p.Status.Phase) || (!p.DeletionTimestamp.IsZero() && slices.Contains(p.Finalizers, v1alpha1.FinalizerPowerCycle)) {
 			return true
 		}

@@ -10,8 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -85,18 +83,9 @@ func (r *RemediationReconciler) remediationsAwaitingLease(ctx context.Context, o
 	if !ok || o.GetNamespace() != r.opts.LeaseNamespace {
 		return nil
 	}
-	var list v1alpha1.PowerCycleRemediationList
-	if err := r.opts.Client.List(ctx, &list, client.MatchingFields{remediationNodeIndex: node}, client.UnsafeDisableDeepCopy); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Listing the remediations of a node", "node", node)
-		return nil
-	}
-	var reqs []reconcile.Request
-	for i := range list.Items {
-		if p := &list.Items[i]; p.Status.Phase == "" && fromNodeHealthCheck(p) {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}})
-		}
-	}
-	return reqs
+	return r.remediationsFor(ctx, node, func(p *v1alpha1.PowerCycleRemediation) bool {
+		return p.Status.Phase == "" && fromNodeHealthCheck(p)
+	})
 }
 
 // acquireLease makes sure the remediation may act on node: it holds the node lease (taking or renewing
