@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -39,16 +40,20 @@ func noteWatchEnds(phases []*Phase, logPath string) {
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	for sc.Scan() {
 		line := sc.Text()
-		if !containsAny(line, watchEnds) {
+		if !slices.ContainsFunc(watchEnds, func(end string) bool { return strings.Contains(line, end) }) {
 			continue
 		}
 		m := klogHeader.FindStringSubmatch(line)
 		if m == nil {
 			continue
 		}
+		// klog leaves out the year: the run's.
+		at, err := time.ParseInLocation("2006 0102 15:04:05.000000", fmt.Sprintf("%d %s %s", relisted[0].Start.Year(), m[1], m[2]), time.Local)
+		if err != nil {
+			continue
+		}
 		for _, p := range relisted {
-			at, err := time.ParseInLocation("2006 0102 15:04:05.000000", fmt.Sprintf("%d %s %s", p.Start.Year(), m[1], m[2]), time.Local)
-			if err == nil && !at.Before(p.Start) && !at.After(p.End) {
+			if !at.Before(p.Start) && !at.After(p.End) {
 				found[p] = append(found[p], strings.TrimSpace(line[strings.Index(line, "]")+1:]))
 			}
 		}
@@ -61,13 +66,4 @@ func noteWatchEnds(phases []*Phase, logPath string) {
 		}
 		p.Notes = append(p.Notes, fmt.Sprintf("%d list(s) after start-up; the controller's watches that ended with an error in this phase (client-go lists again after each): %s", p.Lists, strings.Join(lines, "; ")))
 	}
-}
-
-func containsAny(s string, subs []string) bool {
-	for _, sub := range subs {
-		if strings.Contains(s, sub) {
-			return true
-		}
-	}
-	return false
 }
