@@ -546,6 +546,24 @@ func (w *world) interceptedClient(funcs interceptor.Funcs) (client.Client, *writ
 	return interceptor.NewClient(direct, funcs), log
 }
 
+// indexedClient is a client whose reads come from a cache of the world's namespace with the remediator's
+// node index, as the manager's do; the cache runs until the test ends.
+func (w *world) indexedClient() client.Client {
+	w.t.Helper()
+	ca, err := cache.New(w.api.cfg, cache.Options{Scheme: w.api.scheme, DefaultNamespaces: map[string]cache.Config{w.ns: {}}})
+	w.must(err)
+	w.must(indexRemediationsByNode(w.ctx, ca))
+	ctx, cancel := context.WithCancel(w.ctx)
+	w.t.Cleanup(cancel)
+	go func() { _ = ca.Start(ctx) }()
+	if !ca.WaitForCacheSync(ctx) {
+		w.t.Fatal("the cache did not sync")
+	}
+	c, err := client.New(w.api.cfg, client.Options{Scheme: w.api.scheme, Cache: &client.CacheOptions{Reader: ca}})
+	w.must(err)
+	return c
+}
+
 // pauseBefore makes the remediator's first status write that enters phase fail with a conflict, as if
 // someone had written the request a moment before: that reconcile ends there, with the request left in
 // the phase before. It lets a test stop in a phase that a reconcile otherwise enters and leaves at once

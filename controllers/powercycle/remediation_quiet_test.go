@@ -10,7 +10,6 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -199,15 +198,7 @@ func testFirstPollCountsFromTheSend(t *testing.T, api *apiServer) {
 func testRemediatingNodes(t *testing.T, api *apiServer) {
 	g := NewWithT(t)
 	w, _ := fakeHosts(t, api)
-	ca, err := cache.New(api.cfg, cache.Options{Scheme: api.scheme, DefaultNamespaces: map[string]cache.Config{w.ns: {}}})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(indexRemediationsByNode(w.ctx, ca)).To(Succeed())
-	ctx, cancel := context.WithCancel(w.ctx)
-	t.Cleanup(cancel)
-	go func() { _ = ca.Start(ctx) }()
-	g.Expect(ca.WaitForCacheSync(ctx)).To(BeTrue())
-	cached, err := client.New(api.cfg, client.Options{Scheme: api.scheme, Cache: &client.CacheOptions{Reader: ca}})
-	g.Expect(err).NotTo(HaveOccurred())
+	cached := w.indexedClient()
 	w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.Client = cached }
 	r := w.reconciler()
 

@@ -23,7 +23,6 @@ import (
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -911,22 +910,11 @@ func testOwnersLeaseNeverComes(t *testing.T, api *apiServer) {
 		"its own lease is given back")
 }
 
-// awaitingLease returns what the remediator's lease watch maps a lease to, the requests read through a
-// cache of the world's namespace indexed by node, as the manager's are.
+// awaitingLease returns what the remediator's lease watch maps a lease to, the requests read as the
+// manager reads them (indexedClient).
 func awaitingLease(t *testing.T, w *world) func(*coordinationv1.Lease) []reconcile.Request {
 	t.Helper()
-	ca, err := cache.New(w.api.cfg, cache.Options{Scheme: w.api.scheme, DefaultNamespaces: map[string]cache.Config{w.ns: {}}})
-	w.must(err)
-	w.must(indexRemediationsByNode(w.ctx, ca))
-	ctx, cancel := context.WithCancel(w.ctx)
-	t.Cleanup(cancel)
-	go func() { _ = ca.Start(ctx) }()
-	if !ca.WaitForCacheSync(ctx) {
-		t.Fatal("the cache did not sync")
-	}
-	cached, err := client.New(w.api.cfg, client.Options{Scheme: w.api.scheme, Cache: &client.CacheOptions{Reader: ca}})
-	w.must(err)
-	r, err := NewRemediationReconciler(RemediationReconcilerOptions{Client: cached, Clock: w.clock, Recorder: w.recorder,
+	r, err := NewRemediationReconciler(RemediationReconcilerOptions{Client: w.indexedClient(), Clock: w.clock, Recorder: w.recorder,
 		Drivers: bmcaccess.New(w.api.cache, w.ns, w.registry, bmcaccess.Options{})})
 	w.must(err)
 	return func(l *coordinationv1.Lease) []reconcile.Request { return r.remediationsAwaitingLease(w.ctx, l) }
