@@ -167,6 +167,9 @@ func (b *bench) phases(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if b.cfg.floorRounds > 0 {
+			b.report.Floor = b.measureFloor(ctx, burst, b.cfg.floorRounds)
+		}
 		d, err = b.detect(ctx, "burst", burst, 0)
 		b.report.Detection = append(b.report.Detection, d)
 		if err != nil {

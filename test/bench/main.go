@@ -38,6 +38,7 @@ type config struct {
 	startupTimeout    time.Duration
 	detectTimeout     time.Duration
 	recoverTimeout    time.Duration
+	floorRounds       int
 	powerTimeout      time.Duration
 }
 
@@ -55,6 +56,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.spreadOver, "spread-over", 50*time.Second, "How long the spread failures are spread over.")
 	fs.DurationVar(&c.unhealthyDuration, "unhealthy-duration", 5*time.Second, "How long Ready=False (or Unknown) must hold before a node is unhealthy.")
 	fs.DurationVar(&c.steady, "steady", 2*time.Minute, "Length of the steady-state phase (no failures); 0 skips it.")
+	fs.IntVar(&c.floorRounds, "floor-rounds", 3, "Before the burst, rounds of --failures creates the bench sends at once itself (the API server's floor for a burst); 0 skips them.")
 	fs.IntVar(&c.cycles, "cycles", 500, "Power cycles started at once in the concurrency phase (at most --nodes); 0 skips the power-cycle phases (always skipped for a peer).")
 	fs.DurationVar(&c.bmcLatency, "bmc-latency", 200*time.Millisecond, "Latency the Redfish mock adds to every request during the power-cycle phases.")
 	fs.DurationVar(&c.powerDelay, "power-delay", 2*time.Second, "How long a simulated BMC takes to change a host's power state.")
@@ -90,6 +92,8 @@ func parseFlags(args []string) (config, error) {
 		return c, errors.New("--nodes must be at least 1")
 	case c.failures < 0 || 2*c.failures > c.nodes:
 		return c, fmt.Errorf("--failures must be between 0 and half of --nodes (%d)", c.nodes/2)
+	case c.floorRounds < 0:
+		return c, errors.New("--floor-rounds must be at least 0")
 	case c.cycles < 0 || c.cycles > c.nodes:
 		return c, fmt.Errorf("--cycles must be between 0 and --nodes (%d)", c.nodes)
 	case c.cycles > 0 && !c.bmcs:
