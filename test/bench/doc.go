@@ -9,13 +9,17 @@
 //	startup           the controller's initial list and sync (and, for metalheal, the first check of every BMC)
 //	steady            no failures, --steady long
 //	spread, burst     --failures nodes fail one after another over --spread-over, then all at once
+//	floor             before the burst: --floor-rounds rounds of --failures creates the bench sends itself
 //	power-single      one PowerCycleRemediation alone, with --bmc-latency per Redfish request
 //	power-concurrent  --cycles PowerCycleRemediations created at once
 //
 // Detection latency is the delay from a failed node's condition expiry (the lastTransitionTime the bench
 // wrote on its Ready=False condition, a whole second, plus --unhealthy-duration) to the moment the bench's
 // own watch receives the remediation request's ADDED event: a local clock, not creationTimestamp (1s
-// granularity). The watch runs in a process of its own (the bench's executable, run as
+// granularity). The floor is what the API server alone takes to store as many creates as a burst has
+// failures, sent at once by the bench with nothing between them (custom resources shaped like the check's
+// requests, which no controller acts on): a burst's requests cannot all be stored sooner, whichever
+// controller sends them. The watch runs in a process of its own (the bench's executable, run as
 // "bench watch-requests"), so that it does not wait behind the simulated kubelets' goroutines; the API
 // server's audit log adds when the request was sent and stored. The controller's CPU time and memory
 // come from /proc (per phase: CPU seconds, share of one core, peak RSS); each phase also records what
