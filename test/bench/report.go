@@ -129,7 +129,7 @@ func newReport(cfg config, command string) *Report {
 			"Detection delay: the bench hangs a node's simulated kubelet, waits 300ms, then posts Ready=False with a whole-second lastTransitionTime T; expiry = T + unhealthy duration; delay = local arrival time of the remediation request's ADDED event on the bench's own watch minus expiry (an upper bound of expiry-to-creation: it includes the watch's delivery).",
 			"CPU and memory: utime+stime and VmRSS/VmHWM from /proc, read at each phase's ends and RSS sampled every second; CPU % is of one core.",
 			"API requests: the kube-apiserver audit log (Metadata level, only the controller's user), one count per request (auditID); a request counts in the phase running when it was received. 'watch(initial-list)' is a watch with sendInitialEvents=true (client-go's streaming list), counted as a list.",
-			"The API server's floor (before the burst): the bench creates as many PowerCycleRemediationTemplates as a burst has failures, shaped like the check's requests, all at once on its own client, and times each answer; a burst's creates cannot all be stored sooner, whatever the controller.",
+			"The API server's floor (before the burst): the bench creates as many PowerCycleRemediationTemplates as a burst has failures, shaped like the check's requests, all at once on its own client, and times each answer as it receives it (an upper bound of when the object was stored); a burst's creates cannot all be stored sooner, whatever the controller.",
 			"Power cycles: the bench creates the PowerCycleRemediations itself (the NodeHealthCheck paused) with every Redfish request delayed by the BMC latency; makespan runs from the first create to the last request seen Succeeded/Failed on the bench's watch; single = the same for one request alone.",
 		},
 	}
@@ -272,7 +272,7 @@ func (r *Report) print(out io.Writer) {
 	if f := r.Floor; f != nil {
 		fmt.Fprintf(out, "\nTHE API SERVER'S FLOOR for a burst: %d %ss created at once by the bench, %d rounds\n", f.Objects, f.Kind, f.Rounds)
 		if s := f.StoredMs; s != nil {
-			fmt.Fprintf(out, "  stored (from the round's start): p50 %s, p95 %s, p99 %s, max %s; the last of each round at %s ms\n",
+			fmt.Fprintf(out, "  answered (from the round's start): p50 %s, p95 %s, p99 %s, max %s; the last of each round at %s ms\n",
 				ms(s.P50), ms(s.P95), ms(s.P99), ms(s.Max), joinMs(f.LastMs))
 		}
 		if f.Error != "" {
