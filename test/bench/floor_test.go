@@ -81,7 +81,7 @@ func TestFloorInReport(t *testing.T) {
 			spread = tg
 		}
 	}
-	if want := "120.0 ms (2 of 2 detected); the API server alone stored the bench's 2 creates in 61, 73 ms"; burst.Value != want {
+	if want := "120.0 ms (2 of 2 detected); the API server alone answered the bench's 2 creates within 61, 73 ms"; burst.Value != want {
 		t.Errorf("burst target: %q, want %q", burst.Value, want)
 	}
 	if strings.Contains(spread.Value, "API server") {

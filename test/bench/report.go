@@ -166,7 +166,7 @@ func (r *Report) finish() {
 		if d.Stats != nil {
 			t.Value = fmt.Sprintf("%.1f ms (%d of %d detected)", d.Stats.P99, d.Detected, d.Failures)
 			if f := r.Floor; d.Phase == "burst" && f != nil && len(f.LastMs) > 0 {
-				t.Value += fmt.Sprintf("; the API server alone stored the bench's %d creates in %s ms", f.Objects, joinMs(f.LastMs))
+				t.Value += fmt.Sprintf("; the API server alone answered the bench's %d creates within %s ms", f.Objects, joinMs(f.LastMs))
 			}
 			t.Met = yes(d.Stats.P99 < 100 && d.Detected == d.Failures)
 		} else {
