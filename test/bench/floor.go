@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -60,7 +61,7 @@ func (b *bench) measureFloor(ctx context.Context, nodes []string, rounds int) *F
 			break
 		}
 		stored = append(stored, took...)
-		f.LastMs = append(f.LastMs, maxOf(took))
+		f.LastMs = append(f.LastMs, slices.Max(took)) // took has an entry per object, and a burst has nodes
 		select {
 		case <-ctx.Done():
 			f.Error = ctx.Err().Error()
@@ -144,12 +145,4 @@ func firstErr(errs ...error) error {
 		}
 	}
 	return nil
-}
-
-func maxOf(v []float64) float64 {
-	var m float64
-	for _, x := range v {
-		m = max(m, x)
-	}
-	return m
 }
