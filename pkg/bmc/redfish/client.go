@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/stmcginnis/gofish/common"
+
+	"github.com/metalheal/metalheal/pkg/bmc"
 )
 
 // client is the common.Client gofish's models use to reach the BMC. It lives for one driver call: every
@@ -77,10 +80,13 @@ func (c client) DeleteWithHeaders(url string, h map[string]string) (*http.Respon
 	return resp, err
 }
 
-// do sends one request. A status of 300 or more comes back as a *statusError.
+// do sends one request. A status of 300 or more comes back as a *statusError, a redirect that leaves the
+// BMC as a *bmc.RedirectError (before anything is sent there), and an answer larger than
+// bmc.MaxResponseBytes as a *bmc.ResponseTooLargeError (as soon as that much has been read).
 func (c client) do(method, path string, payload any, headers map[string]string) (*http.Response, error) {
-	if path == "" {
-		return nil, errNoTarget
+	target, err := c.d.resolve(path)
+	if err != nil {
+		return nil, err
 	}
 	var body io.Reader
 	if payload != nil {
@@ -90,7 +96,7 @@ func (c client) do(method, path string, payload any, headers map[string]string) 
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(c.ctx, method, c.d.endpoint+path, body)
+	req, err := http.NewRequestWithContext(c.ctx, method, target, body)
 	if err != nil {
 		return nil, err
 	}
@@ -107,6 +113,14 @@ func (c client) do(method, path string, payload any, headers map[string]string) 
 
 	resp, err := c.d.http.Do(req)
 	if err != nil {
+		// The redirect error on its own: its *url.Error would quote the whole Location the BMC sent.
+		var redirect *bmc.RedirectError
+		if errors.As(err, &redirect) {
+			return nil, redirect
+		}
+		return nil, err
+	}
+	if err := bmc.LimitResponse(resp, bmc.MaxResponseBytes); err != nil {
 		return nil, err
 	}
 	resp.Body = drainingBody{resp.Body}
@@ -115,6 +129,28 @@ func (c client) do(method, path string, payload any, headers map[string]string) 
 		return nil, newStatusError(method, path, resp)
 	}
 	return resp, nil
+}
+
+// resolve returns the URL of path on the BMC. Paths come from the BMC itself (the links in its answers:
+// the systems it lists, an action's target), so one that is not a path on the BMC is refused rather than
+// sent our credentials: an absolute URL of another origin, "//host/...", or "@host/...", which appended
+// to the BMC's scheme://host:port would name another host. An absolute URL of the BMC itself is fine.
+func (d *driver) resolve(path string) (string, error) {
+	if path == "" {
+		return "", errNoTarget
+	}
+	if strings.HasPrefix(path, "/") && !strings.HasPrefix(path, "//") {
+		return d.endpoint + path, nil
+	}
+	if u, err := url.Parse(path); err == nil && u.IsAbs() && bmc.Origin(u) == d.origin {
+		return d.endpoint + u.RequestURI(), nil
+	}
+	const maxQuoted = 120
+	if len(path) > maxQuoted {
+		path = path[:maxQuoted] + "..."
+	}
+	return "", unsupportedError(fmt.Sprintf("the BMC links %q, which is not a path on the BMC (%s); metalheal sends "+
+		"nothing to other hosts", path, d.origin))
 }
 
 // maxDrain bounds what is read and thrown away of a response body left unread.

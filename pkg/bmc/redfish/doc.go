@@ -14,8 +14,16 @@
 // manager, a Redfish proxy, an emulator), and every answer is read to its end so that its connection can
 // be kept.
 //
+// The driver sends requests to the BMC's origin (the scheme://host:port of its address) only. It follows a
+// redirect within the BMC (sushy-tools answers a system addressed by name with a 307 to its UUID) and
+// refuses one that leaves it with a *bmc.RedirectError before anything is sent: Go's client would forward
+// the X-Auth-Token anywhere, and basic credentials to another port or scheme of the same host. A link in
+// the BMC's answers that is not a path on the BMC is refused too. Every answer is read to at most
+// bmc.MaxResponseBytes; a larger one ends the call with a *bmc.ResponseTooLargeError as soon as that much
+// has arrived (at once when its length is declared), whether the BMC keeps sending or stalls.
+//
 // Every call is bounded by its context and by Options.Timeout. gofish's own client keeps the context it
 // was connected with, so the driver hands gofish a small common.Client of its own, bound to each call's
 // context. Errors are *bmc.Error of one kind (unreachable, authentication, unsupported, timeout); the
-// password is scrubbed from every message.
+// password and the session token are scrubbed from every message.
 package redfish

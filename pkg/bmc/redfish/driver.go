@@ -55,6 +55,7 @@ func newTransport(insecure bool) *http.Transport {
 // driver is a bmc.Driver for one ComputerSystem behind one Redfish service.
 type driver struct {
 	endpoint string // scheme://host[:port]
+	origin   string // the endpoint's bmc.Origin: requests and redirects go nowhere else
 	creds    bmc.Credentials
 	http     *http.Client
 	timeout  time.Duration
@@ -102,8 +103,9 @@ func New(endpoint *url.URL, systemPath string, creds bmc.Credentials, opts bmc.O
 	}
 	return &driver{
 		endpoint: endpoint.Scheme + "://" + endpoint.Host,
+		origin:   bmc.Origin(endpoint),
 		creds:    creds,
-		http:     &http.Client{Transport: transport},
+		http:     &http.Client{Transport: transport, CheckRedirect: bmc.CheckRedirect(endpoint)},
 		ownIdle:  owned,
 		timeout:  opts.Timeout(),
 		report:   opts.ReportFunc(),

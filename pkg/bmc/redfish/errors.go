@@ -25,17 +25,24 @@ func (d *driver) fail(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &bmc.Error{Driver: DriverName, Operation: op, Kind: kindOf(ctx, err), Err: scrub(explain(err), d.creds.Password)}
+	return &bmc.Error{Driver: DriverName, Operation: op, Kind: kindOf(ctx, err), Err: scrub(explain(err), d.creds.Password, d.token)}
 }
 
-// kindOf classifies an error: what the BMC said (its status) first, then what the network did.
+// kindOf classifies an error: what the BMC said (its status, a redirect elsewhere, an answer too large)
+// first, then what the network did. A redirect that leaves the BMC is unsupported: the BMC cannot be
+// used as addressed, and its address needs fixing. An answer too large is a bad answer, unreachable like
+// a garbled one.
 func kindOf(ctx context.Context, err error) error {
 	var status *statusError
 	var unsupported unsupportedError
+	var redirect *bmc.RedirectError
+	var tooLarge *bmc.ResponseTooLargeError
 	var netErr net.Error
 	switch {
-	case errors.As(err, &unsupported), errors.Is(err, errNoTarget):
+	case errors.As(err, &unsupported), errors.Is(err, errNoTarget), errors.As(err, &redirect):
 		return bmc.ErrUnsupported
+	case errors.As(err, &tooLarge):
+		return bmc.ErrUnreachable
 	case errors.As(err, &status):
 		return statusKind(status.code)
 	case ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
@@ -86,18 +93,20 @@ type scrubbed struct {
 func (e *scrubbed) Error() string { return e.msg }
 func (e *scrubbed) Unwrap() error { return e.err }
 
-// scrub cuts the password, in the forms a message could carry it (raw, JSON- or URL-escaped), out of
-// err's message. The driver never puts the password in an error; this guards against a BMC or a library
-// that echoes it.
-func scrub(err error, password string) error {
-	if password == "" {
-		return err
-	}
+// scrub cuts the secrets (the password, the session token), in the forms a message could carry them
+// (raw, JSON- or URL-escaped), out of err's message. The driver never puts a secret in an error; this
+// guards against a BMC or a library that echoes one.
+func scrub(err error, secrets ...string) error {
 	msg := err.Error()
 	clean := msg
-	jsonForm, _ := json.Marshal(password)
-	for _, form := range []string{password, strings.Trim(string(jsonForm), `"`), url.QueryEscape(password), url.PathEscape(password)} {
-		clean = strings.ReplaceAll(clean, form, "<redacted>")
+	for _, secret := range secrets {
+		if secret == "" {
+			continue
+		}
+		jsonForm, _ := json.Marshal(secret)
+		for _, form := range []string{secret, strings.Trim(string(jsonForm), `"`), url.QueryEscape(secret), url.PathEscape(secret)} {
+			clean = strings.ReplaceAll(clean, form, "<redacted>")
+		}
 	}
 	if clean == msg {
 		return err
