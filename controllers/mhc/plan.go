@@ -375,16 +375,18 @@ func planUnhealthy(t *targetPlan, steps []step, entry *v1alpha1.UnhealthyMachine
 func handOverEvents(mhc *v1alpha1.MachineHealthCheck, t *targetPlan, entry, prev *v1alpha1.UnhealthyMachine) []checkEvent {
 	var out []checkEvent
 	if entry.WaitingFor != "" && (prev == nil || prev.WaitingFor != entry.WaitingFor) {
-		out = append(out, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeNormal, Reason: EventWaitingForHandOver,
-			Note: fmt.Sprintf("The next escalation step waits until %s is finished with the host (deleted, or Processing=False); "+
-				"it starts at %s at the latest", entry.WaitingFor, t.HandOverUntil.UTC().Format(time.RFC3339))})
+		out = append(out, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeNormal,
+			Reason: EventWaitingForHandOver, Note: fmt.Sprintf("The next escalation step waits until %s is finished "+
+				"with the host (deleted, or Processing=False); it starts at %s at the latest",
+				entry.WaitingFor, t.HandOverUntil.UTC().Format(time.RFC3339))})
 	}
 	if t.Create == nil {
 		return out
 	}
 	for _, r := range t.Overdue {
-		out = append(out, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeWarning, Reason: EventHandOverTimedOut,
-			Note: fmt.Sprintf("%s did not report that it is finished with the host (Processing=False) within %s of its timed-out mark: starting %s %s anyway",
+		out = append(out, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeWarning,
+			Reason: EventHandOverTimedOut, Note: fmt.Sprintf("%s did not report that it is finished with the host "+
+				"(Processing=False) within %s of its timed-out mark: starting %s %s anyway",
 				requestRef(r), template.HandOverBound, t.Create.Step.GVK.Kind, t.Create.Name)})
 	}
 	return out
@@ -434,7 +436,8 @@ type escalation struct {
 // starts once the ended steps' requests are finished with the host (waitForHandOver): one hand per host.
 // A later step whose request would have the same name as an earlier one's (same kind) gets a name of its
 // own (template.RequestName); the earlier request is not deleted, it may still hold the host.
-func escalate(steps []step, machine string, records []v1alpha1.MachineRemediationRequest, requests []*unstructured.Unstructured, now time.Time) escalation {
+func escalate(steps []step, machine string, records []v1alpha1.MachineRemediationRequest, requests []*unstructured.Unstructured,
+	now time.Time) escalation {
 	out := escalation{Records: slices.Clone(records)}
 	ended := false
 	if n := len(out.Records); n > 0 && out.Records[n-1].TimedOut == nil {

@@ -542,7 +542,8 @@ func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ou
 		d.p.skip(e, prev, SkipRemediationExists, msg, why(w.res))
 		return
 	}
-	c := candidate{name: e.Name, node: node, step: next, request: name, overdue: overdue, entry: e, prev: prev, why: why(w.res)}
+	c := candidate{name: e.Name, node: node, step: next, request: name, overdue: overdue, entry: e, prev: prev,
+		why: why(w.res)}
 	if len(e.Remediations) == 0 {
 		c.expiredAt = w.res.ExpiredAt
 	}
@@ -580,12 +581,14 @@ func (d *decider) admitCandidates() {
 			busy[c.name] = true
 		}
 		st := d.in.Steps[c.step]
-		d.p.Creates = append(d.p.Creates, createAction{Node: c.node, Name: c.request, Step: c.step, Template: st.Template, ExpiredAt: c.expiredAt, Why: c.why})
+		d.p.Creates = append(d.p.Creates, createAction{Node: c.node, Name: c.request, Step: c.step, Template: st.Template,
+			ExpiredAt: c.expiredAt, Why: c.why})
 		d.creates[c.name] = true
 		for _, o := range c.overdue {
 			d.p.Events = append(d.p.Events, warning(EventHandOverTimedOut, actionCreate, c.name, fmt.Sprintf(
-				"%s did not report that it is finished with node %s (Processing=False) within %s of its timed-out mark: "+
-					"starting escalation step %d of %d anyway", o.Ref, c.name, template.HandOverBound, c.step+1, len(d.in.Steps))))
+				"%s did not report that it is finished with node %s (Processing=False) within %s of its "+
+					"timed-out mark: starting escalation step %d of %d anyway",
+				o.Ref, c.name, template.HandOverBound, c.step+1, len(d.in.Steps))))
 		}
 	}
 }
@@ -647,7 +650,8 @@ func (d *decider) markTimedOut(node string, r *v1alpha1.NodeRemediation, obj rem
 // one that does neither is waited for template.HandOverBound after its timed-out mark, then reported
 // overdue. While it waits, waitingFor in the Node's status names the request, an event says so once, and
 // the plan looks again at the bound (the request's Processing changing brings the check back sooner).
-func (d *decider) waitForHandOver(e, prev *v1alpha1.UnhealthyNode, ours []remediationObject, next int) (overdue []remediationObject, waiting bool) {
+func (d *decider) waitForHandOver(e, prev *v1alpha1.UnhealthyNode, ours []remediationObject, next int) (
+	overdue []remediationObject, waiting bool) {
 	var holding []remediationObject
 	var until time.Time
 	for _, o := range ours {
@@ -672,8 +676,9 @@ func (d *decider) waitForHandOver(e, prev *v1alpha1.UnhealthyNode, ours []remedi
 	e.WaitingFor = holding[0].Ref.String()
 	if prev == nil || prev.WaitingFor != e.WaitingFor {
 		d.p.Events = append(d.p.Events, normal(EventWaitingForHandOver, actionWait, e.Name, fmt.Sprintf(
-			"Escalation step %d of %d for node %s waits until %s is finished with the host (deleted, or Processing=False); "+
-				"it starts at %s at the latest", next+1, len(d.in.Steps), e.Name, e.WaitingFor, until.UTC().Format(time.RFC3339))))
+			"Escalation step %d of %d for node %s waits until %s is finished with the host "+
+				"(deleted, or Processing=False); it starts at %s at the latest",
+			next+1, len(d.in.Steps), e.Name, e.WaitingFor, until.UTC().Format(time.RFC3339))))
 	}
 	return nil, true
 }
