@@ -182,10 +182,18 @@ type UnhealthyMachine struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=10
 	Remediations []MachineRemediationRequest `json:"remediations,omitempty"`
+
+	// waitingFor names the request of an ended escalation step ("Kind namespace/name") that the next step
+	// waits for: it starts once that request is finished with the host (deleted, or Processing=False), at
+	// the latest 5 minutes after the request was marked timed out. Empty when nothing is waited for.
+	// +optional
+	// +kubebuilder:validation:MaxLength=400
+	WaitingFor string `json:"waitingFor,omitempty"`
 }
 
 // MachineRemediationRequest is one remediation request a MachineHealthCheck created for a Machine. The
-// request has the Machine's name and namespace.
+// request is in the Machine's namespace and has the Machine's name, except for a later escalation step
+// whose request would take the same name as an earlier one's: "<machine>-<template>-<hash>".
 type MachineRemediationRequest struct {
 	// apiVersion of the remediation request, e.g. remediation.metalheal.io/v1alpha1.
 	// +required

@@ -154,6 +154,13 @@ type UnhealthyNode struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	SkipMessage string `json:"skipMessage,omitempty"`
+
+	// waitingFor names the request of an ended escalation step ("Kind namespace/name") that the next step
+	// waits for: it starts once that request is finished with the host (deleted, or Processing=False), at
+	// the latest 5 minutes after the request was marked timed out. Empty when nothing is waited for.
+	// +optional
+	// +kubebuilder:validation:MaxLength=400
+	WaitingFor string `json:"waitingFor,omitempty"`
 }
 
 // NodeRemediation is one remediation request created for a Node.
@@ -172,6 +179,13 @@ type NodeRemediation struct {
 	// +required
 	// +kubebuilder:validation:MaxLength=63
 	Namespace string `json:"namespace"`
+
+	// name of the remediation request: the Node's name, or for a later escalation step whose request
+	// would take the same name as an earlier one's, "<node>-<template>-<hash>". Empty means the Node's
+	// name (statuses written before it was recorded).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name,omitempty"`
 
 	// templateName is the template it was made from.
 	// +optional

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/metrics"
@@ -295,7 +296,7 @@ var _ = Describe("Template-based remediation", func() {
 		Expect(w.rec.all()).To(ContainElement(And(HaveField("Reason", EventRemediationRequestDeleted), HaveField("Note", ContainSubstring("its Machine is gone")))))
 	})
 
-	It("escalates to the next template when a step times out, across requests of the same kind", func(ctx SpecContext) {
+	It("escalates to the next template when a step times out, across requests of the same kind, once the first hands the host over", func(ctx SpecContext) {
 		w := newWorld(ctx)
 		w.createTemplate(ctx, "reboot", "reboot")
 		w.createTemplate(ctx, "fence", "power-off")
@@ -311,18 +312,47 @@ var _ = Describe("Template-based remediation", func() {
 		Expect(res.RequeueAfter).To(Equal(10*time.Minute), "requeued at the step's timeout")
 		Expect(w.powerCycleRemediations(ctx)).To(ConsistOf(HaveField("Object", HaveKeyWithValue("spec", HaveKeyWithValue("strategy", "reboot")))))
 
-		w.clock.Step(10 * time.Minute)
-		w.reconcile(ctx, "workers")
-		Expect(w.powerCycleRemediations(ctx)).To(BeEmpty(), "the timed-out request is deleted so the next one can take the Machine's name")
-		Expect(w.check(ctx, "workers").Status.UnhealthyMachines[0].Remediations).To(ConsistOf(
-			And(HaveField("TemplateName", "reboot"), HaveField("TimedOut", Not(BeNil())))))
-		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventRemediationRequestTimedOut)))
+		first := &w.powerCycleRemediations(ctx)[0]
+		Expect(first.GetName()).To(Equal("m"), "the first step has the contract name")
+		setProcessing := func(status string) {
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(first), first)).To(Succeed())
+			Expect(unstructured.SetNestedSlice(first.Object, []any{map[string]any{"type": "Processing", "status": status, "reason": "Test",
+				"message": "", "lastTransitionTime": w.clock.Now().UTC().Format(time.RFC3339)}}, "status", "conditions")).To(Succeed())
+			Expect(k8s.Status().Update(ctx, first)).To(Succeed())
+		}
+		setProcessing("True")
 
-		w.reconcile(ctx, "workers") // the deletion event brings the check back
+		w.clock.Step(10 * time.Minute)
+		res = w.reconcile(ctx, "workers")
 		emrs := w.powerCycleRemediations(ctx)
-		Expect(emrs).To(HaveLen(1))
-		Expect(emrs[0].GetAnnotations()).To(HaveKeyWithValue(template.AnnotationTemplateName, "fence"))
-		Expect(emrs[0].Object).To(HaveKeyWithValue("spec", HaveKeyWithValue("strategy", "power-off")))
+		Expect(emrs).To(HaveLen(1), "no second request while the first still acts on the host")
+		Expect(emrs[0].GetAnnotations()).To(HaveKey(template.AnnotationTimedOut))
+		Expect(emrs[0].GetDeletionTimestamp()).To(BeNil(), "the timed-out request is not deleted")
+		entry := w.check(ctx, "workers").Status.UnhealthyMachines[0]
+		Expect(entry.Remediations).To(ConsistOf(And(HaveField("TemplateName", "reboot"), HaveField("TimedOut", Not(BeNil())))))
+		Expect(entry.WaitingFor).To(Equal("PowerCycleRemediation " + w.ns + "/m"))
+		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventRemediationRequestTimedOut)))
+		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventWaitingForHandOver)))
+		Expect(res.RequeueAfter).To(Equal(template.HandOverBound), "requeued at the bound of the wait")
+
+		setProcessing("False")
+		w.reconcile(ctx, "workers") // the request's change brings the check back
+		emrs = w.powerCycleRemediations(ctx)
+		Expect(emrs).To(HaveLen(2))
+		byName := map[string]unstructured.Unstructured{}
+		for _, e := range emrs {
+			byName[e.GetName()] = e
+			Expect(e.GetDeletionTimestamp()).To(BeNil())
+		}
+		Expect(byName).To(HaveKey("m"))
+		second, ok := byName[template.LaterStepName("m", "fence")]
+		Expect(ok).To(BeTrue(), "the later step of the same kind has a name of its own")
+		Expect(second.GetAnnotations()).To(HaveKeyWithValue(template.AnnotationTemplateName, "fence"))
+		Expect(second.Object).To(HaveKeyWithValue("spec", HaveKeyWithValue("strategy", "power-off")))
+		Expect(w.check(ctx, "workers").Status.UnhealthyMachines[0].WaitingFor).To(BeEmpty())
+
+		w.reconcile(ctx, "workers")
+		Expect(w.powerCycleRemediations(ctx)).To(HaveLen(2), "both requests stay until the Machine is healthy")
 	})
 
 	It("marks a request timed out when the remediator gives up, and says so when no step is left", func(ctx SpecContext) {

@@ -18,6 +18,13 @@
 //   - execute writes only what changed, Machine by Machine, so a failure for one never holds up another;
 //     the status is patched last and Reconcile requeues at the earliest expiry.
 //
+// Escalation keeps one hand per host: the next step's request is created only once the ended step's
+// request is finished with the host (gone, Processing=False or no Processing condition, or 5 minutes
+// after its timed-out mark, with a HandOverTimedOut warning: template.HandOver); meanwhile
+// status.unhealthyMachines[].waitingFor names it. A later step of the same kind as an earlier one gets a
+// request name of its own, "<machine>-<template>-<hash>" (template.RequestName); no request is deleted
+// to make room. Requests are mapped to their Machine by its owner reference.
+//
 // status.unhealthyMachines is the check's memory across restarts: which remediation steps were started
 // for which Machine and when they were given up on.
 package mhc

@@ -15,9 +15,15 @@ const (
 	// EventRemediationsExhausted (Warning): the last remediation step ended and the Machine is still
 	// unhealthy; nothing more is tried until it recovers or the spec changes.
 	EventRemediationsExhausted = "RemediationsExhausted"
-	// EventRemediationRequestDeleted (Normal): the Machine is healthy again (or escalation needs its name)
-	// and its remediation request was deleted.
+	// EventRemediationRequestDeleted (Normal): the Machine is healthy again (or, after a spec change, an
+	// ended step's request holds the name the next step needs) and its remediation request was deleted.
 	EventRemediationRequestDeleted = "RemediationRequestDeleted"
+	// EventWaitingForHandOver (Normal): the next escalation step waits until the request of the step that
+	// ended is finished with the host (deleted, or Processing=False); once per request waited for.
+	EventWaitingForHandOver = "WaitingForHandOver"
+	// EventHandOverTimedOut (Warning): a request of an ended step did not report that it is finished with
+	// the host within template.HandOverBound of its timed-out mark; the next step starts anyway.
+	EventHandOverTimedOut = "HandOverTimedOut"
 	// EventMachineNotRemediable (Warning): an unhealthy Machine is not controlled by a MachineSet or a
 	// control plane; it is reported, not remediated.
 	EventMachineNotRemediable = "MachineNotRemediable"

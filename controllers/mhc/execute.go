@@ -1,6 +1,7 @@
 package mhc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -102,7 +103,7 @@ func (r *Reconciler) executeTarget(ctx context.Context, mhc *v1alpha1.MachineHea
 		case created:
 			log.Info("Created remediation request", "kind", t.Create.Step.GVK.Kind, "template", t.Create.Step.Template.Name, "reason", t.Verdict.Reason)
 			r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeNormal, EventRemediationRequestCreated, actionRemediate,
-				"Created %s %s from template %s: %s", t.Create.Step.GVK.Kind, t.Machine.Name, t.Create.Step.Template.Name, t.Verdict.Message)
+				"Created %s %s from template %s: %s", t.Create.Step.GVK.Kind, cmp.Or(t.Create.Name, t.Machine.Name), t.Create.Step.Template.Name, t.Verdict.Message)
 			countCreated(t.Create.Step.GVK.Kind)
 			if t.Create.First {
 				observeDetection(t.Verdict.ExpiredAt, r.clock.Now())
@@ -157,7 +158,7 @@ func (r *Reconciler) createRequest(ctx context.Context, mhc *v1alpha1.MachineHea
 	}
 	emr, err := template.Instantiate(template.Request{
 		Template: res.obj,
-		Name:     t.Machine.Name,
+		Name:     cmp.Or(t.Create.Name, t.Machine.Name),
 		NodeName: t.Machine.Status.NodeRef.Name,
 		Target: metav1.OwnerReference{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine",
 			Name: t.Machine.Name, UID: t.Machine.UID},

@@ -170,12 +170,13 @@ func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHeal
 		}
 		for i := range list.Items {
 			u := &list.Items[i]
+			machine := machineOf(u)
 			switch {
 			case !ownedBy(u, mhc.UID):
-			case machines[u.GetName()]:
-				out[u.GetName()] = append(out[u.GetName()], u)
+			case machines[machine]:
+				out[machine] = append(out[machine], u)
 			case u.GetDeletionTimestamp().IsZero():
-				gone, err := r.machineGone(ctx, types.NamespacedName{Namespace: mhc.Namespace, Name: u.GetName()})
+				gone, err := r.machineGone(ctx, types.NamespacedName{Namespace: mhc.Namespace, Name: machine})
 				if err != nil {
 					return nil, nil, err
 				}
@@ -186,6 +187,17 @@ func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHeal
 		}
 	}
 	return out, orphans, nil
+}
+
+// machineOf is the name of the Machine a request remediates: its owner, which the request is named after,
+// unless it is a later escalation step's whose name would collide with an earlier one's.
+func machineOf(u *unstructured.Unstructured) string {
+	for _, ref := range u.GetOwnerReferences() {
+		if gv, err := schema.ParseGroupVersion(ref.APIVersion); err == nil && gv.Group == clusterv1.GroupVersion.Group && ref.Kind == "Machine" {
+			return ref.Name
+		}
+	}
+	return u.GetName()
 }
 
 // machineGone reports whether a Machine no longer exists.

@@ -137,6 +137,8 @@ type planInput struct {
 // createRequest asks for a remediation request from a step's template.
 type createRequest struct {
 	Step step
+	// Name is the request's name: the Machine's, or a later step's own (template.RequestName).
+	Name string
 	// First is true for the first request of a remediation (not an escalation nor a re-creation).
 	First bool
 }
@@ -159,6 +161,12 @@ type targetPlan struct {
 	Delete  []*unstructured.Unstructured
 	// Exhausted: the last remediation step just ended without the Machine recovering.
 	Exhausted bool
+	// HandOverCheck is when a wait for an ended step's request to be finished with the host runs out,
+	// HandOverUntil when the next step starts at the latest (zero: nothing is waited for).
+	HandOverCheck, HandOverUntil time.Time
+	// Overdue are ended steps' requests that did not hand the host over within template.HandOverBound:
+	// Create starts the next step without them.
+	Overdue []*unstructured.Unstructured
 }
 
 // checkEvent is an event to record about the check or a Machine.
@@ -243,6 +251,8 @@ func planChecks(in planInput) (plan, error) {
 			entry := v1alpha1.UnhealthyMachine{Name: t.Machine.Name, Reason: t.Verdict.Reason, Remediations: records}
 			planUnhealthy(t, in.Steps, &entry, o.Requests, now)
 			p.NextCheck = earliest(p.NextCheck, nextEscalation(in.Steps, entry.Remediations, t.Blocked))
+			p.NextCheck = earliest(p.NextCheck, t.HandOverCheck)
+			p.Events = append(p.Events, handOverEvents(mhc, t, &entry, prevEntry)...)
 			status.UnhealthyMachines = append(status.UnhealthyMachines, entry)
 			if t.NewlyUnhealthy && t.Blocked == blockedNotControlled {
 				p.Events = append(p.Events, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeWarning,
@@ -353,9 +363,33 @@ func planUnhealthy(t *targetPlan, steps []step, entry *v1alpha1.UnhealthyMachine
 	if changed {
 		t.Conditions = conds
 	}
-	esc := escalate(steps, entry.Remediations, requests, now)
-	entry.Remediations = esc.Records
+	esc := escalate(steps, t.Machine.Name, entry.Remediations, requests, now)
+	entry.Remediations, entry.WaitingFor = esc.Records, esc.WaitingFor
 	t.Create, t.TimeOut, t.Delete, t.Exhausted = esc.Create, esc.TimeOut, esc.Delete, esc.Exhausted
+	t.HandOverCheck, t.HandOverUntil, t.Overdue = esc.WaitCheck, esc.WaitUntil, esc.Overdue
+}
+
+// handOverEvents are the events of a Machine's wait for an ended step's request to hand the host over:
+// once when the wait for a request begins, and a warning for each request that did not hand over within
+// the bound when the next step starts without it.
+func handOverEvents(mhc *v1alpha1.MachineHealthCheck, t *targetPlan, entry, prev *v1alpha1.UnhealthyMachine) []checkEvent {
+	var out []checkEvent
+	if entry.WaitingFor != "" && (prev == nil || prev.WaitingFor != entry.WaitingFor) {
+		out = append(out, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeNormal,
+			Reason: EventWaitingForHandOver, Note: fmt.Sprintf("The next escalation step waits until %s is finished "+
+				"with the host (deleted, or Processing=False); it starts at %s at the latest",
+				entry.WaitingFor, t.HandOverUntil.UTC().Format(time.RFC3339))})
+	}
+	if t.Create == nil {
+		return out
+	}
+	for _, r := range t.Overdue {
+		out = append(out, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeWarning,
+			Reason: EventHandOverTimedOut, Note: fmt.Sprintf("%s did not report that it is finished with the host "+
+				"(Processing=False) within %s of its timed-out mark: starting %s %s anyway",
+				requestRef(r), template.HandOverBound, t.Create.Step.GVK.Kind, t.Create.Name)})
+	}
+	return out
 }
 
 // planHealthy decides what to do about a healthy Machine: report it, and withdraw its remediation
@@ -386,14 +420,24 @@ type escalation struct {
 	TimeOut   []*unstructured.Unstructured
 	Delete    []*unstructured.Unstructured
 	Exhausted bool
+	// WaitingFor names ("Kind namespace/name") the ended step's request the next step waits for;
+	// WaitCheck is the earliest instant a wait for such a request runs out, WaitUntil the latest (when the
+	// next step starts at the latest).
+	WaitingFor string
+	WaitCheck  time.Time
+	WaitUntil  time.Time
+	// Overdue are ended steps' requests the next step no longer waits for: the bound ran out.
+	Overdue []*unstructured.Unstructured
 }
 
-// escalate walks the remediation steps for an unhealthy Machine. records are the requests created so far
-// (oldest first), requests the ones that exist. The current step is the last record; it ends when its
-// timeout passes or its request reports Succeeded=False, and the next step without a record starts. A
-// request of the same kind as the next step's holds the Machine's name, so it is deleted first and the
-// next step starts once it is gone (its deletion brings the check back).
-func escalate(steps []step, records []v1alpha1.MachineRemediationRequest, requests []*unstructured.Unstructured, now time.Time) escalation {
+// escalate walks the remediation steps for the unhealthy Machine named machine. records are the requests
+// created so far (oldest first), requests the ones that exist. The current step is the last record; it
+// ends when its timeout passes or its request reports Succeeded=False, and the next step without a record
+// starts once the ended steps' requests are finished with the host (waitForHandOver): one hand per host.
+// A later step whose request would have the same name as an earlier one's (same kind) gets a name of its
+// own (template.RequestName); the earlier request is not deleted, it may still hold the host.
+func escalate(steps []step, machine string, records []v1alpha1.MachineRemediationRequest, requests []*unstructured.Unstructured,
+	now time.Time) escalation {
 	out := escalation{Records: slices.Clone(records)}
 	ended := false
 	if n := len(out.Records); n > 0 && out.Records[n-1].TimedOut == nil {
@@ -416,7 +460,7 @@ func escalate(steps []step, records []v1alpha1.MachineRemediationRequest, reques
 			ended = true
 		case req == nil:
 			// Gone (deleted by someone else) or not in the cache yet: ask again; AlreadyExists is fine.
-			out.Create = &createRequest{Step: steps[i]}
+			out.Create = &createRequest{Step: steps[i], Name: requestName(steps, i, machine)}
 			return out
 		default:
 			return out // in progress; a deleting request is waited for
@@ -429,19 +473,90 @@ func escalate(steps []step, records []v1alpha1.MachineRemediationRequest, reques
 		out.Exhausted = ended
 		return out
 	}
+	if out.waitForHandOver(requests, now) {
+		return out
+	}
+	name := requestName(steps, next, machine)
 	for _, r := range requests {
-		if r.GroupVersionKind() == steps[next].GVK {
+		if r.GroupVersionKind().GroupKind() == steps[next].GVK.GroupKind() && r.GetName() == name {
+			// Only a spec change leads here (a later step's name depends on the steps before it): an ended
+			// step's request holds the name the next step wants. It is finished with the host (above), so
+			// it goes first, and the next step starts once it is gone (its deletion brings the check back).
 			if r.GetDeletionTimestamp() == nil {
 				out.Delete = append(out.Delete, r)
 			}
+			out.Overdue = nil
 			return out
 		}
 	}
-	out.Create = &createRequest{Step: steps[next], First: len(out.Records) == 0}
+	out.Create = &createRequest{Step: steps[next], Name: name, First: len(out.Records) == 0}
 	out.Records = append(out.Records, v1alpha1.MachineRemediationRequest{
 		APIVersion: steps[next].GVK.GroupVersion().String(), Kind: steps[next].GVK.Kind,
 		TemplateName: steps[next].Template.Name, Started: metav1.NewTime(now)})
 	return out
+}
+
+// waitForHandOver holds the next step back while the request of an ended step is still acting on the
+// host: it is finished with the host once it is gone, reports Processing=False, or has no Processing
+// condition at all; one that does neither is waited for template.HandOverBound after its timed-out mark,
+// then reported overdue. It reports whether the next step waits.
+func (out *escalation) waitForHandOver(requests []*unstructured.Unstructured, now time.Time) bool {
+	for _, r := range requests {
+		markedAt, ended := endedAt(out.Records, r)
+		if !ended {
+			continue
+		}
+		switch state, deadline := template.HandOver(template.ProcessingStatus(r), markedAt, now); state {
+		case template.Holding:
+			if out.WaitingFor == "" {
+				out.WaitingFor = requestRef(r)
+			}
+			out.WaitCheck = earliest(out.WaitCheck, deadline)
+			if deadline.After(out.WaitUntil) {
+				out.WaitUntil = deadline
+			}
+		case template.Overdue:
+			out.Overdue = append(out.Overdue, r)
+		}
+	}
+	if out.WaitingFor == "" {
+		return false
+	}
+	out.Overdue = nil
+	return true
+}
+
+// endedAt tells whether request r has ended (its step timed out or failed: its record says so, or it
+// carries the timed-out mark) and when: the record's time, else the mark's, else the request's creation
+// (a malformed mark: the wait for it is bounded all the same).
+func endedAt(records []v1alpha1.MachineRemediationRequest, r *unstructured.Unstructured) (time.Time, bool) {
+	for _, rec := range records {
+		if rec.TimedOut != nil && findRequest([]*unstructured.Unstructured{r}, rec) != nil {
+			return rec.TimedOut.Time, true
+		}
+	}
+	at, timedOut, _ := template.TimedOut(r)
+	switch {
+	case !timedOut:
+		return time.Time{}, false
+	case at.IsZero():
+		return r.GetCreationTimestamp().Time, true
+	}
+	return at, true
+}
+
+// requestName is the name of the request step i creates for machine (template.RequestName).
+func requestName(steps []step, i int, machine string) string {
+	keys := make([]template.StepKey, len(steps))
+	for j, s := range steps {
+		keys[j] = template.StepKey{Kind: s.GVK.GroupKind(), Namespace: s.Template.Namespace, Template: s.Template.Name}
+	}
+	return template.RequestName(machine, keys, i)
+}
+
+// requestRef names a request as "Kind namespace/name".
+func requestRef(r *unstructured.Unstructured) string {
+	return r.GetKind() + " " + r.GetNamespace() + "/" + r.GetName()
 }
 
 // nextEscalation is when the current step of an unhealthy Machine times out; zero if never or if the

@@ -1,6 +1,7 @@
 package mhc
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"testing"
@@ -340,6 +341,29 @@ func succeeded(status metav1.ConditionStatus) func(*unstructured.Unstructured) {
 
 func deleting(u *unstructured.Unstructured) { u.SetDeletionTimestamp(ptr.To(metav1.NewTime(t0))) }
 
+// processing adds the remediator's Processing condition to a request.
+func processing(status metav1.ConditionStatus) func(*unstructured.Unstructured) {
+	return func(u *unstructured.Unstructured) {
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		conds = append(conds, map[string]any{"type": "Processing", "status": string(status),
+			"reason": "Test", "message": "", "lastTransitionTime": t0.Format(time.RFC3339)})
+		_ = unstructured.SetNestedSlice(u.Object, conds, "status", "conditions")
+	}
+}
+
+// markedAt gives a request the timed-out mark set at at.
+func markedAt(at time.Time) func(*unstructured.Unstructured) {
+	return func(u *unstructured.Unstructured) { template.MarkTimedOut(u, at) }
+}
+
+// named renames a request.
+func named(name string) func(*unstructured.Unstructured) {
+	return func(u *unstructured.Unstructured) { u.SetName(name) }
+}
+
+// fenceName is the name of fence's request for Machine m: a later step of reboot's kind.
+var fenceName = template.LaterStepName("m", fence.Template.Name)
+
 func TestEscalate(t *testing.T) {
 	ago := func(d time.Duration) time.Time { return t0.Add(-d) }
 	tests := []struct {
@@ -353,6 +377,12 @@ func TestEscalate(t *testing.T) {
 		wantDelete    int
 		wantExhausted bool
 		wantRecords   int
+		// wantName is the created request's name when not the Machine's.
+		wantName string
+		// wantWaitingFor is the request the next step waits for; wantWaitCheck when that wait runs out.
+		wantWaitingFor string
+		wantWaitCheck  time.Time
+		wantOverdue    int
 	}{
 		{name: "nothing yet: the first step starts", steps: []step{reboot, metal3},
 			wantCreate: &reboot, wantFirst: true, wantRecords: 1},
@@ -368,15 +398,44 @@ func TestEscalate(t *testing.T) {
 		{name: "Succeeded=True does not end a step early", steps: []step{reboot, metal3},
 			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(time.Minute), nil)},
 			requests: []*unstructured.Unstructured{request(reboot, ago(time.Minute), succeeded(metav1.ConditionTrue))}, wantRecords: 1},
-		{name: "next step of the same kind: the old request is deleted first", steps: []step{reboot, fence},
+		{name: "next step of the same kind: a name of its own, the old request is not deleted", steps: []step{reboot, fence},
 			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(11*time.Minute), nil)},
-			requests: []*unstructured.Unstructured{request(reboot, ago(11*time.Minute))}, wantTimeOut: 1, wantDelete: 1, wantRecords: 1},
-		{name: "same kind, old request still going away: wait", steps: []step{reboot, fence},
-			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(11*time.Minute), ptr.To(ago(time.Minute)))},
-			requests: []*unstructured.Unstructured{request(reboot, ago(11*time.Minute), deleting)}, wantRecords: 1},
+			requests: []*unstructured.Unstructured{request(reboot, ago(11*time.Minute))}, wantTimeOut: 1, wantCreate: &fence, wantName: fenceName, wantRecords: 2},
+		{name: "same kind, old request going away without a Processing condition: not waited for", steps: []step{reboot, fence},
+			records:    []v1alpha1.MachineRemediationRequest{record(reboot, ago(11*time.Minute), ptr.To(ago(time.Minute)))},
+			requests:   []*unstructured.Unstructured{request(reboot, ago(11*time.Minute), deleting, markedAt(ago(time.Minute)))},
+			wantCreate: &fence, wantName: fenceName, wantRecords: 2},
+		{name: "same kind, old request going away while Processing=True: wait", steps: []step{reboot, fence},
+			records:     []v1alpha1.MachineRemediationRequest{record(reboot, ago(11*time.Minute), ptr.To(ago(time.Minute)))},
+			requests:    []*unstructured.Unstructured{request(reboot, ago(11*time.Minute), deleting, markedAt(ago(time.Minute)), processing(metav1.ConditionTrue))},
+			wantRecords: 1, wantWaitingFor: "PowerCycleRemediation ns/m", wantWaitCheck: t0.Add(4 * time.Minute)},
 		{name: "same kind, old request gone: the next step starts (memory in status)", steps: []step{reboot, fence},
 			records:    []v1alpha1.MachineRemediationRequest{record(reboot, ago(11*time.Minute), ptr.To(ago(time.Minute)))},
-			wantCreate: &fence, wantRecords: 2},
+			wantCreate: &fence, wantName: fenceName, wantRecords: 2},
+		{name: "step timed out while its request reports Processing=True: marked, the next step waits", steps: []step{reboot, metal3},
+			records:     []v1alpha1.MachineRemediationRequest{record(reboot, ago(10*time.Minute), nil)},
+			requests:    []*unstructured.Unstructured{request(reboot, ago(10*time.Minute), processing(metav1.ConditionTrue))},
+			wantTimeOut: 1, wantRecords: 1, wantWaitingFor: "PowerCycleRemediation ns/m", wantWaitCheck: t0.Add(5 * time.Minute)},
+		{name: "Succeeded=False with Processing=False: handed over, the next step starts at once", steps: []step{reboot, metal3},
+			records: []v1alpha1.MachineRemediationRequest{record(reboot, ago(time.Minute), nil)},
+			requests: []*unstructured.Unstructured{request(reboot, ago(time.Minute), succeeded(metav1.ConditionFalse),
+				processing(metav1.ConditionFalse))}, wantTimeOut: 1, wantCreate: &metal3, wantRecords: 2},
+		{name: "ended request reports Processing=False: the next step starts", steps: []step{reboot, metal3},
+			records:    []v1alpha1.MachineRemediationRequest{record(reboot, ago(11*time.Minute), ptr.To(ago(time.Minute)))},
+			requests:   []*unstructured.Unstructured{request(reboot, ago(11*time.Minute), markedAt(ago(time.Minute)), processing(metav1.ConditionFalse))},
+			wantCreate: &metal3, wantRecords: 2},
+		{name: "ended request still Processing=True a moment before the bound: wait", steps: []step{reboot, metal3},
+			records:     []v1alpha1.MachineRemediationRequest{record(reboot, ago(15*time.Minute), ptr.To(ago(5*time.Minute-time.Second)))},
+			requests:    []*unstructured.Unstructured{request(reboot, ago(15*time.Minute), markedAt(ago(5*time.Minute-time.Second)), processing(metav1.ConditionTrue))},
+			wantRecords: 1, wantWaitingFor: "PowerCycleRemediation ns/m", wantWaitCheck: t0.Add(time.Second)},
+		{name: "ended request still Processing=True at the bound: overdue, the next step starts", steps: []step{reboot, metal3},
+			records:    []v1alpha1.MachineRemediationRequest{record(reboot, ago(15*time.Minute), ptr.To(ago(5*time.Minute)))},
+			requests:   []*unstructured.Unstructured{request(reboot, ago(15*time.Minute), markedAt(ago(5*time.Minute)), processing(metav1.ConditionTrue))},
+			wantCreate: &metal3, wantRecords: 2, wantOverdue: 1},
+		{name: "both same-kind requests live: nothing deleted, nothing created", steps: []step{reboot, fence},
+			records: []v1alpha1.MachineRemediationRequest{record(reboot, ago(20*time.Minute), ptr.To(ago(10*time.Minute))), record(fence, ago(5*time.Minute), nil)},
+			requests: []*unstructured.Unstructured{request(reboot, ago(20*time.Minute), markedAt(ago(10*time.Minute)), processing(metav1.ConditionTrue)),
+				request(fence, ago(5*time.Minute), named(fenceName), processing(metav1.ConditionTrue))}, wantRecords: 2},
 		{name: "last step timed out: exhausted, request marked", steps: []step{reboot, metal3},
 			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(time.Hour), ptr.To(ago(50*time.Minute))), record(metal3, ago(50*time.Minute), nil)},
 			requests: []*unstructured.Unstructured{request(reboot, ago(time.Hour)), request(metal3, ago(50*time.Minute))}, wantTimeOut: 1, wantExhausted: true, wantRecords: 2},
@@ -402,14 +461,18 @@ func TestEscalate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			out := escalate(tt.steps, tt.records, tt.requests, t0)
+			out := escalate(tt.steps, "m", tt.records, tt.requests, t0)
 			if tt.wantCreate == nil {
 				g.Expect(out.Create).To(BeNil())
 			} else {
 				g.Expect(out.Create).NotTo(BeNil())
 				g.Expect(out.Create.Step).To(Equal(*tt.wantCreate))
 				g.Expect(out.Create.First).To(Equal(tt.wantFirst))
+				g.Expect(out.Create.Name).To(Equal(cmp.Or(tt.wantName, "m")))
 			}
+			g.Expect(out.WaitingFor).To(Equal(tt.wantWaitingFor))
+			g.Expect(out.WaitCheck).To(Equal(tt.wantWaitCheck))
+			g.Expect(out.Overdue).To(HaveLen(tt.wantOverdue))
 			g.Expect(out.TimeOut).To(HaveLen(tt.wantTimeOut))
 			g.Expect(out.Delete).To(HaveLen(tt.wantDelete))
 			g.Expect(out.Exhausted).To(Equal(tt.wantExhausted))
@@ -520,4 +583,110 @@ func TestRequestToCheck(t *testing.T) {
 		{APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "MachineHealthCheck", Name: "check", UID: "mhc-uid"},
 	})
 	g.Expect(requestToCheck(t.Context(), u)).To(ConsistOf(HaveField("NamespacedName.Name", "check")))
+}
+
+// TestPlanHandOver walks one Machine's escalation through planChecks, status carried from pass to pass:
+// after step 1 times out, no second request is asked for while the first reports Processing=True; the
+// status and an event (once) say what is waited for, and the check looks again at the bound; the second
+// request is asked for as soon as the first reports Processing=False or is gone, or at the bound with a
+// warning. Steps of the same kind get distinct names and the first request is never deleted.
+func TestPlanHandOver(t *testing.T) {
+	pairs := []struct {
+		name     string
+		second   step
+		wantName string
+	}{
+		{name: "different kinds", second: metal3, wantName: "m"},
+		{name: "same kind", second: fence, wantName: fenceName},
+	}
+	started := t0.Add(-10 * time.Minute) // step 1 times out at t0
+	for _, pair := range pairs {
+		withSteps := func(c *v1alpha1.MachineHealthCheck) {
+			c.Spec.EscalatingRemediations = []v1alpha1.EscalatingRemediation{
+				{RemediationTemplate: reboot.Template, Order: 1, Timeout: metav1.Duration{Duration: reboot.Timeout}},
+				{RemediationTemplate: pair.second.Template, Order: 2, Timeout: metav1.Duration{Duration: pair.second.Timeout}},
+			}
+			c.Status.UnhealthyMachines = []v1alpha1.UnhealthyMachine{{Name: "m", Reason: "UnhealthyNode",
+				Remediations: []v1alpha1.MachineRemediationRequest{record(reboot, started, nil)}}}
+		}
+		planAt := func(g Gomega, mhc *v1alpha1.MachineHealthCheck, now time.Time, requests ...*unstructured.Unstructured) (plan, targetPlan) {
+			steps, err := stepsFor(mhc)
+			g.Expect(err).NotTo(HaveOccurred())
+			o := unhealthyTarget("m")
+			o.Requests = requests
+			p, err := planChecks(planInput{Check: mhc, Spec: checkSpecFor(mhc), Steps: steps, Machines: []observedTarget{o}, Now: now})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(p.Targets).To(HaveLen(1))
+			return p, p.Targets[0]
+		}
+		// waiting runs the pass in which step 1 times out while its request reports Processing=True and
+		// returns the check with the status that pass wrote.
+		waiting := func(g Gomega) *v1alpha1.MachineHealthCheck {
+			mhc := unitCheck(withSteps)
+			p, tp := planAt(g, mhc, t0, request(reboot, started, processing(metav1.ConditionTrue)))
+			g.Expect(tp.TimeOut).To(HaveLen(1))
+			g.Expect(tp.Create).To(BeNil(), "no second request while the first still acts on the host")
+			g.Expect(tp.Delete).To(BeEmpty())
+			g.Expect(p.Status.UnhealthyMachines[0].WaitingFor).To(Equal("PowerCycleRemediation ns/m"))
+			g.Expect(eventReasons(p.Events)).To(Equal([]string{EventWaitingForHandOver}))
+			g.Expect(p.Events[0].Note).To(ContainSubstring("PowerCycleRemediation ns/m"))
+			g.Expect(p.NextCheck).To(BeTemporally("==", t0.Add(template.HandOverBound)), "look again at the bound")
+			mhc.Status = p.Status
+			return mhc
+		}
+		first := func(status metav1.ConditionStatus) *unstructured.Unstructured {
+			return request(reboot, started, markedAt(t0), processing(status))
+		}
+		secondAskedFor := func(g Gomega, p plan, tp targetPlan) {
+			g.Expect(tp.Create).NotTo(BeNil())
+			g.Expect(tp.Create.Step).To(Equal(pair.second))
+			g.Expect(tp.Create.Name).To(Equal(pair.wantName))
+			g.Expect(tp.Delete).To(BeEmpty(), "the escalation never deletes the first request")
+			g.Expect(p.Status.UnhealthyMachines[0].WaitingFor).To(BeEmpty())
+			g.Expect(p.Status.UnhealthyMachines[0].Remediations).To(HaveLen(2))
+		}
+
+		t.Run(pair.name+": Processing=True holds the next step, said once", func(t *testing.T) {
+			g := NewWithT(t)
+			mhc := waiting(g)
+			p, tp := planAt(g, mhc, t0.Add(time.Minute), first(metav1.ConditionTrue))
+			g.Expect(tp.Create).To(BeNil())
+			g.Expect(tp.TimeOut).To(BeEmpty())
+			g.Expect(tp.Delete).To(BeEmpty())
+			g.Expect(p.Events).To(BeEmpty())
+			g.Expect(p.Status.UnhealthyMachines[0].WaitingFor).To(Equal("PowerCycleRemediation ns/m"))
+			g.Expect(p.NextCheck).To(BeTemporally("==", t0.Add(template.HandOverBound)))
+		})
+		t.Run(pair.name+": asked for as soon as the first reports Processing=False", func(t *testing.T) {
+			g := NewWithT(t)
+			mhc := waiting(g)
+			p, tp := planAt(g, mhc, t0.Add(time.Minute), first(metav1.ConditionFalse))
+			secondAskedFor(g, p, tp)
+			g.Expect(p.Events).To(BeEmpty())
+		})
+		t.Run(pair.name+": asked for as soon as the first is gone", func(t *testing.T) {
+			g := NewWithT(t)
+			mhc := waiting(g)
+			p, tp := planAt(g, mhc, t0.Add(time.Minute))
+			secondAskedFor(g, p, tp)
+		})
+		t.Run(pair.name+": a first request that never hands over holds it exactly until the bound", func(t *testing.T) {
+			g := NewWithT(t)
+			mhc := waiting(g)
+			_, tp := planAt(g, mhc, t0.Add(template.HandOverBound-time.Second), first(metav1.ConditionTrue))
+			g.Expect(tp.Create).To(BeNil())
+			p, tp := planAt(g, mhc, t0.Add(template.HandOverBound), first(metav1.ConditionTrue))
+			secondAskedFor(g, p, tp)
+			g.Expect(eventReasons(p.Events)).To(Equal([]string{EventHandOverTimedOut}))
+			g.Expect(p.Events[0].Type).To(Equal(corev1.EventTypeWarning))
+			g.Expect(p.Events[0].Note).To(ContainSubstring("PowerCycleRemediation ns/m"))
+		})
+		t.Run(pair.name+": a first request without a Processing condition does not hold it", func(t *testing.T) {
+			g := NewWithT(t)
+			p, tp := planAt(g, unitCheck(withSteps), t0, request(reboot, started))
+			g.Expect(tp.TimeOut).To(HaveLen(1))
+			secondAskedFor(g, p, tp)
+			g.Expect(p.Events).To(BeEmpty())
+		})
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/budget"
 	"github.com/metalheal/metalheal/internal/conditions"
+	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
@@ -68,6 +69,8 @@ type plan struct {
 	TimeOuts []emrRef
 	// Deletes are requests to delete.
 	Deletes []emrRef
+	// nodes are the Nodes of the requests in TimeOuts and Deletes (see nodeOf).
+	nodes map[emrRef]string
 	// Renew are Nodes whose lease we hold (or must retake, or take over from our own request's
 	// remediator) while their remediation lives.
 	Renew []renewal
@@ -100,6 +103,8 @@ type plan struct {
 // createAction asks for one remediation request.
 type createAction struct {
 	Node *corev1.Node
+	// Name is the request's name: the Node's, or a later step's own (template.RequestName).
+	Name string
 	// Step is the index in observed.Steps.
 	Step     int
 	Template *unstructured.Unstructured
@@ -115,6 +120,34 @@ func (p *plan) at(t time.Time) {
 	if !t.IsZero() && (p.Next.IsZero() || t.Before(p.Next)) {
 		p.Next = t
 	}
+}
+
+// timeOut asks to mark ref, a request for node, timed out.
+func (p *plan) timeOut(ref emrRef, node string) {
+	p.TimeOuts = append(p.TimeOuts, ref)
+	p.setNode(ref, node)
+}
+
+// delete asks to delete ref, a request for node.
+func (p *plan) delete(ref emrRef, node string) {
+	p.Deletes = append(p.Deletes, ref)
+	p.setNode(ref, node)
+}
+
+func (p *plan) setNode(ref emrRef, node string) {
+	if p.nodes == nil {
+		p.nodes = map[emrRef]string{}
+	}
+	p.nodes[ref] = node
+}
+
+// nodeOf is the Node of a request the plan times out or deletes. Requests are named after their Node,
+// except a later escalation step's whose name would collide with an earlier one's.
+func (p *plan) nodeOf(ref emrRef) string {
+	if node, ok := p.nodes[ref]; ok {
+		return node
+	}
+	return ref.Name
 }
 
 // decider holds the state of one decide call.
@@ -138,9 +171,13 @@ type nodeWork struct {
 
 // candidate is a Node that passed the per-node gates evaluated in the first pass.
 type candidate struct {
-	name      string
-	node      *corev1.Node
-	step      int
+	name    string
+	node    *corev1.Node
+	step    int
+	request string // the request's name
+	// overdue are requests of ended steps that did not hand the host over within the bound: the step
+	// starts without them, with a warning.
+	overdue   []remediationObject
 	expiredAt time.Time
 	why       string
 	entry     *v1alpha1.UnhealthyNode
@@ -343,7 +380,7 @@ func (d *decider) decideNode(name string) {
 		e.Remediations = slices.Clone(prev.Remediations)
 		e.ConditionsHealthyTimestamp = prev.ConditionsHealthyTimestamp
 	}
-	e.Remediations = syncRemediations(e.Remediations, ours, d.now)
+	e.Remediations = syncRemediations(name, e.Remediations, ours, d.now)
 	switch {
 	case w.node == nil:
 		d.nodeGone(e, ours)
@@ -361,7 +398,7 @@ func (d *decider) nodeGone(e *v1alpha1.UnhealthyNode, ours []remediationObject) 
 		return
 	}
 	d.p.Entries[e.Name] = e
-	if d.deleteAll(ours) {
+	if d.deleteAll(e.Name, ours) {
 		d.p.Events = append(d.p.Events, normal(EventNodeGone, actionDelete, "",
 			fmt.Sprintf("Node %s no longer exists: deleting its remediation requests", e.Name)))
 	}
@@ -381,7 +418,7 @@ func (d *decider) nodeHealthy(node *corev1.Node, e *v1alpha1.UnhealthyNode, ours
 		d.keepLease(node)
 		return
 	}
-	if d.deleteAll(ours) {
+	if d.deleteAll(e.Name, ours) {
 		refs := make([]string, 0, len(ours))
 		for _, o := range ours {
 			refs = append(refs, o.Ref.String())
@@ -391,12 +428,13 @@ func (d *decider) nodeHealthy(node *corev1.Node, e *v1alpha1.UnhealthyNode, ours
 	}
 }
 
-// deleteAll asks to delete every request not already being deleted and reports whether there was one.
-func (d *decider) deleteAll(ours []remediationObject) bool {
+// deleteAll asks to delete every request of node not already being deleted and reports whether there
+// was one.
+func (d *decider) deleteAll(node string, ours []remediationObject) bool {
 	asked := false
 	for _, o := range ours {
 		if !o.Deleting {
-			d.p.Deletes = append(d.p.Deletes, o.Ref)
+			d.p.delete(o.Ref, node)
 			asked = true
 		}
 	}
@@ -404,7 +442,8 @@ func (d *decider) deleteAll(ours []remediationObject) bool {
 }
 
 // nodeUnhealthy runs the escalation of an unhealthy Node: end the current step on timeout or
-// Succeeded=False, then start the next step unless something holds it back.
+// Succeeded=False, then start the next step once the ended steps' requests are finished with the host
+// (one hand per host: see waitForHandOver), unless something else holds it back.
 func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ours []remediationObject) {
 	node, now := w.node, d.now
 	e.ConditionsHealthyTimestamp = nil
@@ -420,7 +459,7 @@ func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ou
 	}
 
 	marked := false
-	if i, obj := activeRemediation(e.Remediations, ours); i >= 0 {
+	if i, obj := activeRemediation(e.Name, e.Remediations, ours); i >= 0 {
 		r := &e.Remediations[i]
 		si := stepOf(d.in.Steps, *r)
 		var timeout time.Duration
@@ -436,11 +475,11 @@ func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ou
 			d.p.Events = append(d.p.Events, warning(EventRemediationFailed, actionTimeout, e.Name,
 				fmt.Sprintf("%s reported Succeeded=False: it was the last step, so it is left as the remediator left it", obj.Ref)))
 		case obj.Failed:
-			d.markTimedOut(r, obj)
+			d.markTimedOut(e.Name, r, obj)
 			d.p.Events = append(d.p.Events, warning(EventRemediationFailed, actionTimeout, e.Name,
 				fmt.Sprintf("%s reported Succeeded=False: marked timed out", obj.Ref)))
 		case timeout > 0 && !now.Before(r.Started.Add(timeout)):
-			d.markTimedOut(r, obj)
+			d.markTimedOut(e.Name, r, obj)
 			d.p.Events = append(d.p.Events, warning(EventRemediationTimedOut, actionTimeout, e.Name,
 				fmt.Sprintf("%s did not succeed within %s: marked timed out", obj.Ref, timeout)))
 		default:
@@ -465,17 +504,23 @@ func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ou
 		return
 	}
 	st := d.in.Steps[next]
-	key := emrRef{APIVersion: st.EMR.GroupVersion().String(), Kind: st.EMR.Kind, Namespace: st.Ref.Namespace, Name: e.Name}
-	if i := slices.IndexFunc(ours, func(o remediationObject) bool { return o.Ref == key }); i >= 0 {
-		// An earlier step's request has the next one's name: it goes first.
-		if !ours[i].Deleting {
-			d.p.Deletes = append(d.p.Deletes, key)
-		}
-		d.keepLease(node)
-		return
-	}
+	name := requestName(d.in.Steps, next, e.Name)
+	key := emrRef{APIVersion: st.EMR.GroupVersion().String(), Kind: st.EMR.Kind, Namespace: st.Ref.Namespace, Name: name}
 	if len(ours) > 0 {
 		d.keepLease(node)
+	}
+	overdue, waiting := d.waitForHandOver(e, prev, ours, next)
+	if waiting {
+		return
+	}
+	if i := slices.IndexFunc(ours, func(o remediationObject) bool { return o.Ref == key }); i >= 0 {
+		// Only a spec change leads here (a later step's name depends on the steps before it): an ended
+		// step's request holds the name the next step wants. It is finished with the host (above), so it
+		// goes first, and the next step starts once it is gone.
+		if !ours[i].Deleting {
+			d.p.delete(key, e.Name)
+		}
+		return
 	}
 	if d.hold {
 		return // the conditions and the phase say why
@@ -497,7 +542,8 @@ func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ou
 		d.p.skip(e, prev, SkipRemediationExists, msg, why(w.res))
 		return
 	}
-	c := candidate{name: e.Name, node: node, step: next, entry: e, prev: prev, why: why(w.res)}
+	c := candidate{name: e.Name, node: node, step: next, request: name, overdue: overdue, entry: e, prev: prev,
+		why: why(w.res)}
 	if len(e.Remediations) == 0 {
 		c.expiredAt = w.res.ExpiredAt
 	}
@@ -535,8 +581,15 @@ func (d *decider) admitCandidates() {
 			busy[c.name] = true
 		}
 		st := d.in.Steps[c.step]
-		d.p.Creates = append(d.p.Creates, createAction{Node: c.node, Step: c.step, Template: st.Template, ExpiredAt: c.expiredAt, Why: c.why})
+		d.p.Creates = append(d.p.Creates, createAction{Node: c.node, Name: c.request, Step: c.step, Template: st.Template,
+			ExpiredAt: c.expiredAt, Why: c.why})
 		d.creates[c.name] = true
+		for _, o := range c.overdue {
+			d.p.Events = append(d.p.Events, warning(EventHandOverTimedOut, actionCreate, c.name, fmt.Sprintf(
+				"%s did not report that it is finished with node %s (Processing=False) within %s of its "+
+					"timed-out mark: starting escalation step %d of %d anyway",
+				o.Ref, c.name, template.HandOverBound, c.step+1, len(d.in.Steps))))
+		}
 	}
 }
 
@@ -583,12 +636,78 @@ func (d *decider) keepLease(node *corev1.Node) {
 	d.p.Renew = append(d.p.Renew, renewal{Node: node, From: from})
 }
 
-// markTimedOut ends the step r: in status now, on the request through the annotation.
-func (d *decider) markTimedOut(r *v1alpha1.NodeRemediation, obj remediationObject) {
+// markTimedOut ends the step r of node: in status now, on the request through the annotation.
+func (d *decider) markTimedOut(node string, r *v1alpha1.NodeRemediation, obj remediationObject) {
 	r.TimedOut = &metav1.Time{Time: d.now}
 	if !obj.TimedOut {
-		d.p.TimeOuts = append(d.p.TimeOuts, obj.Ref)
+		d.p.timeOut(obj.Ref, node)
 	}
+}
+
+// waitForHandOver holds the next step (step next) of a Node back while the request of an ended step is
+// still acting on the host: at most one remediation acts on a host at any instant. Such a request is
+// finished with the host once it is gone, reports Processing=False, or has no Processing condition at all;
+// one that does neither is waited for template.HandOverBound after its timed-out mark, then reported
+// overdue. While it waits, waitingFor in the Node's status names the request, an event says so once, and
+// the plan looks again at the bound (the request's Processing changing brings the check back sooner).
+func (d *decider) waitForHandOver(e, prev *v1alpha1.UnhealthyNode, ours []remediationObject, next int) (
+	overdue []remediationObject, waiting bool) {
+	var holding []remediationObject
+	var until time.Time
+	for _, o := range ours {
+		markedAt, ended := endedAt(e, o)
+		if !ended {
+			continue
+		}
+		switch state, deadline := template.HandOver(o.Processing, markedAt, d.now); state {
+		case template.Holding:
+			holding = append(holding, o)
+			d.p.at(deadline)
+			if deadline.After(until) {
+				until = deadline
+			}
+		case template.Overdue:
+			overdue = append(overdue, o)
+		}
+	}
+	if len(holding) == 0 {
+		return overdue, false
+	}
+	e.WaitingFor = holding[0].Ref.String()
+	if prev == nil || prev.WaitingFor != e.WaitingFor {
+		d.p.Events = append(d.p.Events, normal(EventWaitingForHandOver, actionWait, e.Name, fmt.Sprintf(
+			"Escalation step %d of %d for node %s waits until %s is finished with the host "+
+				"(deleted, or Processing=False); it starts at %s at the latest",
+			next+1, len(d.in.Steps), e.Name, e.WaitingFor, until.UTC().Format(time.RFC3339))))
+	}
+	return nil, true
+}
+
+// endedAt tells whether request o of the Node has ended (its step timed out or failed: the status says
+// so, or the request carries the timed-out mark) and when: the status's time, else the mark's, else the
+// request's creation (a malformed mark: the wait for it is bounded all the same).
+func endedAt(e *v1alpha1.UnhealthyNode, o remediationObject) (time.Time, bool) {
+	if i := slices.IndexFunc(e.Remediations, func(r v1alpha1.NodeRemediation) bool { return matches(e.Name, r, o) }); i >= 0 {
+		if t := e.Remediations[i].TimedOut; t != nil {
+			return t.Time, true
+		}
+	}
+	switch {
+	case !o.TimedOut:
+		return time.Time{}, false
+	case !o.TimedOutAt.IsZero():
+		return o.TimedOutAt, true
+	}
+	return o.Created, true
+}
+
+// requestName is the name of the request step i creates for node (template.RequestName).
+func requestName(steps []step, i int, node string) string {
+	keys := make([]template.StepKey, len(steps))
+	for j, s := range steps {
+		keys[j] = template.StepKey{Kind: s.EMR.GroupKind(), Namespace: s.Ref.Namespace, Template: s.Ref.Name}
+	}
+	return template.RequestName(node, keys, i)
 }
 
 // skip records why a Node is not remediated; the event and the metric only when that changes.
@@ -647,12 +766,12 @@ func older(aCreated time.Time, aName string, bCreated time.Time, bName string) b
 	return aName < bName
 }
 
-// syncRemediations reconciles the status history with the requests that exist. A step whose request
+// syncRemediations reconciles node's status history with the requests that exist. A step whose request
 // carries the timed-out mark has ended, whatever the status says. Requests of ours missing from status
 // (the status read is older than the create, or a status write was lost) are adopted as started now: a
 // timeout then runs from when we learnt of them, never early. Steps whose request vanished before they
 // ended are forgotten (they start again if still needed). Timed-out steps stay as history.
-func syncRemediations(list []v1alpha1.NodeRemediation, ours []remediationObject, now time.Time) []v1alpha1.NodeRemediation {
+func syncRemediations(node string, list []v1alpha1.NodeRemediation, ours []remediationObject, now time.Time) []v1alpha1.NodeRemediation {
 	out := make([]v1alpha1.NodeRemediation, 0, len(list)+len(ours))
 	ended := func(o remediationObject) *metav1.Time {
 		if !o.TimedOutAt.IsZero() {
@@ -661,7 +780,7 @@ func syncRemediations(list []v1alpha1.NodeRemediation, ours []remediationObject,
 		return &metav1.Time{Time: now}
 	}
 	for _, r := range list {
-		i := slices.IndexFunc(ours, func(o remediationObject) bool { return matches(r, o) })
+		i := slices.IndexFunc(ours, func(o remediationObject) bool { return matches(node, r, o) })
 		if i < 0 && r.TimedOut == nil {
 			continue
 		}
@@ -671,11 +790,11 @@ func syncRemediations(list []v1alpha1.NodeRemediation, ours []remediationObject,
 		out = append(out, r)
 	}
 	for _, o := range ours {
-		if slices.ContainsFunc(out, func(r v1alpha1.NodeRemediation) bool { return matches(r, o) }) {
+		if slices.ContainsFunc(out, func(r v1alpha1.NodeRemediation) bool { return matches(node, r, o) }) {
 			continue
 		}
 		r := v1alpha1.NodeRemediation{APIVersion: o.Ref.APIVersion, Kind: o.Ref.Kind, Namespace: o.Ref.Namespace,
-			TemplateName: o.TemplateName, Started: metav1.Time{Time: now}}
+			Name: o.Ref.Name, TemplateName: o.TemplateName, Started: metav1.Time{Time: now}}
 		if o.TimedOut {
 			r.TimedOut = ended(o)
 		}
@@ -691,20 +810,27 @@ func syncRemediations(list []v1alpha1.NodeRemediation, ours []remediationObject,
 // maxRemediationsPerNode is the API's bound on status.unhealthyNodes[].remediations.
 const maxRemediationsPerNode = 10
 
-// matches tells whether status entry r describes request o (same kind and namespace; the name is the
-// Node's; apiVersion when recorded).
-func matches(r v1alpha1.NodeRemediation, o remediationObject) bool {
-	return r.Kind == o.Ref.Kind && r.Namespace == o.Ref.Namespace && (r.APIVersion == "" || r.APIVersion == o.Ref.APIVersion)
+// matches tells whether node's status entry r describes request o (same kind, namespace and name;
+// apiVersion when recorded).
+func matches(node string, r v1alpha1.NodeRemediation, o remediationObject) bool {
+	return r.Kind == o.Ref.Kind && r.Namespace == o.Ref.Namespace && requestNameOf(node, r) == o.Ref.Name &&
+		(r.APIVersion == "" || r.APIVersion == o.Ref.APIVersion)
+}
+
+// requestNameOf is the name of the request node's status entry r describes: the Node's name unless the
+// entry records another.
+func requestNameOf(node string, r v1alpha1.NodeRemediation) string {
+	return cmp.Or(r.Name, node)
 }
 
 // activeRemediation returns the step in progress: the last entry not timed out whose request exists.
-func activeRemediation(list []v1alpha1.NodeRemediation, ours []remediationObject) (int, remediationObject) {
+func activeRemediation(node string, list []v1alpha1.NodeRemediation, ours []remediationObject) (int, remediationObject) {
 	for i := len(list) - 1; i >= 0; i-- {
 		if list[i].TimedOut != nil {
 			continue
 		}
 		for _, o := range ours {
-			if matches(list[i], o) && !o.Deleting {
+			if matches(node, list[i], o) && !o.Deleting {
 				return i, o
 			}
 		}

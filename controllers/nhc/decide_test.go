@@ -17,6 +17,7 @@ import (
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/conditions"
+	"github.com/metalheal/metalheal/internal/template"
 )
 
 // Unit tests of decide: pure, no API server. The envtest suite drives the same behaviour end to end.
@@ -561,18 +562,183 @@ func TestDecideEscalation(t *testing.T) {
 		g.Expect(reasons(p)).To(Equal([]string{EventRemediationFailed, EventRemediationsExhausted}))
 		g.Expect(p.Renew).To(ContainElement(HaveField("Node.Name", "w1")), "the check keeps the node's lease")
 	})
-	t.Run("next step with the same name waits for the old request to go", func(t *testing.T) {
+	t.Run("next step of the same kind: a name of its own, the earlier request is not deleted", func(t *testing.T) {
 		g := NewWithT(t)
 		in := unitObserved(check(pcEntry(started)), unitNode("w1", corev1.ConditionFalse, u0))
-		steps := twoSteps()
-		steps[1] = step{Ref: v1alpha1.TemplateReference{APIVersion: pcRef.APIVersion, Kind: pcRef.Kind, Namespace: pcRef.Namespace, Name: "pool-a-hard"},
-			Template: tplFor(pcRef), EMR: pcGVK, Timeout: 10 * time.Minute}
-		in.Steps, in.Ours["w1"], in.Leases["w1"] = steps, []remediationObject{pcObj("w1", started)}, lease
+		in.Steps, in.Ours["w1"], in.Leases["w1"] = sameKindSteps(), []remediationObject{pcObj("w1", started)}, lease
 		p := decide(in, started.Add(5*time.Minute))
-		g.Expect(p.TimeOuts).To(HaveLen(1))
-		g.Expect(p.Deletes).To(Equal([]emrRef{pcObj("w1", started).Ref}))
-		g.Expect(p.Creates).To(BeEmpty())
+		g.Expect(p.TimeOuts).To(Equal([]emrRef{pcObj("w1", started).Ref}))
+		g.Expect(p.Deletes).To(BeEmpty())
+		g.Expect(created(p)).To(Equal([]string{"w1@1"}), "a request without a Processing condition cannot be waited for")
+		g.Expect(p.Creates[0].Name).To(Equal(hardObj("w1", started).Ref.Name))
 	})
+}
+
+// sameKindSteps are two steps that make requests of the same kind in the same namespace.
+func sameKindSteps() []step {
+	return []step{
+		{Ref: pcRef, Template: tplFor(pcRef), EMR: pcGVK, Timeout: 5 * time.Minute},
+		{Ref: hardRef, Template: tplFor(hardRef), EMR: pcGVK, Timeout: 10 * time.Minute},
+	}
+}
+
+var hardRef = v1alpha1.TemplateReference{APIVersion: pcRef.APIVersion, Kind: pcRef.Kind, Namespace: pcRef.Namespace, Name: "pool-a-hard"}
+
+// hardObj is the request of sameKindSteps' second step.
+func hardObj(node string, created time.Time) remediationObject {
+	o := pcObj(node, created)
+	o.Ref.Name, o.TemplateName = template.LaterStepName(node, hardRef.Name), hardRef.Name
+	return o
+}
+
+// processing sets the status of a request's Processing condition.
+func processing(o remediationObject, status metav1.ConditionStatus) remediationObject {
+	o.Processing = status
+	return o
+}
+
+// marked is a request that carries the timed-out mark set at at.
+func marked(o remediationObject, at time.Time) remediationObject {
+	o.TimedOut, o.TimedOutAt = true, at
+	return o
+}
+
+// TestDecideHandOver: one hand per host. After a step times out, the next step's request is created only
+// once the ended step's request is finished with the host (Processing=False, deleted, or no Processing
+// condition at all), or template.HandOverBound after the timed-out mark, with a warning. Steps of the same
+// kind and namespace get distinct names; the earlier request is never deleted by the escalation.
+func TestDecideHandOver(t *testing.T) {
+	started := u0.Add(time.Hour)
+	timedOut := started.Add(5 * time.Minute)
+	pairs := []struct {
+		name   string
+		steps  func() []step
+		second func(node string, created time.Time) remediationObject // the second step's request
+	}{
+		{name: "different kinds", steps: twoSteps, second: fenceObj},
+		{name: "same kind and namespace", steps: sameKindSteps, second: hardObj},
+	}
+	for _, pair := range pairs {
+		checkWith := func() *v1alpha1.NodeHealthCheck {
+			return unitCheck(func(c *v1alpha1.NodeHealthCheck) {
+				c.Spec.RemediationTemplate = nil
+				c.Spec.EscalatingRemediations = []v1alpha1.EscalatingRemediation{
+					{RemediationTemplate: pair.steps()[0].Ref, Order: 1, Timeout: metav1.Duration{Duration: 5 * time.Minute}},
+					{RemediationTemplate: pair.steps()[1].Ref, Order: 2, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
+				}
+				c.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: "w1", Remediations: []v1alpha1.NodeRemediation{pcEntry(started)}}}
+			})
+		}
+		observe := func(check *v1alpha1.NodeHealthCheck, ours ...remediationObject) observed {
+			in := unitObserved(check, unitNode("w1", corev1.ConditionFalse, u0))
+			in.Steps, in.Ours["w1"] = pair.steps(), ours
+			in.Leases["w1"] = leaseInfo{Holder: holder, Until: timedOut.Add(25 * time.Minute)} // no renewal due in these passes
+			return in
+		}
+		first := pcObj("w1", started)
+		second := pair.second("w1", timedOut)
+		// waiting runs the pass in which step 1 times out while its request reports Processing=True, and
+		// returns the check with the status that pass wrote.
+		waiting := func(g Gomega) *v1alpha1.NodeHealthCheck {
+			check := checkWith()
+			p := decide(observe(check, processing(first, metav1.ConditionTrue)), timedOut)
+			g.Expect(p.TimeOuts).To(Equal([]emrRef{first.Ref}))
+			g.Expect(p.Creates).To(BeEmpty(), "no second request while the first still acts on the host")
+			g.Expect(p.Deletes).To(BeEmpty())
+			g.Expect(p.Entries["w1"].WaitingFor).To(Equal(first.Ref.String()))
+			g.Expect(reasons(p)).To(Equal([]string{EventRemediationTimedOut, EventWaitingForHandOver}))
+			g.Expect(p.Events[1].Message).To(ContainSubstring(first.Ref.String()))
+			g.Expect(p.Events[1].Type).To(Equal(corev1.EventTypeNormal))
+			g.Expect(p.Next).To(Equal(timedOut.Add(template.HandOverBound)), "look again at the bound")
+			check.Status = p.status(check)
+			g.Expect(check.Status.Phase).To(Equal(v1alpha1.PhaseRemediating))
+			return check
+		}
+		// secondCreated checks a pass that creates the second step's request.
+		secondCreated := func(g Gomega, p plan) {
+			g.Expect(created(p)).To(Equal([]string{"w1@1"}))
+			g.Expect(p.Creates[0].Name).To(Equal(second.Ref.Name))
+			if second.Ref.Kind == first.Ref.Kind && second.Ref.Namespace == first.Ref.Namespace {
+				g.Expect(second.Ref.Name).NotTo(Equal(first.Ref.Name), "two requests of one kind and namespace, two names")
+			}
+			g.Expect(p.Deletes).To(BeEmpty(), "the escalation never deletes the first request")
+			g.Expect(p.Entries["w1"].WaitingFor).To(BeEmpty())
+		}
+
+		t.Run(pair.name+": Processing=True holds the next step, an event says so once", func(t *testing.T) {
+			g := NewWithT(t)
+			check := waiting(g)
+			p := decide(observe(check, processing(marked(first, timedOut), metav1.ConditionTrue)), timedOut.Add(time.Minute))
+			g.Expect(p.Creates).To(BeEmpty())
+			g.Expect(p.TimeOuts).To(BeEmpty())
+			g.Expect(p.Deletes).To(BeEmpty())
+			g.Expect(p.Events).To(BeEmpty(), "the wait was reported already")
+			g.Expect(p.Entries["w1"].WaitingFor).To(Equal(first.Ref.String()))
+			g.Expect(p.Next).To(Equal(timedOut.Add(template.HandOverBound)))
+		})
+		t.Run(pair.name+": created as soon as the first reports Processing=False", func(t *testing.T) {
+			g := NewWithT(t)
+			check := waiting(g)
+			p := decide(observe(check, processing(marked(first, timedOut), metav1.ConditionFalse)), timedOut.Add(time.Minute))
+			secondCreated(g, p)
+			g.Expect(p.Events).To(BeEmpty(), "no warning: it handed over")
+		})
+		t.Run(pair.name+": created as soon as the first is gone", func(t *testing.T) {
+			g := NewWithT(t)
+			check := waiting(g)
+			p := decide(observe(check), timedOut.Add(time.Minute))
+			secondCreated(g, p)
+			g.Expect(p.Events).To(BeEmpty())
+		})
+		t.Run(pair.name+": a first request being deleted still holds it while Processing=True", func(t *testing.T) {
+			g := NewWithT(t)
+			check := waiting(g)
+			deleting := processing(marked(first, timedOut), metav1.ConditionTrue)
+			deleting.Deleting = true
+			p := decide(observe(check, deleting), timedOut.Add(time.Minute))
+			g.Expect(p.Creates).To(BeEmpty())
+			g.Expect(p.Entries["w1"].WaitingFor).To(Equal(first.Ref.String()))
+		})
+		t.Run(pair.name+": a first request that never hands over holds it exactly until the bound", func(t *testing.T) {
+			g := NewWithT(t)
+			check := waiting(g)
+			stuck := processing(marked(first, timedOut), metav1.ConditionTrue)
+			p := decide(observe(check, stuck), timedOut.Add(template.HandOverBound-time.Second))
+			g.Expect(p.Creates).To(BeEmpty())
+			g.Expect(p.Events).To(BeEmpty())
+			p = decide(observe(check, stuck), timedOut.Add(template.HandOverBound))
+			secondCreated(g, p)
+			g.Expect(reasons(p)).To(Equal([]string{EventHandOverTimedOut}))
+			g.Expect(p.Events[0].Type).To(Equal(corev1.EventTypeWarning))
+			g.Expect(p.Events[0].Message).To(ContainSubstring(first.Ref.String()))
+		})
+		t.Run(pair.name+": a first request without a Processing condition does not hold it", func(t *testing.T) {
+			g := NewWithT(t)
+			check := checkWith()
+			p := decide(observe(check, first), timedOut)
+			g.Expect(p.TimeOuts).To(Equal([]emrRef{first.Ref}))
+			secondCreated(g, p)
+			g.Expect(reasons(p)).To(Equal([]string{EventRemediationTimedOut}))
+			g.Expect(p.nodeOf(first.Ref)).To(Equal("w1"))
+		})
+		t.Run(pair.name+": both requests live side by side; nothing is deleted or created", func(t *testing.T) {
+			g := NewWithT(t)
+			check := waiting(g)
+			now := timedOut.Add(6 * time.Minute)
+			p := decide(observe(check, processing(marked(first, timedOut), metav1.ConditionTrue), processing(second, metav1.ConditionTrue)), now)
+			g.Expect(p.Creates).To(BeEmpty())
+			g.Expect(p.Deletes).To(BeEmpty())
+			g.Expect(p.TimeOuts).To(BeEmpty())
+			g.Expect(p.Events).To(BeEmpty())
+			rems := p.Entries["w1"].Remediations
+			g.Expect(rems).To(HaveLen(2))
+			g.Expect(requestNameOf("w1", rems[0])).To(Equal(first.Ref.Name))
+			g.Expect(rems[0].TimedOut.Time).To(Equal(timedOut))
+			g.Expect(rems[1].Name).To(Equal(second.Ref.Name))
+			g.Expect(rems[1].TimedOut).To(BeNil(), "the second step runs, its timeout counted from when the check learnt of it")
+			g.Expect(p.Entries["w1"].WaitingFor).To(BeEmpty())
+		})
+	}
 }
 
 func TestDecideRecovery(t *testing.T) {

@@ -10,10 +10,11 @@
 // is a pure function of that and now that returns a plan (what to create, time out, delete, which leases
 // to take and release, the status, the events, and when to look again), and execute carries it out. The
 // controller requeues at the earliest deadline decide found: a condition expiring (detection never waits
-// for a resync), healthyDelay, an escalation step's timeout, a lease renewal, the end of a storm cooldown.
-// The resync period is only a safety net. While a reconcile writes, a side lane (sidelane.go) creates the
-// first requests of Nodes whose condition expires meanwhile, so that detection never waits for a
-// reconcile's deletions, lease releases or status write.
+// for a resync), healthyDelay, an escalation step's timeout, the bound of a wait for an ended step's
+// request to hand the host over, a lease renewal, the end of a storm cooldown. The resync period is only
+// a safety net. While a reconcile writes, a side lane (sidelane.go) creates the first requests of Nodes
+// whose condition expires meanwhile, so that detection never waits for a reconcile's deletions, lease
+// releases or status write.
 //
 // # Cost at scale
 //
@@ -23,7 +24,7 @@
 // change neither labels nor the type, status or transition time of a condition (the kubelet's
 // heartbeats) are dropped before they reach the queue, and so are the remediator's progress reports on a
 // request (updates that change neither its annotations, owners, deletion nor the status of its Succeeded
-// condition). The status lists only the Nodes being remediated or skipped for a reason of their own, so a
+// or Processing condition). The status lists only the Nodes being remediated or skipped for a reason of their own, so a
 // quiet 5,000-node check has a status of a few hundred bytes, and it is written only when it changes.
 // Unstructured reads (templates, remediation requests of any kind) go through the manager's cache:
 // SetupWithManager starts a watch on each template and remediation kind the first time a check names it.
@@ -37,9 +38,12 @@
 //     cooldown runs from RemediationAllowed's last transition to True). Requests in flight go on.
 //   - Steps: remediationTemplate is one step without timeout; escalatingRemediations are steps in
 //     ascending order. A step ends when its timeout passes or its request reports Succeeded=False; the
-//     request is then annotated remediation.medik8s.io/nhc-timed-out and the next step's is created. Every
-//     step's request is named after the Node, in its template's namespace; when two steps would produce the
-//     same name, the earlier request is deleted first.
+//     request is then annotated remediation.medik8s.io/nhc-timed-out. The next step's request is created
+//     once the ended one is finished with the host (one hand per host, template.HandOver): gone,
+//     Processing=False or no Processing condition, or 5 minutes after the mark (a HandOverTimedOut
+//     warning); meanwhile status.unhealthyNodes[].waitingFor names it. A step's request is named after
+//     the Node, in its template's namespace, except a later step of the same kind and namespace as an
+//     earlier one: "<node>-<template>-<hash>" (template.RequestName). No request is deleted to make room.
 //   - Overlapping checks: a Node selected by several checks is remediated by at most one. A check already
 //     remediating the Node keeps it; otherwise the oldest check (creation time, then name) that selects the
 //     Node and finds it unhealthy owns it. Disabled checks own nothing; paused or storm-bound ones do. The

@@ -17,6 +17,12 @@ const (
 	EventRemediationFinished = "RemediationFinished"
 	// EventNodeGone: a remediated Node was deleted; its remediation requests are being deleted.
 	EventNodeGone = "NodeGone"
+	// EventWaitingForHandOver: the next escalation step waits until the request of the step that ended is
+	// finished with the host (deleted, or Processing=False); emitted once per request waited for.
+	EventWaitingForHandOver = "WaitingForHandOver"
+	// EventHandOverTimedOut: a request of an ended step did not report that it is finished with the host
+	// within template.HandOverBound of its timed-out mark; the next step starts anyway.
+	EventHandOverTimedOut = "HandOverTimedOut"
 
 	// EventSkippedExcluded: the Node carries the exclude-from-remediation label.
 	EventSkippedExcluded = "SkippedExcluded"
@@ -54,6 +60,8 @@ const (
 	actionSkip    = "SkipRemediation"
 	actionLease   = "RenewLease"
 	actionCheck   = "CheckNodes"
+	// actionWait is a decision recorded in status (waitingFor), like actionSkip and actionCheck.
+	actionWait = "WaitForHandOver"
 )
 
 // skipEvents maps a per-node skip reason to its event reason.

@@ -1,6 +1,7 @@
 package nhc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,7 +57,7 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 	follows := map[string]bool{} // Nodes whose request is timed out or deleted now: a new one comes after
 	for _, refs := range [][]emrRef{p.TimeOuts, p.Deletes} {
 		for _, ref := range refs {
-			follows[ref.Name] = true // requests are named after their Node
+			follows[p.nodeOf(ref)] = true
 		}
 	}
 	var first, after []int
@@ -168,7 +169,7 @@ func (r *Reconciler) tidy(ctx context.Context, lm *leases.Manager, p *plan) []er
 				return
 			}
 			r.recent.deleted(ref, r.clock.Now())
-			r.cpStarts.ended(ref.Name)
+			r.cpStarts.ended(p.nodeOf(ref))
 			log.V(4).Info("Deleted remediation request", "request", ref.String())
 		})
 	}
@@ -238,7 +239,7 @@ func (r *Reconciler) emit(check *v1alpha1.NodeHealthCheck, evs []event, actions 
 }
 
 func isDecision(ev event) bool {
-	return ev.Action == actionSkip || ev.Action == actionCheck
+	return ev.Action == actionSkip || ev.Action == actionCheck || ev.Action == actionWait
 }
 
 // create creates the remediation request for the Node and takes the Node's lease. For any kind the lease
@@ -253,7 +254,7 @@ func (r *Reconciler) create(ctx context.Context, lm *leases.Manager, check *v1al
 	st := in.Steps[c.Step]
 	emr, err := template.Instantiate(template.Request{
 		Template:    c.Template,
-		Name:        c.Node.Name,
+		Name:        cmp.Or(c.Name, c.Node.Name),
 		NodeName:    c.Node.Name,
 		Target:      metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: c.Node.Name, UID: c.Node.UID},
 		HealthCheck: metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: holderKind, Name: check.Name, UID: check.UID},
@@ -289,7 +290,7 @@ func (r *Reconciler) takeLeaseAfter(ctx context.Context, lm *leases.Manager, nod
 			return createResult{err: fmt.Errorf("node %s: %s; deleting %s again: %w", node.Name, lease.skipMessage, res.ref, err)}
 		}
 		r.recent.deleted(res.ref, r.clock.Now())
-		r.cpStarts.ended(res.ref.Name)
+		r.cpStarts.ended(node.Name)
 		return lease
 	default:
 		// The request stands and its remediator waits for the lease or takes it; the next reconcile
@@ -337,7 +338,7 @@ func (r *Reconciler) takeLease(ctx context.Context, lm *leases.Manager, node *co
 // createRequest creates the remediation request emr. One of the same name that is ours already (the cache
 // had not shown it) is adopted; one created by someone else is a skip, and the lease is let go.
 func (r *Reconciler) createRequest(ctx context.Context, lm *leases.Manager, check *v1alpha1.NodeHealthCheck, node *corev1.Node, st step, emr *unstructured.Unstructured, ref emrRef) createResult {
-	rem := &v1alpha1.NodeRemediation{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: ref.Namespace, TemplateName: st.Ref.Name}
+	rem := &v1alpha1.NodeRemediation{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name, TemplateName: st.Ref.Name}
 	err := r.client.Create(ctx, emr)
 	switch {
 	case err == nil:

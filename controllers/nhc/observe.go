@@ -346,10 +346,10 @@ func (r *Reconciler) confirmMissing(ctx context.Context, check *v1alpha1.NodeHea
 		}
 		for _, rem := range u.Remediations {
 			if rem.TimedOut != nil || rem.APIVersion == "" ||
-				slices.ContainsFunc(ours[u.Name], func(o remediationObject) bool { return matches(rem, o) }) {
+				slices.ContainsFunc(ours[u.Name], func(o remediationObject) bool { return matches(u.Name, rem, o) }) {
 				continue
 			}
-			ref := emrRef{APIVersion: rem.APIVersion, Kind: rem.Kind, Namespace: rem.Namespace, Name: u.Name}
+			ref := emrRef{APIVersion: rem.APIVersion, Kind: rem.Kind, Namespace: rem.Namespace, Name: requestNameOf(u.Name, rem)}
 			switch o, known := r.recent.get(ref, r.clock.Now()); {
 			case known && o.Deleting:
 				continue // we deleted it a moment ago: gone
@@ -360,12 +360,12 @@ func (r *Reconciler) confirmMissing(ctx context.Context, check *v1alpha1.NodeHea
 			obj := &unstructured.Unstructured{}
 			obj.SetAPIVersion(rem.APIVersion)
 			obj.SetKind(rem.Kind)
-			err := r.liveReader().Get(ctx, types.NamespacedName{Namespace: rem.Namespace, Name: u.Name}, obj)
+			err := r.liveReader().Get(ctx, types.NamespacedName{Namespace: rem.Namespace, Name: ref.Name}, obj)
 			switch {
 			case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
 				continue
 			case err != nil:
-				return fmt.Errorf("reading %s %s/%s: %w", rem.Kind, rem.Namespace, u.Name, err)
+				return fmt.Errorf("reading %s: %w", ref, err)
 			}
 			if ownedBy(obj, check.UID) {
 				ours[u.Name] = append(ours[u.Name], remediationState(ref, obj))
@@ -386,6 +386,12 @@ func remediationState(ref emrRef, item client.Object) remediationObject {
 	o.TimedOutAt, o.TimedOut, _ = template.TimedOut(item) // a malformed mark still counts as timed out
 	if c, err := requestCondition(item, template.ConditionSucceeded); err == nil && c != nil && c.Status == metav1.ConditionFalse {
 		o.Failed = true
+	}
+	switch c, err := requestCondition(item, template.ConditionProcessing); {
+	case err != nil:
+		o.Processing = metav1.ConditionUnknown // unreadable is not "done with the host"
+	case c != nil:
+		o.Processing = c.Status
 	}
 	return o
 }

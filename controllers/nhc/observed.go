@@ -4,6 +4,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -83,6 +84,9 @@ type remediationObject struct {
 	TimedOutAt time.Time
 	// Failed is true when the remediator reports Succeeded=False.
 	Failed bool
+	// Processing is the status of its Processing condition, "" when it has none (Unknown when it cannot
+	// be read): once its step has ended, the next step waits until it is False (template.HandOver).
+	Processing metav1.ConditionStatus
 	// Deleting is true when it has a deletion timestamp (a finalizer is cleaning up).
 	Deleting bool
 }

@@ -45,7 +45,7 @@ func (r *Reconciler) startSideLane(ctx context.Context, key types.NamespacedName
 	}
 	for _, refs := range [][]emrRef{p.Deletes, p.TimeOuts} {
 		for _, ref := range refs {
-			busy[ref.Name] = true // requests are named after their Node
+			busy[p.nodeOf(ref)] = true
 		}
 	}
 	for _, n := range p.Renew {

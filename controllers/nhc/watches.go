@@ -270,8 +270,9 @@ func conditionsChanged(a, b []corev1.NodeCondition) bool {
 
 // remediationChanged passes the remediation request events a check acts on: creation, deletion, and
 // changes of what observe reads (annotations, owner references, the deletion timestamp, the status of the
-// Succeeded condition). The remediator's progress reports are dropped: a power cycle writes a dozen of
-// them, and each would cost a reconcile over every Node.
+// Succeeded and Processing conditions: Processing=False hands the host over to the next escalation step).
+// The remediator's other progress reports are dropped: a power cycle writes a dozen of them, and each
+// would cost a reconcile over every Node.
 func remediationChanged() predicate.Funcs {
 	return predicate.Funcs{
 		UpdateFunc: func(e crevent.UpdateEvent) bool {
@@ -282,15 +283,17 @@ func remediationChanged() predicate.Funcs {
 			return !maps.Equal(o.GetAnnotations(), n.GetAnnotations()) ||
 				!equality.Semantic.DeepEqual(o.GetOwnerReferences(), n.GetOwnerReferences()) ||
 				(o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) ||
-				succeededStatus(o) != succeededStatus(n)
+				conditionStatus(o, template.ConditionSucceeded) != conditionStatus(n, template.ConditionSucceeded) ||
+				conditionStatus(o, template.ConditionProcessing) != conditionStatus(n, template.ConditionProcessing)
 		},
 		GenericFunc: func(crevent.GenericEvent) bool { return false },
 	}
 }
 
-// succeededStatus is the status of a remediation request's Succeeded condition, "" when it has none.
-func succeededStatus(obj client.Object) metav1.ConditionStatus {
-	c, err := requestCondition(obj, template.ConditionSucceeded)
+// conditionStatus is the status of a remediation request's condition, "" when it has none or it cannot
+// be read.
+func conditionStatus(obj client.Object, condType string) metav1.ConditionStatus {
+	c, err := requestCondition(obj, condType)
 	if err != nil || c == nil {
 		return ""
 	}

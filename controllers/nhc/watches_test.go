@@ -93,6 +93,12 @@ func TestRemediationChangedIgnoresProgressReports(t *testing.T) {
 		{name: "the remediator adds its finalizer", change: func(u *unstructured.Unstructured) { u.SetFinalizers([]string{"x"}) }},
 		{name: "it succeeds", want: true, change: func(u *unstructured.Unstructured) { setStatus(u, "Succeeded", "True") }},
 		{name: "it gives up", want: true, change: func(u *unstructured.Unstructured) { setStatus(u, "Failed", "False") }},
+		{name: "it hands the host over (Processing=False, Succeeded unchanged)", want: true, change: func(u *unstructured.Unstructured) {
+			_ = unstructured.SetNestedSlice(u.Object, []any{
+				map[string]any{"type": "Processing", "status": "False", "reason": "HandedOver", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+				map[string]any{"type": "Succeeded", "status": "Unknown", "reason": "PoweringOff", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+			}, "status", "conditions")
+		}},
 		{name: "it is marked timed out", want: true, change: func(u *unstructured.Unstructured) {
 			u.SetAnnotations(map[string]string{"remediation.medik8s.io/node-name": "w1", "remediation.medik8s.io/nhc-timed-out": "2026-01-01T00:00:00Z"})
 		}},

@@ -68,7 +68,8 @@ func (e *InvalidInputError) Error() string {
 type Request struct {
 	// Template is the remediation template object, of any kind ending in "Template".
 	Template *unstructured.Unstructured
-	// Name is the EMR's name: the Machine's (MHC) or the Node's (NHC).
+	// Name is the EMR's name: the Machine's (MHC) or the Node's (NHC) for the first step, see
+	// RequestName.
 	Name string
 	// NodeName is the Node being remediated; empty when not known (a Machine without a Node), in which
 	// case AnnotationNodeName is not set.
