@@ -6,6 +6,14 @@
 // With credentials the driver authenticates with HTTP basic auth (Ironic's http_basic strategy), without
 // them it sends none (noauth). It speaks API microversion 1.27, the first with soft power off.
 //
+// Requests go to Ironic's origin (the scheme://host:port of the address) only: a redirect within it is
+// followed, one that leaves it ends in a *bmc.RedirectError (ErrUnsupported) before anything is sent there,
+// for gophercloud puts the basic credentials in every request and Go keeps them on a redirect to another
+// port or scheme of the same host. Every answer, error answers included, is read to at most
+// bmc.MaxResponseBytes; a larger one ends the call with a *bmc.ResponseTooLargeError (ErrUnreachable) as
+// soon as that much has arrived. gophercloud reads an error answer whole and drops the read's error, so the
+// driver's transport records an answer cut off in the call's context, and the call reports that.
+//
 // Ironic answers 409 Conflict while another operation holds the node's lock; the driver retries power
 // requests with a bounded exponential backoff until its context ends.
 package ironic

@@ -5,9 +5,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
@@ -53,7 +55,8 @@ func newDriver(addr bmc.Address, creds bmc.Credentials, opts bmc.Options, clk cl
 			Err: errors.New("not an ironic address: " + addr.String())}
 	}
 	d := &Driver{node: strings.TrimPrefix(addr.Path, "/"), opts: opts, clock: clk}
-	endpoint := addr.Endpoint().JoinPath("v1").String()
+	origin := addr.Endpoint()
+	endpoint := origin.JoinPath("v1").String()
 
 	var err error
 	switch {
@@ -78,14 +81,17 @@ func newDriver(addr bmc.Address, creds bmc.Credentials, opts bmc.Options, clk cl
 		d.transport.TLSClientConfig = opts.TLSConfig()
 		rt = d.transport
 	}
-	d.client.HTTPClient = http.Client{Transport: rt}
+	// Requests go to Ironic's origin only (gophercloud puts the basic credentials in every request, and Go
+	// keeps them on a redirect to another port or scheme of the same host), and no answer is read beyond
+	// bmc.MaxResponseBytes (gophercloud decodes a whole value, and reads an error answer whole).
+	d.client.HTTPClient = http.Client{Transport: limitedTransport{next: rt}, CheckRedirect: bmc.CheckRedirect(origin)}
 	d.client.Microversion = apiVersion
 	return d, nil
 }
 
 // PowerState reads the node's power_state.
 func (d *Driver) PowerState(ctx context.Context) (bmc.PowerState, error) {
-	ctx, cancel := context.WithTimeout(ctx, d.opts.Timeout())
+	ctx, cancel := d.begin(ctx)
 	defer cancel()
 	n, err := nodes.Get(ctx, d.client, d.node).Extract()
 	if err != nil {
@@ -124,11 +130,13 @@ func (d *Driver) Close(context.Context) error {
 
 // changePower requests target, retrying while the node is locked (409).
 func (d *Driver) changePower(ctx context.Context, operation string, target nodes.TargetPowerState) error {
-	ctx, cancel := context.WithTimeout(ctx, d.opts.Timeout())
+	ctx, cancel := d.begin(ctx)
 	defer cancel()
 	delay := initialBackoff
 	for {
-		err := nodes.ChangePowerState(ctx, d.client, d.node, nodes.PowerStateOpts{Target: target}).ExtractErr()
+		// An answer too large ends the call, whatever its status: a 409 cut off at the cap is no lock to
+		// wait for.
+		err := guarded(ctx, nodes.ChangePowerState(ctx, d.client, d.node, nodes.PowerStateOpts{Target: target}).ExtractErr())
 		if !gophercloud.ResponseCodeIs(err, http.StatusConflict) {
 			return d.wrap(ctx, operation, err)
 		}
@@ -152,6 +160,7 @@ func (d *Driver) wrap(ctx context.Context, operation string, err error) error {
 	if err == nil {
 		return nil
 	}
+	err = guarded(ctx, err)
 	kind := classify(ctx, err)
 	err = bmc.Redact(err, d.secrets...)
 	if kind == nil {
@@ -160,8 +169,18 @@ func (d *Driver) wrap(ctx context.Context, operation string, err error) error {
 	return &bmc.Error{Driver: bmc.DriverIronic, Operation: operation, Kind: kind, Err: err}
 }
 
-// classify returns the kind of err, or nil when it has none.
+// classify returns the kind of err, or nil when it has none. A redirect that leaves Ironic is unsupported:
+// Ironic cannot be used as addressed, and the address needs fixing. An answer too large is a bad answer,
+// unreachable like a garbled one.
 func classify(ctx context.Context, err error) error {
+	var redirect *bmc.RedirectError
+	var tooLarge *bmc.ResponseTooLargeError
+	switch {
+	case errors.As(err, &redirect):
+		return bmc.ErrUnsupported
+	case errors.As(err, &tooLarge):
+		return bmc.ErrUnreachable
+	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
 		return bmc.ErrTimeout
 	}
@@ -182,4 +201,82 @@ func classify(ctx context.Context, err error) error {
 		return bmc.ErrUnreachable // connection refused, DNS, TLS
 	}
 	return nil
+}
+
+// begin returns the context of one driver call: bounded by Options.Timeout, and carrying the call's
+// record of its answers for limitedTransport.
+func (d *Driver) begin(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx = context.WithValue(ctx, callKey{}, &call{})
+	return context.WithTimeout(ctx, d.opts.Timeout())
+}
+
+// callKey is the context key of a driver call's *call.
+type callKey struct{}
+
+// call is what limitedTransport tells one driver call about its answers. gophercloud reads an error answer
+// with io.ReadAll and drops the read's error, so an answer cut off at the cap would otherwise come back as
+// an ordinary error status quoting the first 4 MiB of it.
+type call struct {
+	tooLarge atomic.Pointer[bmc.ResponseTooLargeError]
+}
+
+// guarded returns the error that really ended a request of the call in ctx: an answer too large when one
+// was (whatever gophercloud made of it), a redirect that leaves Ironic on its own (its *url.Error would
+// quote the whole Location Ironic sent), and err otherwise.
+func guarded(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if c, ok := ctx.Value(callKey{}).(*call); ok {
+		if tooLarge := c.tooLarge.Load(); tooLarge != nil {
+			return tooLarge
+		}
+	}
+	var redirect *bmc.RedirectError
+	if errors.As(err, &redirect) {
+		return redirect
+	}
+	return err
+}
+
+// limitedTransport cuts every answer at bmc.MaxResponseBytes (bmc.LimitResponse), and records an answer
+// too large in the request's call.
+type limitedTransport struct {
+	next http.RoundTripper
+}
+
+func (t limitedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	c, _ := req.Context().Value(callKey{}).(*call)
+	if err := bmc.LimitResponse(resp, bmc.MaxResponseBytes); err != nil {
+		if c != nil {
+			var tooLarge *bmc.ResponseTooLargeError
+			if errors.As(err, &tooLarge) {
+				c.tooLarge.CompareAndSwap(nil, tooLarge)
+			}
+		}
+		return nil, err
+	}
+	if c != nil {
+		resp.Body = &watchedBody{ReadCloser: resp.Body, call: c}
+	}
+	return resp, nil
+}
+
+// watchedBody records in its call that the answer proved too large, when it does.
+type watchedBody struct {
+	io.ReadCloser
+	call *call
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	var tooLarge *bmc.ResponseTooLargeError
+	if err != nil && errors.As(err, &tooLarge) {
+		b.call.tooLarge.CompareAndSwap(nil, tooLarge)
+	}
+	return n, err
 }

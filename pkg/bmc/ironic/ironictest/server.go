@@ -102,6 +102,10 @@ func (s *Server) Requests() []Request {
 	return slices.Clone(s.requests)
 }
 
+// ServeHTTP answers r as the server does, so that tests can put the API behind listeners of their own (one
+// that redirects, one that records what reaches it).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.serve(w, r) }
+
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
