@@ -10,8 +10,8 @@
 // HTTP-based drivers talk to the BMC and nothing else: CheckRedirect follows a redirect only within the
 // BMC's origin (scheme, host and port) and refuses any other with a *RedirectError before anything is
 // sent there, so credentials and session tokens never leave the BMC; LimitResponse cuts every answer at
-// MaxResponseBytes with a *ResponseTooLargeError. The Redfish driver reports the first as ErrUnsupported
-// (the BMC cannot be used as addressed) and the second as ErrUnreachable (a bad answer).
+// MaxResponseBytes with a *ResponseTooLargeError. The Redfish and Ironic drivers report the first as
+// ErrUnsupported (the BMC cannot be used as addressed) and the second as ErrUnreachable (a bad answer).
 //
 // Drivers never see Kubernetes: they report noteworthy things through a plain func(reason, message string).
 package bmc
