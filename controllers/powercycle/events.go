@@ -26,7 +26,4 @@ const (
 	// to carry on: it was timed out by its health check, or deleted while another request remediates the
 	// node.
 	EventHandedOver = "HandedOver"
-	// EventRestorerLate (Warning): a newer request of the node, deleted at the same time, did not restore
-	// the node within its bound; this one does.
-	EventRestorerLate = "RestorerLate"
 )

@@ -33,8 +33,8 @@ func (r *RemediationReconciler) cleanup(ctx context.Context, s *scope) (ctrl.Res
 // release lets go of the node of a deleted request, by what the node's other requests are doing (see
 // onDeletion): another request of the node that is not being deleted gets the node as it is (the finalizer
 // goes, and nothing else is touched: not the power, not the taints, not the lease it relies on); of
-// several deleted together, the newest restores the node and the others wait until it has, bounded by
-// restorerDeadline; the last one restores (restore).
+// several deleted together, the newest restores the node and the others wait until it has (see
+// onDeletion); the last one restores (restore).
 func (r *RemediationReconciler) release(ctx context.Context, s *scope) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(s.pcr, v1alpha1.FinalizerPowerCycle) {
 		return ctrl.Result{}, nil // cleaned up already, or never started
@@ -52,13 +52,9 @@ func (r *RemediationReconciler) release(ctx context.Context, s *scope) (ctrl.Res
 		s.log.Info("Handed the node over", "node", s.status().NodeName, "to", klog.KObj(other))
 		return ctrl.Result{}, r.letGo(ctx, s)
 	case releaseAwait:
-		if deadline := restorerDeadline(other); s.now.Before(deadline) {
-			s.log.V(2).Info("Waiting for a newer request of the node, deleted too, to restore it", "restorer", klog.KObj(other))
-			// The restorer's deletion (or its finalizer's removal) brings the next reconcile; this is a backstop.
-			return ctrl.Result{RequeueAfter: min(r.opts.PowerPollInterval, untilDeadline(deadline, s.now))}, nil
-		}
-		r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeWarning, EventRestorerLate, ActionCleanUp,
-			"%s/%s, deleted too, did not restore node %s in time; restoring what is left", other.Namespace, other.Name, s.status().NodeName)
+		s.log.V(2).Info("Waiting for a newer request of the node, deleted too, to restore it", "restorer", klog.KObj(other))
+		// The restorer's deletion (or its finalizer's removal) brings the next reconcile; this is a backstop.
+		return ctrl.Result{RequeueAfter: r.opts.PowerPollInterval}, nil
 	}
 	return r.restore(ctx, s, siblings)
 }

@@ -232,7 +232,8 @@ const (
 // live sibling (not being deleted; timed out or not) takes the Node as it is. Of the requests being
 // deleted together, the newest restores; the others wait until it no longer holds the Node, then restore
 // only what is left (nothing, unless the newest, seeing a sibling as live a moment before it was deleted
-// too, left the Node to them).
+// too, left the Node to them). The wait is bounded by the newest's clean-up, which is bounded itself and
+// never waits for an older request.
 func onDeletion(self *v1alpha1.PowerCycleRemediation, siblings []v1alpha1.PowerCycleRemediation) (releaseAction, *v1alpha1.PowerCycleRemediation) {
 	for i := range siblings {
 		if p := &siblings[i]; !deleting(p) {
@@ -245,16 +246,6 @@ func onDeletion(self *v1alpha1.PowerCycleRemediation, siblings []v1alpha1.PowerC
 		}
 	}
 	return releaseRestore, nil
-}
-
-// awaitRestorerGrace is how long past its own bound (twice its powerOffTimeoutSeconds from its deletion:
-// a power-off to land, then a power-on) a deleted request waits for the newer one that restores the Node.
-// Past it, it restores what is left itself.
-const awaitRestorerGrace = time.Minute
-
-// restorerDeadline is when a request stops waiting for restorer to restore the Node.
-func restorerDeadline(restorer *v1alpha1.PowerCycleRemediation) time.Time {
-	return restorer.DeletionTimestamp.Add(2*specOf(restorer).powerOffTimeout + awaitRestorerGrace)
 }
 
 // busySibling returns a sibling still acting on the Node while it lets go of it, which a request that
