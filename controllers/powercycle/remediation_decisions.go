@@ -229,14 +229,17 @@ const (
 )
 
 // onDeletion decides what a deleted request does with its Node, and names the sibling it defers to. A
-// live sibling (not being deleted; timed out or not) takes the Node as it is. Of the requests being
+// live sibling (not being deleted; timed out or not, but then holding our finalizer) takes the Node as it
+// is. Of the requests being
 // deleted together, the newest restores; the others wait until it no longer holds the Node, then restore
 // only what is left (nothing, unless the newest, seeing a sibling as live a moment before it was deleted
 // too, left the Node to them). The wait is bounded by the newest's clean-up, which is bounded itself and
 // never waits for an older request.
 func onDeletion(self *v1alpha1.PowerCycleRemediation, siblings []v1alpha1.PowerCycleRemediation) (releaseAction, *v1alpha1.PowerCycleRemediation) {
 	for i := range siblings {
-		if p := &siblings[i]; !deleting(p) {
+		// A sibling that was timed out before it ever started holds nothing and never will: it would
+		// never restore a node left to it.
+		if p := &siblings[i]; !deleting(p) && (holdsNode(p) || !timedOutMark(p)) {
 			return releaseHandOver, p
 		}
 	}

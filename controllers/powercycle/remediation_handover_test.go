@@ -548,6 +548,8 @@ func TestHandOverDecisions(t *testing.T) {
 			{name: "alone: restore", self: self, want: releaseRestore},
 			{name: "a live sibling: hand over", self: self, siblings: sibs{request("a", 5)}, want: releaseHandOver, wantWho: "a"},
 			{name: "a timed-out sibling is live too", self: self, siblings: sibs{request("a", 5, timedOut)}, want: releaseHandOver, wantWho: "a"},
+			{name: "a sibling not started yet takes it", self: self, siblings: sibs{request("a", 5, released)}, want: releaseHandOver, wantWho: "a"},
+			{name: "a sibling timed out before it started holds nothing", self: self, siblings: sibs{request("c", 20, timedOut, released)}, want: releaseRestore},
 			{name: "an older one deleted too: restore", self: self, siblings: sibs{request("a", 5, deleted)}, want: releaseRestore},
 			{name: "a newer one deleted too: wait for it", self: self, siblings: sibs{request("c", 20, deleted)}, want: releaseAwait, wantWho: "c"},
 			{name: "same second: the name decides", self: self, siblings: sibs{request("c", 10, deleted)}, want: releaseAwait, wantWho: "c"},
