@@ -68,6 +68,14 @@ const (
 	ReasonAsExpected           = "AsExpected"
 )
 
+// Condition reasons of a remediation that lets go of its Node while another request for the same Node
+// carries on (one hand per host).
+const (
+	// ReasonHandedOver (Processing=False): the request is done with the host and left it as it was (off
+	// and fenced, say) for the next remediation of the Node: it was timed out by its health check.
+	ReasonHandedOver = "HandedOver"
+)
+
 // Well-known annotations, labels and taints.
 const (
 	// AnnotationNodeName on a remediation request names the Node to remediate (medik8s convention).
@@ -90,6 +98,12 @@ const (
 	TaintOutOfServiceValue = "nodeshutdown"
 	// TaintRemediation (NoSchedule) marks a Node being remediated by metalheal.
 	TaintRemediation = "remediation.metalheal.io/power-cycle"
+
+	// AnnotationAppliedTaints on a Node lists, comma-separated, the keys of the taints metalheal's
+	// remediations added to it and have not removed yet. It is written with the taints, in the same update,
+	// and lets whichever request of the Node ends last remove them, whoever added them; a taint the Node
+	// had before (an administrator's out-of-service taint, say) is never listed.
+	AnnotationAppliedTaints = "remediation.metalheal.io/applied-taints"
 
 	// FinalizerPowerCycle lets the remediator power the host back on and clean up before a request goes.
 	FinalizerPowerCycle = "remediation.metalheal.io/power-cycle"

@@ -18,3 +18,12 @@ const (
 	// ActionCheckBMC is the BMC inventory's periodic reachability and credentials check.
 	ActionCheckBMC = "CheckBMC"
 )
+
+// Event reasons of the power-cycle remediator's hand-over (one hand per host); the others are in
+// remediation_events.go.
+const (
+	// EventHandedOver (Normal): the request let go of its node as it was, for another request of the node
+	// to carry on: it was timed out by its health check, or deleted while another request remediates the
+	// node.
+	EventHandedOver = "HandedOver"
+)

@@ -3,11 +3,16 @@ package powercycle
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
@@ -15,43 +20,79 @@ import (
 )
 
 // cleanup runs when the request is deleted (the node is healthy again, or an admin gave up) or marked
-// timed out by its health check, at whatever phase: the host is powered back on (unless the strategy is
-// power-off, or the Machine was deleted), the taints we added are removed, the lease we took is
-// released, and only then does the finalizer go. Each wait of the power-on (for a power-off the BMC
-// accepted to land, then for the host to come on) is bounded by powerOffTimeoutSeconds: a dead BMC does
-// not keep the request forever (a warning says the host was left as it was).
+// timed out by its health check, at whatever phase. A timed-out request hands the host over as it is
+// (handOver); a deleted one lets go of its node (release). Neither restores a host that another request
+// of the node holds.
 func (r *RemediationReconciler) cleanup(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if s.pcr.DeletionTimestamp.IsZero() {
+		return r.handOver(ctx, s)
+	}
+	return r.release(ctx, s)
+}
+
+// release lets go of the node of a deleted request, by what the node's other requests are doing (see
+// onDeletion): another request of the node that is not being deleted gets the node as it is (the finalizer
+// goes, and nothing else is touched: not the power, not the taints, not the lease it relies on); of
+// several deleted together, the newest restores the node and the others wait until it has (see
+// onDeletion); the last one restores (restore).
+func (r *RemediationReconciler) release(ctx context.Context, s *scope) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(s.pcr, v1alpha1.FinalizerPowerCycle) {
 		return ctrl.Result{}, nil // cleaned up already, or never started
 	}
+	siblings, err := r.siblings(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	action, other := onDeletion(s.pcr, siblings)
+	switch action {
+	case releaseHandOver:
+		msg := fmt.Sprintf("Deleted while %s/%s remediates node %s: the node is left to it as it is",
+			other.Namespace, other.Name, s.status().NodeName)
+		r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeNormal, EventHandedOver, ActionCleanUp, "%s", msg)
+		s.log.Info("Handed the node over", "node", s.status().NodeName, "to", klog.KObj(other))
+		return ctrl.Result{}, r.letGo(ctx, s)
+	case releaseAwait:
+		s.log.V(2).Info("Waiting for a newer request of the node, deleted too, to restore it", "restorer", klog.KObj(other))
+		// The restorer's deletion (or its finalizer's removal) brings the next reconcile; this is a backstop.
+		return ctrl.Result{RequeueAfter: r.opts.PowerPollInterval}, nil
+	}
+	return r.restore(ctx, s, siblings)
+}
+
+// restore ends the last remediation of the node: the host is powered back on (see needsPowerOn), the
+// taints of metalheal's remediations are removed (those the node's AnnotationAppliedTaints lists, and
+// those recorded by this request and by the others deleted with it), the node lease is released if one
+// of them holds it, and only then does the finalizer go. Each wait of the power-on (for a power-off the
+// BMC accepted to land, then for the host to come on) is bounded by powerOffTimeoutSeconds: a dead BMC
+// does not keep the request forever (a warning says the host was left as it was). The node is read from
+// the API server, not the cache: a request that waited for another to restore must see what that one did.
+func (r *RemediationReconciler) restore(ctx context.Context, s *scope, siblings []v1alpha1.PowerCycleRemediation) (ctrl.Result, error) {
+	node, err := r.readNodeLive(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var records [][]string
+	for i := range siblings {
+		records = append(records, siblings[i].Status.AppliedTaints)
+	}
 	var note string
-	if r.needsPowerOn(s) {
+	if r.needsPowerOn(s, siblings, node, records) {
 		var done bool
 		var res ctrl.Result
-		var err error
 		note, done, res, err = r.ensurePoweredOn(ctx, s)
 		if !done || err != nil {
 			return res, err
 		}
 	}
-	if err := r.removeOurTaints(ctx, s); err != nil {
+	if err := r.removeTaints(ctx, s, slices.Concat(records...)); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.releaseLease(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
 
-	deleting := !s.pcr.DeletionTimestamp.IsZero()
 	why := "the remediation request was deleted"
-	if !deleting {
-		why = "the health check timed the remediation out"
-	}
-	if !deleting && !terminal(s.status().Phase) {
-		if err := r.transition(ctx, s, v1alpha1.PhaseFailed, v1alpha1.ReasonTimedOut,
-			fmt.Sprintf("Stopped: %s", why)); err != nil || s.abandoned {
-			return ctrl.Result{}, err
-		}
-	} else if c := s.condition(v1alpha1.ConditionProcessing); c != nil && c.Status == metav1.ConditionTrue {
+	if c := s.condition(v1alpha1.ConditionProcessing); c != nil && c.Status == metav1.ConditionTrue {
 		s.setCondition(v1alpha1.ConditionProcessing, metav1.ConditionFalse, v1alpha1.ReasonRemediationCancelled, "Stopped: "+why)
 	}
 	if note != "" {
@@ -60,24 +101,61 @@ func (r *RemediationReconciler) cleanup(ctx context.Context, s *scope) (ctrl.Res
 	r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeNormal, EventCleanedUp, ActionCleanUp,
 		"Cleaned up node %s: %s", s.status().NodeName, why)
 	s.log.Info("Cleaned up", "node", s.status().NodeName, "why", why)
-	if err := r.patchFinalizer(ctx, s, controllerutil.RemoveFinalizer); err != nil {
-		return ctrl.Result{}, err
-	}
-	s.abandoned = true // nothing more to record: the request may be gone
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, r.letGo(ctx, s)
 }
 
-// needsPowerOn reports whether cleanup must make sure the host is on: an attempt was started (so the
-// host may be off because of us), the strategy is not power-off, and the Machine was not deleted.
-func (r *RemediationReconciler) needsPowerOn(s *scope) bool {
+// letGo removes the finalizer: nothing more is recorded, the request may be gone.
+func (r *RemediationReconciler) letGo(ctx context.Context, s *scope) error {
+	if err := r.patchFinalizer(ctx, s, controllerutil.RemoveFinalizer); err != nil {
+		return err
+	}
+	s.abandoned = true
+	return nil
+}
+
+// readNodeLive reads the request's node from the API server (APIReader) and keeps it for the rest of the
+// reconcile; nil when it is gone.
+func (r *RemediationReconciler) readNodeLive(ctx context.Context, s *scope) (*corev1.Node, error) {
+	name := s.status().NodeName
+	if name == "" {
+		return nil, nil
+	}
+	node := &corev1.Node{}
+	err := r.opts.APIReader.Get(ctx, client.ObjectKey{Name: name}, node)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("reading node %s: %w", name, err)
+	}
+	s.nodeRead, s.node, s.nodeError = true, nil, err
+	if err != nil {
+		return nil, nil
+	}
+	s.node = node
+	return node, nil
+}
+
+// needsPowerOn reports whether restore must make sure the host is on: the strategy is not power-off, no
+// Machine was deleted (by this request or another deleted with it), and a remediation of the node may have
+// left the host off: the node still carries one of metalheal's taints (they go on before the first
+// power-off, and come off when the host is back or the node is restored; a request that waited for another
+// to restore finds none), or, for a node that is gone, this request's own phase says so.
+func (r *RemediationReconciler) needsPowerOn(s *scope, siblings []v1alpha1.PowerCycleRemediation, node *corev1.Node, records [][]string) bool {
 	st := s.status()
-	if s.spec.strategy == v1alpha1.StrategyPowerOff || len(st.Attempts) == 0 || st.NodeName == "" {
+	if s.spec.strategy == v1alpha1.StrategyPowerOff || st.NodeName == "" {
 		return false
 	}
-	if c := s.condition(v1alpha1.ConditionPermanentNodeDeletionExpected); c != nil && c.Status == metav1.ConditionTrue {
+	machineDeleted := func(conditions []metav1.Condition) bool {
+		c := meta.FindStatusCondition(conditions, v1alpha1.ConditionPermanentNodeDeletionExpected)
+		return c != nil && c.Status == metav1.ConditionTrue
+	}
+	if machineDeleted(st.Conditions) || slices.ContainsFunc(siblings, func(p v1alpha1.PowerCycleRemediation) bool {
+		return machineDeleted(p.Status.Conditions)
+	}) {
 		return false
 	}
-	return hostMayBeOffByUs(st.Phase)
+	if node == nil {
+		return len(st.Attempts) > 0 && hostMayBeOffByUs(st.Phase)
+	}
+	return markedByUs(node, append(records, st.AppliedTaints)...)
 }
 
 // ensurePoweredOn powers the host on and waits for the BMC to confirm it. Like the phases, it records

@@ -154,8 +154,10 @@ func remediationNodeKey(pcr *v1alpha1.PowerCycleRemediation) string {
 
 // SetupWithManager registers the remediator: it watches PowerCycleRemediations, the Nodes they act on
 // (a Node turning Ready is noticed at once), the BMCs of those nodes (a fixed BMC is tried at once) and
-// the node leases (a request waiting for its health check's lease goes on once it is taken). The node
-// leases are read through the manager's cache: restrict it to the lease namespace.
+// the node leases (a request waiting for its health check's lease goes on once it is taken), and the
+// other requests of the same node (what a request does with its node depends on them: see
+// remediation_handover.go). The node leases are read through the manager's cache: restrict it to the
+// lease namespace.
 func (r *RemediationReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if err := indexRemediationsByNode(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
@@ -168,6 +170,8 @@ func (r *RemediationReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 		Watches(&v1alpha1.BMC{}, handler.EnqueueRequestsFromMapFunc(r.remediationsOfBMC),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.remediationsAwaitingLease)).
+		Watches(&v1alpha1.PowerCycleRemediation{}, handler.EnqueueRequestsFromMapFunc(r.remediationsBesides),
+			builder.WithPredicates(handOverChangePredicate())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).
 		Complete(r)
 }
@@ -252,7 +256,8 @@ func nodeChangePredicate() predicate.Funcs {
 }
 
 // Reconcile is the shell of the state machine: fetch, clean up if the request is gone or timed out,
-// make sure of the finalizer, run the handler of the current phase, and record what changed.
+// wait for the health check's lease and for another request of the node letting go of it, make sure of
+// the finalizer, run the handler of the current phase, and record what changed.
 func (r *RemediationReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	pcr := &v1alpha1.PowerCycleRemediation{}
 	if err := r.opts.Client.Get(ctx, req.NamespacedName, pcr); err != nil {
@@ -297,6 +302,9 @@ func (r *RemediationReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return r.cleanup(ctx, s)
 	}
 	if wait, err := r.awaitOwnerLease(ctx, s); err != nil || wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, err
+	}
+	if wait, err := r.awaitHandOver(ctx, s); err != nil || wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, err
 	}
 	if err := r.ensureFinalizer(ctx, s); err != nil {

@@ -2,9 +2,11 @@ package powercycle
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
@@ -174,4 +176,120 @@ func hostMayBeOffByUs(p v1alpha1.PowerCyclePhase) bool {
 		return true
 	}
 	return false
+}
+
+// One hand per host: what a request decides from the other requests of its Node (its siblings), read
+// from the cache. A request's siblings never include itself.
+
+// holdsNode reports whether p still holds our finalizer: whatever it did to its Node is not settled yet.
+func holdsNode(p *v1alpha1.PowerCycleRemediation) bool {
+	return slices.Contains(p.Finalizers, v1alpha1.FinalizerPowerCycle)
+}
+
+// deleting reports whether p is being deleted.
+func deleting(p *v1alpha1.PowerCycleRemediation) bool {
+	return !p.DeletionTimestamp.IsZero()
+}
+
+// timedOutMark reports whether p's health check marked it timed out.
+func timedOutMark(p *v1alpha1.PowerCycleRemediation) bool {
+	_, ok := p.Annotations[v1alpha1.AnnotationTimedOut]
+	return ok
+}
+
+// handedOver reports whether p let go of its Node after a time-out (Processing=False, HandedOver).
+func handedOver(p *v1alpha1.PowerCycleRemediation) bool {
+	c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionProcessing)
+	return c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonHandedOver
+}
+
+// newerThan orders the requests of a Node: by creation time, then name, then namespace. Of several
+// deleted at once, the newest restores the Node.
+func newerThan(a, b *v1alpha1.PowerCycleRemediation) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return b.CreationTimestamp.Before(&a.CreationTimestamp)
+	}
+	if a.Name != b.Name {
+		return a.Name > b.Name
+	}
+	return a.Namespace > b.Namespace
+}
+
+// releaseAction is what a deleted request does with its Node.
+type releaseAction int
+
+const (
+	// releaseRestore: it is the last remediation of the Node; it restores it (power, taints, lease).
+	releaseRestore releaseAction = iota
+	// releaseHandOver: another request of the Node is not being deleted; the Node is left to it as it is.
+	releaseHandOver
+	// releaseAwait: a newer request of the Node is being deleted too and still holds it; that one
+	// restores the Node, this one lets go once it has.
+	releaseAwait
+)
+
+// onDeletion decides what a deleted request does with its Node, and names the sibling it defers to. A
+// live sibling (not being deleted; timed out or not, but then holding our finalizer) takes the Node as it
+// is. Of the requests being
+// deleted together, the newest restores; the others wait until it no longer holds the Node, then restore
+// only what is left (nothing, unless the newest, seeing a sibling as live a moment before it was deleted
+// too, left the Node to them). The wait is bounded by the newest's clean-up, which is bounded itself and
+// never waits for an older request.
+func onDeletion(self *v1alpha1.PowerCycleRemediation, siblings []v1alpha1.PowerCycleRemediation) (releaseAction, *v1alpha1.PowerCycleRemediation) {
+	for i := range siblings {
+		// A sibling that was timed out before it ever started holds nothing and never will: it would
+		// never restore a node left to it.
+		if p := &siblings[i]; !deleting(p) && (holdsNode(p) || !timedOutMark(p)) {
+			return releaseHandOver, p
+		}
+	}
+	for i := range siblings {
+		if p := &siblings[i]; holdsNode(p) && newerThan(p, self) {
+			return releaseAwait, p
+		}
+	}
+	return releaseRestore, nil
+}
+
+// busySibling returns a sibling still acting on the Node while it lets go of it, which a request that
+// has not started waits for: one being deleted that holds the Node (it hands the Node over, or restores
+// it), or one timed out that is still landing a power request (Processing=True). A sibling that is
+// simply remediating is no such thing: the node lease keeps the two apart.
+func busySibling(siblings []v1alpha1.PowerCycleRemediation) *v1alpha1.PowerCycleRemediation {
+	for i := range siblings {
+		p := &siblings[i]
+		if !holdsNode(p) {
+			continue
+		}
+		if deleting(p) {
+			return p
+		}
+		if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionProcessing); timedOutMark(p) && c != nil && c.Status == metav1.ConditionTrue {
+			return p
+		}
+	}
+	return nil
+}
+
+// remediationHolderPrefix starts the node lease holder identity of every PowerCycleRemediation.
+const remediationHolderPrefix = remediationKind + "-"
+
+// takeOverFrom reports whether a request may take the node lease held by holder, a PowerCycleRemediation
+// of the same Node that let go of it: timed out or being deleted (found among siblings), or gone
+// (found nowhere: known tells whether a request of that name exists at all, on any node).
+func takeOverFrom(holder string, self *v1alpha1.PowerCycleRemediation, siblings []v1alpha1.PowerCycleRemediation, known func(name string) bool) bool {
+	name, ok := strings.CutPrefix(holder, remediationHolderPrefix)
+	if !ok || name == "" || name == self.Name {
+		return false
+	}
+	found := false
+	for i := range siblings {
+		if p := &siblings[i]; p.Name == name {
+			found = true
+			if !deleting(p) && !timedOutMark(p) {
+				return false // it still acts on the Node
+			}
+		}
+	}
+	return found || !known(name)
 }

@@ -121,7 +121,7 @@ func (r *RemediationReconciler) acquireLease(ctx context.Context, s *scope, node
 		}
 	}
 
-	err = m.RequestLease(ctx, node, r.opts.LeaseDuration)
+	err = m.RequestLeaseFrom(ctx, node, r.opts.LeaseDuration, r.leaseTakeOver(ctx, s, holder)...)
 	var held *leases.AlreadyHeldError
 	if errors.As(err, &held) && heldByOwner(s.pcr, held.Holder) {
 		// The owner took it a moment ago and our cache has not shown it yet (a health check may create
@@ -160,17 +160,30 @@ func (r *RemediationReconciler) keepLease(ctx context.Context, s *scope) error {
 	return err
 }
 
-// releaseLease gives the node lease back if this remediation holds it.
+// releaseLease gives the node lease back if this remediation holds it, or a request of the node it carries
+// on from (timed out, deleted or gone: see leaseTakeOver) does: the lease of a node whose last remediation
+// ends is not left to run out.
 func (r *RemediationReconciler) releaseLease(ctx context.Context, s *scope) error {
-	if s.status().NodeName == "" {
+	nodeName := s.status().NodeName
+	if nodeName == "" {
 		return nil
 	}
 	m, err := r.leaseManager(s.pcr)
 	if err != nil {
 		return err
 	}
-	if err := m.InvalidateLease(ctx, s.status().NodeName); err != nil {
-		return fmt.Errorf("releasing the node lease of %s: %w", s.status().NodeName, err)
+	holder, _, _, err := m.HolderOf(ctx, nodeName)
+	if err != nil {
+		return fmt.Errorf("reading the node lease of %s: %w", nodeName, err)
+	}
+	if holder != "" && holder != m.HolderIdentity() && len(r.leaseTakeOver(ctx, s, holder)) > 0 {
+		if m, err = leases.NewManager(r.opts.LeaseClient, holder, r.opts.Clock,
+			leases.WithNamespace(r.opts.LeaseNamespace), leases.WithLiveReader(r.opts.APIReader)); err != nil {
+			return err
+		}
+	}
+	if err := m.InvalidateLease(ctx, nodeName); err != nil {
+		return fmt.Errorf("releasing the node lease of %s: %w", nodeName, err)
 	}
 	if c := s.condition(v1alpha1.ConditionLeaseAcquired); c != nil && c.Status == metav1.ConditionTrue {
 		s.setCondition(v1alpha1.ConditionLeaseAcquired, metav1.ConditionFalse, reasonLeaseReleased, "Node lease released")

@@ -4,15 +4,20 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
 )
 
-// ensureTaints puts taints on the node, in one update. A taint the node already has is left alone and not
-// counted as ours; one we add is first recorded in status.appliedTaints (durably, by the status write that
-// records whatever else is pending), so cleanup after a restart still knows to remove it. The status is
-// recorded even when the node needs nothing, or is gone (a node that is gone has nothing to taint).
+// ensureTaints puts taints on the node, in one update. A taint the node already has is left alone; one we
+// add is first recorded in status.appliedTaints (durably, by the status write that records whatever else
+// is pending), so cleanup after a restart still knows to remove it, and is listed in the node's
+// AnnotationAppliedTaints by the update that adds it, so that whichever request of the node ends last
+// removes it, whoever added it. The status is recorded even when the node needs nothing, or is gone (a
+// node that is gone has nothing to taint).
 func (r *RemediationReconciler) ensureTaints(ctx context.Context, s *scope, taints ...corev1.Taint) error {
 	node, missing, err := r.claimTaints(ctx, s, taints...)
 	if err != nil {
@@ -21,6 +26,11 @@ func (r *RemediationReconciler) ensureTaints(ctx context.Context, s *scope, tain
 	if err := r.persist(ctx, s); err != nil || s.abandoned || len(missing) == 0 {
 		return err
 	}
+	keys := appliedTaintKeys(node)
+	for _, t := range missing {
+		keys = append(keys, t.Key)
+	}
+	setAppliedTaintKeys(node, keys)
 	if err := r.writeTaints(ctx, s, node, append(slices.Clone(node.Spec.Taints), missing...)); err != nil {
 		return ignoreNotFound(fmt.Errorf("tainting node %s: %w", node.Name, err))
 	}
@@ -30,8 +40,8 @@ func (r *RemediationReconciler) ensureTaints(ctx context.Context, s *scope, tain
 	return nil
 }
 
-// claimTaints claims each of taints the node lacks (see claimTaint) and returns the node and those taints;
-// a node that is gone has none to claim.
+// claimTaints claims each of taints the node lacks, or has from another of our remediations (see
+// claimTaint), and returns the node and the taints it lacks; a node that is gone has none to claim.
 func (r *RemediationReconciler) claimTaints(ctx context.Context, s *scope, taints ...corev1.Taint) (*corev1.Node, []corev1.Taint, error) {
 	if len(taints) == 0 {
 		return nil, nil, nil
@@ -52,24 +62,32 @@ func (r *RemediationReconciler) claimTaints(ctx context.Context, s *scope, taint
 	return node, missing, nil
 }
 
-// claimTaint counts taint as ours in status.appliedTaints (not yet recorded) unless the node has it
-// already, and reports whether the node still needs it. A taint claimed before is not claimed again.
+// claimTaint counts taint as ours in status.appliedTaints (not yet recorded) and reports whether the node
+// still needs it. A taint the node has already is ours only when the node's AnnotationAppliedTaints says
+// metalheal added it (an earlier remediation of the node, which this one carries on from); one the node
+// had before any of ours (an administrator's) is not. A taint claimed before is not claimed again.
 func claimTaint(s *scope, node *corev1.Node, taint corev1.Taint) bool {
-	if hasTaint(node.Spec.Taints, taint.Key, taint.Effect) {
+	missing := !hasTaint(node.Spec.Taints, taint.Key, taint.Effect)
+	if !missing && !slices.Contains(appliedTaintKeys(node), taint.Key) {
 		return false
 	}
 	if st := s.status(); !slices.Contains(st.AppliedTaints, taint.Key) {
 		st.AppliedTaints = append(st.AppliedTaints, taint.Key)
 	}
-	return true
+	return missing
 }
 
-// removeOurTaints removes from the node the taints this remediation added, then forgets them.
+// removeOurTaints removes from the node metalheal's taints: those the node's AnnotationAppliedTaints lists
+// (added by any remediation of the node) and those this remediation recorded, then forgets them.
 func (r *RemediationReconciler) removeOurTaints(ctx context.Context, s *scope) error {
+	return r.removeTaints(ctx, s, nil)
+}
+
+// removeTaints is removeOurTaints that also removes the taints in also (those recorded by the other
+// requests of the node that end with this one). The node's AnnotationAppliedTaints goes in the same
+// update. A taint of ours is matched by key and effect: an administrator's taint of another effect stays.
+func (r *RemediationReconciler) removeTaints(ctx context.Context, s *scope, also []string) error {
 	st := s.status()
-	if len(st.AppliedTaints) == 0 {
-		return nil
-	}
 	node, err := r.getNode(ctx, s)
 	if apierrors.IsNotFound(err) {
 		st.AppliedTaints = nil
@@ -78,22 +96,73 @@ func (r *RemediationReconciler) removeOurTaints(ctx context.Context, s *scope) e
 	if err != nil {
 		return fmt.Errorf("reading node %s to untaint it: %w", st.NodeName, err)
 	}
-	ours := func(t corev1.Taint) bool {
-		effect, known := taintEffects[t.Key]
-		return known && t.Effect == effect && slices.Contains(st.AppliedTaints, t.Key)
-	}
-	if slices.ContainsFunc(node.Spec.Taints, ours) {
+	keys := ourTaintKeys(node, st.AppliedTaints, also)
+	_, annotated := node.Annotations[v1alpha1.AnnotationAppliedTaints]
+	ours := func(t corev1.Taint) bool { return isOurTaint(t, keys) }
+	if annotated || slices.ContainsFunc(node.Spec.Taints, ours) {
+		delete(node.Annotations, v1alpha1.AnnotationAppliedTaints)
 		if err := r.writeTaints(ctx, s, node, slices.DeleteFunc(slices.Clone(node.Spec.Taints), ours)); err != nil {
 			if apierrors.IsNotFound(err) {
 				st.AppliedTaints = nil
 				return nil
 			}
-			return fmt.Errorf("removing taints %v from node %s: %w", st.AppliedTaints, node.Name, err)
+			return fmt.Errorf("removing taints %v from node %s: %w", keys, node.Name, err)
 		}
-		s.log.Info("Removed taints from node", "node", node.Name, "taints", st.AppliedTaints)
+		s.log.Info("Removed taints from node", "node", node.Name, "taints", keys)
 	}
 	st.AppliedTaints = nil
 	return nil
+}
+
+// ourTaintKeys are the keys of metalheal's taints on node: those its AnnotationAppliedTaints lists, and
+// those recorded in the status of the requests in records.
+func ourTaintKeys(node *corev1.Node, records ...[]string) []string {
+	keys := appliedTaintKeys(node)
+	for _, r := range records {
+		keys = append(keys, r...)
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// isOurTaint reports whether t is one of the taints a remediation adds, by one of keys.
+func isOurTaint(t corev1.Taint, keys []string) bool {
+	effect, known := taintEffects[t.Key]
+	return known && t.Effect == effect && slices.Contains(keys, t.Key)
+}
+
+// markedByUs reports whether node still carries a taint of metalheal's (see ourTaintKeys): a remediation
+// of the node holds it, and may have left its host off. The remediation taint goes on before the first
+// power-off request, and comes off only when the host is back or the node is restored.
+func markedByUs(node *corev1.Node, records ...[]string) bool {
+	keys := ourTaintKeys(node, records...)
+	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return isOurTaint(t, keys) })
+}
+
+// appliedTaintKeys reads the node's AnnotationAppliedTaints.
+func appliedTaintKeys(node *corev1.Node) []string {
+	v := node.Annotations[v1alpha1.AnnotationAppliedTaints]
+	if v == "" {
+		return nil
+	}
+	var keys []string
+	for k := range strings.SplitSeq(v, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// setAppliedTaintKeys writes keys, sorted and without duplicates, to the node's AnnotationAppliedTaints.
+func setAppliedTaintKeys(node *corev1.Node, keys []string) {
+	keys = slices.Clone(keys)
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	if node.Annotations == nil {
+		node.Annotations = map[string]string{}
+	}
+	node.Annotations[v1alpha1.AnnotationAppliedTaints] = strings.Join(keys, ",")
 }
 
 // writeTaints sets the node's taints with an update guarded by the resourceVersion it was read at: a Node

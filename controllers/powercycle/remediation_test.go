@@ -320,21 +320,37 @@ func testEscalateNodeOnly(t *testing.T, api *apiServer) {
 	g.Expect(until).To(BeTemporally(">", w.clock.Now()))
 	g.Expect(powerOps(host)).To(HaveLen(5), "nothing more is done to the host")
 
-	// NodeHealthCheck escalates: it marks the request timed out.
+	// NodeHealthCheck escalates: it marks the request timed out. The request hands the host over as it is,
+	// off and fenced, for the check's next remediation: nothing is powered on, no taint removed, and the
+	// lease is kept (renewed) for the next request to take over.
 	p = w.get(key)
 	p.Annotations[v1alpha1.AnnotationTimedOut] = w.clock.Now().Format(time.RFC3339)
 	w.must(w.c.Update(w.ctx, p))
-	w.drive(key, same(w.reconciler()), nil, func(s []step) bool {
-		return !slices.Contains(w.get(key).Finalizers, v1alpha1.FinalizerPowerCycle)
-	})
+	w.drive(key, same(w.reconciler()), nil, func(s []step) bool { return handedOver(w.get(key)) })
+	g.Expect(powerOps(host)).To(Equal([]string{"Off", "On", "Off", "On", "Off"}), "left off")
+	g.Expect(host.PowerState(w.ctx)).To(Equal(bmc.PowerStateOff))
+	g.Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService), "still fenced")
+	g.Expect(*w.lease(node).Spec.HolderIdentity).To(Equal("PowerCycleRemediation-" + node))
+	p = w.get(key)
+	g.Expect(p.Finalizers).To(ContainElement(v1alpha1.FinalizerPowerCycle))
+	g.Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonRetriesExhausted, metav1.ConditionFalse))
+	g.Expect(conditionOf(p, v1alpha1.ConditionProcessing)).To(MatchFields(v1alpha1.ReasonHandedOver, metav1.ConditionFalse))
+	g.Expect(w.drainEvents()).To(ContainElement(HavePrefix("Normal HandedOver")))
+	steps = w.drive(key, same(w.reconciler()), nil, func([]step) bool { return true })
+	g.Expect(steps[0].result.RequeueAfter).To(BeNumerically(">", 0), "the lease of the handed-over host is kept alive")
+	g.Expect(powerOps(host)).To(HaveLen(5), "nothing more is done to the host")
+
+	// The check deletes the request (the node was repaired, or given up on): the last remediation of the
+	// node restores it: powered back on, untainted, its lease released.
+	w.must(w.c.Delete(w.ctx, w.get(key)))
+	steps = w.drive(key, same(w.reconciler()), nil, untilSettled)
+	g.Expect(steps[len(steps)-1].gone).To(BeTrue())
 	g.Expect(powerOps(host)).To(Equal([]string{"Off", "On", "Off", "On", "Off", "On"}), "powered back on")
 	g.Expect(host.PowerState(w.ctx)).To(Equal(bmc.PowerStateOn))
 	g.Expect(w.taintKeys(node)).To(BeEmpty())
+	g.Expect(w.getNode(node).Annotations).NotTo(HaveKey(v1alpha1.AnnotationAppliedTaints))
 	g.Expect(w.lease(node)).To(BeNil())
-	p = w.get(key)
-	g.Expect(conditionOf(p, v1alpha1.ConditionSucceeded).Status).To(Equal(metav1.ConditionFalse))
-	steps = w.drive(key, same(w.reconciler()), nil, func([]step) bool { return true })
-	g.Expect(steps[0].result.RequeueAfter).To(BeZero(), "a cleaned-up request is left alone")
+	g.Expect(w.drainEvents()).To(ContainElement(HavePrefix("Normal CleanedUp")))
 }
 
 // Reboot strategy: a host that keeps failing is power-cycled again and again, the waits between attempts
@@ -372,15 +388,17 @@ func testRebootBackoff(t *testing.T, api *apiServer) {
 	g.Expect(w.lease(node)).To(BeNil())
 }
 
-// A request deleted (or timed out) mid-flow: the host is powered back on (unless the strategy is
-// power-off), our taints and our lease go, then the finalizer.
+// A request deleted mid-flow, the only one of its node: the host is powered back on (unless the strategy
+// is power-off), our taints and our lease go, then the finalizer. A request timed out mid-flow instead
+// lands the power request in flight and hands the host over as it is (taints and lease kept), and is
+// restored so only once deleted.
 func testCancelledMidFlow(t *testing.T, api *apiServer) {
 	for _, tc := range []struct {
 		name     string
 		strategy v1alpha1.Strategy
 		at       v1alpha1.PowerCyclePhase
 		sent     bool // and the phase's power request was sent
-		timedOut bool // the health check marks it timed out instead of deleting it
+		timedOut bool // the health check marks it timed out first, then deletes it
 		// unreadable: the BMC does not answer the first power reading, so PoweringOff is entered and
 		// nothing is sent (otherwise the power-off goes out in the step that enters PoweringOff).
 		unreadable bool
@@ -397,7 +415,7 @@ func testCancelledMidFlow(t *testing.T, api *apiServer) {
 		{name: "deleted just after power-off was confirmed", strategy: reboot, at: v1alpha1.PhasePoweredOff, pause: v1alpha1.PhasePoweringOn, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
 		{name: "deleted while the power-off is on its way", strategy: reboot, at: v1alpha1.PhasePoweringOff, sent: true, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
 		{name: "deleted before the power-off was sent", strategy: reboot, at: v1alpha1.PhasePoweringOff, unreadable: true, wantOps: nil, wantState: bmc.PowerStateOn},
-		{name: "timed out while off and fenced", strategy: reboot, at: v1alpha1.PhasePoweringOn, timedOut: true, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
+		{name: "timed out while powering on, then deleted", strategy: reboot, at: v1alpha1.PhasePoweringOn, timedOut: true, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
 		{name: "deleted while waiting for the node", strategy: reboot, at: v1alpha1.PhaseWaitingForNode, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
 		{name: "deleted while waiting between attempts", strategy: reboot, at: v1alpha1.PhaseRetrying, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn},
 		{name: "power-off strategy: deleted once fenced, left off", strategy: powerOff, at: v1alpha1.PhaseSucceeded, wantOps: []string{"Off"}, wantState: bmc.PowerStateOff},
@@ -440,12 +458,20 @@ func testCancelledMidFlow(t *testing.T, api *apiServer) {
 			if tc.timedOut {
 				p.Annotations[v1alpha1.AnnotationTimedOut] = w.clock.Now().Format(time.RFC3339)
 				w.must(w.c.Update(w.ctx, p))
-			} else {
-				w.must(w.c.Delete(w.ctx, p))
+				w.drive(key, same(w.reconciler()), nil, func(s []step) bool { return handedOver(w.get(key)) })
+				g.Expect(powerOps(host)).To(Equal(tc.wantOps), "the power-on in flight landed, nothing more")
+				g.Expect(host.PowerState(w.ctx)).To(Equal(tc.wantState))
+				g.Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService), "handed over as it is")
+				g.Expect(w.lease(node)).NotTo(BeNil())
+				p := w.get(key)
+				g.Expect(p.Finalizers).To(ContainElement(v1alpha1.FinalizerPowerCycle))
+				g.Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseFailed))
+				g.Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonTimedOut, metav1.ConditionFalse))
+				g.Expect(conditionOf(p, v1alpha1.ConditionProcessing)).To(MatchFields(v1alpha1.ReasonHandedOver, metav1.ConditionFalse))
+				g.Expect(w.drainEvents()).To(ContainElement(HavePrefix("Normal HandedOver")))
 			}
-			w.drive(key, same(w.reconciler()), nil, func(s []step) bool {
-				return s[len(s)-1].gone || !slices.Contains(w.get(key).Finalizers, v1alpha1.FinalizerPowerCycle)
-			})
+			w.must(w.c.Delete(w.ctx, w.get(key)))
+			w.drive(key, same(w.reconciler()), nil, func(s []step) bool { return s[len(s)-1].gone })
 
 			if len(tc.wantOps) == 0 {
 				g.Expect(powerOps(host)).To(BeEmpty())
@@ -456,15 +482,8 @@ func testCancelledMidFlow(t *testing.T, api *apiServer) {
 			g.Expect(host.PowerState(w.ctx)).To(Equal(tc.wantState), "and stays so")
 			g.Expect(w.taintKeys(node)).To(BeEmpty())
 			g.Expect(w.lease(node)).To(BeNil())
-			if tc.timedOut {
-				p := w.get(key)
-				g.Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseFailed))
-				g.Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonTimedOut, metav1.ConditionFalse))
-				g.Expect(conditionOf(p, v1alpha1.ConditionProcessing).Status).To(Equal(metav1.ConditionFalse))
-			} else {
-				err := w.c.Get(w.ctx, key, &v1alpha1.PowerCycleRemediation{})
-				g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
-			}
+			err := w.c.Get(w.ctx, key, &v1alpha1.PowerCycleRemediation{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
 			g.Expect(w.drainEvents()).To(ContainElement(HavePrefix("Normal CleanedUp")))
 		})
 	}
