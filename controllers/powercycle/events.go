@@ -18,3 +18,11 @@ const (
 	// ActionCheckBMC is the BMC inventory's periodic reachability and credentials check.
 	ActionCheckBMC = "CheckBMC"
 )
+
+// Event reasons of the power-cycle remediator, besides those in remediation_events.go: the trust gate and
+// the bounds of its waits.
+const (
+	// EventNamespaceNotTrusted (Warning): a request in a namespace the remediator does not act in
+	// (--remediation-namespaces) was refused; nothing was done.
+	EventNamespaceNotTrusted = "NamespaceNotTrusted"
+)

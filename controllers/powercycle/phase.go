@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -134,20 +135,36 @@ func (r *RemediationReconciler) start(ctx context.Context, s *scope) (ctrl.Resul
 }
 
 // startAttempt opens the record of a new attempt and enters PoweringOff, whose work starts at once: the
-// write that records the power-off request records the phase too.
+// write that records the power-off request records the phase too. A node that does not exist (it was
+// deleted since the request was accepted, or never came while Pending waited for it) gets no power-off:
+// the attempt fails at once, and the next one follows the retry backoff.
 func (r *RemediationReconciler) startAttempt(ctx context.Context, s *scope) (ctrl.Result, error) {
+	st := s.status()
+	if _, err := r.getNode(ctx, s); apierrors.IsNotFound(err) {
+		openAttempt(s, s.now)
+		return r.failAttempt(ctx, s, fmt.Sprintf("node %s does not exist: no power-off goes to its host", st.NodeName))
+	} else if err != nil {
+		return ctrl.Result{}, fmt.Errorf("reading node %s: %w", st.NodeName, err)
+	}
+	number := openAttempt(s, s.now)
+	r.enter(s, v1alpha1.PhasePoweringOff, v1alpha1.ReasonPoweringOff,
+		fmt.Sprintf("Attempt %d: powering off node %s through BMC %s", number, st.NodeName, st.BMCName))
+	return r.poweringOff(ctx, s)
+}
+
+// openAttempt appends the record of a new attempt, started at started, and returns its number. The last
+// maxAttempts records are kept.
+func openAttempt(s *scope, started time.Time) int32 {
 	st := s.status()
 	number := int32(1)
 	if a := s.currentAttempt(); a != nil {
 		number = a.Number + 1
 	}
-	st.Attempts = append(st.Attempts, v1alpha1.PowerCycleAttempt{Number: number, Started: stamp(s.now)})
+	st.Attempts = append(st.Attempts, v1alpha1.PowerCycleAttempt{Number: number, Started: stamp(started)})
 	if n := len(st.Attempts); n > maxAttempts {
 		st.Attempts = append([]v1alpha1.PowerCycleAttempt(nil), st.Attempts[n-maxAttempts:]...)
 	}
-	r.enter(s, v1alpha1.PhasePoweringOff, v1alpha1.ReasonPoweringOff,
-		fmt.Sprintf("Attempt %d: powering off node %s through BMC %s", number, st.NodeName, st.BMCName))
-	return r.poweringOff(ctx, s)
+	return number
 }
 
 // failAttempt closes the current attempt as failed and moves on: to Retrying after a backoff, or to
