@@ -168,7 +168,9 @@ func openAttempt(s *scope, started time.Time) int32 {
 }
 
 // failAttempt closes the current attempt as failed and moves on: to Retrying after a backoff, or to
-// Escalating when the escalate strategy has used up its attempts.
+// Escalating when the escalate strategy has used up its attempts. A bare node that does not exist has
+// nothing to escalate to: no node to fence, and its host gets no power-off (see startAttempt); the
+// remediation fails (Succeeded=False) for its health check to escalate.
 func (r *RemediationReconciler) failAttempt(ctx context.Context, s *scope, why string) (ctrl.Result, error) {
 	st := s.status()
 	number := int32(0)
@@ -178,6 +180,13 @@ func (r *RemediationReconciler) failAttempt(ctx context.Context, s *scope, why s
 	}
 	st.RetryCount++
 	next, retryAt := afterFailure(s.spec, st.RetryCount, s.now)
+	if next == v1alpha1.PhaseEscalating && ownerMachine(s.pcr) == nil {
+		if _, err := r.getNode(ctx, s); apierrors.IsNotFound(err) {
+			return ctrl.Result{}, r.transition(ctx, s, v1alpha1.PhaseFailed, v1alpha1.ReasonRetriesExhausted,
+				fmt.Sprintf("Attempt %d failed: %s; %d of %d attempts failed, and node %s does not exist: nothing to power off or fence",
+					number, why, st.RetryCount, s.spec.deleteAfterRetries, st.NodeName))
+		}
+	}
 	if next == v1alpha1.PhaseEscalating {
 		return ctrl.Result{}, r.transition(ctx, s, next, v1alpha1.ReasonRetriesExhausted,
 			fmt.Sprintf("Attempt %d failed: %s; %d of %d attempts failed, escalating", number, why, st.RetryCount, s.spec.deleteAfterRetries))

@@ -189,6 +189,9 @@ func testPendingWaitEnds(t *testing.T, api *apiServer) {
 		"the node does not exist": {noNode: true, strategy: reboot, wantPhase: v1alpha1.PhaseRetrying,
 			wantMessage: "did not exist within 5m0s (powerOnTimeoutSeconds)", wantWarning: EventNodeNotFound,
 			wantCondition: v1alpha1.ConditionProcessing, wantReason: v1alpha1.ReasonRetrying, wantStatus: metav1.ConditionTrue},
+		"the node does not exist, escalate after one attempt: nothing to power off or fence": {noNode: true, strategy: escalate,
+			wantPhase: v1alpha1.PhaseFailed, wantMessage: "did not exist within 5m0s", wantWarning: EventNodeNotFound,
+			wantCondition: v1alpha1.ConditionSucceeded, wantReason: v1alpha1.ReasonRetriesExhausted, wantStatus: metav1.ConditionFalse},
 		"the node has no BMC": {noBMC: true, strategy: reboot, wantPhase: v1alpha1.PhaseRetrying,
 			wantMessage:   "could not be used within 5m0s (powerOnTimeoutSeconds) of the request's acceptance (BMCNotFound)",
 			wantWarning:   EventBMCNotReady,
@@ -229,10 +232,7 @@ func testPendingWaitEnds(t *testing.T, api *apiServer) {
 			g.Expect(conditionOf(p, tc.wantCondition)).To(MatchFields(tc.wantReason, tc.wantStatus), tc.wantCondition)
 			g.Expect(conditionOf(p, v1alpha1.ConditionProcessing).Message).To(ContainSubstring(tc.wantMessage))
 			g.Expect(w.countEvents("Warning "+tc.wantWarning)).To(Equal(1), "one warning for the wait")
-			wantEnd := EventAttemptFailed
-			if tc.wantPhase == v1alpha1.PhaseEscalating {
-				wantEnd = EventEscalating
-			}
+			wantEnd := phaseEvents[tc.wantPhase]
 			g.Expect(w.events).To(ContainElement(And(HavePrefix("Warning "+wantEnd+" "), ContainSubstring(tc.wantMessage))))
 			g.Expect(host.Calls()).To(BeEmpty(), "the host was not touched")
 			g.Expect(w.lease(node)).To(BeNil())
