@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -59,6 +60,10 @@ type config struct {
 	nodeName            string
 	clientQPS           float64
 	clientBurst         int
+
+	// remediationNamespaces lists the namespaces, besides namespace, whose PowerCycleRemediations the
+	// remediator acts on (see parseNamespaces).
+	remediationNamespaces string
 }
 
 // controllerNames are the controllers the manager can run; all are on by default.
@@ -83,6 +88,10 @@ func main() {
 	flag.DurationVar(&cfg.bmcCallTimeout, "bmc-call-timeout", 10*time.Second, "Bound on one BMC call by the remediator.")
 	flag.DurationVar(&cfg.powerPollInterval, "power-poll-interval", 5*time.Second, "How often the remediator reads the power state while waiting for a power transition.")
 	flag.StringVar(&cfg.nodeName, "node-name", os.Getenv("NODE_NAME"), "The node the manager runs on (defaults to $NODE_NAME): powering it off is recorded durably first and warned about.")
+	flag.StringVar(&cfg.remediationNamespaces, "remediation-namespaces", "",
+		"Comma-separated namespaces whose PowerCycleRemediations the remediator acts on, besides the manager's own (--namespace), which is always trusted. "+
+			"A request anywhere else is refused (Processing=False, NamespaceNotTrusted) and nothing is done for it. Default: the manager's namespace only; "+
+			"Cluster API users list their clusters' namespaces.")
 	flag.DurationVar(&cfg.resyncPeriod, "resync-period", 10*time.Hour, "Informer resync period: a safety net only, detection never waits for it.")
 	flag.Float64Var(&cfg.clientQPS, "kube-api-qps", -1, "Client-side limit on queries per second to the API server; negative disables it, leaving the server's API Priority and Fairness to pace us.")
 	flag.IntVar(&cfg.clientBurst, "kube-api-burst", 100, "Burst of queries to the API server, when --kube-api-qps is positive.")
@@ -262,6 +271,12 @@ func ensureNamespace(ctx context.Context, restCfg *rest.Config, scheme *runtime.
 }
 
 func setupPowerCycle(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
+	trusted, err := parseNamespaces(deps.cfg.remediationNamespaces)
+	if err != nil {
+		return fmt.Errorf("--remediation-namespaces: %w", err)
+	}
+	ctrl.Log.WithName("setup").Info("Remediation requests are acted on only in these namespaces",
+		"namespaces", append([]string{deps.cfg.namespace}, slices.DeleteFunc(trusted, func(ns string) bool { return ns == deps.cfg.namespace })...))
 	r, err := powercycle.NewRemediationReconciler(powercycle.RemediationReconcilerOptions{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
@@ -274,12 +289,31 @@ func setupPowerCycle(ctx context.Context, mgr ctrl.Manager, deps *dependencies) 
 		BMCCallTimeout:          deps.cfg.bmcCallTimeout,
 		PowerPollInterval:       deps.cfg.powerPollInterval,
 		ManagerNodeName:         deps.cfg.nodeName,
+		ManagerNamespace:        deps.cfg.namespace,
+		TrustedNamespaces:       trusted,
 	})
 	if err != nil {
 		return err
 	}
 	deps.remediator = r
 	return r.SetupWithManager(ctx, mgr)
+}
+
+// parseNamespaces reads --remediation-namespaces: namespace names separated by commas, blanks around
+// them ignored, each a valid namespace name, returned sorted without repeats. Empty is none.
+func parseNamespaces(list string) ([]string, error) {
+	var names []string
+	for _, ns := range strings.Split(list, ",") {
+		if ns = strings.TrimSpace(ns); ns == "" {
+			continue
+		}
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return nil, fmt.Errorf("%q is not a namespace name: %s", ns, strings.Join(errs, "; "))
+		}
+		names = append(names, ns)
+	}
+	slices.Sort(names)
+	return slices.Compact(names), nil
 }
 
 // setupMHC starts the MachineHealthCheck controller when Cluster API is installed; without its CRDs

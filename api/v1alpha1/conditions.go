@@ -66,6 +66,11 @@ const (
 	ReasonStormCooldown        = "StormCooldown"
 	ReasonNoStorm              = "NoStorm"
 	ReasonAsExpected           = "AsExpected"
+
+	// ReasonNamespaceNotTrusted (Processing=False, Succeeded=False on a PowerCycleRemediation): the
+	// request is in a namespace the remediator was not told to act in (--remediation-namespaces); it was
+	// refused without touching the host, its node or its lease.
+	ReasonNamespaceNotTrusted = "NamespaceNotTrusted"
 )
 
 // Condition reasons of a remediation that lets go of its Node while another request for the same Node

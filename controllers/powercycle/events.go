@@ -19,11 +19,14 @@ const (
 	ActionCheckBMC = "CheckBMC"
 )
 
-// Event reasons of the power-cycle remediator's hand-over (one hand per host); the others are in
-// remediation_events.go.
+// Event reasons of the power-cycle remediator besides those in remediation_events.go: the hand-over (one
+// hand per host), the trust gate and the bounds of its waits.
 const (
 	// EventHandedOver (Normal): the request let go of its node as it was, for another request of the node
 	// to carry on: it was timed out by its health check, or deleted while another request remediates the
 	// node.
 	EventHandedOver = "HandedOver"
+	// EventNamespaceNotTrusted (Warning): a request in a namespace the remediator does not act in
+	// (--remediation-namespaces) was refused; nothing was done.
+	EventNamespaceNotTrusted = "NamespaceNotTrusted"
 )

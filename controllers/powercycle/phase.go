@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -134,24 +135,42 @@ func (r *RemediationReconciler) start(ctx context.Context, s *scope) (ctrl.Resul
 }
 
 // startAttempt opens the record of a new attempt and enters PoweringOff, whose work starts at once: the
-// write that records the power-off request records the phase too.
+// write that records the power-off request records the phase too. A node that does not exist (it was
+// deleted since the request was accepted, or never came while Pending waited for it) gets no power-off:
+// the attempt fails at once, and the next one follows the retry backoff.
 func (r *RemediationReconciler) startAttempt(ctx context.Context, s *scope) (ctrl.Result, error) {
 	st := s.status()
-	number := int32(1)
-	if a := s.currentAttempt(); a != nil {
-		number = a.Number + 1
+	if _, err := r.getNode(ctx, s); apierrors.IsNotFound(err) {
+		openAttempt(s, s.now)
+		return r.failAttempt(ctx, s, fmt.Sprintf("node %s does not exist: no power-off goes to its host", st.NodeName))
+	} else if err != nil {
+		return ctrl.Result{}, fmt.Errorf("reading node %s: %w", st.NodeName, err)
 	}
-	st.Attempts = append(st.Attempts, v1alpha1.PowerCycleAttempt{Number: number, Started: stamp(s.now)})
-	if n := len(st.Attempts); n > maxAttempts {
-		st.Attempts = append([]v1alpha1.PowerCycleAttempt(nil), st.Attempts[n-maxAttempts:]...)
-	}
+	number := openAttempt(s, s.now)
 	r.enter(s, v1alpha1.PhasePoweringOff, v1alpha1.ReasonPoweringOff,
 		fmt.Sprintf("Attempt %d: powering off node %s through BMC %s", number, st.NodeName, st.BMCName))
 	return r.poweringOff(ctx, s)
 }
 
+// openAttempt appends the record of a new attempt, started at started, and returns its number. The last
+// maxAttempts records are kept.
+func openAttempt(s *scope, started time.Time) int32 {
+	st := s.status()
+	number := int32(1)
+	if a := s.currentAttempt(); a != nil {
+		number = a.Number + 1
+	}
+	st.Attempts = append(st.Attempts, v1alpha1.PowerCycleAttempt{Number: number, Started: stamp(started)})
+	if n := len(st.Attempts); n > maxAttempts {
+		st.Attempts = append([]v1alpha1.PowerCycleAttempt(nil), st.Attempts[n-maxAttempts:]...)
+	}
+	return number
+}
+
 // failAttempt closes the current attempt as failed and moves on: to Retrying after a backoff, or to
-// Escalating when the escalate strategy has used up its attempts.
+// Escalating when the escalate strategy has used up its attempts. A bare node that does not exist has
+// nothing to escalate to: no node to fence, and its host gets no power-off (see startAttempt); the
+// remediation fails (Succeeded=False) for its health check to escalate.
 func (r *RemediationReconciler) failAttempt(ctx context.Context, s *scope, why string) (ctrl.Result, error) {
 	st := s.status()
 	number := int32(0)
@@ -161,6 +180,13 @@ func (r *RemediationReconciler) failAttempt(ctx context.Context, s *scope, why s
 	}
 	st.RetryCount++
 	next, retryAt := afterFailure(s.spec, st.RetryCount, s.now)
+	if next == v1alpha1.PhaseEscalating && ownerMachine(s.pcr) == nil {
+		if _, err := r.getNode(ctx, s); apierrors.IsNotFound(err) {
+			return ctrl.Result{}, r.transition(ctx, s, v1alpha1.PhaseFailed, v1alpha1.ReasonRetriesExhausted,
+				fmt.Sprintf("Attempt %d failed: %s; %d of %d attempts failed, and node %s does not exist: nothing to power off or fence",
+					number, why, st.RetryCount, s.spec.deleteAfterRetries, st.NodeName))
+		}
+	}
 	if next == v1alpha1.PhaseEscalating {
 		return ctrl.Result{}, r.transition(ctx, s, next, v1alpha1.ReasonRetriesExhausted,
 			fmt.Sprintf("Attempt %d failed: %s; %d of %d attempts failed, escalating", number, why, st.RetryCount, s.spec.deleteAfterRetries))

@@ -70,7 +70,9 @@ type powerWait struct {
 // awaitPower reads the power state: at the target, confirmed; past the deadline, the attempt fails;
 // otherwise the power request is sent (once: it is recorded before it is sent, and only while the wait
 // has time left to see it done, see lastSend) and the BMC is polled again after PowerPollInterval. BMC
-// trouble is retried with backoff until the deadline.
+// trouble is retried with backoff until the deadline. A request whose answer was an error stays
+// recorded (see requestPower): a power-off is not sent again in the phase, a power-on only once the BMC
+// has had the time a transition takes and the host still reads Off (see resendDue).
 func (r *RemediationReconciler) awaitPower(ctx context.Context, s *scope, w powerWait) (ctrl.Result, error) {
 	verb, want := "power-off", bmc.PowerStateOff
 	if w.target == v1alpha1.PowerOn {
@@ -96,7 +98,7 @@ func (r *RemediationReconciler) awaitPower(ctx context.Context, s *scope, w powe
 	if !s.now.Before(w.deadline) {
 		return expired(fmt.Sprintf("the BMC still reports %s", state))
 	}
-	if s.status().PowerRequest == nil {
+	if s.status().PowerRequest == nil || r.resendDue(s, w, state) {
 		if now := r.opts.Clock.Now(); now.After(lastSend(w.deadline, w.timeout, r.opts.PowerPollInterval)) {
 			// Too late in this attempt to see the host act on a request (the BMC may have taken most of
 			// the wait to answer): the next attempt sends it, once, instead of both.
@@ -150,8 +152,10 @@ func (r *RemediationReconciler) poweredOff(ctx context.Context, s *scope) (ctrl.
 }
 
 // startPowerOn enters PoweringOn with the power-on request recorded in the same write, and sends it. The
-// host was confirmed off a moment ago, so there is nothing to read first; a power-on that could not be
-// sent is forgotten, and PoweringOn sends it again.
+// host was confirmed off a moment ago, so there is nothing to read first. A power-on that could not be
+// sent (no driver) is forgotten, and PoweringOn sends it again; one the BMC answered with an error stays
+// recorded, and PoweringOn sends it again only if the host still reads Off once the BMC has had the time
+// a transition takes (see resendDue).
 func (r *RemediationReconciler) startPowerOn(ctx context.Context, s *scope) (ctrl.Result, error) {
 	if a := s.currentAttempt(); a != nil {
 		a.PowerOnRequested = new(stamp(s.now))
@@ -162,11 +166,12 @@ func (r *RemediationReconciler) startPowerOn(ctx context.Context, s *scope) (ctr
 		return ctrl.Result{}, err
 	}
 	d, err := r.driverFor(ctx, s)
-	if err == nil {
+	if err != nil {
+		s.status().PowerRequest = nil // not sent
+	} else {
 		err = r.sendPower(ctx, s, d, v1alpha1.PowerOn)
 	}
 	if err != nil {
-		s.status().PowerRequest = nil
 		var be *bmcError
 		if !errors.As(err, &be) {
 			return ctrl.Result{}, err

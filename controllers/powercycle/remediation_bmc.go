@@ -77,8 +77,12 @@ func (r *RemediationReconciler) readPower(ctx context.Context, s *scope, d bmc.D
 
 // requestPower records a power request, then sends it (bounded by the BMC call timeout). taints are what
 // the node must carry before the request goes out: the write that records the request claims them too,
-// and they are added between that write and the send. A request that could not be sent is forgotten,
-// so that it may be sent again; one that went out is never sent again in the phase.
+// and they are added between that write and the send. A request that could not be sent (the node could
+// not be tainted) is forgotten, so that it may be sent again. One that was handed to the BMC stays
+// recorded, whatever the BMC answered: after a timeout or a dropped connection it may well have taken
+// the request and be carrying it out, and a real BMC takes seconds to, so the power state read next may
+// still be the old one. The phase does not send it again (see awaitPower and resendDue); a power-off in
+// particular goes out once per attempt.
 func (r *RemediationReconciler) requestPower(ctx context.Context, s *scope, d bmc.Driver, target v1alpha1.PowerState, taints ...corev1.Taint) error {
 	st := s.status()
 	st.PowerRequest = &v1alpha1.PowerRequest{Target: target, Time: stamp(s.now)}
@@ -88,15 +92,12 @@ func (r *RemediationReconciler) requestPower(ctx context.Context, s *scope, d bm
 		}
 		return err
 	}
-	if err := r.sendPower(ctx, s, d, target); err != nil {
-		st.PowerRequest = nil
-		return err
-	}
-	return nil
+	return r.sendPower(ctx, s, d, target)
 }
 
 // sendPower sends a power request that is already recorded, bounded by the BMC call timeout, and
-// remembers when it went out (see sentRequests).
+// remembers when it went out (see sentRequests): when the BMC accepted it or, when its answer was an
+// error, when the call ended, for the BMC may have taken it anyway.
 func (r *RemediationReconciler) sendPower(ctx context.Context, s *scope, d bmc.Driver, target v1alpha1.PowerState) error {
 	callCtx, cancel := context.WithTimeout(ctx, r.opts.BMCCallTimeout)
 	defer cancel()
@@ -106,14 +107,37 @@ func (r *RemediationReconciler) sendPower(ctx context.Context, s *scope, d bmc.D
 	} else {
 		err = d.PowerOn(callCtx)
 	}
-	if err != nil {
-		return classify(err, true)
-	}
 	if req := s.status().PowerRequest; req != nil {
 		r.sent.record(client.ObjectKeyFromObject(s.pcr), *req, r.opts.Clock.Now())
 	}
+	if err != nil {
+		s.log.V(2).Info("Power request unanswered or refused; it may have been taken, and is not sent again at once",
+			"target", target, "bmc", s.status().BMCName, "error", err.Error())
+		return classify(err, true)
+	}
 	s.log.V(4).Info("Power change requested", "target", target, "bmc", s.status().BMCName)
 	return nil
+}
+
+// powerTransitionTimeout is how long a BMC is given to carry out a power request it may have taken
+// before the request is sent again: powerOffTimeoutSeconds, the template's bound on a BMC confirming a
+// power change. A power-off is never sent again within its phase, which that same bound ends.
+func powerTransitionTimeout(spec effectiveSpec) time.Duration { return spec.powerOffTimeout }
+
+// resendDue reports whether the recorded power request of a wait is to be sent again: only a power-on
+// (a second one changes nothing on a host that is coming on; a second power-off is what must never
+// happen), only when the host still reads Off, not on its way, and only once powerTransitionTimeout
+// has passed since it was sent.
+func (r *RemediationReconciler) resendDue(s *scope, w powerWait, state bmc.PowerState) bool {
+	req := s.status().PowerRequest
+	if req == nil || w.target != v1alpha1.PowerOn || req.Target != v1alpha1.PowerOn || state != bmc.PowerStateOff {
+		return false
+	}
+	from := req.Time.Time
+	if at, ok := r.sent.sentAt(client.ObjectKeyFromObject(s.pcr), *req); ok && at.After(from) {
+		from = at
+	}
+	return !s.now.Before(from.Add(powerTransitionTimeout(s.spec)))
 }
 
 // bmcAnswered marks the BMC ready after it answered.

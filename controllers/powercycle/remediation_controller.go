@@ -82,6 +82,16 @@ type RemediationReconcilerOptions struct {
 	// and the first wait after a BMC error (the waits double from there). Defaults to
 	// DefaultPowerPollInterval.
 	PowerPollInterval time.Duration
+	// ManagerNamespace is the manager's own namespace, where the BMCs and their Secrets live (the
+	// DriverSource reads BMCs only there). Requests in it are always acted on: whoever may write there
+	// holds the BMC credentials already. Required.
+	ManagerNamespace string
+	// TrustedNamespaces are the namespaces, besides ManagerNamespace, whose requests the remediator acts
+	// on (--remediation-namespaces; Cluster API users list their clusters' namespaces). A request anywhere
+	// else is refused before anything is done for it (see refuseUntrusted): creating a request is the
+	// power to switch a server off, and a namespace's editors must not hold it. Empty: ManagerNamespace
+	// only.
+	TrustedNamespaces []string
 	// ManagerNodeName is the node the manager runs on, if known ($NODE_NAME from the downward API). When
 	// it is the one being powered off, a warning event says so; the power-off is recorded in status
 	// before it is sent, like every power-off, so the replacement manager resumes from there.
@@ -97,6 +107,8 @@ type RemediationReconciler struct {
 	written writtenVersions
 	// sent knows when the power requests of this process went out.
 	sent sentRequests
+	// trusted are the namespaces whose requests are acted on: ManagerNamespace and TrustedNamespaces.
+	trusted map[string]bool
 }
 
 // NewRemediationReconciler checks and defaults opts and returns the remediator.
@@ -110,6 +122,8 @@ func NewRemediationReconciler(opts RemediationReconcilerOptions) (*RemediationRe
 		return nil, errors.New("the power-cycle remediator needs an event recorder")
 	case opts.Drivers == nil:
 		return nil, errors.New("the power-cycle remediator needs a BMC driver source")
+	case opts.ManagerNamespace == "":
+		return nil, errors.New("the power-cycle remediator needs the manager's namespace: requests are trusted only there and in the namespaces listed")
 	}
 	if opts.APIReader == nil {
 		opts.APIReader = opts.Client
@@ -132,7 +146,7 @@ func NewRemediationReconciler(opts RemediationReconcilerOptions) (*RemediationRe
 	if opts.PowerPollInterval <= 0 {
 		opts.PowerPollInterval = DefaultPowerPollInterval
 	}
-	r := &RemediationReconciler{opts: opts}
+	r := &RemediationReconciler{opts: opts, trusted: trustedNamespaces(opts.ManagerNamespace, opts.TrustedNamespaces)}
 	r.phases = r.phaseHandlers()
 	return r, nil
 }
@@ -202,14 +216,16 @@ func (r *RemediationReconciler) remediationsOfBMC(ctx context.Context, o client.
 }
 
 // remediationsOn returns the remediations acting on a node, read from the cache's index without copying:
-// read them, never change them. None when the cache cannot be read (logged).
+// read them, never change them. Requests in namespaces the remediator does not trust are left out: they
+// never act on the node, and must not stand in the way of those that do. None when the cache cannot be
+// read (logged).
 func (r *RemediationReconciler) remediationsOn(ctx context.Context, nodeName string) []v1alpha1.PowerCycleRemediation {
 	var list v1alpha1.PowerCycleRemediationList
 	if err := r.opts.Client.List(ctx, &list, client.MatchingFields{remediationNodeIndex: nodeName}, client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing the remediations of a node", "node", nodeName)
 		return nil
 	}
-	return list.Items
+	return slices.DeleteFunc(list.Items, func(p v1alpha1.PowerCycleRemediation) bool { return !r.trusts(p.Namespace) })
 }
 
 // remediationsFor maps a node to the remediations acting on it, those keep lets through (all when keep is
@@ -296,6 +312,12 @@ func (r *RemediationReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			res, retErr = ctrl.Result{}, nil
 		}
 	}()
+
+	// Before anything else, whatever the request's state: a request from a namespace not trusted moves
+	// nothing (no finalizer, no BMC call, no taint, no lease).
+	if !r.trusts(pcr.Namespace) {
+		return ctrl.Result{}, r.refuseUntrusted(ctx, s)
+	}
 
 	_, timedOut, _ := template.TimedOut(pcr)
 	if !pcr.DeletionTimestamp.IsZero() || timedOut {

@@ -185,6 +185,7 @@ func (w *world) reconciler() *RemediationReconciler {
 		Drivers:           bmcaccess.New(w.api.cache, w.ns, w.registry, bmcaccess.Options{RequestTimeout: 5 * time.Second}),
 		PowerPollInterval: 5 * time.Second,
 		BMCCallTimeout:    5 * time.Second,
+		ManagerNamespace:  w.ns,
 	}
 	if w.reconcilerOptions != nil {
 		w.reconcilerOptions(&opts)

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
@@ -149,9 +150,15 @@ func (r *RemediationReconciler) acquireLease(ctx context.Context, s *scope, node
 	return true, 0, nil
 }
 
-// keepLease renews the node lease while the remediation acts on the node. Losing it mid-flow (it
+// keepLease renews the node lease while the remediation acts on the node, and while a finished one
+// holds a fenced node: the lease lives no longer than the request. A request being deleted or timed out
+// by its health check renews nothing, whoever calls this: its lease is released by the clean-up, taken
+// over by the request that follows, or left to run out (--lease-duration). Losing it mid-flow (it
 // expired and someone took it) is reported but does not stop a power cycle half done.
 func (r *RemediationReconciler) keepLease(ctx context.Context, s *scope) error {
+	if _, timedOut, _ := template.TimedOut(s.pcr); timedOut || !s.pcr.DeletionTimestamp.IsZero() {
+		return nil
+	}
 	node, err := r.getNode(ctx, s)
 	if err != nil {
 		return ignoreNotFound(err)

@@ -79,6 +79,7 @@ func TestRemediationManyAtOnce(t *testing.T) {
 		MaxConcurrentReconciles: hosts + 1,
 		BMCCallTimeout:          2 * time.Second,
 		PowerPollInterval:       250 * time.Millisecond,
+		ManagerNamespace:        ns,
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())

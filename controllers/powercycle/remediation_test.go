@@ -934,7 +934,7 @@ func testOwnersLeaseNeverComes(t *testing.T, api *apiServer) {
 func awaitingLease(t *testing.T, w *world) func(*coordinationv1.Lease) []reconcile.Request {
 	t.Helper()
 	r, err := NewRemediationReconciler(RemediationReconcilerOptions{Client: w.indexedClient(), Clock: w.clock, Recorder: w.recorder,
-		Drivers: bmcaccess.New(w.api.cache, w.ns, w.registry, bmcaccess.Options{})})
+		Drivers: bmcaccess.New(w.api.cache, w.ns, w.registry, bmcaccess.Options{}), ManagerNamespace: w.ns})
 	w.must(err)
 	return func(l *coordinationv1.Lease) []reconcile.Request { return r.remediationsAwaitingLease(w.ctx, l) }
 }

@@ -85,6 +85,7 @@ type Mock struct {
 	global      Faults
 	requests    []Request
 	hooks       []func(systemID string, from, to PowerState)
+	lost        lostAnswers // see LoseResetAnswers
 }
 
 // session is one logged-in Redfish session.
@@ -352,6 +353,7 @@ func (m *Mock) ClearFaults() {
 	for _, s := range m.systems {
 		s.faults = Faults{}
 	}
+	m.lost.clear()
 }
 
 // ExpireSessions forgets every session, as a BMC does on timeout or reboot: their tokens get 401.

@@ -262,6 +262,7 @@ func (m *Mock) resetSystem(w http.ResponseWriter, r *http.Request, _ string) {
 	case status == http.StatusBadRequest:
 		writeError(w, status, "Base.1.8.ActionParameterValueNotInList",
 			fmt.Sprintf("ResetType %q is not one of %s", req.ResetType, strings.Join(m.resetTypes, ", ")))
+	case m.loseAnswer(w, r, r.PathValue("id")): // carried out, and its answer goes missing (see LoseResetAnswers)
 	default:
 		w.WriteHeader(http.StatusNoContent)
 	}
