@@ -372,8 +372,8 @@ func (r *Reconciler) createRequest(ctx context.Context, lm *leases.Manager, chec
 
 // requestLease takes or renews the node lease (taking it over from a holder in from, the remediator of
 // one of the check's own requests) and remembers what it wrote until the cache shows it (recentLeases). The
-// lease namespace is the deployment's to create (config/default ships it): the manager may not create
-// namespaces, so a missing one is an error (*leases.NamespaceNotFoundError) that says so.
+// lease namespace is the deployment's to create (config/default ships it, with the manager's Role there):
+// the manager may not create namespaces, so without it this fails, and the error says why.
 func (r *Reconciler) requestLease(ctx context.Context, lm *leases.Manager, node *corev1.Node, from ...string) error {
 	now := r.clock.Now()
 	err := lm.RequestLeaseFrom(ctx, node, r.opts.LeaseDuration, from...)
