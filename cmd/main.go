@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,13 +15,10 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -29,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	remediationv1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
@@ -44,6 +43,7 @@ import (
 type config struct {
 	controllers         string
 	metricsAddr         string
+	metricsSecure       bool
 	probeAddr           string
 	pprofAddr           string
 	leaderElect         bool
@@ -73,7 +73,9 @@ func main() {
 	var cfg config
 	flag.StringVar(&cfg.controllers, "controllers", strings.Join(controllerNames, ","),
 		"Comma-separated controllers to run: "+strings.Join(controllerNames, ", ")+".")
-	flag.StringVar(&cfg.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	flag.StringVar(&cfg.metricsAddr, "metrics-bind-address", ":8443", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	flag.BoolVar(&cfg.metricsSecure, "metrics-secure", true,
+		"Serve metrics over HTTPS to callers the API server authenticates (a bearer token) and authorizes (get on the /metrics URL); false serves plain HTTP to anyone, for local development and benchmarks only.")
 	flag.StringVar(&cfg.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
 	flag.StringVar(&cfg.pprofAddr, "pprof-bind-address", "", "Address of the Go profiler's /debug/pprof endpoints (e.g. 127.0.0.1:6060); empty disables it.")
 	flag.BoolVar(&cfg.leaderElect, "leader-elect", false, "Elect a leader so that only one of several replicas acts.")
@@ -140,7 +142,7 @@ func run(cfg config) error {
 	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: cfg.metricsAddr},
+		Metrics:                 metricsOptions(cfg),
 		HealthProbeBindAddress:  cfg.probeAddr,
 		PprofBindAddress:        cfg.pprofAddr,
 		LeaderElection:          cfg.leaderElect,
@@ -172,9 +174,6 @@ func run(cfg config) error {
 	}
 
 	ctx := ctrl.SetupSignalHandler()
-	if err := ensureNamespace(ctx, restCfg, scheme, cfg.leaseNamespace); err != nil {
-		return err
-	}
 	// One Access for every controller: one driver, and so one BMC session, per BMC.
 	access := bmcaccess.New(mgr.GetClient(), cfg.namespace, newBMCRegistry(bmc.NewMetrics(ctrlmetrics.Registry)), bmcaccess.Options{})
 	if err := mgr.Add(access); err != nil { // logs every BMC session out on shutdown
@@ -256,18 +255,22 @@ func parseControllers(s string) ([]string, error) {
 	return out, nil
 }
 
-// ensureNamespace creates the node lease namespace when it is missing (medik8s operators do the same, so
-// whoever starts first creates it and the others find it).
-func ensureNamespace(ctx context.Context, restCfg *rest.Config, scheme *runtime.Scheme, name string) error {
-	c, err := client.New(restCfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return fmt.Errorf("creating a client: %w", err)
+// metricsOptions serves /metrics as current kubebuilder projects do: over HTTPS (a self-signed
+// certificate made at start-up), to callers whose bearer token the API server accepts (TokenReview) and who
+// may get the /metrics URL (SubjectAccessReview; the metrics-reader ClusterRole grants it). The manager
+// needs create on tokenreviews and subjectaccessreviews for that (config/rbac/metrics_auth_role.yaml).
+func metricsOptions(cfg config) metricsserver.Options {
+	if !cfg.metricsSecure {
+		return metricsserver.Options{BindAddress: cfg.metricsAddr}
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating the lease namespace %s: %w", name, err)
+	return metricsserver.Options{
+		BindAddress:    cfg.metricsAddr,
+		SecureServing:  true,
+		FilterProvider: filters.WithAuthenticationAndAuthorization,
+		// HTTP/2 stays off, as in kubebuilder's scaffold: its stream handling has had denial-of-service
+		// flaws (CVE-2023-44487, CVE-2023-39325) and a scraper gains nothing from it.
+		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
 	}
-	return nil
 }
 
 func setupPowerCycle(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {

@@ -372,20 +372,12 @@ func (r *Reconciler) createRequest(ctx context.Context, lm *leases.Manager, chec
 }
 
 // requestLease takes or renews the node lease (taking it over from a holder in from, the remediator of
-// one of the check's own requests), creating the lease namespace when it is missing, and remembers what
-// it wrote until the cache shows it (recentLeases).
+// one of the check's own requests) and remembers what it wrote until the cache shows it (recentLeases). The
+// lease namespace is the deployment's to create (config/default ships it, with the manager's Role there):
+// the manager may not create namespaces, so without it this fails, and the error says why.
 func (r *Reconciler) requestLease(ctx context.Context, lm *leases.Manager, node *corev1.Node, from ...string) error {
 	now := r.clock.Now()
 	err := lm.RequestLeaseFrom(ctx, node, r.opts.LeaseDuration, from...)
-	var nsErr *leases.NamespaceNotFoundError
-	if errors.As(err, &nsErr) {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.opts.LeaseNamespace}}
-		if cerr := r.client.Create(ctx, ns); cerr != nil && !apierrors.IsAlreadyExists(cerr) {
-			return fmt.Errorf("creating lease namespace %s: %w", r.opts.LeaseNamespace, cerr)
-		}
-		now = r.clock.Now()
-		err = lm.RequestLeaseFrom(ctx, node, r.opts.LeaseDuration, from...)
-	}
 	if err == nil {
 		r.leaseWrites.taken(node.Name, lm.HolderIdentity(), leases.Expiry(now, r.opts.LeaseDuration), now, from)
 	}

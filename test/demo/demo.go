@@ -426,9 +426,14 @@ Break another node (its host loses power; metalheal power-cycles it back):
   curl -X POST %s/mock/systems/%d/power -d '{"powerState":"Off"}'
   kubectl get nodes,pcr -A -w
 
+Read the manager's metrics (HTTPS, with a token of a service account bound to %s):
+
+  curl -sk -H "Authorization: Bearer $(cat %s)" %s | grep ^metalheal_
+
 Manager log: %s
 Other logs:  %s
-`, h.World.Kubeconfig(), checkName, leaseNamespace, h.Mock.URL(), workers, m.LogPath, h.World.LogDir())
+`, h.World.Kubeconfig(), checkName, leaseNamespace, h.Mock.URL(), workers,
+		harness.MetricsReaderRole, h.MetricsTokenFile, m.MetricsURL, m.LogPath, h.World.LogDir())
 }
 
 // prefixWriter prefixes every write (the harness logs one line per write).

@@ -4,8 +4,6 @@ package e2e
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"regexp"
 	"strconv"
 	"time"
@@ -86,16 +84,7 @@ var bmcRequestSeries = regexp.MustCompile(`metalheal_bmc_requests_total\{driver=
 
 // ipmiPowerCalls reads a manager's count of successful IPMI calls by operation.
 func ipmiPowerCalls(ctx context.Context, m *harness.Manager) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.MetricsURL, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	body, err := m.Metrics(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -5,8 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -74,16 +72,7 @@ var _ = Describe("Two managers with leader election", func() {
 
 // isLeader reads a manager's leader election gauge from its metrics endpoint.
 func isLeader(ctx context.Context, m *harness.Manager) (bool, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.MetricsURL, nil)
-	if err != nil {
-		return false, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return false, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	body, err := m.Metrics(ctx)
 	if err != nil {
 		return false, err
 	}

@@ -94,6 +94,10 @@ type Harness struct {
 	Client client.Client
 	// ManagerKubeconfig is the kubeconfig of ManagerUser.
 	ManagerKubeconfig string
+	// MetricsToken is a bearer token of the MetricsScraper service account (bound to metalheal-metrics-reader),
+	// and MetricsTokenFile a file holding it: what reads a manager's /metrics (Manager.Metrics).
+	MetricsToken     string
+	MetricsTokenFile string
 
 	opts     Options
 	cancel   context.CancelFunc
@@ -132,6 +136,9 @@ func Start(ctx context.Context, opts Options) (_ *Harness, err error) {
 		return nil, err
 	}
 	h.ManagerKubeconfig = user.Kubeconfig
+	if err := h.setUpMetricsScraper(ctx); err != nil {
+		return nil, err
+	}
 
 	h.logf("starting the Redfish BMC simulator with %d systems", opts.Workers)
 	mock := redfishmock.New().WithSystems(opts.Workers).WithCredentials(BMCUsername, BMCPassword).

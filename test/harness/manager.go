@@ -37,8 +37,12 @@ type Manager struct {
 	Name string
 	// LogPath is the file with the process's output.
 	LogPath string
-	// MetricsURL serves the manager's Prometheus metrics.
+	// MetricsURL serves the manager's Prometheus metrics: over HTTPS to a caller with a bearer token bound
+	// to the metrics-reader ClusterRole (Metrics reads it as MetricsScraper), or over plain HTTP to anyone
+	// when the manager was started with --metrics-secure=false.
 	MetricsURL string
+
+	metricsToken string
 
 	cmd     *exec.Cmd
 	exited  chan struct{}
@@ -61,9 +65,9 @@ func (h *Harness) StartManager(ctx context.Context, extraArgs ...string) (*Manag
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{Name: fmt.Sprintf("manager-%d", len(h.managers)+1), exited: make(chan struct{})}
+	m := &Manager{Name: fmt.Sprintf("manager-%d", len(h.managers)+1), exited: make(chan struct{}), metricsToken: h.MetricsToken}
 	m.LogPath = filepath.Join(h.World.LogDir(), m.Name+".log")
-	m.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
+	m.MetricsURL = metricsURL(metricsPort, extraArgs)
 	logFile, err := os.OpenFile(m.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -65,10 +66,12 @@ func TestDefaultDeploysOnARealAPIServer(t *testing.T) {
 	}
 	g.Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 5))
 	g.Expect(kinds).To(HaveKeyWithValue("Deployment", 1))
-	g.Expect(kinds).To(HaveKeyWithValue("Namespace", 1))
+	g.Expect(kinds).To(HaveKeyWithValue("Namespace", 2), "metalheal-system and the lease namespace")
 	g.Expect(kinds).To(HaveKeyWithValue("FlowSchema", 2))
+	g.Expect(kinds).To(HaveKeyWithValue("Service", 1), "the metrics Service")
 
 	var manager appsv1.Deployment
+	var metrics corev1.Service
 	var schemas []flowcontrolv1.FlowSchema
 	for _, obj := range objs {
 		switch obj.GetKind() {
@@ -80,16 +83,35 @@ func TestDefaultDeploysOnARealAPIServer(t *testing.T) {
 			g.Expect(pod.SecurityContext.RunAsNonRoot).To(HaveValue(BeTrue()), "the manager runs as non-root")
 			g.Expect(pod.Containers[0].SecurityContext.ReadOnlyRootFilesystem).To(HaveValue(BeTrue()), "read-only root filesystem")
 			g.Expect(pod.Containers[0].Args).To(ContainElement("--leader-elect"))
+			g.Expect(pod.Containers[0].Args).To(ContainElement(HavePrefix("--metrics-bind-address=:8443")))
+			g.Expect(pod.Containers[0].Args).NotTo(ContainElement(HavePrefix("--metrics-secure")), "metrics over HTTPS (the default)")
+			g.Expect(pod.Containers[0].Ports).To(ContainElement(And(HaveField("Name", "metrics"), HaveField("ContainerPort", BeEquivalentTo(8443)))))
+		case "Service":
+			g.Expect(convert(obj, &metrics)).To(Succeed())
 		case "ClusterRole":
 			var r rbacv1.ClusterRole
 			g.Expect(convert(obj, &r)).To(Succeed())
 			for _, rule := range r.Rules {
 				g.Expect(rule.Resources).NotTo(ContainElement("secrets"), "ClusterRole %s must not grant Secrets cluster-wide", r.Name)
+				g.Expect(rule.Resources).NotTo(ContainElement("leases"), "ClusterRole %s must not grant Leases cluster-wide", r.Name)
+				g.Expect(rule.Resources).NotTo(ContainElement("namespaces"), "ClusterRole %s: the manager creates no namespace", r.Name)
+			}
+			// What reaches the built-in admin and edit roles only reads requests and BMCs.
+			if r.Labels["rbac.authorization.k8s.io/aggregate-to-edit"] == "true" || r.Labels["rbac.authorization.k8s.io/aggregate-to-admin"] == "true" {
+				for _, rule := range r.Rules {
+					if slices.ContainsFunc(rule.Resources, func(res string) bool { return res == "powercycleremediations" || res == "bmcs" }) {
+						g.Expect(rule.Verbs).To(ConsistOf("get", "list", "watch"), "ClusterRole %s gives namespace editors %v", r.Name, rule.Resources)
+					}
+				}
 			}
 		case "Role":
 			var r rbacv1.Role
 			g.Expect(convert(obj, &r)).To(Succeed())
-			g.Expect(r.Namespace).To(Equal("metalheal-system"))
+			if r.Namespace == "medik8s-leases" {
+				g.Expect(r.Rules).To(HaveExactElements(HaveField("Resources", ConsistOf("leases"))), "only Leases in the lease namespace")
+			} else {
+				g.Expect(r.Namespace).To(Equal("metalheal-system"))
+			}
 		case "FlowSchema":
 			var fs flowcontrolv1.FlowSchema
 			g.Expect(convert(obj, &fs)).To(Succeed())
@@ -106,12 +128,25 @@ func TestDefaultDeploysOnARealAPIServer(t *testing.T) {
 			})))), "FlowSchema %s names the manager's service account", fs.Name)
 		}
 	}
+	// The metrics Service reaches the manager's metrics port.
+	g.Expect(metrics.Namespace).To(Equal(manager.Namespace))
+	g.Expect(metrics.Spec.Selector).To(Equal(manager.Spec.Selector.MatchLabels))
+	g.Expect(metrics.Spec.Ports).To(ConsistOf(HaveField("TargetPort.StrVal", "metrics")))
 	// Secrets are readable only in the manager's namespace.
 	var roles rbacv1.RoleList
 	g.Expect(c.List(context.Background(), &roles, client.InNamespace("metalheal-system"))).To(Succeed())
 	g.Expect(roles.Items).To(ContainElement(HaveField("Rules", ContainElement(HaveField("Resources", ContainElement("secrets"))))))
-	var ns corev1.Namespace
-	g.Expect(c.Get(context.Background(), client.ObjectKey{Name: "metalheal-system"}, &ns)).To(Succeed())
+	for _, name := range []string{"metalheal-system", "medik8s-leases"} {
+		var ns corev1.Namespace
+		g.Expect(c.Get(context.Background(), client.ObjectKey{Name: name}, &ns)).To(Succeed())
+	}
+	// The node leases are writable only in the lease namespace, by a Role there bound to the manager.
+	var bindings rbacv1.RoleBindingList
+	g.Expect(c.List(context.Background(), &bindings, client.InNamespace("medik8s-leases"))).To(Succeed())
+	g.Expect(bindings.Items).To(ConsistOf(And(
+		HaveField("RoleRef.Kind", "Role"),
+		HaveField("Subjects", ConsistOf(And(HaveField("Name", manager.Spec.Template.Spec.ServiceAccountName),
+			HaveField("Namespace", manager.Namespace)))))))
 }
 
 func TestSamplesRender(t *testing.T) {
