@@ -55,8 +55,10 @@ const (
 const groupLabel = "e2e.metalheal.io/group"
 
 // managerArgs tune the manager to the world's timings: power transitions checked every second, BMC
-// calls bounded at 3s, BMCs checked every 10s. Logs at V(2) for the failure reports.
+// calls bounded at 3s, BMCs checked every 10s. Logs at V(2) for the failure reports. The Cluster API
+// scenario's namespace is trusted with remediation requests, as an admin lists their cluster namespaces.
 var managerArgs = []string{
+	"--remediation-namespaces=e2e-mhc",
 	"--power-poll-interval=1s",
 	"--bmc-call-timeout=3s",
 	"--bmc-check-interval=10s",
