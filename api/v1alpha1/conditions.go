@@ -66,6 +66,10 @@ const (
 	ReasonStormCooldown        = "StormCooldown"
 	ReasonNoStorm              = "NoStorm"
 	ReasonAsExpected           = "AsExpected"
+	// ReasonRemediationKindNotWatchable (Disabled): the manager cannot watch a template or remediation
+	// kind the check names (typically no ClusterRole grants it get, list and watch); the message says which
+	// and how to grant it. The kind is tried again with a backoff.
+	ReasonRemediationKindNotWatchable = "RemediationKindNotWatchable"
 )
 
 // Well-known annotations, labels and taints.

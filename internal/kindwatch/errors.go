@@ -20,6 +20,8 @@ type NotWatchableError struct {
 	GVK schema.GroupVersionKind
 	// Resource is the kind's resource, e.g. fooremediations; "" when unknown.
 	Resource string
+	// Verbs are what the manager needs on the kind; get, list and watch when empty.
+	Verbs []string
 	// Timeout is the bound the informer did not sync within; zero when it could not be started at all.
 	Timeout time.Duration
 	// Err is what a direct list of the kind answered (nil when it succeeded), or why the informer could not
@@ -41,8 +43,13 @@ func (e *NotWatchableError) Error() string {
 		if resource == "" {
 			resource = "the resource of kind " + e.GVK.Kind
 		}
-		fmt.Fprintf(&b, ": the manager may not list it (%v). Grant get, list and watch on %s in API group %q to the manager's "+
-			"service account, e.g. by labelling a ClusterRole that grants them %s", e.Err, resource, e.GVK.Group, AggregationLabel)
+		verbs := e.Verbs
+		if len(verbs) == 0 {
+			verbs = []string{"get", "list", "watch"}
+		}
+		fmt.Fprintf(&b, ": the manager may not list it (%v). Grant %s on %s in API group %q to the manager's "+
+			"service account, e.g. by labelling a ClusterRole that grants them %s", e.Err, strings.Join(verbs, ", "), resource,
+			e.GVK.Group, AggregationLabel)
 	case apierrors.IsNotFound(e.Err) || meta.IsNoMatchError(e.Err):
 		fmt.Fprintf(&b, ": the API server does not serve it (is its CRD installed?): %v", e.Err)
 	default:

@@ -108,6 +108,9 @@ type Kind struct {
 	Handler handler.EventHandler
 	// Predicates filter the events before Handler sees them.
 	Predicates []predicate.Predicate
+	// Verbs are what the manager needs on the kind, for the message when it may not list it; get, list and
+	// watch when empty.
+	Verbs []string
 }
 
 // Watcher starts, bounds, retries and stops the informers of the kinds its controller's checks name.
@@ -233,14 +236,14 @@ func (w *Watcher) start(ctx context.Context, ks *kindState) {
 	inf, err := w.shared.acquire(ctx, w.opts.Cache, ks.kind.GVK, ks.obj)
 	if err != nil {
 		// The kind cannot even be looked up (its CRD is gone, or it is not in the scheme).
-		w.fail(ks, &NotWatchableError{GVK: ks.kind.GVK, Resource: w.resource(ks.kind.GVK), Err: err}, now)
+		w.fail(ks, &NotWatchableError{GVK: ks.kind.GVK, Resource: w.resource(ks.kind.GVK), Verbs: ks.kind.Verbs, Err: err}, now)
 		return
 	}
 	ks.informer = inf
 	if ks.kind.Handler != nil && w.queue != nil {
 		ks.reg, err = inf.AddEventHandler(eventHandler{ctx: w.ctx, queue: w.queue, handler: ks.kind.Handler, predicates: ks.kind.Predicates})
 		if err != nil {
-			w.fail(ks, &NotWatchableError{GVK: ks.kind.GVK, Resource: w.resource(ks.kind.GVK), Err: err}, now)
+			w.fail(ks, &NotWatchableError{GVK: ks.kind.GVK, Resource: w.resource(ks.kind.GVK), Verbs: ks.kind.Verbs, Err: err}, now)
 			return
 		}
 	}
@@ -278,7 +281,7 @@ func (w *Watcher) await(ks *kindState, attempt int, inf cache.Informer, timer cl
 			w.mu.Unlock()
 			return
 		}
-		w.fail(ks, &NotWatchableError{GVK: ks.kind.GVK, Resource: w.resource(ks.kind.GVK), Timeout: w.opts.SyncTimeout, Err: probeErr},
+		w.fail(ks, &NotWatchableError{GVK: ks.kind.GVK, Resource: w.resource(ks.kind.GVK), Verbs: ks.kind.Verbs, Timeout: w.opts.SyncTimeout, Err: probeErr},
 			w.opts.Clock.Now())
 		users := ks.users.UnsortedList()
 		w.mu.Unlock()

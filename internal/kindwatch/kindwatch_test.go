@@ -87,7 +87,9 @@ type probeReader struct {
 	err error
 }
 
-func (p probeReader) List(context.Context, client.ObjectList, ...client.ListOption) error { return p.err }
+func (p probeReader) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	return p.err
+}
 
 type fixture struct {
 	g     *WithT
