@@ -71,6 +71,10 @@ const (
 	// request is in a namespace the remediator was not told to act in (--remediation-namespaces); it was
 	// refused without touching the host, its node or its lease.
 	ReasonNamespaceNotTrusted = "NamespaceNotTrusted"
+	// ReasonRemediationKindNotWatchable (Disabled): the manager cannot watch a template or remediation
+	// kind the check names (typically no ClusterRole grants it get, list and watch); the message says which
+	// and how to grant it. The kind is tried again with a backoff.
+	ReasonRemediationKindNotWatchable = "RemediationKindNotWatchable"
 )
 
 // Condition reasons of a remediation that lets go of its Node while another request for the same Node

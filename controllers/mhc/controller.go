@@ -4,33 +4,31 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/kindwatch"
 )
 
 // Defaults for Options.
 const (
 	DefaultWorkloadClusterSyncTimeout = 10 * time.Second
 	DefaultKubeconfigRecheckInterval  = time.Minute
-	DefaultRequestListTimeout         = 30 * time.Second
 )
 
 // Options configure the Reconciler. SetupWithManager fills what is left empty from the manager; a test
@@ -59,9 +57,11 @@ type Options struct {
 	// KubeconfigRecheckInterval is how long a missing <clusterName>-kubeconfig Secret is remembered
 	// before it is looked up again. Default DefaultKubeconfigRecheckInterval.
 	KubeconfigRecheckInterval time.Duration
-	// RequestListTimeout bounds a read of remediation requests, which waits for their informer to sync
-	// (forever if the manager may not list that kind). Default DefaultRequestListTimeout.
-	RequestListTimeout time.Duration
+	// KindSyncTimeout bounds the first sync of a remediation kind's watch. A kind not synced by then (the
+	// manager may not list it, typically) disables the checks that name it (condition Disabled, reason
+	// RemediationKindNotWatchable) and is tried again with a backoff (internal/kindwatch); no other check
+	// ever waits for it. Default kindwatch.DefaultSyncTimeout.
+	KindSyncTimeout time.Duration
 }
 
 // Reconciler reconciles MachineHealthChecks.
@@ -76,9 +76,7 @@ type Reconciler struct {
 
 	// Set by SetupWithManager: dynamic watches on workload clusters' Nodes and on remediation kinds.
 	controller controller.Controller
-	cache      cache.Cache
-	watchMu    sync.Mutex
-	watched    map[schema.GroupVersionKind]bool
+	kinds      *kindwatch.Watcher
 }
 
 // New returns a Reconciler. Only Clock is required here; SetupWithManager fills the rest.
@@ -92,15 +90,15 @@ func New(opts Options) (*Reconciler, error) {
 	if opts.KubeconfigRecheckInterval <= 0 {
 		opts.KubeconfigRecheckInterval = DefaultKubeconfigRecheckInterval
 	}
-	if opts.RequestListTimeout <= 0 {
-		opts.RequestListTimeout = DefaultRequestListTimeout
+	if opts.KindSyncTimeout < 0 {
+		return nil, errors.New("mhc: Options.KindSyncTimeout must not be negative")
 	}
 	if opts.MaxConcurrentReconciles <= 0 {
 		opts.MaxConcurrentReconciles = 1
 	}
 	r := &Reconciler{
 		client: opts.Client, reader: opts.Reader, apiReader: opts.APIReader, recorder: opts.Recorder,
-		clock: opts.Clock, opts: opts, watched: map[schema.GroupVersionKind]bool{},
+		clock: opts.Clock, opts: opts,
 		remotes: newRemoteClusters(opts.Clock, opts.WorkloadClusterSyncTimeout, opts.KubeconfigRecheckInterval),
 	}
 	r.remotes.onConnect = r.watchRemoteNodes
@@ -123,7 +121,11 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.recorder == nil {
 		r.recorder = mgr.GetEventRecorder("machinehealthcheck")
 	}
-	r.cache = mgr.GetCache()
+	kinds, err := kindwatch.New(kindwatch.Options{Name: "machinehealthcheck", Cache: mgr.GetCache(), Probe: r.apiReader,
+		Mapper: mgr.GetRESTMapper(), Clock: r.clock, SyncTimeout: r.opts.KindSyncTimeout})
+	if err != nil {
+		return err
+	}
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &clusterv1.Machine{}, indexMachineByNodeName, machineNodeName); err != nil {
 		return fmt.Errorf("indexing Machines by Node: %w", err)
 	}
@@ -135,12 +137,13 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.nodeToChecks(ctx, o, nil)
 		}), builder.WithPredicates(nodeHealthChanged())).
+		WatchesRawSource(kinds.Source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).
 		Build(r)
 	if err != nil {
 		return fmt.Errorf("building the machinehealthcheck controller: %w", err)
 	}
-	r.controller = c
+	r.controller, r.kinds = c, kinds
 	if err := mgr.Add(r.remotes); err != nil {
 		return fmt.Errorf("adding the workload cluster caches to the manager: %w", err)
 	}
@@ -153,17 +156,27 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.client.Get(ctx, req.NamespacedName, mhc); err != nil {
 		if apierrors.IsNotFound(err) {
 			forgetCheckMetrics(req.NamespacedName)
+			r.forgetKinds(ctx, req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("reading MachineHealthCheck %s: %w", req.NamespacedName, err)
 	}
 	if !mhc.DeletionTimestamp.IsZero() {
 		forgetCheckMetrics(req.NamespacedName)
+		r.forgetKinds(ctx, req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	now := r.clock.Now()
 	in, err := r.observe(ctx, mhc, now)
-	if err != nil {
+	var pending *watchPendingError
+	var unwatchable *kindNotWatchableError
+	switch {
+	case errors.As(err, &pending):
+		// Nothing is decided from a kind not watched yet; the kind watcher enqueues the check once it is.
+		return ctrl.Result{RequeueAfter: requeueAfter(pending.until, r.clock.Now())}, nil
+	case errors.As(err, &unwatchable):
+		return r.disable(ctx, mhc, unwatchable)
+	case err != nil:
 		return ctrl.Result{}, r.observeFailed(mhc, err)
 	}
 	p, err := planChecks(in)
@@ -171,6 +184,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.recorder.Eventf(mhc, nil, corev1.EventTypeWarning, EventRemediationFailed, actionCheck, "%s", err.Error())
 		return ctrl.Result{}, reconcile.TerminalError(err)
 	}
+	r.enable(mhc, &p.Status)
 	errs := r.execute(ctx, mhc, &p)
 	if err := r.patchStatus(ctx, mhc, p.Status); err != nil {
 		errs = append(errs, err)
@@ -194,6 +208,36 @@ func (r *Reconciler) observeFailed(mhc *v1alpha1.MachineHealthCheck, err error) 
 		r.recorder.Eventf(mhc, nil, corev1.EventTypeWarning, EventWorkloadClusterUnreachable, actionCheck, "%s", err.Error())
 	}
 	return err
+}
+
+// disable records that the check cannot work because a remediation kind it names cannot be watched: its
+// Disabled condition says why (the rest of its status is kept as it was: nothing was observed), a Warning
+// event says so once, and it is looked at again when the kind watcher tries the kind again.
+func (r *Reconciler) disable(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, cause *kindNotWatchableError) (ctrl.Result, error) {
+	now := r.clock.Now()
+	status := *mhc.Status.DeepCopy()
+	was := meta.FindStatusCondition(mhc.Status.Conditions, v1alpha1.ConditionDisabled)
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.ConditionDisabled, Status: metav1.ConditionTrue,
+		Reason: v1alpha1.ReasonRemediationKindNotWatchable, Message: cause.Error(), ObservedGeneration: mhc.Generation,
+		LastTransitionTime: metav1.NewTime(now)})
+	if err := r.patchStatus(ctx, mhc, status); err != nil {
+		return ctrl.Result{}, err
+	}
+	if was == nil || was.Status != metav1.ConditionTrue || was.Reason != v1alpha1.ReasonRemediationKindNotWatchable {
+		r.recorder.Eventf(mhc, nil, corev1.EventTypeWarning, EventDisabled, actionCheck, "No remediation can start: %s", cause.Error())
+	}
+	return ctrl.Result{RequeueAfter: requeueAfter(cause.retry, now)}, nil
+}
+
+// enable clears the Disabled condition of a check that was disabled and works again, with an event.
+func (r *Reconciler) enable(mhc *v1alpha1.MachineHealthCheck, status *v1alpha1.MachineHealthCheckStatus) {
+	if !meta.IsStatusConditionTrue(status.Conditions, v1alpha1.ConditionDisabled) {
+		return
+	}
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.ConditionDisabled, Status: metav1.ConditionFalse,
+		Reason: v1alpha1.ReasonAsExpected, Message: "The remediation kinds are watched", ObservedGeneration: mhc.Generation,
+		LastTransitionTime: metav1.NewTime(r.clock.Now())})
+	r.recorder.Eventf(mhc, nil, corev1.EventTypeNormal, EventEnabled, actionCheck, "The remediation kinds are watched again")
 }
 
 // ClusterAPIInstalled reports whether the API server serves Cluster API's v1beta2 Machines and Clusters.

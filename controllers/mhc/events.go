@@ -35,6 +35,10 @@ const (
 	// EventWorkloadClusterUnreachable (Warning): the workload cluster's Nodes cannot be read through the
 	// <clusterName>-kubeconfig Secret.
 	EventWorkloadClusterUnreachable = "WorkloadClusterUnreachable"
+	// EventDisabled (Warning): a remediation kind the check names cannot be watched (typically the manager
+	// may not list it); no remediation starts until it can. EventEnabled (Normal): it can again.
+	EventDisabled = "Disabled"
+	EventEnabled  = "Enabled"
 )
 
 // Event actions (the events.k8s.io "action" field).

@@ -22,6 +22,10 @@ import (
 // nodeGetLimit: up to this many Nodes are read one by one; more are read with one List of the cache.
 const nodeGetLimit = 32
 
+// cacheReadGuard bounds a read of remediation requests from the cache. A read of a synced informer takes
+// microseconds.
+const cacheReadGuard = 5 * time.Second
+
 // observe reads what planChecks decides from, all from the cache except a workload cluster's kubeconfig
 // Secret the first time the cluster is connected.
 func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, now time.Time) (planInput, error) {
@@ -146,7 +150,8 @@ func readNodes(ctx context.Context, reader client.Reader, names []string) (map[s
 
 // readRequests returns, by Machine name, the remediation requests this check owns for the given
 // Machines, and the requests it owns whose Machine no longer exists (orphans: its owner reference to this
-// check keeps them from the garbage collector, so the check must delete them itself).
+// check keeps them from the garbage collector, so the check must delete them itself). Only kinds whose
+// watch has synced are read (see watchRequests), so no read waits for an informer.
 func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, steps []step, machines map[string]bool) (map[string][]*unstructured.Unstructured, []*unstructured.Unstructured, error) {
 	out := map[string][]*unstructured.Unstructured{}
 	var orphans []*unstructured.Unstructured
@@ -156,13 +161,14 @@ func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHeal
 			kinds = append(kinds, s.GVK)
 		}
 	}
+	if err := r.watchRequests(ctx, mhc, kinds); err != nil {
+		return nil, nil, err
+	}
 	for _, gvk := range kinds {
-		if err := r.watchRequests(gvk); err != nil {
-			return nil, nil, fmt.Errorf("watching %s: %w", gvk.Kind, err)
-		}
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		listCtx, cancel := context.WithTimeout(ctx, r.opts.RequestListTimeout)
+		// Bounded all the same: a cache read of a kind without a synced informer would wait for one for ever.
+		listCtx, cancel := context.WithTimeout(ctx, cacheReadGuard)
 		err := r.reader.List(listCtx, list, client.InNamespace(mhc.Namespace), client.UnsafeDisableDeepCopy)
 		cancel()
 		if err != nil {

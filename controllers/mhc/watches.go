@@ -3,10 +3,10 @@ package mhc
 import (
 	"context"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/kindwatch"
 )
 
 // indexMachineByNodeName indexes Machines by status.nodeRef.name, to map a Node event to its Machine.
@@ -165,22 +166,63 @@ func (r *Reconciler) watchRemoteNodes(cluster types.NamespacedName, c cache.Cach
 		}), nodeHealthChanged()))
 }
 
-// watchRequests makes sure remediation requests of kind gvk are watched (through the cache, as
-// unstructured objects), once per kind.
-func (r *Reconciler) watchRequests(gvk schema.GroupVersionKind) error {
-	if r.controller == nil || r.cache == nil {
+// watchRequests tells the kind watcher which remediation kinds the check's steps make and returns whether
+// each can be read. It never waits for a watch: a kind not synced yet makes a *watchPendingError, one that
+// cannot be watched a *kindNotWatchableError (the check is disabled; the others go on). Without a manager
+// (tests that call Reconcile directly) every kind is read through the reader.
+func (r *Reconciler) watchRequests(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, gvks []schema.GroupVersionKind) error {
+	if r.kinds == nil {
 		return nil
 	}
-	r.watchMu.Lock()
-	defer r.watchMu.Unlock()
-	if r.watched[gvk] {
-		return nil
+	kinds := make([]kindwatch.Kind, 0, len(gvks))
+	for _, gvk := range gvks {
+		kinds = append(kinds, kindwatch.Kind{GVK: gvk, Handler: handler.EnqueueRequestsFromMapFunc(requestToCheck),
+			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}})
 	}
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(gvk)
-	if err := r.controller.Watch(source.Kind(r.cache, client.Object(u), handler.EnqueueRequestsFromMapFunc(requestToCheck))); err != nil {
-		return err
+	var pending *watchPendingError
+	for gvk, st := range r.kinds.Want(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(mhc)}, kinds) {
+		switch st.State {
+		case kindwatch.Failed:
+			return &kindNotWatchableError{gvk: gvk, err: st.Err, retry: st.Until}
+		case kindwatch.Pending:
+			if pending == nil || st.Until.Before(pending.until) {
+				pending = &watchPendingError{until: st.Until}
+			}
+		}
 	}
-	r.watched[gvk] = true
+	if pending != nil {
+		return pending
+	}
 	return nil
 }
+
+// forgetKinds tells the kind watcher that a check is gone: the kinds no other check names stop being
+// watched, so nothing of them lingers (an unwatchable kind would otherwise keep failing in the log).
+func (r *Reconciler) forgetKinds(ctx context.Context, key types.NamespacedName) {
+	if r.kinds != nil {
+		r.kinds.Forget(ctx, reconcile.Request{NamespacedName: key})
+	}
+}
+
+// watchPendingError says that a remediation kind the check names is being watched for the first time:
+// nothing of it can be read yet without waiting, so the check is looked at again when the watch has synced
+// (the kind watcher enqueues it) or been given up (at until, at the latest).
+type watchPendingError struct {
+	until time.Time
+}
+
+func (e *watchPendingError) Error() string {
+	return "a remediation kind the check names is not watched yet"
+}
+
+// kindNotWatchableError says that a remediation kind the check names cannot be watched: the check is
+// disabled until the kind watcher's next attempt (retry) succeeds.
+type kindNotWatchableError struct {
+	gvk   schema.GroupVersionKind
+	err   error
+	retry time.Time
+}
+
+func (e *kindNotWatchableError) Error() string { return e.err.Error() }
+
+func (e *kindNotWatchableError) Unwrap() error { return e.err }

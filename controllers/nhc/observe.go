@@ -40,7 +40,9 @@ var probeRef = metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: "prob
 
 // observe reads what decide needs, all from the informer cache (and the RESTMapper): the selected Nodes,
 // the templates, the remediation requests of the templates' kinds, the node leases and the other checks.
-// retry is non-zero when a template kind is not installed, which no watch reports.
+// retry is non-zero when a template kind is not installed, which no watch reports, or cannot be watched
+// (then it is when the kind is tried again). A kind whose watch has not synced yet is never read: the
+// error is then a *watchPendingError.
 func (r *Reconciler) observe(ctx context.Context, check *v1alpha1.NodeHealthCheck) (observed, time.Duration, error) {
 	in := observed{
 		Check:         check,
@@ -58,19 +60,22 @@ func (r *Reconciler) observe(ctx context.Context, check *v1alpha1.NodeHealthChec
 		}
 	}
 
+	kinds, err := r.watchKinds(ctx, check)
+	if err != nil {
+		return in, 0, err
+	}
 	var retry time.Duration
-	var err error
-	in.Steps, in.Disabled, retry, err = r.resolveSteps(ctx, check)
+	in.Steps, in.Disabled, retry, err = r.resolveSteps(ctx, check, kinds)
 	if err != nil {
 		return in, 0, err
 	}
 	if badSelector != nil {
 		in.Disabled = badSelector
 	}
-	if in.Ours, in.Foreign, err = r.listRemediations(ctx, check, in.Steps); err != nil {
+	if in.Ours, in.Foreign, err = r.listRemediations(ctx, check, in.Steps, kinds); err != nil {
 		return in, 0, err
 	}
-	if err := r.confirmMissing(ctx, check, in.Ours); err != nil {
+	if err := r.confirmMissing(ctx, check, in.Ours, kinds); err != nil {
 		return in, 0, err
 	}
 	if in.Tracked, err = r.trackedNodes(ctx, check, in.Nodes, in.Ours); err != nil {
@@ -164,8 +169,8 @@ func stepRefs(spec v1alpha1.NodeHealthCheckSpec) []step {
 }
 
 // resolveSteps reads every step's template. The first problem found disables the check; retry is set when
-// a kind is not installed.
-func (r *Reconciler) resolveSteps(ctx context.Context, check *v1alpha1.NodeHealthCheck) ([]step, *cause, time.Duration, error) {
+// a kind is not installed or cannot be watched.
+func (r *Reconciler) resolveSteps(ctx context.Context, check *v1alpha1.NodeHealthCheck, kinds kindStates) ([]step, *cause, time.Duration, error) {
 	steps := stepRefs(check.Spec)
 	if len(steps) == 0 {
 		return nil, &cause{Reason: v1alpha1.ReasonTemplateInvalid, Message: "Neither remediationTemplate nor escalatingRemediations is set"}, 0, nil
@@ -173,12 +178,12 @@ func (r *Reconciler) resolveSteps(ctx context.Context, check *v1alpha1.NodeHealt
 	var first *cause
 	var retry time.Duration
 	for i := range steps {
-		c, kindMissing, err := r.resolveStep(ctx, &steps[i])
+		c, again, err := r.resolveStep(ctx, &steps[i], kinds)
 		if err != nil {
 			return nil, nil, 0, err
 		}
-		if kindMissing {
-			retry = r.opts.KindRetryPeriod
+		if again > 0 && (retry == 0 || again < retry) {
+			retry = again
 		}
 		if c != nil && first == nil {
 			first = c
@@ -187,12 +192,13 @@ func (r *Reconciler) resolveSteps(ctx context.Context, check *v1alpha1.NodeHealt
 	return steps, first, retry, nil
 }
 
-// resolveStep fills in s's remediation kind and template, or says why it cannot be used.
-func (r *Reconciler) resolveStep(ctx context.Context, s *step) (*cause, bool, error) {
+// resolveStep fills in s's remediation kind and template, or says why it cannot be used; retry is set when
+// its kinds are not installed or cannot be watched.
+func (r *Reconciler) resolveStep(ctx context.Context, s *step, kinds kindStates) (*cause, time.Duration, error) {
 	ref := s.Ref
 	id := fmt.Sprintf("%s %s/%s", ref.Kind, ref.Namespace, ref.Name)
-	invalid := func(format string, args ...any) (*cause, bool, error) {
-		return &cause{Reason: v1alpha1.ReasonTemplateInvalid, Message: fmt.Sprintf("Remediation template "+id+": "+format, args...)}, false, nil
+	invalid := func(format string, args ...any) (*cause, time.Duration, error) {
+		return &cause{Reason: v1alpha1.ReasonTemplateInvalid, Message: fmt.Sprintf("Remediation template "+id+": "+format, args...)}, 0, nil
 	}
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
 	if err != nil {
@@ -211,39 +217,39 @@ func (r *Reconciler) resolveStep(ctx context.Context, s *step) (*cause, bool, er
 		if _, err := r.client.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
 			if meta.IsNoMatchError(err) {
 				return &cause{Reason: v1alpha1.ReasonTemplateNotFound,
-					Message: fmt.Sprintf("Remediation template %s: kind %s is not installed (no CRD serves it)", id, gvk)}, true, nil
+					Message: fmt.Sprintf("Remediation template %s: kind %s is not installed (no CRD serves it)", id, gvk)}, r.opts.KindRetryPeriod, nil
 			}
-			return nil, false, fmt.Errorf("mapping %s: %w", gvk, err)
+			return nil, 0, fmt.Errorf("mapping %s: %w", gvk, err)
 		}
 	}
-	if err := r.ensureWatch(ctx, tplGVK, roleTemplate); err != nil {
-		return nil, false, err
-	}
-	if err := r.ensureWatch(ctx, emrGVK, roleRemediation); err != nil {
-		return nil, false, err
+	for _, gvk := range []schema.GroupVersionKind{tplGVK, emrGVK} {
+		if c, retry := kinds.notWatchable(gvk, id, r.clock.Now()); c != nil {
+			return c, retry, nil
+		}
 	}
 	tpl := &unstructured.Unstructured{}
 	tpl.SetGroupVersionKind(tplGVK)
 	if err := r.reader().Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, tpl); err != nil {
 		if apierrors.IsNotFound(err) {
-			return &cause{Reason: v1alpha1.ReasonTemplateNotFound, Message: fmt.Sprintf("Remediation template %s not found", id)}, false, nil
+			return &cause{Reason: v1alpha1.ReasonTemplateNotFound, Message: fmt.Sprintf("Remediation template %s not found", id)}, 0, nil
 		}
-		return nil, false, fmt.Errorf("getting remediation template %s: %w", id, err)
+		return nil, 0, fmt.Errorf("getting remediation template %s: %w", id, err)
 	}
 	if _, err := template.Instantiate(template.Request{Template: tpl, Name: "probe", NodeName: "probe", Target: probeRef, HealthCheck: probeRef}); err != nil {
 		var inv *template.InvalidTemplateError
 		if errors.As(err, &inv) {
-			return &cause{Reason: v1alpha1.ReasonTemplateInvalid, Message: inv.Error()}, false, nil
+			return &cause{Reason: v1alpha1.ReasonTemplateInvalid, Message: inv.Error()}, 0, nil
 		}
-		return nil, false, fmt.Errorf("validating remediation template %s: %w", id, err)
+		return nil, 0, fmt.Errorf("validating remediation template %s: %w", id, err)
 	}
 	s.Template = tpl
-	return nil, false, nil
+	return nil, 0, nil
 }
 
 // listRemediations lists the remediation requests of every kind and namespace the steps (and the status
-// history) use, from the cache, and sorts them into ours (by Node) and foreign.
-func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeHealthCheck, steps []step) (map[string][]remediationObject, map[emrRef]string, error) {
+// history) use, from the cache, and sorts them into ours (by Node) and foreign. A kind that cannot be
+// watched is not read (its check is disabled; confirmMissing keeps what the status remembers of it).
+func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeHealthCheck, steps []step, kinds kindStates) (map[string][]remediationObject, map[emrRef]string, error) {
 	type listKey struct {
 		gvk schema.GroupVersionKind
 		ns  string
@@ -275,8 +281,8 @@ func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeH
 			}
 			return nil, nil, fmt.Errorf("mapping %s: %w", k.gvk, err)
 		}
-		if err := r.ensureWatch(ctx, k.gvk, roleRemediation); err != nil {
-			return nil, nil, err
+		if !kinds.readable(k.gvk) {
+			continue
 		}
 		items, err := r.listRequests(ctx, k.gvk, k.ns)
 		if err != nil {
@@ -338,8 +344,10 @@ func (r *Reconciler) listRequests(ctx context.Context, gvk schema.GroupVersionKi
 // show (yet): right after a create, the request's informer may lag behind the check's, and the next
 // reconcile would take the request for deleted and create it again. A request this process created a
 // moment ago is taken as it was created; any other is read live (once, after someone else deleted it).
-// Nodes that are healthy again are skipped: their requests are expected to go.
-func (r *Reconciler) confirmMissing(ctx context.Context, check *v1alpha1.NodeHealthCheck, ours map[string][]remediationObject) error {
+// Nodes that are healthy again are skipped: their requests are expected to go. A request of a kind that
+// cannot be watched is taken as the status remembers it: the manager may not read it either, and the
+// status is the check's memory.
+func (r *Reconciler) confirmMissing(ctx context.Context, check *v1alpha1.NodeHealthCheck, ours map[string][]remediationObject, kinds kindStates) error {
 	for _, u := range check.Status.UnhealthyNodes {
 		if u.ConditionsHealthyTimestamp != nil {
 			continue
@@ -355,6 +363,10 @@ func (r *Reconciler) confirmMissing(ctx context.Context, check *v1alpha1.NodeHea
 				continue // we deleted it a moment ago: gone
 			case known:
 				ours[u.Name] = append(ours[u.Name], o)
+				continue
+			}
+			if gv, err := schema.ParseGroupVersion(rem.APIVersion); err == nil && !kinds.readable(gv.WithKind(rem.Kind)) {
+				ours[u.Name] = append(ours[u.Name], remembered(ref, rem))
 				continue
 			}
 			obj := &unstructured.Unstructured{}
@@ -373,6 +385,15 @@ func (r *Reconciler) confirmMissing(ctx context.Context, check *v1alpha1.NodeHea
 		}
 	}
 	return nil
+}
+
+// remembered is a remediation request as the check's status remembers it.
+func remembered(ref emrRef, rem v1alpha1.NodeRemediation) remediationObject {
+	o := remediationObject{Ref: ref, TemplateName: rem.TemplateName, Created: rem.Started.Time, TimedOut: rem.TimedOut != nil}
+	if rem.TimedOut != nil {
+		o.TimedOutAt = rem.TimedOut.Time
+	}
+	return o
 }
 
 // remediationState reads what decide needs from a remediation request.
@@ -527,12 +548,32 @@ func (r *Reconciler) nodeNamed(ctx context.Context, name string) (*corev1.Node, 
 	return node, nil
 }
 
-// reader reads unstructured objects: the cache when there is one.
+// reader reads unstructured objects: the cache when there is one. Only kinds whose watch has synced are
+// read (see watchKinds), so no read waits for an informer; each read is still bounded by cacheReadGuard,
+// as a cache read of a kind without a synced informer would wait for one for ever.
 func (r *Reconciler) reader() client.Reader {
 	if r.cache != nil {
-		return r.cache
+		return guardedReader{r.cache}
 	}
 	return r.client
+}
+
+// cacheReadGuard bounds a read of the cache. A read of a synced informer takes microseconds.
+const cacheReadGuard = 5 * time.Second
+
+// guardedReader bounds every read with cacheReadGuard.
+type guardedReader struct{ client.Reader }
+
+func (g guardedReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	ctx, cancel := context.WithTimeout(ctx, cacheReadGuard)
+	defer cancel()
+	return g.Reader.Get(ctx, key, obj, opts...)
+}
+
+func (g guardedReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	ctx, cancel := context.WithTimeout(ctx, cacheReadGuard)
+	defer cancel()
+	return g.Reader.List(ctx, list, opts...)
 }
 
 // recentWrites remembers the requests this process just created or deleted, until the cache shows the

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/kindwatch"
 	"github.com/metalheal/metalheal/internal/metrics"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
@@ -60,6 +61,11 @@ type Options struct {
 	// KindRetryPeriod is how often a check whose template kind is not installed looks again (no watch
 	// can tell when a CRD appears).
 	KindRetryPeriod time.Duration
+	// KindSyncTimeout bounds the first sync of a template or remediation kind's watch. A kind not synced
+	// by then (the manager may not list it, typically) disables the checks that name it, with the reason
+	// RemediationKindNotWatchable, and is tried again with a backoff (internal/kindwatch); no other check
+	// ever waits for it. Defaults to kindwatch.DefaultSyncTimeout.
+	KindSyncTimeout time.Duration
 	// MaxConcurrentReconciles is how many checks are reconciled at once; 1 by default. A reconcile takes
 	// about a millisecond per thousand Nodes and creates its requests in parallel, so one worker serves
 	// many checks; and the rules between checks (overlapping selectors, one control-plane Node at a time)
@@ -82,7 +88,9 @@ type Reconciler struct {
 	apiReader client.Reader
 	clock     clock.Clock
 	recorder  events.EventRecorder
-	watches   *dynamicWatches
+	// watches starts, bounds and stops the watches on template and remediation kinds; nil without a
+	// manager.
+	watches *kindwatch.Watcher
 	// nodeStore is the node informer's store, read without copying (see selectNodes); nil without a
 	// manager.
 	nodeStore toolscache.Store
@@ -104,7 +112,7 @@ func New(opts Options) (*Reconciler, error) {
 		return nil, errors.New("nodehealthcheck reconciler needs a clock")
 	case opts.Recorder == nil:
 		return nil, errors.New("nodehealthcheck reconciler needs an event recorder")
-	case opts.LeaseDuration < 0 || opts.ResyncPeriod < 0 || opts.KindRetryPeriod < 0:
+	case opts.LeaseDuration < 0 || opts.ResyncPeriod < 0 || opts.KindRetryPeriod < 0 || opts.KindSyncTimeout < 0:
 		return nil, errors.New("nodehealthcheck reconciler durations must not be negative")
 	}
 	if opts.LeaseNamespace == "" {
@@ -140,15 +148,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.client.Get(ctx, req.NamespacedName, check); err != nil {
 		if apierrors.IsNotFound(err) {
 			metrics.UnhealthyTargets.DeleteLabelValues(metrics.CheckerNHC, req.Name)
+			r.forgetKinds(ctx, req.Name)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("getting NodeHealthCheck %s: %w", req.Name, err)
 	}
 	if !check.DeletionTimestamp.IsZero() {
+		r.forgetKinds(ctx, req.Name)
 		return ctrl.Result{}, nil // its requests go with it (owner references); its leases expire
 	}
 
 	in, retry, err := r.observe(ctx, check)
+	if pending := (*watchPendingError)(nil); errors.As(err, &pending) {
+		// Nothing is decided from a kind not watched yet; the kind watcher enqueues the check once it is.
+		return ctrl.Result{RequeueAfter: max(pending.until.Sub(r.clock.Now()), time.Millisecond)}, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}

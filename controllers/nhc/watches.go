@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
-	"sync"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -20,23 +21,23 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	crevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/kindwatch"
 	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // SetupWithManager registers the controller. It watches NodeHealthChecks, Nodes (only label and condition
 // changes, not heartbeats) and the node leases; the template and remediation kinds are watched from the
-// first reconcile that names them, through the manager's cache, which then also serves their reads.
+// first reconcile that names them, through the manager's cache, which then also serves their reads (see
+// watchKinds).
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if r.cache == nil {
 		r.cache = mgr.GetCache()
@@ -44,22 +45,28 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.apiReader == nil {
 		r.apiReader = mgr.GetAPIReader()
 	}
+	kinds, err := kindwatch.New(kindwatch.Options{Name: ControllerName, Cache: mgr.GetCache(), Probe: r.apiReader,
+		Mapper: mgr.GetRESTMapper(), Clock: r.clock, SyncTimeout: r.opts.KindSyncTimeout})
+	if err != nil {
+		return err
+	}
 	opts := controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}
 	if r.skipNameValidation {
 		opts.SkipNameValidation = ptr.To(true)
 	}
-	c, err := ctrl.NewControllerManagedBy(mgr).
+	_, err = ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&v1alpha1.NodeHealthCheck{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&v1alpha1.NodeHealthCheck{}, handler.EnqueueRequestsFromMapFunc(r.allChecks), builder.WithPredicates(peerChanged())).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.checksForNode), builder.WithPredicates(nodeChanged())).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.checksForLease), builder.WithPredicates(leaseChanged(r.opts.LeaseNamespace))).
+		WatchesRawSource(kinds.Source()).
 		WithOptions(opts).
 		Build(r)
 	if err != nil {
 		return fmt.Errorf("building the %s controller: %w", ControllerName, err)
 	}
-	r.watches = &dynamicWatches{ctrl: c, cache: mgr.GetCache(), started: map[schema.GroupVersionKind]bool{}}
+	r.watches = kinds
 	// The Nodes are read from the node informer's store, uncopied. Its informer is the one the Node watch
 	// above uses; a cache that cannot hand it out is read through the client.
 	inf, err := mgr.GetCache().GetInformer(ctx, &corev1.Node{})
@@ -81,39 +88,118 @@ const (
 	roleRemediation                  // a remediation request: the check that owns it
 )
 
-// dynamicWatches are the watches on template and remediation kinds, started once per kind.
-type dynamicWatches struct {
-	mu      sync.Mutex
-	ctrl    controller.Controller
-	cache   cache.Cache
-	started map[schema.GroupVersionKind]bool
+// kindStates are the states of the template and remediation kinds a check names, as the kind watcher
+// reports them. Nil, without a manager (tests that call Reconcile directly and read through the client),
+// means that every kind can be read.
+type kindStates map[schema.GroupVersionKind]kindwatch.Status
+
+// readable reports whether gvk can be read from the cache without waiting.
+func (k kindStates) readable(gvk schema.GroupVersionKind) bool {
+	return k == nil || k[gvk].State == kindwatch.Synced
 }
 
-// ensureWatch starts watching gvk unless it is already watched. Without a manager it does nothing.
-func (r *Reconciler) ensureWatch(ctx context.Context, gvk schema.GroupVersionKind, role watchRole) error {
-	w := r.watches
-	if w == nil {
+// notWatchable is the cause that disables a check whose step uses gvk, nil while gvk is watched; retry is
+// when the watcher tries the kind again.
+func (k kindStates) notWatchable(gvk schema.GroupVersionKind, id string, now time.Time) (*cause, time.Duration) {
+	st, ok := k[gvk]
+	if !ok || st.State != kindwatch.Failed {
+		return nil, 0
+	}
+	return &cause{Reason: v1alpha1.ReasonRemediationKindNotWatchable, Message: fmt.Sprintf("Remediation template %s: %v", id, st.Err)},
+		max(st.Until.Sub(now), time.Millisecond)
+}
+
+// watchPendingError says that a kind the check names is still being watched for the first time: nothing
+// of it can be read yet without waiting, so the check is looked at again when the watch has synced (the
+// kind watcher enqueues it) or given up (at until, at the latest).
+type watchPendingError struct {
+	until time.Time
+}
+
+func (e *watchPendingError) Error() string {
+	return "a remediation kind the check names is not watched yet"
+}
+
+// watchKinds tells the kind watcher which template and remediation kinds the check names (those
+// installed: the steps' and the ones its status remembers requests of) and returns their states. It never
+// waits for a watch: a kind not synced yet makes a *watchPendingError, and one that cannot be watched
+// disables the check (see resolveStep) while the others go on.
+func (r *Reconciler) watchKinds(ctx context.Context, check *v1alpha1.NodeHealthCheck) (kindStates, error) {
+	if r.watches == nil {
+		return nil, nil
+	}
+	var kinds []kindwatch.Kind
+	add := func(gvk schema.GroupVersionKind, role watchRole) error {
+		if slices.ContainsFunc(kinds, func(k kindwatch.Kind) bool { return k.GVK == gvk }) {
+			return nil
+		}
+		if _, err := r.client.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+			if meta.IsNoMatchError(err) {
+				return nil // not installed: nothing to watch (resolveStep says so)
+			}
+			return fmt.Errorf("mapping %s: %w", gvk, err)
+		}
+		kinds = append(kinds, r.kindFor(gvk, role))
 		return nil
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.started[gvk] {
-		return nil
+	for _, s := range stepRefs(check.Spec) {
+		gv, err := schema.ParseGroupVersion(s.Ref.APIVersion)
+		if err != nil {
+			continue // resolveStep says so
+		}
+		emr, err := template.RemediationGVK(gv.WithKind(s.Ref.Kind))
+		if err != nil {
+			continue
+		}
+		if err := add(gv.WithKind(s.Ref.Kind), roleTemplate); err != nil {
+			return nil, err
+		}
+		if err := add(emr, roleRemediation); err != nil {
+			return nil, err
+		}
 	}
-	var obj client.Object = &unstructured.Unstructured{}
-	obj.GetObjectKind().SetGroupVersionKind(gvk)
-	mapFn, preds := checksOwning, []predicate.Predicate{remediationChanged()}
+	for _, u := range check.Status.UnhealthyNodes {
+		for _, rem := range u.Remediations {
+			if gv, err := schema.ParseGroupVersion(rem.APIVersion); err == nil && rem.APIVersion != "" {
+				if err := add(gv.WithKind(rem.Kind), roleRemediation); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	states := kindStates(r.watches.Want(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: check.Name}}, kinds))
+	var pending *watchPendingError
+	for _, st := range states {
+		if st.State == kindwatch.Pending && (pending == nil || st.Until.Before(pending.until)) {
+			pending = &watchPendingError{until: st.Until}
+		}
+	}
+	if pending != nil {
+		return states, pending
+	}
+	return states, nil
+}
+
+// forgetKinds tells the kind watcher that a check is gone: the kinds no other check names stop being
+// watched, so nothing of them lingers (an unwatchable kind would otherwise keep failing in the log).
+func (r *Reconciler) forgetKinds(ctx context.Context, name string) {
+	if r.watches != nil {
+		r.watches.Forget(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+	}
+}
+
+// requestVerbs are what a check does with remediation requests.
+var requestVerbs = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
+
+// kindFor says how a kind's events map to checks: a template's to the checks naming it, a remediation
+// request's to the check owning it (creations, deletions and the changes remediationChanged passes).
+func (r *Reconciler) kindFor(gvk schema.GroupVersionKind, role watchRole) kindwatch.Kind {
 	if role == roleTemplate {
-		mapFn, preds = r.checksUsingTemplate, nil
-	} else if typed := r.typedRequest(gvk); typed != nil {
-		obj = typed // the informer this manager's own remediator already has (see listRemediations)
+		return kindwatch.Kind{GVK: gvk, Handler: handler.EnqueueRequestsFromMapFunc(r.checksUsingTemplate)}
 	}
-	if err := w.ctrl.Watch(source.Kind[client.Object](w.cache, obj, handler.EnqueueRequestsFromMapFunc(mapFn), preds...)); err != nil {
-		return fmt.Errorf("watching %s: %w", gvk, err)
-	}
-	w.started[gvk] = true
-	ctrl.LoggerFrom(ctx).Info("Watching kind", "kind", gvk.String())
-	return nil
+	return kindwatch.Kind{GVK: gvk, Object: r.typedRequest(gvk), // the remediator's own informer (see listRemediations)
+		Handler: handler.EnqueueRequestsFromMapFunc(checksOwning), Predicates: []predicate.Predicate{remediationChanged()},
+		Verbs: requestVerbs}
 }
 
 // allChecks enqueues every check: the overlapping rule makes each depend on the others.
