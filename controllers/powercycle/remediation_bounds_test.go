@@ -294,20 +294,13 @@ func testLeaseHeldPastItsBound(t *testing.T, api *apiServer) {
 	g.Expect(steps[0].result.RequeueAfter).To(BeZero(), "a request that gave up waits for nothing")
 }
 
-// A finished power-off (strategy power-off: the host stays off and fenced) keeps its node lease while the
-// request lives, and no longer: once the request is timed out by its health check, or deleted, nothing
-// renews it; it is released, taken over, or runs out within --lease-duration. What happens today, written
-// down.
+// A finished power-off's lease lives exactly as long as the request: renewed while the request lives
+// (timed out too: a request that handed its fenced host over keeps it held for the next remediation of the
+// node, which takes the lease over), and renewed by nothing once the request is deleted.
 func testFinishedPowerOffLease(t *testing.T, api *apiServer) {
-	for name, end := range map[string]func(w *world, key client.ObjectKey){
-		"the health check times the request out": func(w *world, key client.ObjectKey) {
-			p := w.get(key)
-			p.Annotations[v1alpha1.AnnotationTimedOut] = w.clock.Now().Format(time.RFC3339)
-			w.must(w.c.Update(w.ctx, p))
-		},
-		"the request is deleted": func(w *world, key client.ObjectKey) {
-			w.must(w.c.Delete(w.ctx, w.get(key)))
-		},
+	for name, timedOutFirst := range map[string]bool{
+		"the request is deleted":                                  false,
+		"the health check times the request out, then deletes it": true,
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -318,26 +311,41 @@ func testFinishedPowerOffLease(t *testing.T, api *apiServer) {
 			w.drive(key, same(r), nil, untilPhase(v1alpha1.PhaseSucceeded))
 			g.Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off"}))
 
-			// While the request lives, its lease is renewed: three lease durations on, it is still held.
-			from := w.clock.Now()
-			w.drive(key, same(r), nil, func(s []step) bool { return s[len(s)-1].at.Sub(from) > 3*DefaultLeaseDuration })
-			l := w.lease(node)
-			g.Expect(*l.Spec.HolderIdentity).To(Equal(leases.HolderIdentity(remediationKind, node)))
-			_, valid := leases.ValidUntil(l, w.clock.Now())
-			g.Expect(valid).To(BeTrue(), "held while the request lives")
-
-			end(w, key)
-			endedAt := w.clock.Now()
-			// Three lease durations more, reconciling as requeues, and lease and node events, would.
-			for w.clock.Now().Sub(endedAt) <= 3*DefaultLeaseDuration {
-				res, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
-				g.Expect(err).NotTo(HaveOccurred())
-				next := time.Minute
-				if res.RequeueAfter > 0 {
-					next = min(next, res.RequeueAfter)
+			// reconcileFor reconciles as requeues, and lease and node events, would, for three lease
+			// durations.
+			reconcileFor := func() time.Time {
+				from := w.clock.Now()
+				for w.clock.Now().Sub(from) <= 3*DefaultLeaseDuration {
+					res, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+					g.Expect(err).NotTo(HaveOccurred())
+					next := time.Minute
+					if res.RequeueAfter > 0 {
+						next = min(next, res.RequeueAfter)
+					}
+					w.clock.Step(next)
 				}
-				w.clock.Step(next)
+				return from
 			}
+			heldByTheRequest := func(why string) {
+				l := w.lease(node)
+				g.Expect(l).NotTo(BeNil(), why)
+				g.Expect(*l.Spec.HolderIdentity).To(Equal(leases.HolderIdentity(remediationKind, node)), why)
+				_, valid := leases.ValidUntil(l, w.clock.Now())
+				g.Expect(valid).To(BeTrue(), why)
+			}
+
+			reconcileFor()
+			heldByTheRequest("held while the request lives")
+			if timedOutFirst {
+				p := w.get(key)
+				p.Annotations[v1alpha1.AnnotationTimedOut] = w.clock.Now().Format(time.RFC3339)
+				w.must(w.c.Update(w.ctx, p))
+				reconcileFor()
+				heldByTheRequest("a timed-out request that handed its fenced host over keeps it held while it lives")
+			}
+
+			w.must(w.c.Delete(w.ctx, w.get(key)))
+			endedAt := reconcileFor()
 			if l := w.lease(node); l != nil {
 				g.Expect(l.Spec.RenewTime.Time).NotTo(BeTemporally(">", endedAt), "nothing renewed the lease after the request ended")
 				_, valid := leases.ValidUntil(l, w.clock.Now())

@@ -152,9 +152,10 @@ func (r *RemediationReconciler) acquireLease(ctx context.Context, s *scope, node
 
 // keepLease renews the node lease while the remediation acts on the node, and while a finished one
 // holds a fenced node: the lease lives no longer than the request. A request being deleted or timed out
-// by its health check renews nothing, whoever calls this: its lease is released by the clean-up, taken
-// over by the request that follows, or left to run out (--lease-duration). Losing it mid-flow (it
-// expired and someone took it) is reported but does not stop a power cycle half done.
+// by its health check takes nothing here, whoever calls this: a deleted one's lease is released by the
+// clean-up or taken over by another request of the node; a timed-out one renews only the lease it still
+// holds (holdOwnLease) until the request that follows takes it over. Losing it mid-flow (it expired and
+// someone took it) is reported but does not stop a power cycle half done.
 func (r *RemediationReconciler) keepLease(ctx context.Context, s *scope) error {
 	if _, timedOut, _ := template.TimedOut(s.pcr); timedOut || !s.pcr.DeletionTimestamp.IsZero() {
 		return nil
