@@ -27,7 +27,8 @@ const (
 	// ConditionStormActive (NodeHealthCheck) is True while a remediation storm holds remediation back,
 	// including the cooldown after it.
 	ConditionStormActive = "StormActive"
-	// ConditionDisabled (NodeHealthCheck) is True when the check cannot work, e.g. its template is missing.
+	// ConditionDisabled (NodeHealthCheck, MachineHealthCheck) is True when the check cannot work, e.g. its
+	// template is missing or its kinds cannot be watched.
 	ConditionDisabled = "Disabled"
 	// ConditionPaused (health checks) is True while remediation is paused.
 	ConditionPaused = "Paused"

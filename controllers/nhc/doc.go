@@ -24,10 +24,14 @@
 // change neither labels nor the type, status or transition time of a condition (the kubelet's
 // heartbeats) are dropped before they reach the queue, and so are the remediator's progress reports on a
 // request (updates that change neither its annotations, owners, deletion nor the status of its Succeeded
-// or Processing condition). The status lists only the Nodes being remediated or skipped for a reason of their own, so a
-// quiet 5,000-node check has a status of a few hundred bytes, and it is written only when it changes.
-// Unstructured reads (templates, remediation requests of any kind) go through the manager's cache:
-// SetupWithManager starts a watch on each template and remediation kind the first time a check names it.
+// or Processing condition). The status lists only the Nodes being remediated or skipped for a reason of
+// their own, so a quiet 5,000-node check has a status of a few hundred bytes, and it is written only when
+// it changes. Unstructured reads (templates, remediation requests of any kind) go through the manager's
+// cache. The watches of the template and remediation kinds the checks name are kept by internal/kindwatch: a
+// kind is watched from the first reconcile of a check naming it, and never read before its watch has
+// synced, so one kind the manager cannot watch (no ClusterRole grants it) disables only the checks naming
+// it (after 30 s, RemediationKindNotWatchable) while the others go on; its watch is dropped when no check
+// names it any more.
 //
 // # Rules
 //
