@@ -4,7 +4,9 @@ package interop
 
 import (
 	"context"
+	"net/url"
 	"os"
+	"strconv"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -19,8 +21,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// interopMachineGVK is the stand-in infrastructure provider's machine kind (testdata/crds).
-var interopMachineGVK = schema.GroupVersionKind{Group: "infrastructure.cluster.x-k8s.io", Version: "v1alpha1", Kind: "InteropMachine"}
+// The stand-in infrastructure provider's cluster and machine kinds (testdata/crds).
+var (
+	interopClusterGVK = schema.GroupVersionKind{Group: "infrastructure.cluster.x-k8s.io", Version: "v1alpha1", Kind: "InteropCluster"}
+	interopMachineGVK         = interopClusterGVK.GroupVersion().WithKind("InteropMachine")
+	interopMachineTemplateGVK = interopClusterGVK.GroupVersion().WithKind("InteropMachineTemplate")
+)
 
 // roleLabel tells a cluster's Machines apart for the health checks' selectors.
 const roleLabel = "interop.metalheal.io/role"
@@ -41,7 +47,19 @@ func workloadCluster(ctx context.Context, namespace, name, cpNode string) {
 		Type: clusterv1.ClusterSecretType,
 		Data: map[string][]byte{"value": kubeconfig},
 	})
-	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	api, err := url.Parse(h.World.RESTConfig().Host)
+	Expect(err).NotTo(HaveOccurred())
+	port, err := strconv.Atoi(api.Port())
+	Expect(err).NotTo(HaveOccurred())
+	infra := object(interopClusterGVK, namespace, name)
+	Expect(unstructured.SetNestedMap(infra.Object, map[string]any{"host": api.Hostname(), "port": int64(port)}, "spec", "controlPlaneEndpoint")).To(Succeed())
+	Expect(unstructured.SetNestedField(infra.Object, true, "status", "initialization", "provisioned")).To(Succeed())
+	create(ctx, infra)
+	cluster := &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+			APIGroup: interopClusterGVK.Group, Kind: interopClusterGVK.Kind, Name: name}},
+	}
 	Expect(k8s.Create(ctx, cluster)).To(Succeed())
 	DeferCleanup(teardownCluster, client.ObjectKeyFromObject(cluster))
 	machine(ctx, namespace, name, name+"-cp", cpNode, map[string]string{clusterv1.MachineControlPlaneLabel: ""})
@@ -93,7 +111,46 @@ func machine(ctx context.Context, namespace, cluster, name, node string, labels 
 	return m
 }
 
-// teardownCluster pauses a Cluster, waits for Cluster API to have seen the pause on every Machine, then
+// controlledByMachineSet puts a Machine under a MachineSet of one replica that selects it by its labels:
+// Cluster API's MachineSet controller adopts it (a controller owner reference), as it adopts any orphan its
+// selector matches.
+func controlledByMachineSet(ctx context.Context, m *clusterv1.Machine, selector map[string]string) {
+	GinkgoHelper()
+	tpl := object(interopMachineTemplateGVK, m.Namespace, m.Name)
+	Expect(unstructured.SetNestedMap(tpl.Object, map[string]any{}, "spec", "template", "spec")).To(Succeed())
+	Expect(k8s.Create(ctx, tpl)).To(Succeed())
+	labels := map[string]string{clusterv1.ClusterNameLabel: m.Spec.ClusterName}
+	for k, v := range selector {
+		labels[k] = v
+	}
+	ms := &clusterv1.MachineSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name},
+		Spec: clusterv1.MachineSetSpec{
+			ClusterName: m.Spec.ClusterName,
+			Replicas:    ptr.To[int32](1),
+			Selector:    metav1.LabelSelector{MatchLabels: labels},
+			Template: clusterv1.MachineTemplateSpec{
+				ObjectMeta: clusterv1.ObjectMeta{Labels: labels},
+				Spec: clusterv1.MachineSpec{
+					ClusterName: m.Spec.ClusterName,
+					Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptr.To("bootstrap-" + m.Name)},
+					InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+						APIGroup: interopMachineTemplateGVK.Group, Kind: interopMachineTemplateGVK.Kind, Name: tpl.GetName()},
+				},
+			},
+		},
+	}
+	Expect(k8s.Create(ctx, ms)).To(Succeed())
+	Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(m), m)).To(Succeed())
+		owner := metav1.GetControllerOf(m)
+		g.Expect(owner).NotTo(BeNil(), "Machine %s not adopted yet", m.Name)
+		g.Expect(owner.Kind).To(Equal("MachineSet"))
+	}).WithContext(ctx).WithTimeout(settledWait).WithPolling(poll).Should(Succeed())
+}
+
+// teardownCluster pauses a Cluster and its Machines, waits for Cluster API to have seen the pause on every
+// Machine, then
 // removes the Machines, their infrastructure machines, the Cluster API MachineHealthChecks and the Cluster,
 // finalizers included (a paused cluster's objects are not reconciled, deletion included).
 func teardownCluster(ctx SpecContext, key client.ObjectKey) {
@@ -105,6 +162,22 @@ func teardownCluster(ctx SpecContext, key client.ObjectKey) {
 	cluster.Spec.Paused = ptr.To(true)
 	Expect(k8s.Patch(ctx, cluster, patch)).To(Succeed())
 	var machines clusterv1.MachineList
+	var sets clusterv1.MachineSetList
+	// A Machine (a MachineSet) is reconciled when it changes, not when its Cluster is paused: pause each.
+	Expect(k8s.List(ctx, &machines, client.InNamespace(key.Namespace))).To(Succeed())
+	Expect(k8s.List(ctx, &sets, client.InNamespace(key.Namespace))).To(Succeed())
+	var paused []client.Object
+	for i := range machines.Items {
+		paused = append(paused, &machines.Items[i])
+	}
+	for i := range sets.Items {
+		paused = append(paused, &sets.Items[i])
+	}
+	for _, o := range paused {
+		patch := client.MergeFrom(o.DeepCopyObject().(client.Object))
+		o.SetAnnotations(map[string]string{clusterv1.PausedAnnotation: ""})
+		Expect(k8s.Patch(ctx, o, patch)).To(Succeed())
+	}
 	Eventually(func(g Gomega) {
 		g.Expect(k8s.List(ctx, &machines, client.InNamespace(key.Namespace))).To(Succeed())
 		for _, m := range machines.Items {
@@ -115,7 +188,13 @@ func teardownCluster(ctx SpecContext, key client.ObjectKey) {
 	Expect(k8s.List(ctx, &mhcs, client.InNamespace(key.Namespace))).To(Succeed())
 	infras, err := listOf(ctx, interopMachineGVK, key.Namespace)
 	Expect(err).NotTo(HaveOccurred())
+	templates, err := listOf(ctx, interopMachineTemplateGVK, key.Namespace)
+	Expect(err).NotTo(HaveOccurred())
+	infras = append(infras, templates...)
 	var objs []client.Object
+	for i := range sets.Items {
+		objs = append(objs, &sets.Items[i])
+	}
 	for i := range machines.Items {
 		objs = append(objs, &machines.Items[i])
 	}

@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -137,7 +138,7 @@ func pointWebhooksAt(o *unstructured.Unstructured, port int, caPEM []byte) error
 		}
 		delete(cc, "service")
 		cc["url"] = fmt.Sprintf("https://127.0.0.1:%d%s", port, path)
-		cc["caBundle"] = caPEM // base64 when marshalled, as the API expects
+		cc["caBundle"] = base64.StdEncoding.EncodeToString(caPEM)
 	}
 	switch o.GetKind() {
 	case "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration":

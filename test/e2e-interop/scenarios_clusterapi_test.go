@@ -3,9 +3,11 @@
 package interop
 
 import (
+	"context"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -14,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/test/harness"
 	"github.com/metalheal/metalheal/test/nodesim"
 )
 
@@ -81,11 +84,17 @@ var _ = Describe("metalheal's MachineHealthCheck beside Cluster API's", func() {
 		workloadCluster(ctx, metal3Namespace, cluster, cpNode)
 		ours := machine(ctx, metal3Namespace, cluster, "worker-ours", oursNode, map[string]string{roleLabel: "ours"})
 		theirs := machine(ctx, metal3Namespace, cluster, "worker-theirs", theirsNode, map[string]string{roleLabel: "theirs"})
+		By("each Machine is controlled by a MachineSet: metalheal's check remediates only Machines something would replace")
+		controlledByMachineSet(ctx, ours, map[string]string{roleLabel: "ours"})
+		controlledByMachineSet(ctx, theirs, map[string]string{roleLabel: "theirs"})
 
 		tpl := object(metal3RemediationTemplateGVK, metal3Namespace, "metal3-reboot")
 		Expect(unstructured.SetNestedMap(tpl.Object, map[string]any{"type": "Reboot", "retryLimit": int64(1), "timeout": "5m0s"},
 			"spec", "template", "spec", "strategy")).To(Succeed())
 		create(ctx, tpl)
+
+		By("metalheal may read the workload cluster's kubeconfig Secret (a Role the admin grants, docs/machinehealthcheck.md)")
+		kubeconfigReader(ctx, metal3Namespace, cluster)
 
 		By("metalheal's MachineHealthCheck checks one Machine, Cluster API's the other, both with metal3's template")
 		create(ctx, &v1alpha1.MachineHealthCheck{
@@ -142,8 +151,25 @@ var _ = Describe("metalheal's MachineHealthCheck beside Cluster API's", func() {
 var metal3Differences = []string{
 	"metadata.annotations[remediation.medik8s.io/node-name]",
 	"metadata.annotations[remediation.medik8s.io/template-name]",
-	"metadata.ownerReferences[1]",
+	"metadata.labels[cluster.x-k8s.io/cluster-name]",
+	"metadata.ownerReferences[remediation.metalheal.io/v1alpha1 MachineHealthCheck]",
+}
+
+// kubeconfigReader lets the metalheal manager read the workload cluster's kubeconfig Secret: metalheal's
+// MachineHealthCheck reads the cluster's Nodes through it, and the shipped RBAC reads Secrets only in the
+// manager's own namespace.
+func kubeconfigReader(ctx context.Context, namespace, cluster string) {
+	GinkgoHelper()
+	create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "metalheal-kubeconfig-reader"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"},
+			ResourceNames: []string{cluster + "-kubeconfig"}, Verbs: []string{"get"}}},
+	})
+	create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "metalheal-kubeconfig-reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "metalheal-kubeconfig-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: harness.Namespace, Name: "metalheal-manager"}},
+	})
 }
 
 func ptrIntOrString(v intstr.IntOrString) *intstr.IntOrString { return &v }
-

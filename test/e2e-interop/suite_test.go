@@ -39,13 +39,13 @@ const (
 // Waits. Every wait is an Eventually bounded by one of these.
 const (
 	poll        = 250 * time.Millisecond
-	detectWait  = 60 * time.Second  // a node breaks → a checker's request exists
-	remedyWait  = 90 * time.Second  // a request exists → the host is back and the request gone
-	settledWait = 60 * time.Second  // the end state, once the last action is under way
-	scenarioMax = 4 * time.Minute   // a whole scenario
-	suiteSetup  = 4 * time.Minute   // starting the world and the three managers
-	checkWindow = 3 * time.Second   // how long an end state must hold to count as the end state
-	unhealthy   = 2 * time.Second   // how long Ready must be Unknown before any checker acts
+	detectWait  = 60 * time.Second // a node breaks → a checker's request exists
+	remedyWait  = 90 * time.Second // a request exists → the host is back and the request gone
+	settledWait = 60 * time.Second // the end state, once the last action is under way
+	scenarioMax = 4 * time.Minute  // a whole scenario
+	suiteSetup  = 4 * time.Minute  // starting the world and the three managers
+	checkWindow = 3 * time.Second  // how long an end state must hold to count as the end state
+	unhealthy   = 2 * time.Second  // how long Ready must be Unknown before any checker acts
 	groupLabel  = "interop.metalheal.io/group"
 	leaseNS     = leases.DefaultNamespace
 )
@@ -235,17 +235,20 @@ var _ = AfterSuite(func(ctx SpecContext) {
 			Expect(state).To(Equal(redfishmock.PowerOn), "system %s", id)
 		}
 	}
-	type logged struct{ name, path string }
+	type logged struct {
+		name, path string
+		peer       bool
+	}
 	var logs []logged
 	if metalheal != nil {
 		metalheal.Kill()
-		logs = append(logs, logged{metalheal.Name, metalheal.LogPath})
+		logs = append(logs, logged{metalheal.Name, metalheal.LogPath, false})
 	}
 	for _, p := range []*peerProcess{capi, nhc} {
 		if p != nil {
 			Expect(p.running()).To(BeTrue(), "%s exited during the suite; see %s", p.name, p.logPath)
 			p.kill()
-			logs = append(logs, logged{p.name, p.logPath})
+			logs = append(logs, logged{p.name, p.logPath, true})
 		}
 	}
 	for _, l := range logs {
@@ -253,9 +256,15 @@ var _ = AfterSuite(func(ctx SpecContext) {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(string(b)).NotTo(ContainSubstring(harness.BMCPassword), "%s logged a BMC password (%s)", l.name, l.path)
 		for _, line := range strings.Split(string(b), "\n") {
-			if strings.Contains(line, "forbidden") {
-				Fail(fmt.Sprintf("%s was refused something its RBAC should allow (%s):\n%s", l.name, l.path, line))
+			if !strings.Contains(line, "forbidden") {
+				continue
 			}
+			// node-healthcheck-operator records the events of its cluster-scoped NodeHealthChecks in the
+			// "default" namespace, where its config/default grants it nothing: its own gap, not ours.
+			if l.peer && strings.Contains(line, `resource \"events\" in API group \"\" in the namespace \"default\"`) {
+				continue
+			}
+			Fail(fmt.Sprintf("%s was refused something its RBAC should allow (%s):\n%s", l.name, l.path, line))
 		}
 	}
 })
