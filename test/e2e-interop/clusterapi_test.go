@@ -23,7 +23,7 @@ import (
 
 // The stand-in infrastructure provider's cluster and machine kinds (testdata/crds).
 var (
-	interopClusterGVK = schema.GroupVersionKind{Group: "infrastructure.cluster.x-k8s.io", Version: "v1alpha1", Kind: "InteropCluster"}
+	interopClusterGVK         = schema.GroupVersionKind{Group: "infrastructure.cluster.x-k8s.io", Version: "v1alpha1", Kind: "InteropCluster"}
 	interopMachineGVK         = interopClusterGVK.GroupVersion().WithKind("InteropMachine")
 	interopMachineTemplateGVK = interopClusterGVK.GroupVersion().WithKind("InteropMachineTemplate")
 )
