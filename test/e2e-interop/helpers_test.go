@@ -204,12 +204,15 @@ func reboot(opts ...func(*v1alpha1.PowerCycleRemediationSpec)) v1alpha1.PowerCyc
 	return s
 }
 
-// create creates an object as the administrator and deletes it at the end of the scenario.
+// create creates an object as the administrator and deletes it at the end of the scenario. A deletion
+// refused for a while is retried: medik8s' webhook refuses to delete a NodeHealthCheck until it has seen
+// its nodes healthy again (the scenario's repairs run first, being registered later).
 func create(ctx context.Context, obj client.Object) {
 	GinkgoHelper()
 	Expect(k8s.Create(ctx, obj)).To(Succeed())
 	DeferCleanup(func(ctx SpecContext) {
-		Expect(client.IgnoreNotFound(k8s.Delete(ctx, obj))).To(Succeed())
+		Eventually(func() error { return client.IgnoreNotFound(k8s.Delete(ctx, obj)) }).
+			WithContext(ctx).WithTimeout(settledWait).WithPolling(poll).Should(Succeed())
 	})
 }
 

@@ -14,6 +14,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -152,6 +153,17 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	metalheal, err = h.StartManager(ctx, args...)
 	Expect(err).NotTo(HaveOccurred())
 	fmt.Fprintf(GinkgoWriter, "metalheal manager log: %s\ncapi log: %s\nnhc log: %s\n", metalheal.LogPath, capi.logPath, nhc.logPath)
+
+	// medik8s labels its own manager role for the ext-remediation aggregation, which metalheal's
+	// ext-remediation role aggregates too: whatever any project labels flows to every checker.
+	// docs/interop.md ("The aggregation label is a shared pool") reports what that gives metalheal.
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User: harness.ManagerUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + harness.Namespace},
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Group: "rbac.authorization.k8s.io", Resource: "clusterroles", Verb: "create"},
+	}}
+	Expect(k8s.Create(ctx, sar)).To(Succeed())
+	AddReportEntry("metalheal's manager may create ClusterRoles once node-healthcheck-operator is installed",
+		fmt.Sprintf("allowed=%v (%s)", sar.Status.Allowed, sar.Status.Reason))
 }, NodeTimeout(suiteSetup))
 
 // startClusterAPI runs Cluster API's core manager with its Deployment's flags (clusterctl's defaults), as
