@@ -14,6 +14,9 @@ CONTROLLER_TOOLS_VERSION ?= v0.21.0
 KUSTOMIZE_VERSION ?= v5.8.0
 KUBE_VERSION ?= v1.36.3
 ETCD_VERSION ?= v3.6.8
+# The peers test/e2e-interop runs metalheal with (hack/build-peers.sh).
+CAPI_VERSION ?= v1.14.2
+NHC_VERSION ?= v0.12.0
 
 CONTROLLER_GEN := $(BIN)/controller-gen
 KUSTOMIZE := $(BIN)/kustomize
@@ -66,6 +69,14 @@ test: test-deps envtest-bins tools ## Run all tests against a real local apiserv
 .PHONY: test-e2e
 test-e2e: test-deps envtest-bins tools ## Run the end-to-end suite: the real manager as its own process in a local world, under faults.
 	$(GO) test -tags e2e -count=1 -timeout 20m -v ./test/e2e/ -ginkgo.v
+
+.PHONY: test-e2e-interop
+test-e2e-interop: test-deps envtest-bins tools build-peers ## Run the interop suite: Cluster API's and medik8s' real managers drive metalheal, and metalheal's checks drive their remediators' kinds.
+	$(GO) test -tags interop -count=1 -timeout 15m -v ./test/e2e-interop/ -ginkgo.v
+
+.PHONY: build-peers
+build-peers: $(KUSTOMIZE) ## Build Cluster API's and medik8s' managers into ./bin and render their config/default (once; cached).
+	CAPI_VERSION=$(CAPI_VERSION) NHC_VERSION=$(NHC_VERSION) KUSTOMIZE=$(KUSTOMIZE) hack/build-peers.sh $(BIN)
 
 .PHONY: test-deps
 test-deps: ## Install the system packages tests drive (ipmitool, ipmi_sim, Redfish clients) when missing.

@@ -114,7 +114,7 @@ func TestDetectionCreatesOneRequestAndDeletesItAfterRecovery(t *testing.T) {
 	g.Expect(rem.Namespace).To(Equal(pcNS))
 	g.Expect(rem.TemplateName).To(Equal(ref.Name))
 	g.Expect(rem.Started.Time).To(BeTemporally("==", t0.Add(5*time.Minute)))
-	g.Expect(w.leaseHolder(sick)).To(Equal("NodeHealthCheck-"+check.Name), "the lease is taken before the request is created")
+	g.Expect(w.leaseHolder(sick)).To(Equal(leaseHolder(check.Name)), "the lease is taken before the request is created")
 
 	created := w.rec.with(EventRemediationCreated)
 	g.Expect(created).To(HaveLen(1))
@@ -369,7 +369,7 @@ func TestEscalationOnSucceededFalse(t *testing.T) {
 	g.Expect(w.remediations(pcRemediation, check)[0].GetAnnotations()).To(HaveKeyWithValue(template.AnnotationTimedOut, t0.Add(6*time.Minute).Format(time.RFC3339)))
 	g.Expect(names(w.remediations(fenceRemediation, check))).To(Equal([]string{sick.Name}))
 	g.Expect(w.rec.with(EventRemediationFailed)).To(HaveLen(1))
-	g.Expect(w.leaseHolder(sick)).To(Equal("NodeHealthCheck-"+check.Name), "the lease stays through the escalation")
+	g.Expect(w.leaseHolder(sick)).To(Equal(leaseHolder(check.Name)), "the lease stays through the escalation")
 }
 
 // Two overlapping checks: one request; the newer check skips the node and says so in status and an event.
@@ -432,7 +432,7 @@ func TestLeaseHeldByNodeMaintenance(t *testing.T) {
 	g.Expect(maintenance.InvalidateLease(w.ctx, sick.Name)).To(Succeed())
 	w.reconcile(check)
 	g.Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{sick.Name}))
-	g.Expect(w.leaseHolder(sick)).To(Equal("NodeHealthCheck-" + check.Name))
+	g.Expect(w.leaseHolder(sick)).To(Equal(leaseHolder(check.Name)))
 	g.Expect(entry(check, sick).SkipReason).To(BeEmpty())
 }
 
@@ -696,7 +696,7 @@ func TestOwnRequestGoesOutBeforeTheLease(t *testing.T) {
 	check, sick := w.pcCheckWithSickNode()
 	w.reconcile(check)
 	g.Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{sick.Name}))
-	g.Expect(w.leaseHolder(sick)).To(Equal("NodeHealthCheck-" + check.Name))
+	g.Expect(w.leaseHolder(sick)).To(Equal(leaseHolder(check.Name)))
 	g.Expect(*order).To(Equal([]string{"PowerCycleRemediation", "Lease"}))
 
 	w = newWorld(t)
@@ -745,7 +745,7 @@ func TestBurstSendsEveryRequestBeforeAnyLease(t *testing.T) {
 	w.reconcile(check)
 	g.Expect(names(w.remediations(pcRemediation, check))).To(ConsistOf(sick[0].Name, sick[1].Name, sick[2].Name))
 	for _, n := range sick {
-		g.Expect(w.leaseHolder(n)).To(Equal("NodeHealthCheck-" + check.Name))
+		g.Expect(w.leaseHolder(n)).To(Equal(leaseHolder(check.Name)))
 	}
 	g.Expect(*order).To(Equal([]string{"PowerCycleRemediation", "PowerCycleRemediation", "PowerCycleRemediation", "Lease", "Lease", "Lease"}))
 }
@@ -787,17 +787,17 @@ func TestLeaseTakenByItsOwnRequestIsTakenOver(t *testing.T) {
 	})
 	w.reconcile(check)
 	g.Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{sick.Name}))
-	g.Expect(w.leaseHolder(sick)).To(Equal("NodeHealthCheck-" + check.Name))
+	g.Expect(w.leaseHolder(sick)).To(Equal(leaseHolder(check.Name)))
 	g.Expect(entry(check, sick).SkipReason).To(BeEmpty())
 
 	// The manager stops after the request went out, before its lease; the remediator takes the lease.
-	ours := w.leaseManager("NodeHealthCheck-" + check.Name)
+	ours := w.leaseManager(leaseHolder(check.Name))
 	w.clk.Step(time.Minute)
 	g.Expect(ours.InvalidateLease(w.ctx, sick.Name)).To(Succeed())
 	g.Expect(remediator.RequestLease(w.ctx, sick, time.Hour)).To(Succeed())
 	w.restart()
 	w.reconcile(check)
-	g.Expect(w.leaseHolder(sick)).To(Equal("NodeHealthCheck-"+check.Name), "taken over at the first look")
+	g.Expect(w.leaseHolder(sick)).To(Equal(leaseHolder(check.Name)), "taken over at the first look")
 
 	w.clk.Step(time.Minute)
 	g.Expect(ours.InvalidateLease(w.ctx, sick.Name)).To(Succeed())

@@ -71,7 +71,7 @@ func TestExpiryDuringTheWritesIsRequestedAtOnce(t *testing.T) {
 	w.clk.SetTime(t0.Add(6 * time.Minute))
 	g.Eventually(func() []string { return names(w.remediations(pcRemediation, check)) }, 10*time.Second).
 		Should(ConsistOf(first.Name, second.Name), "requested while the status write is still held")
-	g.Eventually(func() string { return w.leaseHolder(second) }, 10*time.Second).Should(Equal("NodeHealthCheck-" + check.Name))
+	g.Eventually(func() string { return w.leaseHolder(second) }, 10*time.Second).Should(Equal(leaseHolder(check.Name)))
 	g.Consistently(done, 200*time.Millisecond).ShouldNot(Receive(), "the status write is still held")
 	g.Expect(names(w.remediations(pcRemediation, check))).NotTo(ContainElement(cp.Name), "control-plane Nodes are the reconcile's alone")
 

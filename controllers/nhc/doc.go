@@ -54,10 +54,11 @@
 //     others skip the Node with skipReason OwnedByOtherCheck and an event naming the owner.
 //   - Control-plane Nodes (node-role.kubernetes.io/control-plane or master) are remediated one at a time,
 //     across all checks; one whose lease someone else holds (e.g. under maintenance) counts as that one.
-//   - Leases (pkg/leases, medik8s-compatible): the check takes the Node's lease as "NodeHealthCheck-<name>"
-//     before it creates a request, renews it at half-time while any request of its own for the Node
-//     exists (taking it over from the remediator of such a request, which may have taken it first), and
-//     releases it once they are all gone. A valid lease held by anyone else (e.g.
+//   - Leases (pkg/leases, medik8s-compatible): the check takes the Node's lease as
+//     "NodeHealthCheck.remediation.metalheal.io-<name>" (not medik8s' "NodeHealthCheck-<name>": the two
+//     checks of one name must not share a lease) before it creates a request, renews it at half-time
+//     while any request of its own for the Node exists (taking it over from the remediator of such a
+//     request, which may have taken it first), and releases it once they are all gone. A valid lease held by anyone else (e.g.
 //     node-maintenance) hands the Node off: no request, an event naming the holder, a look again when the
 //     lease runs out (and when the lease changes). Its own lease writes are remembered until the cache
 //     shows them (recentLeases), so none is repeated from a cache that lags behind it.

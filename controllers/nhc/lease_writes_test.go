@@ -87,7 +87,7 @@ func TestOwnLeaseWritesAreNotRepeatedWhileTheCacheLags(t *testing.T) {
 
 	w.reconcile(check)
 	g.Expect(names(w.remediations(fenceRemediation, check))).To(Equal([]string{sick.Name}))
-	g.Expect(w.leaseHolder(sick)).To(Equal("NodeHealthCheck-" + check.Name))
+	g.Expect(w.leaseHolder(sick)).To(Equal(leaseHolder(check.Name)))
 	g.Expect(writes()).To(Equal(map[string]int{"create": 1}))
 
 	w.reconcile(check) // the cache shows no lease yet
@@ -106,7 +106,7 @@ func TestOwnLeaseWritesAreNotRepeatedWhileTheCacheLags(t *testing.T) {
 	// Once the lease is due for renewal, the check renews it, through the cache's copy.
 	sick2 := w.node("w2", corev1.ConditionFalse, t0)
 	w.reconcile(check)
-	g.Expect(w.leaseHolder(sick2)).To(Equal("NodeHealthCheck-" + check.Name))
+	g.Expect(w.leaseHolder(sick2)).To(Equal(leaseHolder(check.Name)))
 	freeze()
 	w.clk.Step(DefaultLeaseDuration/2 + time.Second)
 	w.reconcile(check)
@@ -120,17 +120,17 @@ func TestTakeOverIsNotRepeatedWhileTheCacheLags(t *testing.T) {
 	g := w.g
 	check, sick := w.pcCheckWithSickNode()
 	w.reconcile(check)
-	g.Expect(w.leaseHolder(sick)).To(Equal("NodeHealthCheck-" + check.Name))
+	g.Expect(w.leaseHolder(sick)).To(Equal(leaseHolder(check.Name)))
 
 	// The manager stopped before it took the lease, and the remediator took it, for longer than the
 	// check takes it; the manager starts again, with a cache that goes on showing the remediator's lease.
-	g.Expect(w.leaseManager("NodeHealthCheck-"+check.Name).InvalidateLease(w.ctx, sick.Name)).To(Succeed())
+	g.Expect(w.leaseManager(leaseHolder(check.Name)).InvalidateLease(w.ctx, sick.Name)).To(Succeed())
 	g.Expect(w.leaseManager("PowerCycleRemediation-"+sick.Name).RequestLease(w.ctx, sick, time.Hour)).To(Succeed())
 	freeze, writes := w.staleLeases()
 	freeze()
 	w.clk.Step(time.Minute)
 	w.reconcile(check)
-	g.Expect(w.leaseHolder(sick)).To(Equal("NodeHealthCheck-" + check.Name))
+	g.Expect(w.leaseHolder(sick)).To(Equal(leaseHolder(check.Name)))
 	w.reconcile(check)
 	w.reconcile(check)
 	g.Expect(writes()).To(Equal(map[string]int{"update": 1}), "one take-over")

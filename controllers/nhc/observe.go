@@ -26,9 +26,16 @@ import (
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
-// holderKind is the kind in our lease holder identity: "NodeHealthCheck-<name>", as medik8s'
-// NodeHealthCheck does, so the two recognise each other's leases.
+// holderKind is the check's kind, in its requests' owner references and its lease holder identity.
 const holderKind = "NodeHealthCheck"
+
+// leaseHolder is the lease holder identity of the check of a name, group-qualified
+// ("NodeHealthCheck.remediation.metalheal.io-<name>"): medik8s' NodeHealthCheck holds leases as
+// "NodeHealthCheck-<name>", and a metalheal check and a medik8s check of the same name must not take each
+// other's lease for their own (docs/interop.md).
+func leaseHolder(checkName string) string {
+	return leases.QualifiedHolderIdentity(holderKind, v1alpha1.GroupVersion.Group, checkName)
+}
 
 // defaultSelector is the API's default: the worker Nodes.
 var defaultSelector = metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
@@ -46,7 +53,7 @@ var probeRef = metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: "prob
 func (r *Reconciler) observe(ctx context.Context, check *v1alpha1.NodeHealthCheck) (observed, time.Duration, error) {
 	in := observed{
 		Check:         check,
-		Holder:        leases.HolderIdentity(holderKind, check.Name),
+		Holder:        leaseHolder(check.Name),
 		LeaseDuration: r.opts.LeaseDuration,
 	}
 	var badSelector *cause

@@ -39,7 +39,7 @@ type observed struct {
 	// BusyControlPlane are control-plane Nodes that other checks are remediating now, or whose lease
 	// someone else holds.
 	BusyControlPlane []string
-	// Holder is the lease holder identity of this check, "NodeHealthCheck-<name>".
+	// Holder is the lease holder identity of this check, "NodeHealthCheck.remediation.metalheal.io-<name>".
 	Holder string
 	// LeaseDuration is how long a node lease is taken for; it is renewed at half-time.
 	LeaseDuration time.Duration

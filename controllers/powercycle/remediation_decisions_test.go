@@ -151,19 +151,29 @@ func TestNodeReadySince(t *testing.T) {
 }
 
 func TestHeldByOwner(t *testing.T) {
-	pcr := &v1alpha1.PowerCycleRemediation{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{
-		{Kind: "Node", Name: "worker-1"}, {Kind: "NodeHealthCheck", Name: "workers"},
-	}}}
-	for holder, want := range map[string]bool{
-		"NodeHealthCheck-workers":        true,
-		"Node-worker-1":                  true,
-		"NodeHealthCheck-others":         false,
-		"node-maintenance":               false,
-		"PowerCycleRemediation-worker-1": false,
-		"":                               false,
+	owned := func(apiVersion string) *v1alpha1.PowerCycleRemediation {
+		return &v1alpha1.PowerCycleRemediation{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{
+			{APIVersion: "v1", Kind: "Node", Name: "worker-1"}, {APIVersion: apiVersion, Kind: "NodeHealthCheck", Name: "workers"},
+		}}}
+	}
+	medik8s, metalheal := owned("remediation.medik8s.io/v1alpha1"), owned(v1alpha1.GroupVersion.String())
+	for name, tc := range map[string]struct {
+		pcr    *v1alpha1.PowerCycleRemediation
+		holder string
+		want   bool
+	}{
+		"medik8s' check holds it":                           {medik8s, "NodeHealthCheck-workers", true},
+		"the owning Node's holder form":                     {medik8s, "Node-worker-1", true},
+		"medik8s' check of another name":                    {medik8s, "NodeHealthCheck-others", false},
+		"metalheal's check of the same name, not the owner": {medik8s, "NodeHealthCheck.remediation.metalheal.io-workers", false},
+		"metalheal's check holds it":                        {metalheal, "NodeHealthCheck.remediation.metalheal.io-workers", true},
+		"medik8s' check of the same name, not the owner":    {metalheal, "NodeHealthCheck-workers", false},
+		"node-maintenance":                                  {metalheal, "node-maintenance", false},
+		"the remediation itself is not its owner":           {metalheal, "PowerCycleRemediation-worker-1", false},
+		"no holder": {metalheal, "", false},
 	} {
-		t.Run(holder, func(t *testing.T) {
-			NewWithT(t).Expect(heldByOwner(pcr, holder)).To(Equal(want))
+		t.Run(name, func(t *testing.T) {
+			NewWithT(t).Expect(heldByOwner(tc.pcr, tc.holder)).To(Equal(tc.want))
 		})
 	}
 }

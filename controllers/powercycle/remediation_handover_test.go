@@ -165,7 +165,7 @@ func testEscalationOverlap(t *testing.T, api *apiServer) {
 			g := NewWithT(t)
 			w, m, node := oneMockHost(t, api, func(m *redfishmock.Mock) *redfishmock.Mock { return m.WithPowerDelay(3 * time.Second) })
 			if tc.byCheck {
-				takeLease(w, node, "NodeHealthCheck-workers", 24*time.Hour)
+				takeLease(w, node, owningCheckHolder, 24*time.Hour)
 			}
 			r := w.reconciler()
 			stepOne := w.stepRequest(node, node, spec(escalate, 1), tc.byCheck)
@@ -195,7 +195,7 @@ func testEscalationOverlap(t *testing.T, api *apiServer) {
 			lease := w.lease(node)
 			wantHolder := "PowerCycleRemediation-" + node
 			if tc.byCheck {
-				wantHolder = "NodeHealthCheck-workers"
+				wantHolder = owningCheckHolder
 			}
 			g.Expect(holderOf(lease)).To(Equal(wantHolder))
 
@@ -229,7 +229,7 @@ func testEscalationOverlap(t *testing.T, api *apiServer) {
 			g.Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
 			g.Expect(m.PowerState("1")).To(Equal(redfishmock.PowerOff))
 			if tc.byCheck {
-				g.Expect(slices.Compact(holders)).To(Equal([]string{"NodeHealthCheck-workers"}), "the check's lease is left alone")
+				g.Expect(slices.Compact(holders)).To(Equal([]string{owningCheckHolder}), "the check's lease is left alone")
 			} else {
 				g.Expect(slices.Compact(holders)).To(Or(
 					Equal([]string{"PowerCycleRemediation-" + node, "PowerCycleRemediation-" + node + "-power-off"}),
@@ -265,7 +265,7 @@ func testEscalationOverlap(t *testing.T, api *apiServer) {
 			g.Expect(w.getNode(node).Annotations).NotTo(HaveKey(v1alpha1.AnnotationAppliedTaints))
 			g.Expect(m.PowerState("1")).To(Equal(redfishmock.PowerOff))
 			if tc.byCheck {
-				g.Expect(holderOf(w.lease(node))).To(Equal("NodeHealthCheck-workers"), "not ours to release")
+				g.Expect(holderOf(w.lease(node))).To(Equal(owningCheckHolder), "not ours to release")
 			} else {
 				g.Expect(w.lease(node)).To(BeNil(), "released")
 			}
@@ -614,7 +614,7 @@ func TestHandOverDecisions(t *testing.T) {
 			{name: "a request that is gone", holder: "PowerCycleRemediation-a", known: known(), want: true},
 			{name: "a request of that name elsewhere", holder: "PowerCycleRemediation-a", known: known("a")},
 			{name: "node-maintenance", holder: "node-maintenance", known: known(), want: false},
-			{name: "its health check", holder: "NodeHealthCheck-workers", known: known(), want: false},
+			{name: "its health check", holder: owningCheckHolder, known: known(), want: false},
 			{name: "itself", holder: "PowerCycleRemediation-b", known: known()},
 		} {
 			t.Run(tc.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -19,7 +20,8 @@ import (
 )
 
 // reasonLeaseHeldByOwner: the node lease is held by the health check that created the remediation
-// (medik8s NodeHealthCheck holds it as "NodeHealthCheck-<name>" for the remediators it starts).
+// (medik8s' NodeHealthCheck holds it as "NodeHealthCheck-<name>" for the remediators it starts,
+// metalheal's as "NodeHealthCheck.remediation.metalheal.io-<name>").
 const reasonLeaseHeldByOwner = "LeaseHeldByOwner"
 
 // leaseManager is the node lease manager acting as this remediation: "PowerCycleRemediation-<name>".
@@ -28,11 +30,16 @@ func (r *RemediationReconciler) leaseManager(pcr *v1alpha1.PowerCycleRemediation
 		leases.WithNamespace(r.opts.LeaseNamespace), leases.WithLiveReader(r.opts.APIReader))
 }
 
-// heldByOwner reports whether holder is one of the remediation's owners ("<Kind>-<name>"), which holds
-// the node for the remediations it creates.
+// heldByOwner reports whether holder is one of the remediation's owners, which holds the node for the
+// remediations it creates: "<Kind>-<name>" (medik8s' form), or "<Kind>.<group>-<name>" for metalheal's
+// own kinds, which qualify their holder so as not to be taken for a medik8s check of the same name.
 func heldByOwner(pcr *v1alpha1.PowerCycleRemediation, holder string) bool {
 	for _, ref := range pcr.OwnerReferences {
-		if holder == leases.HolderIdentity(ref.Kind, ref.Name) {
+		owner := leases.HolderIdentity(ref.Kind, ref.Name)
+		if gv, err := schema.ParseGroupVersion(ref.APIVersion); err == nil && gv.Group == v1alpha1.GroupVersion.Group {
+			owner = leases.QualifiedHolderIdentity(ref.Kind, gv.Group, ref.Name)
+		}
+		if holder == owner {
 			return true
 		}
 	}

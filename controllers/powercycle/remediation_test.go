@@ -789,8 +789,11 @@ func testLeaseHeldByNodeMaintenance(t *testing.T, api *apiServer) {
 	g.Expect(w.lease(node)).To(BeNil())
 }
 
-// A node lease held by the health check that created the request (medik8s NodeHealthCheck holds it as
-// "NodeHealthCheck-<name>" for its remediators): the remediation proceeds and leaves that lease alone.
+// owningCheckHolder is the lease holder identity of the NodeHealthCheck that owns nhcRemediation's requests.
+const owningCheckHolder = "NodeHealthCheck.remediation.metalheal.io-workers"
+
+// A node lease held by the health check that created the request (a NodeHealthCheck holds it for its
+// remediators): the remediation proceeds and leaves that lease alone.
 func testLeaseHeldByOwner(t *testing.T, api *apiServer) {
 	leaseHeldByOwner(t, api, "worker-10", false)
 }
@@ -808,7 +811,7 @@ func leaseHeldByOwner(t *testing.T, api *apiServer, nodeName string, notYetCache
 	g := NewWithT(t)
 	w, hosts := fakeHosts(t, api)
 	node := w.fakeHost(nodeName, nil)
-	takeLease(w, node, "NodeHealthCheck-workers", time.Hour)
+	takeLease(w, node, owningCheckHolder, time.Hour)
 	key := w.nhcRemediation(node, spec(reboot, 3))
 	var missed atomic.Bool
 	if notYetCached {
@@ -834,7 +837,7 @@ func leaseHeldByOwner(t *testing.T, api *apiServer, nodeName string, notYetCache
 	g.Expect(reasons).To(ContainElement(reasonLeaseHeldByOwner))
 	g.Expect(reasons).NotTo(ContainElement(v1alpha1.ReasonLeaseHeldByOther))
 	g.Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
-	g.Expect(*w.lease(node).Spec.HolderIdentity).To(Equal("NodeHealthCheck-workers"), "the owner's lease is not ours to release")
+	g.Expect(*w.lease(node).Spec.HolderIdentity).To(Equal(owningCheckHolder), "the owner's lease is not ours to release")
 	if notYetCached {
 		g.Expect(missed.Load()).To(BeTrue())
 		g.Expect(reasons[0]).To(Equal(reasonLeaseHeldByOwner))
@@ -867,7 +870,7 @@ func testWaitsForOwnersLease(t *testing.T, api *apiServer) {
 	g.Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(BeEmpty())
 
 	// The lease's watch event maps to the waiting request, and to nothing once it has started.
-	lease := takeLease(w, node, "NodeHealthCheck-workers", time.Hour)
+	lease := takeLease(w, node, owningCheckHolder, time.Hour)
 	awaiting := awaitingLease(t, w)
 	mapped := func() []reconcile.Request { return awaiting(lease) }
 	g.Eventually(mapped).WithTimeout(10 * time.Second).WithPolling(20 * time.Millisecond).Should(ConsistOf(reconcile.Request{NamespacedName: key}))
@@ -884,7 +887,7 @@ func testWaitsForOwnersLease(t *testing.T, api *apiServer) {
 	g.Expect(reasons).NotTo(ContainElement(v1alpha1.ReasonLeaseAcquired))
 	g.Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
 	g.Expect(writes.of("Lease")).To(BeZero(), "the check's lease is enough")
-	g.Expect(*w.lease(node).Spec.HolderIdentity).To(Equal("NodeHealthCheck-workers"))
+	g.Expect(*w.lease(node).Spec.HolderIdentity).To(Equal(owningCheckHolder))
 	g.Eventually(mapped).WithTimeout(10 * time.Second).WithPolling(20 * time.Millisecond).Should(BeEmpty())
 
 	// With another request waiting, its node's lease maps to it, and the same lease elsewhere, or a lease

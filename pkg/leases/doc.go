@@ -5,8 +5,9 @@
 // A node lease is a coordination.k8s.io/v1 Lease named "node-<nodename>" in one namespace shared by
 // everyone (DefaultNamespace, "medik8s-leases", unless changed with WithNamespace), owned by the Node (so it
 // is garbage-collected with it), whose holderIdentity is "<Kind>-<name>" of the object acting on the node
-// (see HolderIdentity). A lease is valid until renewTime+leaseDurationSeconds; after that anyone may take it
-// over.
+// (see HolderIdentity), or "<Kind>.<group>-<name>" for a kind whose name another project uses too
+// (QualifiedHolderIdentity: metalheal's NodeHealthCheck beside medik8s'). A lease is valid until
+// renewTime+leaseDurationSeconds; after that anyone may take it over.
 //
 //   - RequestLease creates the lease, renews it when we already hold it, takes it over when it has expired,
 //     and otherwise returns an *AlreadyHeldError naming the holder and when its lease runs out. Callers

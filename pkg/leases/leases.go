@@ -25,9 +25,19 @@ const DefaultNamespace = "medik8s-leases"
 const maxAttempts = 3
 
 // HolderIdentity returns the holder identity of the object of kind and name that acts on a node, e.g.
-// HolderIdentity("PowerCycleRemediation", "worker-3") is "PowerCycleRemediation-worker-3".
+// HolderIdentity("PowerCycleRemediation", "worker-3") is "PowerCycleRemediation-worker-3": medik8s' form.
 func HolderIdentity(kind, name string) string {
 	return kind + "-" + name
+}
+
+// QualifiedHolderIdentity returns the holder identity of an object whose kind name another project also
+// uses: "<Kind>.<group>-<name>", e.g. "NodeHealthCheck.remediation.metalheal.io-workers". medik8s'
+// NodeHealthCheck holds leases as "NodeHealthCheck-<name>"; were metalheal's to do the same, a metalheal
+// check and a medik8s check of the same name would each take the other's lease for its own and both act
+// on the node. Everyone else (node-maintenance-operator, medik8s) only compares holders for equality, so
+// any distinct string is read correctly.
+func QualifiedHolderIdentity(kind, group, name string) string {
+	return kind + "." + group + "-" + name
 }
 
 // LeaseName returns the name of nodeName's lease: "node-<nodename>".

@@ -17,6 +17,10 @@ func TestHolderIdentityAndLeaseName(t *testing.T) {
 	g := NewWithT(t)
 	g.Expect(HolderIdentity("PowerCycleRemediation", "worker-3")).To(Equal("PowerCycleRemediation-worker-3"))
 	g.Expect(HolderIdentity("NodeMaintenance", "nm-1")).To(Equal("NodeMaintenance-nm-1"))
+	g.Expect(QualifiedHolderIdentity("NodeHealthCheck", "remediation.metalheal.io", "workers")).
+		To(Equal("NodeHealthCheck.remediation.metalheal.io-workers"))
+	g.Expect(QualifiedHolderIdentity("NodeHealthCheck", "remediation.metalheal.io", "workers")).
+		NotTo(Equal(HolderIdentity("NodeHealthCheck", "workers")), "a metalheal check is not medik8s' check of the same name")
 	g.Expect(LeaseName("worker-3")).To(Equal("node-worker-3"))
 }
 

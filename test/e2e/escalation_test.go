@@ -90,7 +90,7 @@ var _ = Describe("A host that never comes back", func() {
 		lease, err := nodeLease(ctx, broken)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(lease).NotTo(BeNil())
-		Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal("NodeHealthCheck-"+group)), "the check keeps the node's lease while it keeps its request")
+		Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal("NodeHealthCheck.remediation.metalheal.io-"+group)), "the check keeps the node's lease while it keeps its request")
 
 		By("an administrator repairs the host and powers it on: the node comes back, the check deletes its request, the remediator cleans up")
 		Expect(h.Sim.ClearFault(broken)).To(Succeed())
