@@ -38,7 +38,7 @@ const (
 	bootDelay         = 3 * time.Second // power on → Ready
 	powerDelay        = time.Second     // a BMC's power transition
 	conditionDuration = 2 * time.Second // how long Ready must be Unknown/False before a check acts
-	workers           = 30              // the pool scenarios take their nodes from
+	workers           = 48              // the pool scenarios take their nodes from
 )
 
 // Waits. Every wait is an Eventually bounded by one of these.
