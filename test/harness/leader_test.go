@@ -51,7 +51,7 @@ func TestStandbyLeadsPromptlyWhenTheLeaderStopsGracefully(t *testing.T) {
 		if b {
 			leader, standby = second, first
 		}
-	}).WithTimeout(leaseDuration).WithPolling(250*time.Millisecond).Should(Succeed())
+	}).WithTimeout(leaseDuration).WithPolling(250 * time.Millisecond).Should(Succeed())
 	holder := leaseHolder(ctx, g, h)
 	g.Expect(holder).NotTo(BeEmpty())
 
