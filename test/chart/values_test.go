@@ -70,6 +70,9 @@ func expectConsistent(t *testing.T, r rendered) {
 		if r.find(refKind, ns, refName) == nil {
 			t.Errorf("%s %s/%s binds %s %s/%s, which is not rendered", b.GetKind(), b.GetNamespace(), b.GetName(), refKind, ns, refName)
 		}
+		if strings.HasSuffix(refName, "-metrics-reader") {
+			continue // a scraper's binding (monitoring.prometheusServiceAccount), not the manager's
+		}
 		subjects, _, _ := unstructured.NestedSlice(b.Object, "subjects")
 		for _, s := range subjects {
 			s := s.(map[string]any)
@@ -244,7 +247,7 @@ func TestChartValues(t *testing.T) {
 			},
 		},
 		"plain HTTP metrics on another port": {
-			sets: []string{"metrics.secure=false,metrics.port=9090,monitoring.enabled=true"},
+			sets: []string{"metrics.secure=false,metrics.port=9090,monitoring.enabled=true,monitoring.prometheusServiceAccount.name="},
 			expect: func(t *testing.T, r rendered) {
 				args := r.args(t)
 				if !slices.Contains(args, "--metrics-secure=false") || !slices.Contains(args, "--metrics-bind-address=:9090") {
@@ -259,6 +262,9 @@ func TestChartValues(t *testing.T) {
 				e, _, _ := unstructured.NestedSlice(m.Object, "spec", "endpoints")
 				if ep := e[0].(map[string]any); ep["scheme"] != "http" || ep["bearerTokenFile"] != nil {
 					t.Errorf("ServiceMonitor endpoint %v", ep)
+				}
+				if n := len(r.ofKind("ClusterRoleBinding")); n != 3 {
+					t.Errorf("%d ClusterRoleBindings, want the manager's 3 (no scraper binding without a name)", n)
 				}
 			},
 		},
@@ -276,6 +282,14 @@ func TestChartValues(t *testing.T) {
 				ep := e[0].(map[string]any)
 				if ep["scheme"] != "https" || ep["bearerTokenFile"] != "/var/run/secrets/kubernetes.io/serviceaccount/token" {
 					t.Errorf("ServiceMonitor endpoint %v: want HTTPS with the scraper's token", ep)
+				}
+				b := r.find("ClusterRoleBinding", "", "metalheal-metrics-reader-prometheus")
+				if b == nil {
+					t.Fatal("Prometheus' service account is not bound to metalheal-metrics-reader")
+				}
+				subjects, _, _ := unstructured.NestedSlice(b.Object, "subjects")
+				if s := subjects[0].(map[string]any); s["name"] != "prometheus-k8s" || s["namespace"] != "monitoring" {
+					t.Errorf("metrics reader bound to %v, want kube-prometheus' prometheus-k8s", s)
 				}
 			},
 		},
