@@ -14,12 +14,14 @@ CONTROLLER_TOOLS_VERSION ?= v0.21.0
 KUSTOMIZE_VERSION ?= v5.8.0
 KUBE_VERSION ?= v1.36.3
 ETCD_VERSION ?= v3.6.8
+HELM_VERSION ?= v3.19.0
 # The peers test/e2e-interop runs metalheal with (hack/build-peers.sh).
 CAPI_VERSION ?= v1.14.2
 NHC_VERSION ?= v0.12.0
 
 CONTROLLER_GEN := $(BIN)/controller-gen
 KUSTOMIZE := $(BIN)/kustomize
+HELM := $(BIN)/helm
 export KUBEBUILDER_ASSETS := $(BIN)
 
 FUZZTIME ?= 10s
@@ -34,9 +36,12 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC into config/.
+manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC into config/, and copy them into the Helm chart.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:allowDangerousTypes=false paths="./api/..." paths="./controllers/..." paths="./cmd/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	rm -f charts/metalheal/crds/*.yaml
+	cp config/crd/bases/*.yaml charts/metalheal/crds/
+	cp config/rbac/role.yaml charts/metalheal/files/manager-role.yaml
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code for the API types.
@@ -57,9 +62,9 @@ lint: vet ## Check formatting, import boundaries (STYLE.md) and vet.
 
 .PHONY: verify-gen
 verify-gen: generate manifests ## Regenerate everything and fail if the committed files differ.
-	@if [ -n "$$(git status --porcelain -- api config)" ]; then \
+	@if [ -n "$$(git status --porcelain -- api config charts)" ]; then \
 		echo "generated files are out of date; run 'make generate manifests' and commit:"; \
-		git status --porcelain -- api config; git diff --stat -- api config; exit 1; fi
+		git status --porcelain -- api config charts; git diff --stat -- api config charts; exit 1; fi
 
 .PHONY: test
 test: test-deps envtest-bins tools ## Run all tests against a real local apiserver (installs what it needs).
@@ -137,5 +142,9 @@ $(CONTROLLER_GEN):
 $(KUSTOMIZE):
 	GOBIN=$(BIN) $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
 
+# Built from the Go module proxy like the other tools; test/chart runs `helm lint` and `helm template`.
+$(HELM):
+	GOBIN=$(BIN) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(KUSTOMIZE) ## Install pinned controller-gen and kustomize into ./bin.
+tools: $(CONTROLLER_GEN) $(KUSTOMIZE) $(HELM) ## Install pinned controller-gen, kustomize and helm into ./bin.

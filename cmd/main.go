@@ -19,6 +19,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/utils/clock"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -48,6 +49,7 @@ type config struct {
 	pprofAddr           string
 	leaderElect         bool
 	leaderElectionID    string
+	leaderElection      leaderElectionTiming
 	namespace           string
 	leaseNamespace      string
 	bmcCheckInterval    time.Duration
@@ -80,6 +82,14 @@ func main() {
 	flag.StringVar(&cfg.pprofAddr, "pprof-bind-address", "", "Address of the Go profiler's /debug/pprof endpoints (e.g. 127.0.0.1:6060); empty disables it.")
 	flag.BoolVar(&cfg.leaderElect, "leader-elect", false, "Elect a leader so that only one of several replicas acts.")
 	flag.StringVar(&cfg.leaderElectionID, "leader-election-id", "metalheal.remediation.metalheal.io", "Name of the leader election Lease.")
+	flag.DurationVar(&cfg.leaderElection.leaseDuration, "leader-elect-lease-duration", 15*time.Second,
+		"How long standbys wait after the leader's last renewal before taking over when the leader dies without releasing its lease (a crash); a leader stopped gracefully releases it at once.")
+	flag.DurationVar(&cfg.leaderElection.renewDeadline, "leader-elect-renew-deadline", 10*time.Second,
+		"How long the leader keeps trying to renew its lease before it gives up leadership and exits; shorter than --leader-elect-lease-duration.")
+	flag.DurationVar(&cfg.leaderElection.retryPeriod, "leader-elect-retry-period", 2*time.Second,
+		"How often the leader renews its lease and standbys try to take it.")
+	flag.DurationVar(&cfg.leaderElection.gracefulShutdown, "graceful-shutdown-timeout", 5*time.Second,
+		"How long the manager waits for its controllers to stop on SIGTERM before it releases its leader election lease and exits; keep it below the pod's terminationGracePeriodSeconds, or the kubelet kills the manager before the release and the standby waits out the lease.")
 	flag.StringVar(&cfg.namespace, "namespace", os.Getenv("POD_NAMESPACE"),
 		"Namespace of the BMC objects and their credential Secrets (the manager reads Secrets only here). Defaults to $POD_NAMESPACE.")
 	flag.StringVar(&cfg.leaseNamespace, "lease-namespace", "medik8s-leases", "Namespace of the node maintenance leases (shared with medik8s).")
@@ -125,6 +135,9 @@ func run(cfg config) error {
 	if cfg.namespace == "" {
 		return errors.New("--namespace (or $POD_NAMESPACE) is required: it is where BMCs and their Secrets live")
 	}
+	if err := cfg.leaderElection.validate(); err != nil {
+		return err
+	}
 
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -148,6 +161,15 @@ func run(cfg config) error {
 		LeaderElection:          cfg.leaderElect,
 		LeaderElectionID:        cfg.leaderElectionID,
 		LeaderElectionNamespace: cfg.namespace,
+		LeaseDuration:           &cfg.leaderElection.leaseDuration,
+		RenewDeadline:           &cfg.leaderElection.renewDeadline,
+		RetryPeriod:             &cfg.leaderElection.retryPeriod,
+		// A leader stopped on purpose (a rollout, a drain) hands its lease back once its controllers have
+		// stopped, so the standby takes over within a retry period instead of waiting out the lease. This
+		// is safe because nothing runs after Start returns: main exits at once. A leader that loses its
+		// lease (renewal failed) makes Start return an error, and main exits too.
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       &cfg.leaderElection.gracefulShutdown,
 		Cache: cache.Options{
 			HTTPClient: cacheHTTP,
 			SyncPeriod: &cfg.resyncPeriod,
@@ -193,6 +215,29 @@ func run(cfg config) error {
 
 	log.Info("Starting manager", "namespace", cfg.namespace, "leaseNamespace", cfg.leaseNamespace, "leaderElection", cfg.leaderElect)
 	return mgr.Start(ctx)
+}
+
+// leaderElectionTiming is how the replicas elect their leader and how the leader steps down.
+type leaderElectionTiming struct {
+	leaseDuration, renewDeadline, retryPeriod time.Duration
+	gracefulShutdown                          time.Duration
+}
+
+// validate refuses timings client-go's leader elector would refuse later (at Start, with a less clear
+// message): a leader must renew several times within its lease, or a slow renewal loses it.
+func (t leaderElectionTiming) validate() error {
+	switch {
+	case t.retryPeriod <= 0:
+		return fmt.Errorf("--leader-elect-retry-period (%s) must be positive", t.retryPeriod)
+	case t.gracefulShutdown < 0:
+		return fmt.Errorf("--graceful-shutdown-timeout (%s) must not be negative", t.gracefulShutdown)
+	case t.leaseDuration <= t.renewDeadline:
+		return fmt.Errorf("--leader-elect-lease-duration (%s) must be longer than --leader-elect-renew-deadline (%s)", t.leaseDuration, t.renewDeadline)
+	case float64(t.renewDeadline) <= leaderelection.JitterFactor*float64(t.retryPeriod):
+		return fmt.Errorf("--leader-elect-renew-deadline (%s) must be longer than %.1f × --leader-elect-retry-period (%s)",
+			t.renewDeadline, leaderelection.JitterFactor, t.retryPeriod)
+	}
+	return nil
 }
 
 // dependencies are what the controllers are built from. Controllers are set up in the order of
