@@ -22,6 +22,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/timeline"
 	"github.com/metalheal/metalheal/pkg/leases"
 	"github.com/metalheal/metalheal/test/harness"
 	"github.com/metalheal/metalheal/test/nodesim"
@@ -362,7 +363,7 @@ func cleanProblems(ctx context.Context, h *harness.Harness, node string) []strin
 	if err := h.Client.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
 		add("node %s: %v", node, err)
 	} else {
-		if c := readyCondition(&n); c == nil || c.Status != corev1.ConditionTrue {
+		if c := timeline.ReadyCondition(&n); c == nil || c.Status != corev1.ConditionTrue {
 			add("node %s is not Ready", node)
 		}
 		for _, t := range n.Spec.Taints {
