@@ -83,6 +83,9 @@ type Entry struct {
 	// Revision is the resourceVersion of the object version that showed the step (for a deletion: of the
 	// deletion); empty for what the API did not tell (the failure, the BMC's power).
 	Revision string
+	// Time is when the step happened, for a timeline rebuilt from records (Build); the demo, which sees
+	// the steps as they happen, leaves it zero.
+	Time time.Time
 }
 
 // FormatEntry is one line of the timeline: "  +12.3s  label                  detail".
