@@ -80,6 +80,10 @@ type Timeline struct {
 	NotOnRecord []Step
 }
 
+// provenBefore are pairs of steps where a record of the second proves the first happened before it: the
+// remediator acts only on a request that exists, and finalizes only a deleted one.
+var provenBefore = [][2]Step{{StepEMRCreated, StepPoweringOff}, {StepEMRDeleted, StepEMRGone}}
+
 // slack is how far before the start a record may be and still belong to the story: core events and
 // conditions are stamped to the second, the remediator's records to the microsecond.
 const slack = time.Second
@@ -157,6 +161,28 @@ func Build(r Record) Timeline {
 		tl.Entries = append(tl.Entries, Entry{At: max(t.Sub(tl.Start), 0), Step: c.step, Label: label,
 			Detail: c.detail, Revision: c.revision, Time: t})
 	}
+	// A health check's event is written after its own status update, so it may lag the remediator's record
+	// of what followed: what the later step's record proves happened first is moved to no later than it.
+	at := map[Step]int{}
+	for i, e := range tl.Entries {
+		if e.Step != StepNote {
+			at[e.Step] = i
+		}
+	}
+	for _, p := range provenBefore {
+		i, ok1 := at[p[0]]
+		j, ok2 := at[p[1]]
+		if ok1 && ok2 && tl.Entries[i].Time.After(tl.Entries[j].Time) {
+			tl.Entries[i].Time, tl.Entries[i].At = tl.Entries[j].Time, tl.Entries[j].At
+		}
+	}
+	if i, ok := at[tl.StartStep]; ok && tl.Entries[i].Time.Before(tl.Start) {
+		tl.Start = tl.Entries[i].Time
+		for k := range tl.Entries {
+			tl.Entries[k].At = max(tl.Entries[k].Time.Sub(tl.Start), 0)
+		}
+	}
+	slices.SortStableFunc(tl.Entries, func(a, b Entry) int { return cmp.Or(cmp.Compare(a.At, b.At), cmp.Compare(a.Step, b.Step)) })
 	for _, s := range StorySteps[1:] {
 		if !seen[s] {
 			tl.NotOnRecord = append(tl.NotOnRecord, s)

@@ -90,6 +90,18 @@ func TestBuild(t *testing.T) {
 				StepLeaseReleased},
 		},
 		{
+			name: "a check's event written after the remediator's record of what followed is moved before it",
+			record: Record{Node: "w-2", Events: []eventsv1.Event{
+				ev(ReasonRemediationCreated, 13.7, checkRef, &nodeRef, false),
+				ev(ReasonPoweringOff, 13.6, pcrRef, nil, false),
+				ev(ReasonRemediationFinished, 22.5, checkRef, &nodeRef, false),
+				ev(ReasonCleanedUp, 22.4, pcrRef, nil, false),
+			}},
+			wantStart: at(13.6),
+			want:      []Step{StepEMRCreated, StepPoweringOff, StepEMRDeleted, StepEMRGone},
+			wantAt:    map[Step]float64{StepEMRCreated: 0, StepPoweringOff: 0, StepEMRDeleted: 8.8, StepEMRGone: 8.8},
+		},
+		{
 			name: "a second failure of the node: only the latest episode",
 			record: Record{Node: "w-2", NodeObject: readyNode(corev1.ConditionTrue, at(1018.9)),
 				Events: append(finished(0), finished(1000)...)},
