@@ -66,6 +66,8 @@ type options struct {
 	Timeout time.Duration
 	// Clock times the story.
 	Clock clock.Clock
+	// afterStory, when set (by tests), runs once the story has ended clean, while the world still runs.
+	afterStory func(ctx context.Context, h *harness.Harness) error
 }
 
 func (o options) validate() error {
@@ -147,6 +149,9 @@ func runStory(ctx context.Context, opts options, out io.Writer) (_ *story, err e
 	say("started the manager as user %s: pid %d, log %s", harness.ManagerUser, m.PID(), m.LogPath)
 
 	st, err := tell(storyCtx, ctx, opts, out, h, m)
+	if err == nil && opts.afterStory != nil {
+		err = opts.afterStory(storyCtx, h)
+	}
 	if err != nil {
 		err = fmt.Errorf("%w\n    manager log: %s", err, m.LogPath)
 	} else {
