@@ -95,6 +95,9 @@ type candidate struct {
 	first, last time.Time
 	detail      string
 	revision    string
+	// checkWide marks a check's warning about all its nodes (a storm): it belongs to the story only while
+	// the story lasts.
+	checkWide bool
 }
 
 // at is when the candidate happened in a story that starts at start: its first sighting, or for a
@@ -148,9 +151,20 @@ func Build(r Record) Timeline {
 		tb, _ := b.at(tl.Start)
 		return cmp.Or(ta.Compare(tb), cmp.Compare(a.step, b.step))
 	})
+	// The story ends with its last step; while it is under way, it ends now.
+	var end time.Time
+	for _, c := range cands {
+		if t, ok := c.at(tl.Start); ok && c.step != StepNote && t.After(end) {
+			end = t
+		}
+	}
+	ended := false
+	for _, c := range cands {
+		ended = ended || c.step == StepEMRGone
+	}
 	for _, c := range cands {
 		t, ok := c.at(tl.Start)
-		if !ok || (c.step != StepNote && seen[c.step]) {
+		if !ok || (c.step != StepNote && seen[c.step]) || (c.checkWide && ended && t.After(end)) {
 			continue
 		}
 		seen[c.step] = true
@@ -217,10 +231,21 @@ func candidates(r Record) []candidate {
 			}
 		}
 	}
-	names := map[string]bool{r.Node: true}
+	names, checks := map[string]bool{r.Node: true}, map[string]bool{}
+	for i := range r.Events {
+		e := &r.Events[i]
+		if e.Reason == ReasonRemediationCreated && e.Related != nil && e.Related.Kind == "Node" && e.Related.Name == r.Node {
+			checks[e.Regarding.Kind+"/"+e.Regarding.Namespace+"/"+e.Regarding.Name] = true
+		}
+	}
 	for i := range r.Requests {
 		p := &r.Requests[i]
 		names[p.Name] = true
+		for _, o := range p.OwnerReferences {
+			if o.Kind == "NodeHealthCheck" {
+				checks["NodeHealthCheck//"+o.Name] = true
+			}
+		}
 		out = append(out, requestCandidates(p, r.Lease)...)
 	}
 	if l := r.Lease; l != nil {
@@ -235,7 +260,7 @@ func candidates(r Record) []candidate {
 		add(StepLeaseTaken, &metav1.Time{Time: t.Time}, LeaseTakenDetail(l.Namespace, l.Name, holder), l.ResourceVersion)
 	}
 	for i := range r.Events {
-		if c, ok := eventCandidate(&r.Events[i], r.Node, names); ok {
+		if c, ok := eventCandidate(&r.Events[i], r.Node, names, checks); ok {
 			out = append(out, c)
 		}
 	}
@@ -291,7 +316,7 @@ func requestCandidates(p *v1alpha1.PowerCycleRemediation, lease *coordinationv1.
 
 // eventCandidate reads one event: the node lifecycle controller's and kubelet's on the Node, a health
 // check's about the node, the remediator's on one of the node's requests (names).
-func eventCandidate(e *eventsv1.Event, node string, names map[string]bool) (candidate, bool) {
+func eventCandidate(e *eventsv1.Event, node string, names, checks map[string]bool) (candidate, bool) {
 	c := candidate{detail: e.Note, revision: e.ResourceVersion}
 	c.first = e.EventTime.Time
 	if c.first.IsZero() {
@@ -313,19 +338,25 @@ func eventCandidate(e *eventsv1.Event, node string, names map[string]bool) (cand
 			return c, false
 		}
 	case (reg.Kind == "NodeHealthCheck" || reg.Kind == "MachineHealthCheck") && rel != nil && rel.Kind == "Node" && rel.Name == node:
-		switch e.Reason {
-		case ReasonRemediationCreated:
+		switch {
+		case e.Reason == ReasonRemediationCreated:
 			c.step = StepEMRCreated
-		case ReasonRemediationFinished:
+		case e.Reason == ReasonRemediationFinished:
 			c.step = StepEMRDeleted
+		case e.Type == corev1.EventTypeWarning:
+			c.step, c.label = StepNote, "WARNING "+e.Reason // a skip, a time-out, an escalation...
 		default:
 			return c, false
 		}
+	case rel == nil && checks[reg.Kind+"/"+reg.Namespace+"/"+reg.Name] && e.Type == corev1.EventTypeWarning:
+		c.step, c.label, c.checkWide = StepNote, "WARNING "+e.Reason, true // a storm holding remediation back...
 	case reg.Kind == "PowerCycleRemediation" && names[reg.Name]:
 		if s, ok := requestEventSteps[e.Reason]; ok {
 			c.step = s
 		} else if phase, ok := requestWarnings[e.Reason]; ok {
 			c.step, c.label = StepNote, WarningLabel(phase)
+		} else if e.Type == corev1.EventTypeWarning {
+			c.step, c.label = StepNote, "WARNING "+e.Reason // a BMC not ready, a lease held by another...
 		} else {
 			return c, false
 		}

@@ -32,6 +32,11 @@ func ev(reason string, secs float64, regarding corev1.ObjectReference, related *
 	return e
 }
 
+func warn(e eventsv1.Event) eventsv1.Event {
+	e.Type = corev1.EventTypeWarning
+	return e
+}
+
 var (
 	nodeRef  = corev1.ObjectReference{Kind: "Node", Name: "w-2"}
 	checkRef = corev1.ObjectReference{Kind: "NodeHealthCheck", Name: "demo"}
@@ -102,6 +107,18 @@ func TestBuild(t *testing.T) {
 			wantAt:    map[Step]float64{StepEMRCreated: 0, StepPoweringOff: 0, StepEMRDeleted: 8.8, StepEMRGone: 8.8},
 		},
 		{
+			name: "the check's warnings while the story lasts are notes; after its end they are another story",
+			record: Record{Node: "w-2", NodeObject: readyNode(corev1.ConditionTrue, at(18.9)),
+				Events: append(finished(0),
+					warn(ev("RemediationShortCircuited", 15, checkRef, nil, false)),
+					warn(ev("RemediationShortCircuited", 30, checkRef, nil, false)),
+					warn(ev("RemediationShortCircuited", 16, corev1.ObjectReference{Kind: "NodeHealthCheck", Name: "other"}, nil, false)))},
+			wantStart: at(8),
+			want: []Step{StepNotReady, StepEMRCreated, StepPoweringOff, StepPoweredOff, StepPoweringOn, StepPoweredOn,
+				StepNodeReady, StepRemediated, StepEMRDeleted, StepEMRGone},
+			wantNotes: []string{"WARNING RemediationShortCircuited"},
+		},
+		{
 			name: "a second failure of the node: only the latest episode",
 			record: Record{Node: "w-2", NodeObject: readyNode(corev1.ConditionTrue, at(1018.9)),
 				Events: append(finished(0), finished(1000)...)},
@@ -144,16 +161,20 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
-			name: "a failed attempt and giving up are warnings",
+			name: "a failed attempt, giving up and the warnings about the node and its request are notes",
 			record: Record{Node: "w-2", Events: []eventsv1.Event{
 				ev(ReasonRemediationCreated, 13, checkRef, &nodeRef, false),
 				ev(ReasonPoweringOff, 13.5, pcrRef, nil, false),
 				ev(ReasonAttemptFailed, 24, pcrRef, nil, false),
 				ev(ReasonRemediationFailed, 60, pcrRef, nil, false),
+				warn(ev("RemediationTimedOut", 70, checkRef, &nodeRef, false)),
+				warn(ev("BMCNotReady", 10, pcrRef, nil, false)), // before the story
+				ev("RemediationStarted", 13.4, pcrRef, nil, false),
+				warn(ev("RemediationTimedOut", 70, checkRef, &corev1.ObjectReference{Kind: "Node", Name: "w-1"}, false)),
 			}},
 			wantStart: at(13),
 			want:      []Step{StepEMRCreated, StepPoweringOff},
-			wantNotes: []string{"WARNING Retrying", "WARNING Failed"},
+			wantNotes: []string{"WARNING Retrying", "WARNING Failed", "WARNING RemediationTimedOut"},
 		},
 		{
 			name:        "no remediation on record",
