@@ -101,6 +101,10 @@ demo: envtest-bins tools ## Watch a node die and metalheal bring it back, on a l
 build: ## Build the manager binary into ./bin/manager.
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/manager ./cmd
 
+.PHONY: plugin
+plugin: ## Build the kubectl plugin into ./bin/kubectl-metalheal (put it on the PATH: `kubectl metalheal`).
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/kubectl-metalheal ./cmd/kubectl-metalheal
+
 .PHONY: run
 run: ## Run the manager against the cluster in $$KUBECONFIG.
 	$(GO) run ./cmd $(ARGS)

@@ -1,33 +1,11 @@
 package main
 
 import (
-	"fmt"
-
+	"github.com/metalheal/metalheal/internal/bmcdrivers"
 	"github.com/metalheal/metalheal/pkg/bmc"
-	"github.com/metalheal/metalheal/pkg/bmc/ipmi"
-	"github.com/metalheal/metalheal/pkg/bmc/ironic"
-	"github.com/metalheal/metalheal/pkg/bmc/redfish"
 )
 
-// newBMCRegistry returns the registry of every BMC driver the manager supports: Redfish (and its
-// vendor aliases), IPMI and Ironic. Drivers it builds are counted in metrics (nil counts nothing).
-func newBMCRegistry(metrics *bmc.Metrics) *bmc.Registry {
-	reg := bmc.NewRegistry(bmc.WithMetrics(metrics))
-	for driver, factory := range map[string]bmc.Factory{
-		bmc.DriverRedfish: redfishFactory,
-		bmc.DriverIPMI:    ipmi.New,
-		bmc.DriverIronic:  ironic.New,
-	} {
-		if err := reg.Register(driver, factory); err != nil {
-			// Only a programming error gets here (a duplicate or unknown driver name).
-			panic(fmt.Sprintf("registering the %s BMC driver: %v", driver, err))
-		}
-	}
-	return reg
-}
-
-// redfishFactory adapts redfish.New to bmc.Factory: the service lives at the address's endpoint
-// (http(s)://host:port, by the scheme's transport) and the system at its path (empty: the only one).
-func redfishFactory(addr bmc.Address, creds bmc.Credentials, opts bmc.Options) (bmc.Driver, error) {
-	return redfish.New(addr.Endpoint(), addr.Path, creds, opts)
-}
+// newBMCRegistry returns the registry of every BMC driver the manager supports (internal/bmcdrivers,
+// shared with `kubectl metalheal bmc check`). Drivers it builds are counted in metrics (nil counts
+// nothing).
+func newBMCRegistry(metrics *bmc.Metrics) *bmc.Registry { return bmcdrivers.NewRegistry(metrics) }

@@ -22,6 +22,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/timeline"
 	"github.com/metalheal/metalheal/pkg/leases"
 	"github.com/metalheal/metalheal/test/harness"
 	"github.com/metalheal/metalheal/test/nodesim"
@@ -65,6 +66,8 @@ type options struct {
 	Timeout time.Duration
 	// Clock times the story.
 	Clock clock.Clock
+	// afterStory, when set (by tests), runs once the story has ended clean, while the world still runs.
+	afterStory func(ctx context.Context, h *harness.Harness) error
 }
 
 func (o options) validate() error {
@@ -146,6 +149,9 @@ func runStory(ctx context.Context, opts options, out io.Writer) (_ *story, err e
 	say("started the manager as user %s: pid %d, log %s", harness.ManagerUser, m.PID(), m.LogPath)
 
 	st, err := tell(storyCtx, ctx, opts, out, h, m)
+	if err == nil && opts.afterStory != nil {
+		err = opts.afterStory(storyCtx, h)
+	}
 	if err != nil {
 		err = fmt.Errorf("%w\n    manager log: %s", err, m.LogPath)
 	} else {
@@ -362,7 +368,7 @@ func cleanProblems(ctx context.Context, h *harness.Harness, node string) []strin
 	if err := h.Client.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
 		add("node %s: %v", node, err)
 	} else {
-		if c := readyCondition(&n); c == nil || c.Status != corev1.ConditionTrue {
+		if c := timeline.ReadyCondition(&n); c == nil || c.Status != corev1.ConditionTrue {
 			add("node %s is not Ready", node)
 		}
 		for _, t := range n.Spec.Taints {

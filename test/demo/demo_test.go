@@ -66,12 +66,15 @@ var causal = [][2]step{
 
 // The demo, as `make demo` runs it: a real control plane, the BMC simulator, simulated kubelets and the
 // real manager process. The node must come back with everything clean, and the printed timeline must
-// show every step of the story in causal order.
+// show every step of the story in causal order. Then `kubectl metalheal` must tell the same story from
+// what the cluster kept (checkPlugin).
 func TestDemo(t *testing.T) {
 	g := NewWithT(t)
 	out := &testenv.SyncBuffer{}
-	st, err := runStory(context.Background(), options{Workers: 3, Timeout: 3 * time.Minute, Clock: clock.RealClock{}},
-		io.MultiWriter(out, &lineLogger{t: t}))
+	// Once the story is told, `kubectl metalheal` is asked about it (plugin_test.go).
+	plugin, runs := buildPlugin(t), &pluginRuns{}
+	st, err := runStory(context.Background(), options{Workers: 3, Timeout: 3 * time.Minute, Clock: clock.RealClock{},
+		afterStory: askPlugin(plugin, runs)}, io.MultiWriter(out, &lineLogger{t: t}))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(st.Missing()).To(BeEmpty())
 
@@ -120,4 +123,6 @@ func TestDemo(t *testing.T) {
 	}
 	g.Expect(text).NotTo(ContainSubstring("WARNING"), "a transient fault is cured by one power cycle")
 	g.Expect(text).NotTo(ContainSubstring(harness.BMCPassword))
+
+	checkPlugin(t, st, runs)
 }

@@ -11,84 +11,49 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/timeline"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
-// step is one moment of the story. The constants are in the order the moments happen.
-type step int
-
-const (
-	stepInjected      step = iota // the kubelet hangs
-	stepNotReady                  // the node lifecycle controller marks the node Ready=Unknown
-	stepEMRCreated                // the NodeHealthCheck creates the PowerCycleRemediation (detection)
-	stepLeaseTaken                // the node lease appears in medik8s-leases
-	stepPoweringOff               // the remediation enters PoweringOff, the power-off request on record
-	stepCordoned                  // the remediator's NoSchedule taint is on the node
-	stepHostOff                   // the BMC simulator's host is Off
-	stepPoweredOff                // the remediator read Off from the BMC: power-off confirmed
-	stepFenced                    // the out-of-service taint is on the node
-	stepPoweringOn                // the remediation enters PoweringOn
-	stepHostOn                    // the BMC simulator's host is On
-	stepPoweredOn                 // the remediator read On: waiting for the node
-	stepNodeReady                 // the node is Ready again
-	stepTaintsRemoved             // the remediator's taints are gone from the node
-	stepRemediated                // the remediation reports Succeeded
-	stepEMRDeleted                // the NodeHealthCheck deleted the request (deletion timestamp set)
-	stepEMRGone                   // the remediator's finalizer is done: the request is gone
-	stepLeaseReleased             // the node lease is gone
-	stepNote                      // not a step: a remark on the way (a BMC transition, a warning)
+// The story's steps, entries and words are internal/timeline's, shared with `kubectl metalheal timeline`,
+// which tells a real cluster's story in the same words.
+type (
+	step  = timeline.Step
+	entry = timeline.Entry
 )
 
-// stepLabels name the steps in the timeline.
-var stepLabels = map[step]string{
-	stepInjected:      "failure injected",
-	stepNotReady:      "node NotReady",
-	stepEMRCreated:    "EMR created",
-	stepLeaseTaken:    "lease taken",
-	stepCordoned:      "node cordoned",
-	stepPoweringOff:   "powering off",
-	stepHostOff:       "host off",
-	stepPoweredOff:    "power-off confirmed",
-	stepFenced:        "out-of-service taint",
-	stepPoweringOn:    "powering on",
-	stepHostOn:        "host on",
-	stepPoweredOn:     "power-on confirmed",
-	stepNodeReady:     "node Ready",
-	stepTaintsRemoved: "taints removed",
-	stepRemediated:    "remediation succeeded",
-	stepEMRDeleted:    "EMR deleted",
-	stepEMRGone:       "EMR finalized",
-	stepLeaseReleased: "lease released",
-}
-
-func (s step) String() string {
-	if l, ok := stepLabels[s]; ok {
-		return l
-	}
-	return "note"
-}
+const (
+	stepInjected      = timeline.StepInjected
+	stepNotReady      = timeline.StepNotReady
+	stepEMRCreated    = timeline.StepEMRCreated
+	stepLeaseTaken    = timeline.StepLeaseTaken
+	stepPoweringOff   = timeline.StepPoweringOff
+	stepCordoned      = timeline.StepCordoned
+	stepHostOff       = timeline.StepHostOff
+	stepPoweredOff    = timeline.StepPoweredOff
+	stepFenced        = timeline.StepFenced
+	stepPoweringOn    = timeline.StepPoweringOn
+	stepHostOn        = timeline.StepHostOn
+	stepPoweredOn     = timeline.StepPoweredOn
+	stepNodeReady     = timeline.StepNodeReady
+	stepTaintsRemoved = timeline.StepTaintsRemoved
+	stepRemediated    = timeline.StepRemediated
+	stepEMRDeleted    = timeline.StepEMRDeleted
+	stepEMRGone       = timeline.StepEMRGone
+	stepLeaseReleased = timeline.StepLeaseReleased
+	stepNote          = timeline.StepNote
+)
 
 // storySteps are the steps of a successful story, in order: the demo waits for all of them.
-var storySteps = []step{
-	stepInjected, stepNotReady, stepEMRCreated, stepLeaseTaken, stepPoweringOff, stepCordoned, stepHostOff,
-	stepPoweredOff, stepFenced, stepPoweringOn, stepHostOn, stepPoweredOn, stepNodeReady, stepTaintsRemoved,
-	stepRemediated, stepEMRDeleted, stepEMRGone, stepLeaseReleased,
-}
+var storySteps = timeline.StorySteps
 
-// entry is one line of the timeline.
-type entry struct {
-	At     time.Duration // since the failure was injected
-	Step   step
-	Label  string
-	Detail string
-	// Revision is the resourceVersion of the object version that showed the step (for a deletion: of the
-	// deletion); empty for what the API did not tell (the failure, the BMC's power).
-	Revision string
-}
+var (
+	formatEntry  = timeline.FormatEntry
+	formatOffset = timeline.FormatOffset
+)
 
 // ErrRemediationFailed is returned when the remediator gives up on the node.
 var ErrRemediationFailed = errors.New("the remediation failed")
@@ -164,16 +129,6 @@ func (s *story) recordAtLocked(at time.Duration, st step, label, detail string) 
 	}
 }
 
-// formatEntry is one line of the timeline: "  +12.3s  label                  detail".
-func formatEntry(e entry) string {
-	return strings.TrimRight(fmt.Sprintf("  %7s  %-21s  %s", formatOffset(e.At), e.Label, e.Detail), " ")
-}
-
-// formatOffset prints a duration since the failure, to a tenth of a second.
-func formatOffset(d time.Duration) string {
-	return fmt.Sprintf("+%.1fs", d.Seconds())
-}
-
 // observeNode reads the broken node's Ready condition and taints.
 func (s *story) observeNode(n *corev1.Node) {
 	if n.Name != s.node {
@@ -183,11 +138,11 @@ func (s *story) observeNode(n *corev1.Node) {
 	defer s.mu.Unlock()
 	s.rv = n.ResourceVersion
 	defer func() { s.rv = "" }()
-	if ready := readyCondition(n); ready != nil {
+	if ready := timeline.ReadyCondition(n); ready != nil {
 		if ready.Status != corev1.ConditionTrue {
-			s.recordLocked(stepNotReady, "", fmt.Sprintf("Ready=%s (%s): %s", ready.Status, ready.Reason, ready.Message))
+			s.recordLocked(stepNotReady, "", timeline.NotReadyDetail(ready))
 		} else if _, down := s.seen[stepNotReady]; down {
-			s.recordLocked(stepNodeReady, "", fmt.Sprintf("Ready=True (%s): %s", ready.Reason, ready.Message))
+			s.recordLocked(stepNodeReady, "", timeline.ReadyDetail(ready))
 		}
 	}
 	cordoned, fenced := false, false
@@ -195,26 +150,17 @@ func (s *story) observeNode(n *corev1.Node) {
 		switch t.Key {
 		case v1alpha1.TaintRemediation:
 			cordoned = true
-			s.recordLocked(stepCordoned, "", fmt.Sprintf("%s:%s: no new pods while it is remediated", t.Key, t.Effect))
+			s.recordLocked(stepCordoned, "", timeline.CordonedDetail(t))
 		case v1alpha1.TaintOutOfService:
 			fenced = true
-			s.recordLocked(stepFenced, "", fmt.Sprintf("%s=%s:%s: Kubernetes moves its pods and volumes", t.Key, t.Value, t.Effect))
+			s.recordLocked(stepFenced, "", timeline.FencedDetail(t))
 		}
 	}
 	_, wasCordoned := s.seen[stepCordoned]
 	_, wasFenced := s.seen[stepFenced]
 	if (wasCordoned || wasFenced) && !cordoned && !fenced {
-		s.recordLocked(stepTaintsRemoved, "", "the remediator removed the taints it added")
+		s.recordLocked(stepTaintsRemoved, "", timeline.TaintsRemovedDetail)
 	}
-}
-
-func readyCondition(n *corev1.Node) *corev1.NodeCondition {
-	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == corev1.NodeReady {
-			return &n.Status.Conditions[i]
-		}
-	}
-	return nil
 }
 
 // observeRemediation reads the broken node's PowerCycleRemediation: its creation, its phases (from the
@@ -228,21 +174,15 @@ func (s *story) observeRemediation(p *v1alpha1.PowerCycleRemediation) {
 	s.rv = p.ResourceVersion
 	defer func() { s.rv = "" }()
 	if _, ok := s.seen[stepEMRCreated]; !ok {
-		by := "?"
-		for _, o := range p.OwnerReferences {
-			if o.Kind == "NodeHealthCheck" {
-				by = "NodeHealthCheck " + o.Name
-			}
-		}
-		s.recordLocked(stepEMRCreated, "", fmt.Sprintf("PowerCycleRemediation %s/%s, by %s from template %s",
-			p.Namespace, p.Name, by, p.Annotations["remediation.medik8s.io/template-name"]))
+		s.recordLocked(stepEMRCreated, "", timeline.RequestCreatedDetail(p.Namespace, p.Name, timeline.RequestCreator(p),
+			p.Annotations["remediation.medik8s.io/template-name"]))
 	}
 	st := p.Status
 	var a *v1alpha1.PowerCycleAttempt
 	if n := len(st.Attempts); n > 0 {
 		a = &st.Attempts[n-1]
 	}
-	msg := phaseMessage(p)
+	msg := timeline.PhaseMessage(p)
 	// detail says what the remediator said when it entered the step's phase, if it is the current one.
 	detail := func(phase v1alpha1.PowerCyclePhase, otherwise string) string {
 		if st.Phase == phase && msg != "" {
@@ -251,55 +191,34 @@ func (s *story) observeRemediation(p *v1alpha1.PowerCycleRemediation) {
 		return otherwise
 	}
 	if st.Phase == v1alpha1.PhasePoweringOff || a != nil {
-		s.recordLocked(stepPoweringOff, "", detail(v1alpha1.PhasePoweringOff, "powering the host off through its BMC"))
+		s.recordLocked(stepPoweringOff, "", detail(v1alpha1.PhasePoweringOff, timeline.PoweringOffDetail))
 	}
 	if st.Phase == v1alpha1.PhasePoweredOff || (a != nil && a.PoweredOff != nil) {
-		s.recordLocked(stepPoweredOff, "", detail(v1alpha1.PhasePoweredOff, "the BMC reads Off"))
+		s.recordLocked(stepPoweredOff, "", detail(v1alpha1.PhasePoweredOff, timeline.PoweredOffDetail))
 	}
 	if st.Phase == v1alpha1.PhasePoweringOn || (a != nil && a.PowerOnRequested != nil) {
-		s.recordLocked(stepPoweringOn, "", detail(v1alpha1.PhasePoweringOn, "powering the host on"))
+		s.recordLocked(stepPoweringOn, "", detail(v1alpha1.PhasePoweringOn, timeline.PoweringOnDetail))
 	}
 	if st.Phase == v1alpha1.PhaseWaitingForNode || (a != nil && a.PoweredOn != nil) {
-		s.recordLocked(stepPoweredOn, "", detail(v1alpha1.PhaseWaitingForNode, "the BMC reads On; waiting for the node"))
+		s.recordLocked(stepPoweredOn, "", detail(v1alpha1.PhaseWaitingForNode, timeline.PoweredOnDetail))
 	}
 	if st.Phase == v1alpha1.PhaseSucceeded {
-		s.recordLocked(stepRemediated, "", detail(v1alpha1.PhaseSucceeded, "the node is back"))
+		s.recordLocked(stepRemediated, "", detail(v1alpha1.PhaseSucceeded, timeline.RemediatedDetail))
 	}
 	if st.Phase != s.phase {
 		switch st.Phase {
 		case v1alpha1.PhaseRetrying, v1alpha1.PhaseEscalating:
-			s.recordLocked(stepNote, "WARNING "+string(st.Phase), msg)
+			s.recordLocked(stepNote, timeline.WarningLabel(st.Phase), msg)
 		case v1alpha1.PhaseFailed:
-			s.recordLocked(stepNote, "WARNING Failed", msg)
+			s.recordLocked(stepNote, timeline.WarningLabel(v1alpha1.PhaseFailed), msg)
 			s.failure = fmt.Errorf("%w: PowerCycleRemediation %s/%s is Failed: %s", ErrRemediationFailed, p.Namespace, p.Name, msg)
 		}
 		s.phase = st.Phase
 	}
 	s.message = msg
 	if p.DeletionTimestamp != nil {
-		s.recordLocked(stepEMRDeleted, "", "the node is healthy again: the NodeHealthCheck deleted the request; the remediator cleans up")
+		s.recordLocked(stepEMRDeleted, "", timeline.RequestDeletingDetail)
 	}
-}
-
-// phaseMessage is what the remediator says about its current phase: the Succeeded condition's message
-// once it is decided, else Processing's.
-func phaseMessage(p *v1alpha1.PowerCycleRemediation) string {
-	var processing, succeeded *metav1.Condition
-	for i, c := range p.Status.Conditions {
-		switch c.Type {
-		case v1alpha1.ConditionProcessing:
-			processing = &p.Status.Conditions[i]
-		case v1alpha1.ConditionSucceeded:
-			succeeded = &p.Status.Conditions[i]
-		}
-	}
-	switch {
-	case succeeded != nil && succeeded.Status != metav1.ConditionUnknown:
-		return succeeded.Message
-	case processing != nil:
-		return processing.Message
-	}
-	return ""
 }
 
 // remediationGone records the request's removal.
@@ -311,8 +230,8 @@ func (s *story) remediationGone(p *v1alpha1.PowerCycleRemediation) {
 	defer s.mu.Unlock()
 	s.rv = p.ResourceVersion
 	defer func() { s.rv = "" }()
-	s.recordLocked(stepEMRDeleted, "", "the node is healthy again: the NodeHealthCheck deleted the request")
-	s.recordLocked(stepEMRGone, "", "the remediator's finalizer is done (host on, taints off): the request is gone")
+	s.recordLocked(stepEMRDeleted, "", timeline.RequestDeletedDetail)
+	s.recordLocked(stepEMRGone, "", timeline.RequestGoneDetail)
 }
 
 // observeLease reads the broken node's lease in the lease namespace.
@@ -330,12 +249,11 @@ func (s *story) observeLease(l *coordinationv1.Lease) {
 	}
 	if holder != s.holder {
 		if _, taken := s.seen[stepLeaseTaken]; taken {
-			s.recordLocked(stepNote, "lease holder", fmt.Sprintf("%s/%s now held by %q", l.Namespace, l.Name, holder))
+			s.recordLocked(stepNote, "lease holder", timeline.LeaseHolderNote(l.Namespace, l.Name, holder))
 		}
 		s.holder = holder
 	}
-	s.recordLocked(stepLeaseTaken, "", fmt.Sprintf("%s/%s held by %s: nobody else (node maintenance, another check) acts on the node",
-		l.Namespace, l.Name, holder))
+	s.recordLocked(stepLeaseTaken, "", timeline.LeaseTakenDetail(l.Namespace, l.Name, holder))
 }
 
 // leaseGone records the release of the broken node's lease.
@@ -348,7 +266,7 @@ func (s *story) leaseGone(l *coordinationv1.Lease) {
 	s.rv = l.ResourceVersion
 	defer func() { s.rv = "" }()
 	if _, taken := s.seen[stepLeaseTaken]; taken {
-		s.recordLocked(stepLeaseReleased, "", fmt.Sprintf("%s/%s deleted by its holder", l.Namespace, l.Name))
+		s.recordLocked(stepLeaseReleased, "", timeline.LeaseReleasedDetail(l.Namespace, l.Name))
 	}
 }
 
@@ -359,12 +277,12 @@ func (s *story) observePower(system, from, to string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	detail := fmt.Sprintf("BMC system %s: %s → %s", system, from, to)
+	detail := timeline.HostPowerDetail(system, from, to)
 	switch to {
 	case "Off":
-		s.recordLocked(stepHostOff, "", detail+" (the hung host loses power)")
+		s.recordLocked(stepHostOff, "", detail)
 	case "On":
-		s.recordLocked(stepHostOn, "", detail+" (the host boots)")
+		s.recordLocked(stepHostOn, "", detail)
 	default:
 		s.recordLocked(stepNote, "BMC", detail)
 	}

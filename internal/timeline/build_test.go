@@ -1,0 +1,242 @@
+package timeline
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/controllers/nhc"
+	"github.com/metalheal/metalheal/controllers/powercycle"
+)
+
+var t0 = time.Date(2030, 1, 1, 3, 0, 0, 0, time.UTC)
+
+func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+
+// ev is an events.k8s.io event at a time since t0 (micro: as our controllers write them), or a core one
+// (core: stamped to the second, as the node lifecycle controller's).
+func ev(reason string, secs float64, regarding corev1.ObjectReference, related *corev1.ObjectReference, core bool) eventsv1.Event {
+	e := eventsv1.Event{Reason: reason, Note: "said " + reason, Regarding: regarding, Related: related}
+	if core {
+		e.DeprecatedFirstTimestamp = metav1.NewTime(at(secs).Truncate(time.Second))
+	} else {
+		e.EventTime = metav1.NewMicroTime(at(secs))
+	}
+	return e
+}
+
+func warn(e eventsv1.Event) eventsv1.Event {
+	e.Type = corev1.EventTypeWarning
+	return e
+}
+
+var (
+	nodeRef  = corev1.ObjectReference{Kind: "Node", Name: "w-2"}
+	checkRef = corev1.ObjectReference{Kind: "NodeHealthCheck", Name: "demo"}
+	pcrRef   = corev1.ObjectReference{Kind: "PowerCycleRemediation", Namespace: "ns", Name: "w-2"}
+)
+
+// finished is what the cluster keeps after a remediation: events only, and the Node Ready again.
+func finished(offset float64) []eventsv1.Event {
+	o := func(s float64) float64 { return s + offset }
+	return []eventsv1.Event{
+		ev(ReasonNodeNotReady, o(8.4), nodeRef, nil, true),
+		ev(ReasonRemediationCreated, o(13.5), checkRef, &nodeRef, false),
+		ev(ReasonPoweringOff, o(13.6), pcrRef, nil, false),
+		ev(ReasonPoweredOff, o(14.8), pcrRef, nil, false),
+		ev(ReasonPoweringOn, o(14.9), pcrRef, nil, false),
+		ev(ReasonPoweredOn, o(16.0), pcrRef, nil, false),
+		ev(ReasonRemediated, o(19.2), pcrRef, nil, false),
+		ev(ReasonRemediationFinished, o(22.3), checkRef, &nodeRef, false),
+		ev(ReasonCleanedUp, o(22.4), pcrRef, nil, false),
+	}
+}
+
+func readyNode(status corev1.ConditionStatus, since time.Time, taints ...corev1.Taint) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w-2"}}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: "Because",
+		Message: "so", LastTransitionTime: metav1.NewTime(since)}}
+	n.Spec.Taints = taints
+	return n
+}
+
+func TestBuild(t *testing.T) {
+	other := corev1.ObjectReference{Kind: "Node", Name: "w-1"}
+	tests := []struct {
+		name        string
+		record      Record
+		wantStart   time.Time
+		want        []Step
+		wantAt      map[Step]float64 // seconds since the start
+		wantNotes   []string
+		wantDetails map[Step]string
+		notOnRecord []Step
+	}{
+		{
+			name: "after the remediation: events and the Ready node tell the story; others' events do not count",
+			record: Record{Node: "w-2", NodeObject: readyNode(corev1.ConditionTrue, at(18.9)),
+				Events: append(finished(0),
+					ev(ReasonNodeNotReady, 9, other, nil, true),
+					ev(ReasonPoweringOff, 13, corev1.ObjectReference{Kind: "PowerCycleRemediation", Name: "w-1"}, nil, false),
+					ev(ReasonRemediationCreated, 13, checkRef, &other, false))},
+			wantStart: at(8),
+			want: []Step{StepNotReady, StepEMRCreated, StepPoweringOff, StepPoweredOff, StepPoweringOn, StepPoweredOn,
+				StepNodeReady, StepRemediated, StepEMRDeleted, StepEMRGone},
+			wantAt:      map[Step]float64{StepNotReady: 0, StepEMRCreated: 5.5, StepNodeReady: 10.9, StepEMRGone: 14.4},
+			wantDetails: map[Step]string{StepPoweredOff: "said PoweredOff", StepNodeReady: "Ready=True (Because): so"},
+			notOnRecord: []Step{StepLeaseTaken, StepCordoned, StepHostOff, StepFenced, StepHostOn, StepTaintsRemoved,
+				StepLeaseReleased},
+		},
+		{
+			name: "a check's event written after the remediator's record of what followed is moved before it",
+			record: Record{Node: "w-2", Events: []eventsv1.Event{
+				ev(ReasonRemediationCreated, 13.7, checkRef, &nodeRef, false),
+				ev(ReasonPoweringOff, 13.6, pcrRef, nil, false),
+				ev(ReasonRemediationFinished, 22.5, checkRef, &nodeRef, false),
+				ev(ReasonCleanedUp, 22.4, pcrRef, nil, false),
+			}},
+			wantStart: at(13.6),
+			want:      []Step{StepEMRCreated, StepPoweringOff, StepEMRDeleted, StepEMRGone},
+			wantAt:    map[Step]float64{StepEMRCreated: 0, StepPoweringOff: 0, StepEMRDeleted: 8.8, StepEMRGone: 8.8},
+		},
+		{
+			name: "the check's warnings while the story lasts are notes; after its end they are another story",
+			record: Record{Node: "w-2", NodeObject: readyNode(corev1.ConditionTrue, at(18.9)),
+				Events: append(finished(0),
+					warn(ev("RemediationShortCircuited", 15, checkRef, nil, false)),
+					warn(ev("RemediationShortCircuited", 30, checkRef, nil, false)),
+					warn(ev("RemediationShortCircuited", 16, corev1.ObjectReference{Kind: "NodeHealthCheck", Name: "other"}, nil, false)))},
+			wantStart: at(8),
+			want: []Step{StepNotReady, StepEMRCreated, StepPoweringOff, StepPoweredOff, StepPoweringOn, StepPoweredOn,
+				StepNodeReady, StepRemediated, StepEMRDeleted, StepEMRGone},
+			wantNotes: []string{"WARNING RemediationShortCircuited"},
+		},
+		{
+			name: "a second failure of the node: only the latest episode",
+			record: Record{Node: "w-2", NodeObject: readyNode(corev1.ConditionTrue, at(1018.9)),
+				Events: append(finished(0), finished(1000)...)},
+			wantStart: at(1008),
+			want: []Step{StepNotReady, StepEMRCreated, StepPoweringOff, StepPoweredOff, StepPoweringOn, StepPoweredOn,
+				StepNodeReady, StepRemediated, StepEMRDeleted, StepEMRGone},
+			wantAt: map[Step]float64{StepEMRCreated: 5.5},
+		},
+		{
+			name: "in flight: the request's status, the lease and the node's taints, in the remediator's words",
+			record: Record{Node: "w-2",
+				NodeObject: readyNode(corev1.ConditionUnknown, at(8),
+					corev1.Taint{Key: v1alpha1.TaintRemediation, Effect: corev1.TaintEffectNoSchedule},
+					corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute,
+						TimeAdded: ptr.To(metav1.NewTime(at(15)))}),
+				Requests: []v1alpha1.PowerCycleRemediation{{
+					ObjectMeta: metav1.ObjectMeta{Name: "w-2", Namespace: "ns", CreationTimestamp: metav1.NewTime(at(13)),
+						Annotations:     map[string]string{"remediation.medik8s.io/template-name": "demo"},
+						OwnerReferences: []metav1.OwnerReference{{Kind: "NodeHealthCheck", Name: "demo"}}},
+					Status: v1alpha1.PowerCycleRemediationStatus{Phase: v1alpha1.PhasePoweringOn,
+						Attempts: []v1alpha1.PowerCycleAttempt{{Number: 1, Started: metav1.NewTime(at(13.6)),
+							PoweredOff: ptr.To(metav1.NewTime(at(14.8))), PowerOnRequested: ptr.To(metav1.NewTime(at(15.2)))}},
+						Conditions: []metav1.Condition{
+							{Type: v1alpha1.ConditionProcessing, Status: metav1.ConditionTrue, Message: "Powering on"},
+							{Type: v1alpha1.ConditionLeaseAcquired, Status: metav1.ConditionTrue, LastTransitionTime: metav1.NewTime(at(13.5))},
+						}},
+				}},
+				Lease: &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "medik8s-leases", Name: "node-w-2"},
+					Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("NodeHealthCheck-demo"), AcquireTime: ptr.To(metav1.NewMicroTime(at(13.4)))}},
+			},
+			wantStart: at(8),
+			want:      []Step{StepNotReady, StepEMRCreated, StepLeaseTaken, StepPoweringOff, StepPoweredOff, StepFenced, StepPoweringOn},
+			wantDetails: map[Step]string{
+				StepNotReady:    "Ready=Unknown (Because): so",
+				StepEMRCreated:  "PowerCycleRemediation ns/w-2, by NodeHealthCheck demo from template demo",
+				StepLeaseTaken:  "medik8s-leases/node-w-2 held by NodeHealthCheck-demo: nobody else (node maintenance, another check) acts on the node",
+				StepPoweringOff: PoweringOffDetail,
+				StepFenced:      "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute: Kubernetes moves its pods and volumes",
+				StepPoweringOn:  "Powering on",
+			},
+		},
+		{
+			name: "a failed attempt, giving up and the warnings about the node and its request are notes",
+			record: Record{Node: "w-2", Events: []eventsv1.Event{
+				ev(ReasonRemediationCreated, 13, checkRef, &nodeRef, false),
+				ev(ReasonPoweringOff, 13.5, pcrRef, nil, false),
+				ev(ReasonAttemptFailed, 24, pcrRef, nil, false),
+				ev(ReasonRemediationFailed, 60, pcrRef, nil, false),
+				warn(ev("RemediationTimedOut", 70, checkRef, &nodeRef, false)),
+				warn(ev("BMCNotReady", 10, pcrRef, nil, false)), // before the story
+				ev("RemediationStarted", 13.4, pcrRef, nil, false),
+				warn(ev("RemediationTimedOut", 70, checkRef, &corev1.ObjectReference{Kind: "Node", Name: "w-1"}, false)),
+			}},
+			wantStart: at(13),
+			want:      []Step{StepEMRCreated, StepPoweringOff},
+			wantNotes: []string{"WARNING Retrying", "WARNING Failed", "WARNING RemediationTimedOut"},
+		},
+		{
+			name:        "no remediation on record",
+			record:      Record{Node: "w-2", NodeObject: readyNode(corev1.ConditionTrue, at(0))},
+			notOnRecord: StorySteps[1:],
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			tl := Build(tc.record)
+			g.Expect(tl.Start).To(BeTemporally("==", tc.wantStart))
+			var steps []Step
+			var notes []string
+			for i, e := range tl.Entries {
+				if i > 0 {
+					g.Expect(e.At).To(BeNumerically(">=", tl.Entries[i-1].At), "in order of time")
+				}
+				if e.Step == StepNote {
+					notes = append(notes, e.Label)
+					continue
+				}
+				steps = append(steps, e.Step)
+				g.Expect(e.Label).To(Equal(e.Step.String()))
+				if want, ok := tc.wantAt[e.Step]; ok {
+					g.Expect(e.At.Seconds()).To(BeNumerically("~", want, 0.001), "%s", e.Step)
+				}
+				if want, ok := tc.wantDetails[e.Step]; ok {
+					g.Expect(e.Detail).To(Equal(want), "%s", e.Step)
+				}
+			}
+			g.Expect(steps).To(Equal(tc.want))
+			g.Expect(notes).To(Equal(tc.wantNotes))
+			if tc.notOnRecord != nil {
+				g.Expect(tl.NotOnRecord).To(Equal(tc.notOnRecord))
+			}
+		})
+	}
+}
+
+func TestFormatEntry(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(FormatEntry(Entry{At: 7500 * time.Millisecond, Step: StepNotReady, Label: "node NotReady", Detail: "x "})).
+		To(Equal("    +7.5s  node NotReady          x"))
+}
+
+// The reasons Build reads are the ones the controllers emit.
+func TestReasonsAreTheControllers(t *testing.T) {
+	g := NewWithT(t)
+	for ours, theirs := range map[string]string{
+		ReasonRemediationCreated:  nhc.EventRemediationCreated,
+		ReasonRemediationFinished: nhc.EventRemediationFinished,
+		ReasonPoweringOff:         powercycle.EventPoweringOff,
+		ReasonPoweredOff:          powercycle.EventPoweredOff,
+		ReasonPoweringOn:          powercycle.EventPoweringOn,
+		ReasonPoweredOn:           powercycle.EventPoweredOn,
+		ReasonRemediated:          powercycle.EventRemediated,
+		ReasonCleanedUp:           powercycle.EventCleanedUp,
+		ReasonAttemptFailed:       powercycle.EventAttemptFailed,
+		ReasonEscalating:          powercycle.EventEscalating,
+		ReasonRemediationFailed:   powercycle.EventRemediationFailed,
+	} {
+		g.Expect(ours).To(Equal(theirs))
+	}
+}
