@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -51,7 +52,8 @@ type Manager struct {
 }
 
 // StartManager builds (if needed) and starts a manager process as ManagerUser with leader election on,
-// the BMC namespace, and extra flags; it returns once the process answers its health probe.
+// the BMC namespace, and extra flags; it returns once the process answers its health probe and its
+// metrics endpoint (which starts later: it makes its certificate and its authentication first).
 func (h *Harness) StartManager(ctx context.Context, extraArgs ...string) (*Manager, error) {
 	bin, err := BuildManager(ctx)
 	if err != nil {
@@ -113,12 +115,22 @@ func (h *Harness) StartManager(ctx context.Context, extraArgs ...string) (*Manag
 		case <-tick.C:
 			if resp, err := http.Get(healthz); err == nil {
 				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
+				if resp.StatusCode == http.StatusOK && m.metricsAnswer(ctx) {
 					return m, nil
 				}
 			}
 		}
 	}
+}
+
+// metricsAnswer reports whether the metrics endpoint answers at all (any status: without a token it
+// refuses), or is turned off.
+func (m *Manager) metricsAnswer(ctx context.Context) bool {
+	if slices.Contains(m.cmd.Args, "--metrics-bind-address=0") {
+		return true
+	}
+	_, _, err := m.GetMetrics(ctx, "")
+	return err == nil
 }
 
 // PID is the process ID.
