@@ -23,9 +23,9 @@ import (
 // what a check means for the status, and which event a change deserves.
 
 // bmcCheckRecord is what the controller remembers of one BMC: what it last checked (the BMC's UID and
-// generation, its Secret's resourceVersion, its CA bundle's version), whether the BMC was healthy then, and when it is next due.
-// A BMC this process has not checked yet, but whose status shows a healthy check of its spec (the manager
-// restarted), is remembered as it is with the slot it was given.
+// generation, its Secret's resourceVersion, its CA bundle's version), whether the BMC was healthy then,
+// and when it is next due. A BMC this process has not checked yet, but whose status shows a healthy check
+// of its spec (the manager restarted), is remembered as it is with the slot it was given.
 type bmcCheckRecord struct {
 	uid           types.UID
 	generation    int64
@@ -92,9 +92,9 @@ func bmcHealthy(conditions []metav1.Condition) bool {
 // check is due. last is what this process remembers of it (nil if nothing).
 //
 // A BMC is checked at once when it was never checked (no status.lastChecked, or a status that describes
-// an older spec), when its spec, its Secret or its CA bundle changed since the last check, or when the last check found
-// it unhealthy (an administrator fixing it wants to see the result). Otherwise it is checked when the
-// next slot planned after its last check comes (bmcSlotAfter). When this process has not checked it yet
+// an older spec), when its spec, its Secret or its CA bundle changed since the last check, or when the last
+// check found it unhealthy (an administrator fixing it wants to see the result). Otherwise it is checked
+// when the next slot planned after its last check comes (bmcSlotAfter). When this process has not checked it yet
 // (the manager just started), status.lastChecked stands for the last check; since lastChecked is only
 // refreshed every bmcRefreshAge, that slot is often past: the BMC then waits for its next slot from now,
 // so that a restart spreads its checks over one interval instead of re-checking every BMC at once.
@@ -239,12 +239,14 @@ func bmcAssess(b *v1alpha1.BMC, state bmc.PowerState, err error, timeout time.Du
 
 	case reason == v1alpha1.ReasonCABundleNotFound:
 		a.reachable = reachable(metav1.ConditionFalse, reason,
-			"Not checked: the CA bundle that spec.caBundleRef names is missing; create it, with the PEM certificates of the authority that signed the BMC's certificate (%s)", cause)
+			"Not checked: the CA bundle that spec.caBundleRef names is missing; create it, with the PEM certificates "+
+				"of the authority that signed the BMC's certificate (%s)", cause)
 		a.credentials = notChecked(reason, "the CA bundle is missing")
 
 	case reason == v1alpha1.ReasonCABundleInvalid:
 		a.reachable = reachable(metav1.ConditionFalse, reason,
-			"Not checked: the CA bundle that spec.caBundleRef names holds no usable certificate; put the PEM certificates (-----BEGIN CERTIFICATE-----) of the authority that signed the BMC's certificate there (%s)", cause)
+			"Not checked: the CA bundle that spec.caBundleRef names holds no usable certificate; put the PEM "+
+				"certificates (-----BEGIN CERTIFICATE-----) of the authority that signed the BMC's certificate there (%s)", cause)
 		a.credentials = notChecked(reason, "the CA bundle is invalid")
 
 	case reason == v1alpha1.ReasonCertificateVerificationFailed:

@@ -97,7 +97,8 @@ type Inputs struct {
 	// Secret is the credentials Secret, nil when it does not exist. It is the cache's object: do not
 	// modify it.
 	Secret *corev1.Secret
-	// CABundle is the PEM the BMC's spec.caBundleRef names, nil when it names none.
+	// CABundle is the PEM the BMC's spec.caBundleRef names, nil when it names none. It may be the cache's:
+	// do not modify it.
 	CABundle []byte
 	// CABundleVersion identifies the bundle's object and its resourceVersion ("ConfigMap/site-ca@123"),
 	// empty when the BMC names none; it changes when the bundle is edited, replaced or appears.
@@ -191,8 +192,8 @@ func (a *Access) Secret(ctx context.Context, b *v1alpha1.BMC) (*corev1.Secret, e
 	return secret, nil
 }
 
-// CABundle returns the PEM b's spec.caBundleRef names, as the cache holds it, and the version of the
-// object it is in (see Inputs.CABundleVersion). It returns nil and "" when b names no bundle, and an
+// CABundle returns the PEM b's spec.caBundleRef names, as the cache holds it (do not modify it), and the
+// version of the object it is in (see Inputs.CABundleVersion). It returns nil and "" when b names no bundle, and an
 // *Error of kind ErrCABundleNotFound when the object or its key is missing.
 func (a *Access) CABundle(ctx context.Context, b *v1alpha1.BMC) ([]byte, string, error) {
 	ref := b.Spec.CABundleRef
@@ -241,7 +242,7 @@ func (a *Access) CABundle(ctx context.Context, b *v1alpha1.BMC) ([]byte, string,
 	if !found {
 		return notFound(version, "%s %q in namespace %q has no key %q", ref.Kind, ref.Name, a.namespace, dataKey)
 	}
-	return slices.Clone(pem), version, nil
+	return pem, version, nil
 }
 
 // Read returns b's Inputs as the cache holds them. A missing Secret or bundle is not an error here
@@ -349,7 +350,7 @@ func (a *Access) build(ctx context.Context, b *v1alpha1.BMC, secret *corev1.Secr
 	log, ref := a.log, klog.KObj(b)
 	d, err := a.registry.New(b.Spec.Address, creds, bmc.Options{
 		DisableCertificateVerification: b.Spec.DisableCertificateVerification,
-		CABundle:                       caBundle,
+		CABundle:                       slices.Clone(caBundle), // the driver may keep it; caBundle may be the cache's
 		RequestTimeout:                 a.opts.RequestTimeout,
 		// Drivers report credential-free messages (a session re-established, a fallback taken); scrub anyway.
 		Report: func(reason, message string) { log.V(1).Info(scrub(message, forms), "reason", reason, "BMC", ref) },
