@@ -27,7 +27,65 @@ type SecretReference struct {
 	Name string `json:"name"`
 }
 
+// CABundleKind is the kind of object a CA bundle reference names.
+// +kubebuilder:validation:Enum=Secret;ConfigMap
+type CABundleKind string
+
+const (
+	// CABundleSecret: the bundle is a key of a Secret.
+	CABundleSecret CABundleKind = "Secret"
+	// CABundleConfigMap: the bundle is a key of a ConfigMap (data or binaryData).
+	CABundleConfigMap CABundleKind = "ConfigMap"
+)
+
+// DefaultCABundleKey is the key a CA bundle reference reads when it names none (cert-manager's name for
+// the CA of a certificate Secret).
+const DefaultCABundleKey = "ca.crt"
+
+// CABundleReference names the Secret or ConfigMap, in the BMC's own namespace, holding the PEM-encoded
+// certificates of the certificate authorities a BMC's certificate is verified against.
+type CABundleReference struct {
+	// kind is Secret or ConfigMap.
+	// +required
+	Kind CABundleKind `json:"kind"`
+
+	// name of the Secret or ConfigMap, in the BMC's namespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+
+	// key of the Secret's or ConfigMap's data holding the PEM bundle (ca.crt when omitted).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[-._a-zA-Z0-9]+$')",message="key must consist of alphanumeric characters, '-', '_' or '.', like ca.crt"
+	Key string `json:"key,omitempty"`
+}
+
+// KeyOrDefault is the key to read: Key, or DefaultCABundleKey when it is empty.
+func (r CABundleReference) KeyOrDefault() string {
+	if r.Key == "" {
+		return DefaultCABundleKey
+	}
+	return r.Key
+}
+
+// Condition reasons of a BMC whose CA bundle or certificate is the problem (Reachable=False; BMCReady on
+// the remediations of its node).
+const (
+	// ReasonCABundleNotFound: the Secret or ConfigMap spec.caBundleRef names, or its key, does not exist.
+	ReasonCABundleNotFound = "CABundleNotFound"
+	// ReasonCABundleInvalid: the bundle holds no PEM certificate, or one that does not parse.
+	ReasonCABundleInvalid = "CABundleInvalid"
+	// ReasonCertificateVerificationFailed: the BMC's TLS certificate was not signed by a trusted
+	// authority, or does not name the address's host.
+	ReasonCertificateVerificationFailed = "CertificateVerificationFailed"
+)
+
 // BMCSpec says how to reach one host's baseboard management controller.
+// +kubebuilder:validation:XValidation:rule="!has(self.caBundleRef) || !has(self.disableCertificateVerification) || !self.disableCertificateVerification",message="caBundleRef and disableCertificateVerification: true exclude each other: a CA bundle is for verifying the BMC's certificate; remove one of them"
 type BMCSpec struct {
 	// nodeName is the Node this BMC powers. One BMC per node.
 	// +required
@@ -57,6 +115,14 @@ type BMCSpec struct {
 	// certificates are common). Certificates are verified unless this is true.
 	// +optional
 	DisableCertificateVerification bool `json:"disableCertificateVerification,omitempty"`
+
+	// caBundleRef names the Secret or ConfigMap, in this namespace, whose key (ca.crt by default) holds
+	// the PEM certificates of the authorities that signed the BMC's certificate: a site's private CA. The
+	// BMC's certificate is then verified against these authorities only, instead of the system's. It
+	// applies to Redfish and Ironic over HTTPS; IPMI has no certificates. Excludes
+	// disableCertificateVerification.
+	// +optional
+	CABundleRef *CABundleReference `json:"caBundleRef,omitempty"`
 }
 
 // BMCStatus is what the last check of the BMC found.

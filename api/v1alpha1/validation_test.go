@@ -210,6 +210,10 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 		{"bmc empty credentials name", with(t, validBMC, "spec.credentialsSecretRef.name", ""), []string{"spec.credentialsSecretRef.name"}},
 		{"bmc missing nodeName", with(t, validBMC, "spec.nodeName", nil), []string{"spec.nodeName", "Required value"}},
 		{"bmc empty address", with(t, validBMC, "spec.address", ""), []string{"spec.address"}},
+		{"bmc caBundleRef with verification disabled", with(t, with(t, validBMC, "spec.disableCertificateVerification", true), "spec.caBundleRef", map[string]any{"kind": "ConfigMap", "name": "site-ca"}), []string{"spec", "caBundleRef and disableCertificateVerification: true exclude each other"}},
+		{"bmc caBundleRef unknown kind", with(t, validBMC, "spec.caBundleRef", map[string]any{"kind": "Namespace", "name": "site-ca"}), []string{"spec.caBundleRef.kind", "Unsupported value", "Secret", "ConfigMap"}},
+		{"bmc caBundleRef without name", with(t, validBMC, "spec.caBundleRef", map[string]any{"kind": "Secret"}), []string{"spec.caBundleRef.name", "Required value"}},
+		{"bmc caBundleRef bad key", with(t, validBMC, "spec.caBundleRef", map[string]any{"kind": "Secret", "name": "site-ca", "key": "ca/crt"}), []string{"spec.caBundleRef.key", "alphanumeric characters, '-', '_' or '.'"}},
 	}
 	if len(cases) < 25 {
 		t.Fatalf("the table must cover at least 25 invalid objects, has %d", len(cases))
@@ -297,3 +301,19 @@ func TestValidAddressesAreAccepted(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestCABundleRefsAreAccepted: the forms an admin writes for a private CA pass admission, including an
+// explicit disableCertificateVerification: false beside the reference.
+func TestCABundleRefsAreAccepted(t *testing.T) {
+	for name, obj := range map[string]*unstructured.Unstructured{
+		"configmap, default key": with(t, validBMC, "spec.caBundleRef", map[string]any{"kind": "ConfigMap", "name": "site-ca"}),
+		"secret with key":        with(t, validBMC, "spec.caBundleRef", map[string]any{"kind": "Secret", "name": "site-ca", "key": "tls_ca-bundle.pem"}),
+		"verification explicitly on": with(t, with(t, validBMC, "spec.disableCertificateVerification", false),
+			"spec.caBundleRef", map[string]any{"kind": "ConfigMap", "name": "site-ca"}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			obj.SetName("ca-" + strings.ReplaceAll(strings.ReplaceAll(name, " ", "-"), ",", ""))
+			NewWithT(t).Expect(k8s.Create(context.Background(), obj, client.DryRunAll)).To(Succeed())
+		})
+	}
+}

@@ -101,7 +101,8 @@ func (r *BMCReconciler) checkTimeout() time.Duration {
 }
 
 // SetupWithManager registers the BMC field indexes (through the Access) and the controller: BMCs in the
-// Access's namespace, and the Secrets there, mapped to the BMCs that use them.
+// Access's namespace, and the Secrets and ConfigMaps there, mapped to the BMCs that use them (for their
+// credentials or their CA bundle).
 func (r *BMCReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if r.Client == nil || r.Access == nil || r.Recorder == nil || r.Clock == nil {
 		return errors.New("BMCReconciler needs a Client, an Access, a Recorder and a Clock")
@@ -120,21 +121,41 @@ func (r *BMCReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) 
 		// Our own status writes do not change the generation: they need no reconcile.
 		For(&v1alpha1.BMC{}, builder.WithPredicates(inNamespace, predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.bmcsUsingSecret), builder.WithPredicates(inNamespace)).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.bmcsUsingConfigMap), builder.WithPredicates(inNamespace)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Complete(r)
 }
 
-// bmcsUsingSecret maps a Secret to the BMCs whose credentials it holds.
+// bmcsUsingSecret maps a Secret to the BMCs whose credentials or CA bundle it holds.
 func (r *BMCReconciler) bmcsUsingSecret(ctx context.Context, secret client.Object) []reconcile.Request {
-	var list v1alpha1.BMCList
-	if err := r.Client.List(ctx, &list, client.InNamespace(secret.GetNamespace()),
-		client.MatchingFields{bmcaccess.IndexSecretName: secret.GetName()}); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Listing the BMCs of a Secret failed", "secret", klog.KObj(secret))
-		return nil
-	}
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for _, b := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: b.Namespace, Name: b.Name}})
+	return r.bmcsMatching(ctx, secret,
+		client.MatchingFields{bmcaccess.IndexSecretName: secret.GetName()},
+		client.MatchingFields{bmcaccess.IndexCABundle: bmcaccess.CABundleIndexValue(v1alpha1.CABundleSecret, secret.GetName())})
+}
+
+// bmcsUsingConfigMap maps a ConfigMap to the BMCs whose CA bundle it holds.
+func (r *BMCReconciler) bmcsUsingConfigMap(ctx context.Context, cm client.Object) []reconcile.Request {
+	return r.bmcsMatching(ctx, cm,
+		client.MatchingFields{bmcaccess.IndexCABundle: bmcaccess.CABundleIndexValue(v1alpha1.CABundleConfigMap, cm.GetName())})
+}
+
+// bmcsMatching returns the BMCs in obj's namespace that match any of the field selectors, each once.
+func (r *BMCReconciler) bmcsMatching(ctx context.Context, obj client.Object, selectors ...client.MatchingFields) []reconcile.Request {
+	var reqs []reconcile.Request
+	seen := map[types.NamespacedName]bool{}
+	for _, sel := range selectors {
+		var list v1alpha1.BMCList
+		if err := r.Client.List(ctx, &list, client.InNamespace(obj.GetNamespace()), sel); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing the BMCs of an object failed", "object", klog.KObj(obj))
+			continue
+		}
+		for _, b := range list.Items {
+			key := types.NamespacedName{Namespace: b.Namespace, Name: b.Name}
+			if !seen[key] {
+				seen[key] = true
+				reqs = append(reqs, reconcile.Request{NamespacedName: key})
+			}
+		}
 	}
 	return reqs
 }
@@ -154,14 +175,11 @@ func (r *BMCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if b.Namespace != r.Access.Namespace() {
 		return ctrl.Result{}, nil
 	}
-	secret, err := r.Access.Secret(ctx, b) // read once: check builds the driver from it
+	in, err := r.Access.Read(ctx, b) // read once: check builds the driver from them
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	cur := bmcCheckRecord{uid: b.UID, generation: b.Generation}
-	if secret != nil {
-		cur.secretVersion = secret.ResourceVersion
-	}
+	cur := bmcCheckRecord{uid: b.UID, generation: b.Generation, secretVersion: in.SecretVersion(), caBundleVersion: in.CABundleVersion}
 	last := r.last(req.NamespacedName)
 	if last != nil && last.uid != b.UID {
 		r.Access.Forget(ctx, last.uid) // deleted and recreated under the same name while we looked away
@@ -181,7 +199,7 @@ func (r *BMCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		BMCChecks.WithLabelValues(bmcCheckSkippedRemediating).Inc()
 		return r.planNext(req.NamespacedName, b, cur, true, now), nil
 	}
-	a, err := r.check(ctx, b, secret)
+	a, err := r.check(ctx, b, in)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -206,14 +224,14 @@ func (r *BMCReconciler) planNext(key types.NamespacedName, b *v1alpha1.BMC, cur 
 // the BMC's host is being power-cycled.
 const bmcCheckSkippedRemediating = "SkippedRemediating"
 
-// check reads the BMC's power state once, bounded by the check timeout, and assesses the outcome. secret
-// is the BMC's Secret as Access.Secret read it. It returns an error only for what is not the BMC's fault:
-// that is retried.
-func (r *BMCReconciler) check(ctx context.Context, b *v1alpha1.BMC, secret *corev1.Secret) (bmcAssessment, error) {
+// check reads the BMC's power state once, bounded by the check timeout, and assesses the outcome. in is
+// what Access.Read read of the BMC's Secret and CA bundle. It returns an error only for what is not the
+// BMC's fault: that is retried.
+func (r *BMCReconciler) check(ctx context.Context, b *v1alpha1.BMC, in bmcaccess.Inputs) (bmcAssessment, error) {
 	checkCtx, cancel := context.WithTimeout(ctx, r.checkTimeout())
 	defer cancel()
 	state := bmc.PowerStateUnknown
-	d, err := r.Access.ForBMCWithSecret(checkCtx, b, secret)
+	d, err := r.Access.ForBMCWithInputs(checkCtx, b, in)
 	if err != nil && bmcaccess.Reason(err) == "" {
 		return bmcAssessment{}, err
 	}

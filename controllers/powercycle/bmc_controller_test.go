@@ -357,7 +357,8 @@ var _ = Describe("BMC inventory, one reconcile at a time", func() {
 				createBMCSecret(ctx, ns, "creds", bmcCredentials(goodPassword))
 				return bmcMockAddress(startBMCMock(redfishmock.New().WithTLS()), "1"), "creds", false
 			},
-			"False/Unreachable", "Unknown/Unreachable", "certificate verification failed", "Warning BMCUnreachable Unreachable"),
+			"False/CertificateVerificationFailed", "Unknown/CertificateVerificationFailed",
+			"TLS certificate verification failed: set spec.caBundleRef", "Warning BMCMisconfigured CertificateVerificationFailed"),
 		Entry("the BMC's certificate is self-signed and the BMC disables verification",
 			func(ctx context.Context) (string, string, bool) {
 				createBMCSecret(ctx, ns, "creds", bmcCredentials(goodPassword))
@@ -710,7 +711,7 @@ var _ = Describe("BMC inventory in a running manager", func() {
 
 		Eventually(bmcState(ctx, "rotated", v1alpha1.ConditionCredentialsValid)).WithTimeout(bmcWait).Should(Equal("False/AuthenticationFailed"))
 		Eventually(bmcState(ctx, "misspelt", v1alpha1.ConditionCredentialsValid)).WithTimeout(bmcWait).Should(Equal("False/InvalidCredentials"))
-		Eventually(bmcState(ctx, "untrusted", v1alpha1.ConditionReachable)).WithTimeout(bmcWait).Should(Equal("False/Unreachable"))
+		Eventually(bmcState(ctx, "untrusted", v1alpha1.ConditionReachable)).WithTimeout(bmcWait).Should(Equal("False/CertificateVerificationFailed"))
 		Eventually(bmcState(ctx, "rejecting", v1alpha1.ConditionCredentialsValid)).WithTimeout(bmcWait).Should(Equal("False/AuthenticationFailed"))
 		rotateBMCPassword(ctx, ns, "wrong", goodPassword)
 		Eventually(bmcState(ctx, "rotated", v1alpha1.ConditionCredentialsValid)).WithTimeout(bmcWait).Should(Equal("True/CheckSucceeded"))

@@ -23,15 +23,17 @@ import (
 // what a check means for the status, and which event a change deserves.
 
 // bmcCheckRecord is what the controller remembers of one BMC: what it last checked (the BMC's UID and
-// generation, its Secret's resourceVersion), whether the BMC was healthy then, and when it is next due.
-// A BMC this process has not checked yet, but whose status shows a healthy check of its spec (the manager
-// restarted), is remembered as it is with the slot it was given.
+// generation, its Secret's resourceVersion, its CA bundle's version), whether the BMC was healthy then,
+// and when it is next due. A BMC this process has not checked yet, but whose status shows a healthy check
+// of its spec (the manager restarted), is remembered as it is with the slot it was given.
 type bmcCheckRecord struct {
 	uid           types.UID
 	generation    int64
 	secretVersion string
-	healthy       bool
-	next          time.Time
+	// caBundleVersion is bmcaccess.Inputs.CABundleVersion: empty without a spec.caBundleRef.
+	caBundleVersion string
+	healthy         bool
+	next            time.Time
 }
 
 // bmcSlotsPerInterval is how many instants of each check interval the periodic checks are grouped on.
@@ -90,9 +92,9 @@ func bmcHealthy(conditions []metav1.Condition) bool {
 // check is due. last is what this process remembers of it (nil if nothing).
 //
 // A BMC is checked at once when it was never checked (no status.lastChecked, or a status that describes
-// an older spec), when its spec or its Secret changed since the last check, or when the last check found
-// it unhealthy (an administrator fixing it wants to see the result). Otherwise it is checked when the
-// next slot planned after its last check comes (bmcSlotAfter). When this process has not checked it yet
+// an older spec), when its spec, its Secret or its CA bundle changed since the last check, or when the last
+// check found it unhealthy (an administrator fixing it wants to see the result). Otherwise it is checked
+// when the next slot planned after its last check comes (bmcSlotAfter). When this process has not checked it yet
 // (the manager just started), status.lastChecked stands for the last check; since lastChecked is only
 // refreshed every bmcRefreshAge, that slot is often past: the BMC then waits for its next slot from now,
 // so that a restart spreads its checks over one interval instead of re-checking every BMC at once.
@@ -115,7 +117,8 @@ func bmcCheckDue(last *bmcCheckRecord, cur bmcCheckRecord, b *v1alpha1.BMC, now 
 // found it healthy, and nothing changed since: its next check is a periodic one, not news.
 func bmcKnownGood(last *bmcCheckRecord, cur bmcCheckRecord, b *v1alpha1.BMC) bool {
 	if last != nil {
-		return last.uid == cur.uid && last.generation == cur.generation && last.secretVersion == cur.secretVersion && last.healthy
+		return last.uid == cur.uid && last.generation == cur.generation && last.secretVersion == cur.secretVersion &&
+			last.caBundleVersion == cur.caBundleVersion && last.healthy
 	}
 	st := b.Status
 	return st.LastChecked != nil && st.ObservedGeneration == b.Generation && bmcHealthy(st.Conditions)
@@ -234,6 +237,22 @@ func bmcAssess(b *v1alpha1.BMC, state bmc.PowerState, err error, timeout time.Du
 		a.credentials = credentials(metav1.ConditionFalse, reason,
 			"Secret %q must hold non-empty keys username and password (%s)", secret, cause)
 
+	case reason == v1alpha1.ReasonCABundleNotFound:
+		a.reachable = reachable(metav1.ConditionFalse, reason,
+			"Not checked: the CA bundle that spec.caBundleRef names is missing; create it, with the PEM certificates "+
+				"of the authority that signed the BMC's certificate (%s)", cause)
+		a.credentials = notChecked(reason, "the CA bundle is missing")
+
+	case reason == v1alpha1.ReasonCABundleInvalid:
+		a.reachable = reachable(metav1.ConditionFalse, reason,
+			"Not checked: the CA bundle that spec.caBundleRef names holds no usable certificate; put the PEM "+
+				"certificates (-----BEGIN CERTIFICATE-----) of the authority that signed the BMC's certificate there (%s)", cause)
+		a.credentials = notChecked(reason, "the CA bundle is invalid")
+
+	case reason == v1alpha1.ReasonCertificateVerificationFailed:
+		a.reachable = reachable(metav1.ConditionFalse, reason, "%s (%s)", bmcCertificateAdvice(b), cause)
+		a.credentials = notChecked(reason, "the BMC's certificate did not verify")
+
 	case reason == v1alpha1.ReasonInvalidAddress:
 		a.reachable = reachable(metav1.ConditionFalse, reason, "Fix spec.address (%s)", cause)
 		a.credentials = notChecked(reason, "the address is invalid")
@@ -251,6 +270,18 @@ func bmcAssess(b *v1alpha1.BMC, state bmc.PowerState, err error, timeout time.Du
 		a.credentials = notChecked(v1alpha1.ReasonBMCUnreachable, "the BMC did not answer")
 	}
 	return a
+}
+
+// bmcCertificateAdvice says how to fix a BMC whose certificate did not verify: name the authority that
+// signed it, or fix the bundle already named, or (the admin's choice) stop verifying.
+func bmcCertificateAdvice(b *v1alpha1.BMC) string {
+	if ref := b.Spec.CABundleRef; ref != nil {
+		return fmt.Sprintf("TLS certificate verification failed against the CA bundle in %s %q (key %q): put the certificate of "+
+			"the authority that signed the BMC's certificate there, or set spec.disableCertificateVerification: true "+
+			"instead of spec.caBundleRef", ref.Kind, ref.Name, ref.KeyOrDefault())
+	}
+	return fmt.Sprintf("TLS certificate verification failed: set spec.caBundleRef to a Secret or ConfigMap in namespace %q "+
+		"holding the CA bundle that signed the BMC's certificate, or set spec.disableCertificateVerification: true", b.Namespace)
 }
 
 func bmcCondition(t string, s metav1.ConditionStatus, reason, message string) metav1.Condition {

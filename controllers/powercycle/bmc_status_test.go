@@ -70,6 +70,8 @@ func TestBMCCheckDue(t *testing.T) {
 			now: bmcT0, wantDue: true},
 		"checked: Secret deleted": {last: last, cur: bmcCheckRecord{uid: "u1", generation: 2, secretVersion: ""},
 			now: bmcT0, wantDue: true},
+		"checked: CA bundle changed": {last: last, cur: bmcCheckRecord{uid: "u1", generation: 2, secretVersion: "100", caBundleVersion: "ConfigMap/site-ca@7"},
+			now: bmcT0, wantDue: true},
 		"checked: recreated under that name": {last: last, cur: bmcCheckRecord{uid: "u2", generation: 2, secretVersion: "100"},
 			now: bmcT0, wantDue: true},
 		"checked: found unhealthy": {last: &bmcCheckRecord{uid: "u1", generation: 2, secretVersion: "100", next: next},
@@ -315,6 +317,11 @@ func TestBMCCheckResult(t *testing.T) {
 		"unreachable":    {err: bmcDriverErr(bmc.ErrUnreachable, "refused"), want: v1alpha1.ReasonBMCUnreachable},
 		"timeout":        {err: bmcDriverErr(bmc.ErrTimeout, "deadline"), want: v1alpha1.ReasonBMCTimeout},
 		"bad address":    {err: bmcAccessErr(bmcaccess.ErrInvalidAddress, "bad"), want: v1alpha1.ReasonInvalidAddress},
+		"bundle missing": {err: bmcAccessErr(bmcaccess.ErrCABundleNotFound, "gone"), want: v1alpha1.ReasonCABundleNotFound},
+		"bundle invalid": {err: bmcAccessErr(bmcaccess.ErrCABundleInvalid, "garbage"), want: v1alpha1.ReasonCABundleInvalid},
+		"untrusted certificate": {err: &bmc.Error{Driver: "redfish", Operation: "PowerState", Kind: bmc.ErrUnreachable,
+			Err: &bmc.CertificateError{Err: errors.New("x509: certificate signed by unknown authority")}},
+			want: v1alpha1.ReasonCertificateVerificationFailed},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -1,9 +1,10 @@
 package powercycle
 
-// The remediator works PowerCycleRemediations, reads BMCs and their credential Secrets (only in the
-// manager's own namespace: a namespaced Role), taints Nodes, deletes Machines when it escalates, and
-// takes node leases (only in the lease namespace: a namespaced Role there). It never creates a remediation
-// request: that is the checkers' right (the remediation-requester ClusterRole, config/rbac).
+// The remediator works PowerCycleRemediations, reads BMCs, their credential Secrets and their CA bundles
+// (Secrets or ConfigMaps; only in the manager's own namespace: a namespaced Role), taints Nodes, deletes
+// Machines when it escalates, and takes node leases (only in the lease namespace: a namespaced Role
+// there). It never creates a remediation request: that is the checkers' right (the remediation-requester
+// ClusterRole, config/rbac).
 // +kubebuilder:rbac:groups=remediation.metalheal.io,resources=powercycleremediations,verbs=get;list;watch;update;patch;delete
 // +kubebuilder:rbac:groups=remediation.metalheal.io,resources=powercycleremediations/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=remediation.metalheal.io,resources=powercycleremediations/finalizers,verbs=update
@@ -15,4 +16,5 @@ package powercycle
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=medik8s-leases
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch,namespace=metalheal-system
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch,namespace=metalheal-system
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

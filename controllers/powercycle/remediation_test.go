@@ -53,6 +53,7 @@ func TestRemediation(t *testing.T) {
 		"NoPowerRequestTooLateToWaitFor":   testNoPowerRequestTooLate,
 		"BMCWrongCredentials":              testBMCWrongCredentials,
 		"BMCSecretMissing":                 testBMCSecretMissing,
+		"BMCCABundleMissing":               testBMCCABundleMissing,
 		"LeaseHeldByNodeMaintenance":       testLeaseHeldByNodeMaintenance,
 		"LeaseHeldByOwningHealthCheck":     testLeaseHeldByOwner,
 		"LeaseHeldByOwnerNotYetCached":     testLeaseHeldByOwnerNotYetCached,

@@ -26,7 +26,16 @@ const (
 	IndexNodeName = "spec.nodeName"
 	// IndexSecretName indexes BMCs by spec.credentialsSecretRef.name (which BMCs a Secret change concerns).
 	IndexSecretName = "spec.credentialsSecretRef.name"
+	// IndexCABundle indexes BMCs by the object spec.caBundleRef names, as CABundleIndexValue spells it
+	// (which BMCs a Secret or ConfigMap change concerns). BMCs without a reference are not indexed.
+	IndexCABundle = "spec.caBundleRef"
 )
+
+// CABundleIndexValue is the IndexCABundle value of a BMC whose CA bundle is in the object of this kind and
+// name: "Secret/site-ca", "ConfigMap/site-ca".
+func CABundleIndexValue(kind v1alpha1.CABundleKind, name string) string {
+	return string(kind) + "/" + name
+}
 
 // indexes are the field indexes SetupIndexes registers.
 var indexes = []struct {
@@ -35,6 +44,12 @@ var indexes = []struct {
 }{
 	{IndexNodeName, func(o client.Object) []string { return []string{o.(*v1alpha1.BMC).Spec.NodeName} }},
 	{IndexSecretName, func(o client.Object) []string { return []string{o.(*v1alpha1.BMC).Spec.CredentialsSecretRef.Name} }},
+	{IndexCABundle, func(o client.Object) []string {
+		if ref := o.(*v1alpha1.BMC).Spec.CABundleRef; ref != nil {
+			return []string{CABundleIndexValue(ref.Kind, ref.Name)}
+		}
+		return nil
+	}},
 }
 
 // DefaultCloseTimeout bounds closing a replaced or forgotten driver (a Redfish logout).
@@ -68,9 +83,36 @@ type Access struct {
 
 // entry is a cached driver and what it was built from.
 type entry struct {
-	driver        bmc.Driver
-	generation    int64
-	secretVersion string
+	driver          bmc.Driver
+	generation      int64
+	secretVersion   string
+	caBundleVersion string
+}
+
+// Inputs are the objects a BMC's driver is built from, as the cache holds them: its credentials Secret
+// and the CA bundle its spec.caBundleRef names. Read returns them; a controller compares their versions to
+// those it last checked, to notice rotated credentials or a replaced bundle, and hands them to
+// ForBMCWithInputs: at thousands of BMCs a check reads each object once, not twice.
+type Inputs struct {
+	// Secret is the credentials Secret, nil when it does not exist. It is the cache's object: do not
+	// modify it.
+	Secret *corev1.Secret
+	// CABundle is the PEM the BMC's spec.caBundleRef names, nil when it names none. It may be the cache's:
+	// do not modify it.
+	CABundle []byte
+	// CABundleVersion identifies the bundle's object and its resourceVersion ("ConfigMap/site-ca@123"),
+	// empty when the BMC names none; it changes when the bundle is edited, replaced or appears.
+	CABundleVersion string
+	// caBundleErr is why the bundle the BMC names cannot be read (its object or key is missing).
+	caBundleErr error
+}
+
+// SecretVersion is the Secret's resourceVersion, empty when it is missing.
+func (in Inputs) SecretVersion() string {
+	if in.Secret == nil {
+		return ""
+	}
+	return in.Secret.ResourceVersion
 }
 
 // New returns an Access that reads BMCs and Secrets through c, only in namespace, and builds drivers
@@ -150,63 +192,156 @@ func (a *Access) Secret(ctx context.Context, b *v1alpha1.BMC) (*corev1.Secret, e
 	return secret, nil
 }
 
-// ForBMC returns the driver of b, built on first use and cached until b's generation or its Secret's
-// resourceVersion changes. It fails with ErrSecretNotFound, ErrInvalidCredentials, ErrInvalidAddress or
-// bmc.ErrUnsupported (see Error), or with the API error that kept it from reading the Secret.
-func (a *Access) ForBMC(ctx context.Context, b *v1alpha1.BMC) (bmc.Driver, error) {
+// CABundle returns the PEM b's spec.caBundleRef names, as the cache holds it (do not modify it), and the
+// version of the object it is in (see Inputs.CABundleVersion). It returns nil and "" when b names no bundle, and an
+// *Error of kind ErrCABundleNotFound when the object or its key is missing.
+func (a *Access) CABundle(ctx context.Context, b *v1alpha1.BMC) ([]byte, string, error) {
+	ref := b.Spec.CABundleRef
+	if ref == nil {
+		return nil, "", nil
+	}
+	bmcKey := types.NamespacedName{Namespace: b.Namespace, Name: b.Name}
+	notFound := func(version, format string, args ...any) ([]byte, string, error) {
+		return nil, version, &Error{BMC: bmcKey, Kind: ErrCABundleNotFound, Err: fmt.Errorf(format, args...)}
+	}
+	if b.Namespace != a.namespace {
+		return notFound("", "the BMC is outside namespace %q, the only one whose Secrets and ConfigMaps metalheal reads", a.namespace)
+	}
+	objKey := types.NamespacedName{Namespace: a.namespace, Name: ref.Name}
+	dataKey := ref.KeyOrDefault()
+	var obj client.Object
+	switch ref.Kind {
+	case v1alpha1.CABundleSecret:
+		obj = &corev1.Secret{}
+	case v1alpha1.CABundleConfigMap:
+		obj = &corev1.ConfigMap{}
+	default: // admission refuses other kinds
+		return notFound("", "spec.caBundleRef.kind %q is neither Secret nor ConfigMap", ref.Kind)
+	}
+	err := a.client.Get(ctx, objKey, obj, client.UnsafeDisableDeepCopy)
+	switch {
+	case apierrors.IsNotFound(err):
+		return notFound("", "%s %q does not exist in namespace %q", ref.Kind, ref.Name, a.namespace)
+	case err != nil:
+		return nil, "", fmt.Errorf("reading the CA bundle %s %q of BMC %s: %w", ref.Kind, ref.Name, klog.KObj(b), err)
+	}
+	version := CABundleIndexValue(ref.Kind, ref.Name) + "@" + obj.GetResourceVersion()
+	var pem []byte
+	var found bool
+	switch o := obj.(type) {
+	case *corev1.Secret:
+		pem, found = o.Data[dataKey]
+	case *corev1.ConfigMap:
+		var text string
+		if text, found = o.Data[dataKey]; found {
+			pem = []byte(text)
+		} else {
+			pem, found = o.BinaryData[dataKey]
+		}
+	}
+	if !found {
+		return notFound(version, "%s %q in namespace %q has no key %q", ref.Kind, ref.Name, a.namespace, dataKey)
+	}
+	return pem, version, nil
+}
+
+// Read returns b's Inputs as the cache holds them. A missing Secret or bundle is not an error here
+// (ForBMCWithInputs reports it); an API error is.
+func (a *Access) Read(ctx context.Context, b *v1alpha1.BMC) (Inputs, error) {
 	secret, err := a.Secret(ctx, b)
+	if err != nil {
+		return Inputs{}, err
+	}
+	in := Inputs{Secret: secret}
+	in.CABundle, in.CABundleVersion, in.caBundleErr = a.CABundle(ctx, b)
+	if in.caBundleErr != nil && Reason(in.caBundleErr) == "" {
+		return Inputs{}, in.caBundleErr
+	}
+	return in, nil
+}
+
+// ForBMC returns the driver of b, built on first use and cached until b's generation, its Secret's
+// resourceVersion or its CA bundle's version changes. It fails with ErrSecretNotFound,
+// ErrInvalidCredentials, ErrCABundleNotFound, ErrCABundleInvalid, ErrInvalidAddress or bmc.ErrUnsupported
+// (see Error), or with the API error that kept it from reading the Secret or the bundle.
+func (a *Access) ForBMC(ctx context.Context, b *v1alpha1.BMC) (bmc.Driver, error) {
+	in, err := a.Read(ctx, b)
 	if err != nil {
 		return nil, err
 	}
-	return a.ForBMCWithSecret(ctx, b, secret)
+	return a.ForBMCWithInputs(ctx, b, in)
 }
 
-// ForBMCWithSecret is ForBMC with b's Secret as Secret returned it (nil: missing).
+// ForBMCWithSecret is ForBMC with b's Secret as Secret returned it (nil: missing); it reads the CA bundle.
 func (a *Access) ForBMCWithSecret(ctx context.Context, b *v1alpha1.BMC, secret *corev1.Secret) (bmc.Driver, error) {
+	in := Inputs{Secret: secret}
+	in.CABundle, in.CABundleVersion, in.caBundleErr = a.CABundle(ctx, b)
+	if in.caBundleErr != nil && Reason(in.caBundleErr) == "" {
+		return nil, in.caBundleErr
+	}
+	return a.ForBMCWithInputs(ctx, b, in)
+}
+
+// ForBMCWithInputs is ForBMC with b's Inputs as Read returned them.
+func (a *Access) ForBMCWithInputs(ctx context.Context, b *v1alpha1.BMC, in Inputs) (bmc.Driver, error) {
 	key := types.NamespacedName{Namespace: b.Namespace, Name: b.Name}
 	fail := func(kind, err error) (bmc.Driver, error) { return nil, &Error{BMC: key, Kind: kind, Err: err} }
 	if b.Namespace != a.namespace {
 		return fail(ErrSecretNotFound, fmt.Errorf("the BMC is outside namespace %q, the only one whose Secrets metalheal reads", a.namespace))
 	}
+	secret := in.Secret
 	if secret == nil {
 		a.drop(ctx, b)
 		return fail(ErrSecretNotFound, fmt.Errorf("secret %q does not exist in namespace %q", b.Spec.CredentialsSecretRef.Name, a.namespace))
 	}
+	if in.caBundleErr != nil {
+		a.drop(ctx, b) // it verified against a bundle that is gone
+		return nil, in.caBundleErr
+	}
 
-	// Only the Secret's resourceVersion is compared; build copies the credentials out of it.
+	// Only the versions are compared; build copies the credentials and the bundle out of the objects.
 	a.mu.Lock()
 	cached := a.drivers[b.UID]
 	if cached != nil && (cached.generation > b.Generation ||
-		(cached.generation == b.Generation && cached.secretVersion == secret.ResourceVersion)) {
+		(cached.generation == b.Generation && cached.secretVersion == secret.ResourceVersion && cached.caBundleVersion == in.CABundleVersion)) {
 		// Up to date, or built from a newer BMC than a stale cache handed this caller: keep it.
 		a.mu.Unlock()
 		return cached.driver, nil
 	}
-	d, err := a.build(ctx, b, secret)
+	d, err := a.build(ctx, b, secret, in.CABundle)
 	if err != nil {
 		a.mu.Unlock()
-		a.drop(ctx, b) // it was built from a spec or credentials that are gone
+		a.drop(ctx, b) // it was built from a spec, credentials or a bundle that are gone
 		return nil, err
 	}
-	a.drivers[b.UID] = &entry{driver: d, generation: b.Generation, secretVersion: secret.ResourceVersion}
+	a.drivers[b.UID] = &entry{driver: d, generation: b.Generation, secretVersion: secret.ResourceVersion, caBundleVersion: in.CABundleVersion}
 	a.mu.Unlock()
 
 	log := ctrl.LoggerFrom(ctx).WithValues("BMC", klog.KObj(b))
 	if cached != nil {
-		log.V(2).Info("Rebuilt BMC driver", "generation", b.Generation, "secretResourceVersion", secret.ResourceVersion)
+		log.V(2).Info("Rebuilt BMC driver", "generation", b.Generation, "secretResourceVersion", secret.ResourceVersion, "caBundle", in.CABundleVersion)
 		a.closeDriver(ctx, b, cached.driver)
 	} else {
-		log.V(4).Info("Built BMC driver", "generation", b.Generation, "secretResourceVersion", secret.ResourceVersion)
+		log.V(4).Info("Built BMC driver", "generation", b.Generation, "secretResourceVersion", secret.ResourceVersion, "caBundle", in.CABundleVersion)
 	}
 	return d, nil
 }
 
-// build makes b's driver from its Secret. a.mu is held; nothing here contacts the BMC.
-func (a *Access) build(ctx context.Context, b *v1alpha1.BMC, secret *corev1.Secret) (bmc.Driver, error) {
+// build makes b's driver from its Secret and CA bundle (nil: none). a.mu is held; nothing here contacts
+// the BMC.
+func (a *Access) build(ctx context.Context, b *v1alpha1.BMC, secret *corev1.Secret, caBundle []byte) (bmc.Driver, error) {
 	key := types.NamespacedName{Namespace: b.Namespace, Name: b.Name}
 	creds, err := bmc.CredentialsFromSecretData(secret.Data)
 	if err != nil {
 		return nil, &Error{BMC: key, Kind: ErrInvalidCredentials, Err: fmt.Errorf("secret %q: %w", secret.Name, err)}
+	}
+	if ref := b.Spec.CABundleRef; ref != nil {
+		// Checked here, whatever the driver, so that a bad bundle is reported as such (and not as a BMC
+		// that cannot be used as addressed) before any connection is tried.
+		if _, err := bmc.ParseCABundle(caBundle); err != nil {
+			return nil, &Error{BMC: key, Kind: ErrCABundleInvalid,
+				Err: fmt.Errorf("key %q of %s %q: %w", ref.KeyOrDefault(), ref.Kind, ref.Name, err)}
+		}
 	}
 	forms := secretForms(creds)
 	// The driver outlives this reconcile and reports during later ones: it logs through a logger without
@@ -215,6 +350,7 @@ func (a *Access) build(ctx context.Context, b *v1alpha1.BMC, secret *corev1.Secr
 	log, ref := a.log, klog.KObj(b)
 	d, err := a.registry.New(b.Spec.Address, creds, bmc.Options{
 		DisableCertificateVerification: b.Spec.DisableCertificateVerification,
+		CABundle:                       slices.Clone(caBundle), // the driver may keep it; caBundle may be the cache's
 		RequestTimeout:                 a.opts.RequestTimeout,
 		// Drivers report credential-free messages (a session re-established, a fallback taken); scrub anyway.
 		Report: func(reason, message string) { log.V(1).Info(scrub(message, forms), "reason", reason, "BMC", ref) },

@@ -2,6 +2,7 @@ package bmcaccess
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
@@ -437,7 +438,7 @@ func TestSetupIndexesRegistersOnce(t *testing.T) {
 	ix := &recordingIndexer{}
 	g.Expect(w.access.SetupIndexes(context.Background(), ix)).To(Succeed())
 	g.Expect(w.access.SetupIndexes(context.Background(), ix)).To(Succeed(), "a second controller may ask again")
-	g.Expect(ix.fields).To(Equal([]string{IndexNodeName, IndexSecretName}))
+	g.Expect(ix.fields).To(Equal([]string{IndexNodeName, IndexSecretName, IndexCABundle}))
 }
 
 func TestIndexesExtractTheFields(t *testing.T) {
@@ -447,7 +448,9 @@ func TestIndexesExtractTheFields(t *testing.T) {
 	for _, ix := range indexes {
 		got[ix.field] = ix.extract(b)
 	}
-	g.Expect(got).To(Equal(map[string][]string{IndexNodeName: {"worker-1"}, IndexSecretName: {"creds"}}))
+	g.Expect(got).To(Equal(map[string][]string{IndexNodeName: {"worker-1"}, IndexSecretName: {"creds"}, IndexCABundle: nil}))
+	b.Spec.CABundleRef = &v1alpha1.CABundleReference{Kind: v1alpha1.CABundleConfigMap, Name: "site-ca"}
+	g.Expect(indexes[2].extract(b)).To(Equal([]string{"ConfigMap/site-ca"}))
 }
 
 func TestReason(t *testing.T) {
@@ -466,7 +469,11 @@ func TestReason(t *testing.T) {
 		"bare deadline":       {fmt.Errorf("waiting: %w", context.DeadlineExceeded), v1alpha1.ReasonBMCTimeout},
 		"unsupported":         {&bmc.Error{Kind: bmc.ErrUnsupported}, v1alpha1.ReasonUnsupported},
 		"unreachable":         {&bmc.Error{Kind: bmc.ErrUnreachable}, v1alpha1.ReasonBMCUnreachable},
-		"an API error":        {errors.New("etcdserver: leader changed"), ""},
+		"CA bundle not found": {&Error{Kind: ErrCABundleNotFound}, v1alpha1.ReasonCABundleNotFound},
+		"CA bundle invalid":   {&Error{Kind: ErrCABundleInvalid}, v1alpha1.ReasonCABundleInvalid},
+		"certificate untrusted": {&bmc.Error{Kind: bmc.ErrUnreachable, Err: &bmc.CertificateError{Err: x509.UnknownAuthorityError{}}},
+			v1alpha1.ReasonCertificateVerificationFailed},
+		"an API error": {errors.New("etcdserver: leader changed"), ""},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

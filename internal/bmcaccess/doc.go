@@ -8,15 +8,23 @@
 //	b, driver, err := access.ForNode(ctx, "worker-7") // the BMC whose spec.nodeName is worker-7
 //	driver, err := access.ForBMC(ctx, b)              // the driver of one BMC object
 //
+// A BMC may name, in spec.caBundleRef, a Secret or ConfigMap of the same namespace whose key holds the CA
+// bundle its certificate is verified against (a site's private CA); the PEM reaches the driver through
+// bmc.Options.CABundle. A bundle that is missing is ErrCABundleNotFound, one without a usable certificate
+// ErrCABundleInvalid: conditions for the BMC, never a crash.
+//
 // Drivers are cached by the BMC's UID. A cached driver is rebuilt, and the old one closed (logging out
-// of its session), when the BMC's generation changes (its spec was edited) or its Secret's
-// resourceVersion changes (the credentials were rotated). Forget drops a deleted BMC's driver.
+// of its session), when the BMC's generation changes (its spec was edited), its Secret's resourceVersion
+// changes (the credentials were rotated) or its CA bundle's object changes. Forget drops a deleted BMC's
+// driver.
 //
 // Failures are *Error values of one kind (ErrBMCNotFound, ErrSecretNotFound, ErrInvalidCredentials,
-// ErrInvalidAddress, bmc.ErrUnsupported); the drivers' own errors carry the kinds of package bmc. Reason
-// maps either to the condition reason of api/v1alpha1. No error, log line or report made here ever holds
-// a password: driver errors are scrubbed once more on their way out.
+// ErrCABundleNotFound, ErrCABundleInvalid, ErrInvalidAddress, bmc.ErrUnsupported); the drivers' own
+// errors carry the kinds of package bmc. Reason maps either to the condition reason of api/v1alpha1 (a
+// certificate that does not verify: CertificateVerificationFailed). No error, log line or report made
+// here ever holds a password: driver errors are scrubbed once more on their way out.
 //
-// ForNode and the BMC inventory controller's Secret watch look BMCs up by field indexes (IndexNodeName,
-// IndexSecretName); SetupIndexes registers them, once per Access however many controllers ask.
+// ForNode and the BMC inventory controller's Secret and ConfigMap watches look BMCs up by field indexes
+// (IndexNodeName, IndexSecretName, IndexCABundle); SetupIndexes registers them, once per Access however
+// many controllers ask.
 package bmcaccess

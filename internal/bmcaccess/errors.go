@@ -25,6 +25,11 @@ var (
 	ErrInvalidCredentials = errors.New("invalid credentials secret")
 	// ErrInvalidAddress: the BMC's address cannot be parsed.
 	ErrInvalidAddress = errors.New("invalid BMC address")
+	// ErrCABundleNotFound: the Secret or ConfigMap the BMC's spec.caBundleRef names, or its key, does not
+	// exist in the manager's namespace.
+	ErrCABundleNotFound = errors.New("CA bundle not found")
+	// ErrCABundleInvalid: the BMC's CA bundle holds no usable PEM certificate.
+	ErrCABundleInvalid = errors.New("invalid CA bundle")
 )
 
 // Error is what Access returns when a BMC cannot be turned into a driver. Its message names the BMC or
@@ -34,8 +39,8 @@ type Error struct {
 	BMC types.NamespacedName
 	// Node is the node that was looked up, for ForNode failures.
 	Node string
-	// Kind is ErrBMCNotFound, ErrSecretNotFound, ErrInvalidCredentials, ErrInvalidAddress or
-	// bmc.ErrUnsupported (no driver for the address in this binary, or the driver cannot be built).
+	// Kind is ErrBMCNotFound, ErrSecretNotFound, ErrInvalidCredentials, ErrCABundleNotFound,
+	// ErrCABundleInvalid, ErrInvalidAddress or bmc.ErrUnsupported (no driver for the address in this binary, or the driver cannot be built).
 	Kind error
 	// Err is the cause; it may be nil.
 	Err error
@@ -77,12 +82,18 @@ func Reason(err error) string {
 		return v1alpha1.ReasonInvalidCredentials
 	case errors.Is(err, ErrInvalidAddress):
 		return v1alpha1.ReasonInvalidAddress
+	case errors.Is(err, ErrCABundleNotFound):
+		return v1alpha1.ReasonCABundleNotFound
+	case errors.Is(err, ErrCABundleInvalid):
+		return v1alpha1.ReasonCABundleInvalid
 	case errors.Is(err, bmc.ErrAuthentication):
 		return v1alpha1.ReasonAuthenticationFailed
 	case errors.Is(err, bmc.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		return v1alpha1.ReasonBMCTimeout
 	case errors.Is(err, bmc.ErrUnsupported):
 		return v1alpha1.ReasonUnsupported
+	case bmc.IsCertificateError(err):
+		return v1alpha1.ReasonCertificateVerificationFailed
 	case errors.Is(err, bmc.ErrUnreachable):
 		return v1alpha1.ReasonBMCUnreachable
 	default:

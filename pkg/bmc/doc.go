@@ -13,5 +13,10 @@
 // MaxResponseBytes with a *ResponseTooLargeError. The Redfish and Ironic drivers report the first as
 // ErrUnsupported (the BMC cannot be used as addressed) and the second as ErrUnreachable (a bad answer).
 //
+// Certificates are verified against the system's authorities, or, when Options.CABundle holds PEM
+// certificates (a site's private CA), against those only; ParseCABundle refuses a bundle without a usable
+// certificate. A certificate that does not verify is an ErrUnreachable wrapping a *CertificateError, whose
+// message names the two ways out (a CA bundle, or no verification). IPMI has no certificates.
+//
 // Drivers never see Kubernetes: they report noteworthy things through a plain func(reason, message string).
 package bmc

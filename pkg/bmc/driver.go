@@ -2,7 +2,6 @@ package bmc
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -88,6 +87,10 @@ func (e *CredentialsError) Error() string {
 type Options struct {
 	// DisableCertificateVerification skips TLS verification of the BMC's certificate. Off by default.
 	DisableCertificateVerification bool
+	// CABundle, when set, holds the PEM certificates of the only authorities the BMC's certificate is
+	// verified against (a site's private CA), instead of the system's. DisableCertificateVerification
+	// overrides it. Drivers without TLS (IPMI) ignore it.
+	CABundle []byte
 	// RequestTimeout bounds one request to the BMC when ctx has no earlier deadline. Zero means 30s.
 	RequestTimeout time.Duration
 	// Report receives noteworthy things a driver notices (a session re-established, a fallback taken).
@@ -107,11 +110,6 @@ func (o Options) Timeout() time.Duration {
 		return o.RequestTimeout
 	}
 	return DefaultRequestTimeout
-}
-
-// TLSConfig returns the TLS configuration the options ask for.
-func (o Options) TLSConfig() *tls.Config {
-	return &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: o.DisableCertificateVerification} //nolint:gosec // the admin's explicit choice
 }
 
 // ReportFunc returns Report, or a no-op when it is nil.

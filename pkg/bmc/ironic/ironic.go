@@ -77,8 +77,12 @@ func newDriver(addr bmc.Address, creds bmc.Credentials, opts bmc.Options, clk cl
 
 	rt := opts.Transport
 	if rt == nil {
+		tlsConfig, err := opts.TLSConfig()
+		if err != nil {
+			return nil, &bmc.Error{Driver: bmc.DriverIronic, Operation: "New", Kind: bmc.ErrUnsupported, Err: err}
+		}
 		d.transport = http.DefaultTransport.(*http.Transport).Clone()
-		d.transport.TLSClientConfig = opts.TLSConfig()
+		d.transport.TLSClientConfig = tlsConfig
 		rt = d.transport
 	}
 	// Requests go to Ironic's origin only (gophercloud puts the basic credentials in every request, and Go
@@ -162,7 +166,7 @@ func (d *Driver) wrap(ctx context.Context, operation string, err error) error {
 	}
 	err = guarded(ctx, err)
 	kind := classify(ctx, err)
-	err = bmc.Redact(err, d.secrets...)
+	err = bmc.Redact(bmc.ExplainCertificate(err), d.secrets...)
 	if kind == nil {
 		return fmt.Errorf("ironic %s: %w", operation, err)
 	}

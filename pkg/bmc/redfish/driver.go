@@ -21,7 +21,7 @@ import (
 // DriverName names this driver in errors and metrics.
 const DriverName = "redfish"
 
-// The drivers share one HTTP transport per TLS setting, rather than one each: a transport's own state
+// The drivers share one HTTP transport per TLS setting (see transports), rather than one each: a transport's own state
 // (its connection pool, its TLS and HTTP/2 set-up) costs kilobytes, megabytes at thousands of BMCs. A
 // connection to a BMC that has been idle idleConnTimeout is closed: a BMC is read every few seconds while
 // its host is power-cycled, and every few minutes otherwise; the first keeps its connection, the second
@@ -38,18 +38,34 @@ const (
 	maxIdleConns = 1024
 )
 
-var (
-	verifyingTransport = sync.OnceValue(func() *http.Transport { return newTransport(false) })
-	insecureTransport  = sync.OnceValue(func() *http.Transport { return newTransport(true) })
-)
+// transports holds the shared transports by bmc.Options.TLSKey: one that verifies against the system's
+// authorities, one that does not verify, and one per CA bundle in use. A bundle replaced by a new one
+// leaves its transport behind: its connections close once idle (idleConnTimeout), and what remains is a
+// few kilobytes per bundle a site ever used while the manager ran.
+var transports = struct {
+	sync.Mutex
+	byKey map[string]*http.Transport
+}{byKey: map[string]*http.Transport{}}
 
-func newTransport(insecure bool) *http.Transport {
+// sharedTransport returns the transport of opts' TLS configuration, made on first use.
+func sharedTransport(opts bmc.Options) (*http.Transport, error) {
+	key := opts.TLSKey()
+	transports.Lock()
+	defer transports.Unlock()
+	if t, ok := transports.byKey[key]; ok {
+		return t, nil
+	}
+	cfg, err := opts.TLSConfig()
+	if err != nil {
+		return nil, err
+	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.TLSClientConfig = bmc.Options{DisableCertificateVerification: insecure}.TLSConfig()
+	t.TLSClientConfig = cfg
 	t.IdleConnTimeout = idleConnTimeout
 	t.MaxIdleConns = maxIdleConns
 	t.MaxIdleConnsPerHost = maxIdleConns
-	return t
+	transports.byKey[key] = t
+	return t, nil
 }
 
 // driver is a bmc.Driver for one ComputerSystem behind one Redfish service.
@@ -93,10 +109,11 @@ func New(endpoint *url.URL, systemPath string, creds bmc.Credentials, opts bmc.O
 	}
 	transport, owned := opts.Transport, opts.Transport != nil
 	if !owned {
-		transport = verifyingTransport()
-		if opts.DisableCertificateVerification {
-			transport = insecureTransport()
+		t, err := sharedTransport(opts)
+		if err != nil {
+			return nil, err
 		}
+		transport = t
 	}
 	if systemPath = strings.TrimRight(systemPath, "/"); systemPath != "" && !strings.HasPrefix(systemPath, "/") {
 		systemPath = "/" + systemPath

@@ -2,11 +2,8 @@ package redfish
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -25,7 +22,7 @@ func (d *driver) fail(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &bmc.Error{Driver: DriverName, Operation: op, Kind: kindOf(ctx, err), Err: scrub(explain(err), d.creds.Password, d.token)}
+	return &bmc.Error{Driver: DriverName, Operation: op, Kind: kindOf(ctx, err), Err: scrub(bmc.ExplainCertificate(err), d.creds.Password, d.token)}
 }
 
 // kindOf classifies an error: what the BMC said (its status, a redirect elsewhere, an answer too large)
@@ -69,18 +66,6 @@ func statusKind(code int) error {
 	default:
 		return bmc.ErrUnreachable
 	}
-}
-
-// explain says in plain words when the BMC's certificate was not trusted.
-func explain(err error) error {
-	var verify *tls.CertificateVerificationError
-	var authority x509.UnknownAuthorityError
-	var hostname x509.HostnameError
-	var invalid x509.CertificateInvalidError
-	if errors.As(err, &verify) || errors.As(err, &authority) || errors.As(err, &hostname) || errors.As(err, &invalid) {
-		return fmt.Errorf("certificate verification failed (trust the BMC's certificate, or disable certificate verification for this BMC): %w", err)
-	}
-	return err
 }
 
 // scrubbed is an error whose message has the password cut out. errors.Is and errors.As still reach the
