@@ -57,6 +57,9 @@ type safetyInput struct {
 	BusyControlPlane []string
 	// Peers are the other MachineHealthChecks of the namespace, for the overlapping rule.
 	Peers []mhcPeer
+	// Elsewhere are the Nodes other checks of either kind are remediating, valued by who ("NodeHealthCheck
+	// <name>"): the overlapping rule across kinds, for when their lease is not in the cache yet.
+	Elsewhere map[string]string
 }
 
 // mhcPeer is another MachineHealthCheck as the overlapping rule sees it.
@@ -64,7 +67,7 @@ type mhcPeer struct {
 	Check *v1alpha1.MachineHealthCheck
 	Spec  checkSpec
 	Sel   labels.Selector
-	// Remediating are the Machines it is remediating: a remediation request not ended yet.
+	// Remediating are the Machines it is remediating: its status records requests for them.
 	Remediating map[string]bool
 }
 
@@ -74,7 +77,9 @@ func (r *Reconciler) observeSafety(ctx context.Context, in *planInput) error {
 	mhc := in.Check
 	in.Safety.Holder = leases.HolderIdentity(holderKind, mhc.Name)
 	in.Safety.LeaseDuration = r.opts.LeaseDuration
-	if !r.remoteNodes(mhc) {
+	in.Safety.Elsewhere = map[string]string{}
+	remote := r.remoteNodes(mhc)
+	if !remote {
 		ls, err := r.listLeases(ctx)
 		if err != nil {
 			return err
@@ -92,12 +97,16 @@ func (r *Reconciler) observeSafety(ctx context.Context, in *planInput) error {
 			busy[node] = true
 		}
 	}
+	// A workload cluster's Nodes share no names with the Nodes NodeHealthChecks see.
 	var nhcs v1alpha1.NodeHealthCheckList
-	if err := r.reader.List(ctx, &nhcs, client.UnsafeDisableDeepCopy); err != nil && !meta.IsNoMatchError(err) {
-		return fmt.Errorf("listing NodeHealthChecks: %w", err)
+	if !remote {
+		if err := r.reader.List(ctx, &nhcs, client.UnsafeDisableDeepCopy); err != nil && !meta.IsNoMatchError(err) {
+			return fmt.Errorf("listing NodeHealthChecks: %w", err)
+		}
 	}
 	for i := range nhcs.Items {
 		for node := range nhcs.Items[i].Status.InFlightRemediations {
+			in.Safety.Elsewhere[node] = "NodeHealthCheck " + nhcs.Items[i].Name
 			if busy[node] {
 				continue
 			}
@@ -118,11 +127,23 @@ func (r *Reconciler) observeSafety(ctx context.Context, in *planInput) error {
 			continue
 		}
 		remediating := map[string]bool{}
+		// Only checks of the same Nodes compare Node names: the local ones, or those of one workload cluster.
+		sameNodes := r.remoteNodes(other) == remote &&
+			(!remote || (other.Namespace == mhc.Namespace && other.Spec.ClusterName == mhc.Spec.ClusterName))
 		for _, um := range other.Status.UnhealthyMachines {
-			if n := len(um.Remediations); n > 0 && um.Remediations[n-1].TimedOut == nil {
+			// Requests stay until the Machine is healthy, ended steps' too: as the NodeHealthCheck's in-flight
+			// Nodes, a Machine with any is being remediated.
+			if len(um.Remediations) > 0 {
 				remediating[um.Name] = true
-				if err := r.busyMachine(ctx, other.Namespace, um.Name, busy); err != nil {
+				if !sameNodes {
+					continue
+				}
+				node, err := r.busyMachine(ctx, other.Namespace, um.Name, busy)
+				if err != nil {
 					return err
+				}
+				if node != "" {
+					in.Safety.Elsewhere[node] = "MachineHealthCheck " + other.Namespace + "/" + other.Name
 				}
 			}
 		}
@@ -184,27 +205,28 @@ func (r *Reconciler) controlPlaneNode(ctx context.Context, name string) (bool, e
 }
 
 // busyMachine adds the Node (or, without one, the Machine) of another check's control-plane Machine under
-// remediation to busy.
-func (r *Reconciler) busyMachine(ctx context.Context, ns, name string, busy map[string]bool) error {
+// remediation to busy, and returns the Machine's Node ("" when it has none or is gone).
+func (r *Reconciler) busyMachine(ctx context.Context, ns, name string, busy map[string]bool) (string, error) {
 	m := &clusterv1.Machine{}
 	if err := r.reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, m); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil
+			return "", nil
 		}
-		return fmt.Errorf("reading Machine %s/%s: %w", ns, name, err)
+		return "", fmt.Errorf("reading Machine %s/%s: %w", ns, name, err)
 	}
+	n := m.Status.NodeRef.Name
 	if _, cp := m.Labels[clusterv1.MachineControlPlaneLabel]; cp {
 		busy[cpKey(m)] = true
-		return nil
+		return n, nil
 	}
-	if n := m.Status.NodeRef.Name; n != "" {
+	if n != "" {
 		if cp, err := r.controlPlaneNode(ctx, n); err != nil {
-			return err
+			return "", err
 		} else if cp {
 			busy[n] = true
 		}
 	}
-	return nil
+	return n, nil
 }
 
 // cpKey names a control-plane target for the one-at-a-time rule: its Node, which both checkers know it
@@ -260,20 +282,30 @@ func remediating(o observedTarget) bool {
 }
 
 // gate decides whether a new remediation (a first request, the next escalation step, or the owner's
-// replacement) may start for an unhealthy Machine, in the NodeHealthCheck's order: the overlapping rule,
-// control-plane Machines one at a time, the node lease. It returns the skip reason and message, and when to
-// look again (a held lease's end).
-func (s *safety) gate(o observedTarget, now time.Time) (blocker, string, time.Time) {
-	if !remediating(o) {
+// replacement) may start for an unhealthy Machine, in the NodeHealthCheck's order: the overlapping rule
+// (unless the check has started remediating the Machine: started), control-plane Machines one at a time,
+// the node lease. It returns the skip reason and message, and when to look again (a held lease's end).
+func (s *safety) gate(o observedTarget, started bool, now time.Time) (blocker, string, time.Time) {
+	node := o.Machine.Status.NodeRef.Name
+	if !started {
 		if owner := s.owner(o, now); owner != "" {
 			return blockedOwnedByOtherCheck, gates.OwnedMessage("MachineHealthCheck", owner, "Machine"), time.Time{}
+		}
+		if who := s.in.Safety.Elsewhere[node]; node != "" && who != "" {
+			if l := s.in.Safety.Leases[node]; true {
+				if retry, held := l.HeldByOther(s.in.Safety.Holder, now); held {
+					return blockedLeaseHeld, l.HeldMessage(), retry
+				}
+			}
+			return blockedOwnedByOtherCheck, fmt.Sprintf("%s is remediating node %s (the check already remediating a node keeps it)",
+				who, node), time.Time{}
 		}
 	}
 	cp := isControlPlaneTarget(o)
 	if other := gates.ControlPlaneBusy(s.busy, cpKey(o.Machine)); cp && other != "" {
 		return blockedControlPlaneBusy, gates.ControlPlaneBusyMessage("node", other), time.Time{}
 	}
-	if node := o.Machine.Status.NodeRef.Name; node != "" {
+	if node != "" {
 		if l := s.in.Safety.Leases[node]; true {
 			if retry, held := l.HeldByOther(s.in.Safety.Holder, now); held {
 				return blockedLeaseHeld, l.HeldMessage(), retry
@@ -383,7 +415,7 @@ func planStorm(p *plan, mhc *v1alpha1.MachineHealthCheck, d budget.Decision, now
 // applyGate applies the safety gates to a Machine about to be handed to its owner (condition-based
 // remediation) and returns when to look again.
 func applyGate(s *safety, t *targetPlan, entry *v1alpha1.UnhealthyMachine, o observedTarget, now time.Time) time.Time {
-	b, msg, retry := s.gate(o, now)
+	b, msg, retry := s.gate(o, remediating(o), now)
 	if b != notBlocked {
 		t.Blocked, t.SkipMessage = b, msg
 		entry.SkipReason, entry.SkipMessage = string(b), msg
@@ -395,7 +427,7 @@ func applyGate(s *safety, t *targetPlan, entry *v1alpha1.UnhealthyMachine, o obs
 // created and its record (records: how many there were before escalate) is dropped; an admitted one takes
 // the node lease first. It returns when to look again.
 func gateCreate(s *safety, t *targetPlan, entry *v1alpha1.UnhealthyMachine, o observedTarget, records int, now time.Time) time.Time {
-	b, msg, retry := s.gate(o, now)
+	b, msg, retry := s.gate(o, records > 0 || remediating(o), now)
 	if b != notBlocked {
 		t.Blocked, t.SkipMessage, t.Create = b, msg, nil
 		entry.Remediations = entry.Remediations[:min(records, len(entry.Remediations))]

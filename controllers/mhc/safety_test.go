@@ -191,7 +191,7 @@ var _ = Describe("Safety rules shared with the NodeHealthCheck", func() {
 	})
 
 	DescribeTable("remediates three failing control-plane Machines one at a time",
-		func(ctx SpecContext, nhcHoldsFirst bool) {
+		func(ctx SpecContext, nhcHoldsFirst, nhcStatusOnly bool) {
 			w := newWorld(ctx)
 			w.createTemplate(ctx, "reboot", "reboot")
 			w.createCheck(ctx, "cp", withTemplate("reboot"), func(mhc *v1alpha1.MachineHealthCheck) {
@@ -204,6 +204,28 @@ var _ = Describe("Safety rules shared with the NodeHealthCheck", func() {
 				Expect(k8s.Update(ctx, n)).To(Succeed())
 				nodes = append(nodes, n)
 				w.createMachine(ctx, name, withNodeRef(n.Name), asControlPlane)
+			}
+			if nhcStatusOnly {
+				By("a NodeHealthCheck's status shows it remediating cp-0's Node (its lease not seen yet)")
+				nhc := &v1alpha1.NodeHealthCheck{ObjectMeta: metav1.ObjectMeta{Name: w.ns + "-cp"},
+					Spec: v1alpha1.NodeHealthCheckSpec{RemediationTemplate: &v1alpha1.TemplateReference{
+						APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "PowerCycleRemediationTemplate", Name: "reboot", Namespace: w.ns}}}
+				Expect(k8s.Create(ctx, nhc)).To(Succeed())
+				DeferCleanup(func(ctx context.Context) { Expect(k8s.Delete(ctx, nhc)).To(Succeed()) })
+				nhc.Status.InFlightRemediations = map[string]metav1.Time{nodes[0].Name: metav1.NewTime(w.clock.Now())}
+				Expect(k8s.Status().Update(ctx, nhc)).To(Succeed())
+				w.reconcile(ctx, "cp")
+				Expect(w.powerCycleRemediations(ctx)).To(BeEmpty(), "another check's control-plane remediation counts")
+				st := w.check(ctx, "cp")
+				Expect(entryOf(st, "cp-0").SkipReason).To(Equal(string(blockedOwnedByOtherCheck)), "the check already remediating a Node keeps it")
+				Expect(entryOf(st, "cp-0").SkipMessage).To(ContainSubstring("NodeHealthCheck " + nhc.Name))
+				Expect(entryOf(st, "cp-1").SkipReason).To(Equal(string(blockedControlPlaneBusy)))
+				Expect(entryOf(st, "cp-2").SkipReason).To(Equal(string(blockedControlPlaneBusy)))
+				By("the NodeHealthCheck is done with it")
+				w.setReady(ctx, k8s, nodes[0], corev1.ConditionTrue, 0)
+				nhc.Status.InFlightRemediations = nil
+				Expect(k8s.Status().Update(ctx, nhc)).To(Succeed())
+				nodes = nodes[1:]
 			}
 			if nhcHoldsFirst {
 				By("a NodeHealthCheck remediates cp-0's Node: it holds its lease")
@@ -237,8 +259,9 @@ var _ = Describe("Safety rules shared with the NodeHealthCheck", func() {
 			}
 			Expect(w.rec.all()).To(ContainElement(And(HaveField("Reason", EventRemediationSkipped), HaveField("Note", ContainSubstring("one control-plane node at a time")))))
 		},
-		Entry("within one MachineHealthCheck", false),
-		Entry("with one Node held by a NodeHealthCheck", true),
+		Entry("within one MachineHealthCheck", false, false),
+		Entry("with one Node under a NodeHealthCheck's lease", true, false),
+		Entry("with one Node in a NodeHealthCheck's inFlightRemediations", false, true),
 	)
 
 	It("reports the overlap on the newer of two checks selecting the same Machine", func(ctx SpecContext) {
