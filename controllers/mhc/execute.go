@@ -288,7 +288,7 @@ func (r *Reconciler) skipped(ctx context.Context, lm *leases.Manager, mhc *v1alp
 	}
 	r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventRemediationSkipped, actionRemediate,
 		"Machine is unhealthy (%s) but is not remediated: %s", t.Verdict.Reason, msg)
-	if lm != nil && t.Lease != nil {
+	if lm != nil && t.Lease != nil && t.Lease.Fresh {
 		if err := lm.InvalidateLease(ctx, t.Lease.Node.Name); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Releasing a node lease taken for a skipped Machine", "node", t.Lease.Node.Name)
 		}

@@ -386,6 +386,9 @@ func (s *safety) releaseLeases(p *plan) []string {
 type leaseAction struct {
 	Node *corev1.Node
 	From []string
+	// Fresh: no request of ours for the Machine exists, so the lease is taken for the one being created
+	// alone, and let go should that creation be skipped.
+	Fresh bool
 }
 
 // planStorm decides StormActive (internal/gates, the NodeHealthCheck's rule): while the budget is
@@ -439,7 +442,7 @@ func gateCreate(s *safety, t *targetPlan, entry *v1alpha1.UnhealthyMachine, o ob
 		for _, r := range o.Requests {
 			from = append(from, leases.HolderIdentity(r.GetKind(), r.GetName()))
 		}
-		t.Lease = &leaseAction{Node: o.Node, From: from}
+		t.Lease = &leaseAction{Node: o.Node, From: from, Fresh: len(o.Requests) == 0}
 	}
 	return time.Time{}
 }
