@@ -24,7 +24,7 @@ const (
 
 	// ConditionRemediationAllowed (health checks) is False while the unhealthy budget short-circuits.
 	ConditionRemediationAllowed = "RemediationAllowed"
-	// ConditionStormActive (NodeHealthCheck) is True while a remediation storm holds remediation back,
+	// ConditionStormActive (NodeHealthCheck, MachineHealthCheck) is True while a remediation storm holds remediation back,
 	// including the cooldown after it.
 	ConditionStormActive = "StormActive"
 	// ConditionDisabled (NodeHealthCheck, MachineHealthCheck) is True when the check cannot work, e.g. its

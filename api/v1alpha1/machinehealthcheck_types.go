@@ -70,6 +70,25 @@ type MachineHealthCheckSpec struct {
 	// +kubebuilder:validation:MaxItems=10
 	// +kubebuilder:validation:XValidation:rule="self.all(x, self.exists_one(y, y.order == x.order))",message="escalatingRemediations must have distinct order values"
 	EscalatingRemediations []EscalatingRemediation `json:"escalatingRemediations,omitempty"`
+
+	// healthyDelay is how long a Machine's Node must stay healthy before its remediation request is
+	// deleted, so a flapping Node keeps its request (the NodeHealthCheck's healthyDelay). Defaults to 0s.
+	// +optional
+	// +kubebuilder:default="0s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 300s, 5m or 1h30m (a number and a unit: ns, us, ms, s, m, h; never negative)"
+	HealthyDelay *metav1.Duration `json:"healthyDelay,omitempty"`
+
+	// stormCooldownDuration keeps remediation paused this long after a remediation storm ends (the
+	// unhealthy budget was exceeded and is satisfied again): condition StormActive, reason StormCooldown
+	// (the NodeHealthCheck's stormCooldownDuration). Defaults to 0s.
+	// +optional
+	// +kubebuilder:default="0s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 300s, 5m or 1h30m (a number and a unit: ns, us, ms, s, m, h; never negative)"
+	StormCooldownDuration *metav1.Duration `json:"stormCooldownDuration,omitempty"`
 }
 
 // MachineUnhealthyCondition is a Node condition that makes a Machine unhealthy once it has held for timeout.
@@ -151,7 +170,8 @@ type MachineHealthCheckStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: RemediationAllowed (False while the budget short-circuits remediation) and Paused.
+	// conditions: RemediationAllowed (False while the budget short-circuits remediation), StormActive
+	// (True while the budget is exceeded and for stormCooldownDuration after) and Paused.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -189,6 +209,24 @@ type UnhealthyMachine struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=400
 	WaitingFor string `json:"waitingFor,omitempty"`
+
+	// conditionsHealthyTimestamp is when the Machine was first seen healthy again while it still had a
+	// remediation request; the request is deleted healthyDelay after it.
+	// +optional
+	ConditionsHealthyTimestamp *metav1.Time `json:"conditionsHealthyTimestamp,omitempty"`
+
+	// skipReason says why this check does not remediate the Machine now, when the cause is the Machine's
+	// own: OwnedByOtherCheck, ControlPlaneBusy, LeaseHeldByOther or RemediationExists (the
+	// NodeHealthCheck's skip reasons). Empty while it is remediated, and when a check-wide cause (pause,
+	// storm) holds every Machine back: the conditions say so then.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	SkipReason string `json:"skipReason,omitempty"`
+
+	// skipMessage explains skipReason for humans, e.g. which check or lease holder has the Machine.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	SkipMessage string `json:"skipMessage,omitempty"`
 }
 
 // MachineRemediationRequest is one remediation request a MachineHealthCheck created for a Machine. The
@@ -233,6 +271,7 @@ type MachineRemediationRequest struct {
 // +kubebuilder:printcolumn:name="Healthy",type=integer,JSONPath=`.status.currentHealthy`
 // +kubebuilder:printcolumn:name="Allowed",type=integer,JSONPath=`.status.remediationsAllowed`,description="Remediations allowed now"
 // +kubebuilder:printcolumn:name="Remediating",type=string,JSONPath=`.status.conditions[?(@.type=="RemediationAllowed")].status`,priority=1
+// +kubebuilder:printcolumn:name="Storm",type=string,JSONPath=`.status.conditions[?(@.type=="StormActive")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type MachineHealthCheck struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -23,6 +23,7 @@ import (
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/kindwatch"
+	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // Defaults for Options.
@@ -62,6 +63,12 @@ type Options struct {
 	// RemediationKindNotWatchable) and is tried again with a backoff (internal/kindwatch); no other check
 	// ever waits for it. Default kindwatch.DefaultSyncTimeout.
 	KindSyncTimeout time.Duration
+	// LeaseNamespace is where node leases live (medik8s-compatible, pkg/leases). Default
+	// leases.DefaultNamespace. The manager's cache should hold Leases of this namespace only.
+	LeaseNamespace string
+	// LeaseDuration is how long the check takes a node lease for; it renews it at half-time while its
+	// remediation request lives. Default 10m (the manager's --lease-duration default).
+	LeaseDuration time.Duration
 }
 
 // Reconciler reconciles MachineHealthChecks.
@@ -92,6 +99,12 @@ func New(opts Options) (*Reconciler, error) {
 	}
 	if opts.KindSyncTimeout < 0 {
 		return nil, errors.New("mhc: Options.KindSyncTimeout must not be negative")
+	}
+	if opts.LeaseNamespace == "" {
+		opts.LeaseNamespace = leases.DefaultNamespace
+	}
+	if opts.LeaseDuration <= 0 {
+		opts.LeaseDuration = defaultLeaseDuration
 	}
 	if opts.MaxConcurrentReconciles <= 0 {
 		opts.MaxConcurrentReconciles = 1
@@ -178,6 +191,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return r.disable(ctx, mhc, unwatchable)
 	case err != nil:
 		return ctrl.Result{}, r.observeFailed(mhc, err)
+	}
+	if err := r.observeSafety(ctx, &in); err != nil {
+		return ctrl.Result{}, err
 	}
 	p, err := planChecks(in)
 	if err != nil {

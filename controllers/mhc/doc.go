@@ -25,6 +25,15 @@
 // request name of its own, "<machine>-<template>-<hash>" (template.RequestName); no request is deleted
 // to make room. Requests are mapped to their Machine by its owner reference.
 //
+// The safety rules are the NodeHealthCheck's, decided by the same code (internal/gates, see safety.go):
+// node leases (holder "MachineHealthCheck-<name>": taken before a request, renewed while it lives,
+// released after; a lease held by anyone else hands the Node off), StormActive with stormCooldownDuration,
+// healthyDelay, control-plane Machines one at a time across all checks of both kinds, and the
+// overlapping rule (the check already remediating keeps a Machine, else the oldest claiming check owns
+// it). observeSafety reads what they need from the cache after observe; planChecks applies them through
+// small hooks (planStorm, gateCreate, applyGate, holdHealthy, keepLease, releaseLeases), and skips are
+// reported in status.unhealthyMachines[].skipReason and a RemediationSkipped event.
+//
 // status.unhealthyMachines is the check's memory across restarts: which remediation steps were started
 // for which Machine and when they were given up on.
 package mhc

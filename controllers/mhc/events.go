@@ -39,6 +39,19 @@ const (
 	// may not list it); no remediation starts until it can. EventEnabled (Normal): it can again.
 	EventDisabled = "Disabled"
 	EventEnabled  = "Enabled"
+	// EventRemediationSkipped (Warning): an unhealthy Machine is not remediated because of a safety gate
+	// shared with the NodeHealthCheck: another check owns it (OwnedByOtherCheck), another control-plane
+	// Machine is being remediated (ControlPlaneBusy), its Node's lease is held by someone else
+	// (LeaseHeldByOther), or a request of its name exists that this check did not create
+	// (RemediationExists). Once per reason and message; status.unhealthyMachines[].skipReason says so too.
+	EventRemediationSkipped = "RemediationSkipped"
+	// EventStormCooldown (Normal): the budget is satisfied again but remediation waits out
+	// stormCooldownDuration. EventStormEnded (Normal): the storm is over, remediation resumes.
+	EventStormCooldown = "StormCooldown"
+	EventStormEnded    = "StormEnded"
+	// EventLeaseNotRenewed (Warning): a Machine's remediation runs but its Node's lease is now held by
+	// someone else.
+	EventLeaseNotRenewed = "LeaseNotRenewed"
 )
 
 // Event actions (the events.k8s.io "action" field).

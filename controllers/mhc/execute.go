@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -21,22 +22,32 @@ import (
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/template"
+	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // execute carries out the plan, Machine by Machine. A failure for one Machine is collected and the
 // others proceed. A request that could not be created is dropped from p.Status.
 func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, p *plan) []error {
 	var errs []error
+	lm, err := leases.NewManager(r.client, leases.HolderIdentity(holderKind, mhc.Name), r.clock,
+		leases.WithNamespace(r.opts.LeaseNamespace), leases.WithLiveReader(r.apiReader))
+	if err != nil {
+		return []error{fmt.Errorf("lease manager: %w", err)}
+	}
 	templates := map[v1alpha1.TemplateReference]templateResult{}
 	for i := range p.Targets {
 		t := &p.Targets[i]
 		if t.NewlyUnhealthy && t.Blocked != notBlocked {
 			countSkipped(t.Blocked)
 		}
-		if err := r.executeTarget(ctx, mhc, t, p, templates); err != nil {
+		if err := r.takeLease(ctx, lm, mhc, t, p); err != nil {
+			errs = append(errs, err)
+		}
+		if err := r.executeTarget(ctx, lm, mhc, t, p, templates); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	errs = append(errs, r.releaseLeases(ctx, lm, p.Release)...)
 	for _, req := range p.Orphans {
 		if err := r.client.Delete(ctx, req, client.Preconditions{UID: ptr.To(req.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("deleting %s %s/%s of a Machine that is gone: %w", req.GetKind(), req.GetNamespace(), req.GetName(), err))
@@ -58,7 +69,7 @@ type templateResult struct {
 	err error
 }
 
-func (r *Reconciler) executeTarget(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan, templates map[v1alpha1.TemplateReference]templateResult) error {
+func (r *Reconciler) executeTarget(ctx context.Context, lm *leases.Manager, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan, templates map[v1alpha1.TemplateReference]templateResult) error {
 	log := ctrl.LoggerFrom(ctx).WithValues("machine", klog.KObj(t.Machine))
 	var errs []error
 	if t.Conditions != nil {
@@ -97,6 +108,9 @@ func (r *Reconciler) executeTarget(ctx context.Context, mhc *v1alpha1.MachineHea
 	if t.Create != nil {
 		created, err := r.createRequest(ctx, mhc, t, templates)
 		switch {
+		case errors.Is(err, errRemediationExists):
+			dropRecord(&p.Status, t.Machine.Name, t.Create.Step)
+			r.skipped(ctx, lm, mhc, t, p, blockedRemediationExists, err.Error())
 		case err != nil:
 			errs = append(errs, err)
 			dropRecord(&p.Status, t.Machine.Name, t.Create.Step)
@@ -170,7 +184,7 @@ func (r *Reconciler) createRequest(ctx context.Context, mhc *v1alpha1.MachineHea
 	}
 	if err := r.client.Create(ctx, emr); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return false, nil
+			return false, r.existingRequest(ctx, mhc, emr)
 		}
 		return false, fmt.Errorf("creating %s %s/%s: %w", emr.GetKind(), emr.GetNamespace(), emr.GetName(), err)
 	}
@@ -204,4 +218,92 @@ func (r *Reconciler) patchStatus(ctx context.Context, mhc *v1alpha1.MachineHealt
 		return fmt.Errorf("updating the status of MachineHealthCheck %s: %w", client.ObjectKeyFromObject(mhc), err)
 	}
 	return nil
+}
+
+// errRemediationExists: a request of the name the check would create exists and another creator's.
+var errRemediationExists = errors.New("remediation request exists")
+
+// existingRequest tells a request of ours the cache had not shown yet (nil: nothing to do) from one another
+// creator made (another MachineHealthCheck, Cluster API's, anyone's): that is an overlap the check reports
+// (RemediationExists), never a success.
+func (r *Reconciler) existingRequest(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, emr *unstructured.Unstructured) error {
+	existing := &unstructured.Unstructured{}
+	existing.SetGroupVersionKind(emr.GroupVersionKind())
+	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(emr), existing); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("%s %s/%s existed a moment ago and is gone: retrying", emr.GetKind(), emr.GetNamespace(), emr.GetName())
+		}
+		return fmt.Errorf("reading the existing %s %s/%s: %w", emr.GetKind(), emr.GetNamespace(), emr.GetName(), err)
+	}
+	if ownedBy(existing, mhc.UID) {
+		return nil
+	}
+	who := "not this check"
+	for _, ref := range existing.GetOwnerReferences() {
+		if ref.Kind == holderKind || ref.Kind == "MachineHealthCheck" || strings.HasSuffix(ref.Kind, "HealthCheck") {
+			who = ref.Kind + " " + ref.Name
+		}
+	}
+	return fmt.Errorf("%w: %s %s/%s exists, created by %s", errRemediationExists, emr.GetKind(), emr.GetNamespace(), emr.GetName(), who)
+}
+
+// takeLease takes, renews or takes over the Machine's node lease for the check (plan: safety.go). Before
+// a creation the lease comes first (medik8s' contract: nothing acts on a Node before its lease is held): a
+// lease someone else took meanwhile turns the creation into a skip.
+func (r *Reconciler) takeLease(ctx context.Context, lm *leases.Manager, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan) error {
+	if t.Lease == nil {
+		return nil
+	}
+	err := lm.RequestLeaseFrom(ctx, t.Lease.Node, r.opts.LeaseDuration, t.Lease.From...)
+	var held *leases.AlreadyHeldError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &held) && t.Create != nil:
+		dropRecord(&p.Status, t.Machine.Name, t.Create.Step)
+		t.Create = nil
+		r.skipped(ctx, nil, mhc, t, p, blockedLeaseHeld, fmt.Sprintf("The node's lease is held by %q", held.Holder))
+		return nil
+	case errors.As(err, &held):
+		r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventLeaseNotRenewed, actionRemediate,
+			"The Machine is being remediated but the lease of node %s is now held by %q", t.Lease.Node.Name, held.Holder)
+		return nil
+	}
+	if t.Create != nil {
+		dropRecord(&p.Status, t.Machine.Name, t.Create.Step)
+		t.Create = nil // the lease first, always
+	}
+	return fmt.Errorf("taking the lease of node %s: %w", t.Lease.Node.Name, err)
+}
+
+// skipped records a skip execute found (a lease or a request someone else created a moment ago): in the
+// Machine's status entry and a Warning; a lease just taken for it (lm not nil) is let go.
+func (r *Reconciler) skipped(ctx context.Context, lm *leases.Manager, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan, b blocker, msg string) {
+	t.Blocked, t.SkipMessage = b, msg
+	countSkipped(b)
+	for i := range p.Status.UnhealthyMachines {
+		if um := &p.Status.UnhealthyMachines[i]; um.Name == t.Machine.Name {
+			um.SkipReason, um.SkipMessage = string(b), msg
+		}
+	}
+	r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventRemediationSkipped, actionRemediate,
+		"Machine is unhealthy (%s) but is not remediated: %s", t.Verdict.Reason, msg)
+	if lm != nil && t.Lease != nil && t.Lease.Fresh {
+		if err := lm.InvalidateLease(ctx, t.Lease.Node.Name); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Releasing a node lease taken for a skipped Machine", "node", t.Lease.Node.Name)
+		}
+	}
+}
+
+// releaseLeases releases the node leases the check no longer needs.
+func (r *Reconciler) releaseLeases(ctx context.Context, lm *leases.Manager, nodes []string) []error {
+	var errs []error
+	for _, n := range nodes {
+		if err := lm.InvalidateLease(ctx, n); err != nil {
+			errs = append(errs, fmt.Errorf("releasing the lease of node %s: %w", n, err))
+			continue
+		}
+		ctrl.LoggerFrom(ctx).V(4).Info("Released node lease", "node", n)
+	}
+	return errs
 }

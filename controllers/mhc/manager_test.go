@@ -2,6 +2,7 @@ package mhc
 
 import (
 	"context"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -13,10 +14,12 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // The controller as the manager runs it: every reaction below comes from a watch (Machines, local Nodes,
@@ -30,7 +33,9 @@ var _ = Describe("Running in a manager", func() {
 			Metrics:                metricsserver.Options{BindAddress: "0"},
 			HealthProbeBindAddress: "0",
 			Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-			Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{w.ns: {}}},
+			Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{w.ns: {}},
+				// As main: Leases only in the lease namespace.
+				ByObject: map[client.Object]cache.ByObject{&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{leases.DefaultNamespace: {}}}}},
 		})
 		Expect(err).NotTo(HaveOccurred())
 		r, err := New(Options{Clock: w.clock, Recorder: w.rec})

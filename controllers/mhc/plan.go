@@ -132,6 +132,8 @@ type planInput struct {
 	// Orphans are requests the check owns whose Machine no longer exists.
 	Orphans []*unstructured.Unstructured
 	Now     time.Time
+	// Safety is what the safety gates shared with the NodeHealthCheck decide from (safety.go).
+	Safety safetyInput
 }
 
 // createRequest asks for a remediation request from a step's template.
@@ -148,6 +150,10 @@ type targetPlan struct {
 	Machine *clusterv1.Machine
 	Verdict verdict
 	Blocked blocker
+	// SkipMessage explains a Blocked set by a safety gate (safety.go), for status and the event.
+	SkipMessage string
+	// Lease takes, renews or takes over the Machine's node lease for the check (before Create).
+	Lease *leaseAction
 	// NewlyUnhealthy: the Machine was not in status.unhealthyMachines before.
 	NewlyUnhealthy bool
 	// Conditions is the Machine's new status.conditions when they change; nil when they do not.
@@ -190,6 +196,8 @@ type plan struct {
 	// NextCheck is the earliest instant at which a decision can change by the passage of time alone.
 	NextCheck time.Time
 	Events    []checkEvent
+	// Release are the Nodes whose lease the check holds and no longer needs.
+	Release []string
 }
 
 // planChecks is the MachineHealthCheck's decision, a pure function of what was observed and now: which
@@ -231,6 +239,9 @@ func planChecks(in planInput) (plan, error) {
 		p.Orphans = in.Orphans
 	}
 
+	storm := planStorm(&p, mhc, decision, now)
+	gate := newSafety(in)
+
 	status := v1alpha1.MachineHealthCheckStatus{
 		ExpectedMachines:    ptr.To(int32(len(p.Targets))),
 		CurrentHealthy:      ptr.To(int32(healthy)),
@@ -245,11 +256,25 @@ func planChecks(in planInput) (plan, error) {
 		prevEntry := prev[t.Machine.Name]
 		records := mergeRecords(prevEntry, o.Requests)
 		t.Blocked = blockerFor(o, in.Paused, decision.Allowed)
+		if t.Blocked == notBlocked && storm.Active() {
+			t.Blocked = blockedStormCooldown
+		}
 		switch t.Verdict.State {
 		case stateUnhealthy:
 			t.NewlyUnhealthy = prevEntry == nil
 			entry := v1alpha1.UnhealthyMachine{Name: t.Machine.Name, Reason: t.Verdict.Reason, Remediations: records}
+			if len(in.Steps) == 0 && t.Blocked == notBlocked && !remediating(o) {
+				// Condition-based: the gates apply before the owner is asked to replace the Machine.
+				p.NextCheck = earliest(p.NextCheck, applyGate(gate, t, &entry, o, now))
+			}
 			planUnhealthy(t, in.Steps, &entry, o.Requests, now)
+			if len(in.Steps) > 0 && t.Create != nil {
+				p.NextCheck = earliest(p.NextCheck, gateCreate(gate, t, &entry, o, len(records), now))
+			}
+			if t.Create == nil {
+				p.NextCheck = earliest(p.NextCheck, gate.keepLease(t, o, now))
+			}
+			p.Events = append(p.Events, skipEvents(mhc, t, &entry, prevEntry)...)
 			p.NextCheck = earliest(p.NextCheck, nextEscalation(in.Steps, entry.Remediations, t.Blocked))
 			p.NextCheck = earliest(p.NextCheck, t.HandOverCheck)
 			p.Events = append(p.Events, handOverEvents(mhc, t, &entry, prevEntry)...)
@@ -261,11 +286,17 @@ func planChecks(in planInput) (plan, error) {
 			}
 		case stateHealthy:
 			planHealthy(t, o.Requests, now)
+			if entry, until := holdHealthy(t, prevEntry, records, mhc.Spec.HealthyDelay, now); entry != nil {
+				status.UnhealthyMachines = append(status.UnhealthyMachines, *entry)
+				p.NextCheck = earliest(p.NextCheck, until)
+				p.NextCheck = earliest(p.NextCheck, gate.keepLease(t, o, now))
+			}
 		case statePending:
 			// Not judged yet: keep what was started (its escalation memory) and touch nothing.
 			if prevEntry != nil && len(records) > 0 {
 				status.UnhealthyMachines = append(status.UnhealthyMachines, v1alpha1.UnhealthyMachine{
 					Name: t.Machine.Name, Reason: prevEntry.Reason, Remediations: records})
+				p.NextCheck = earliest(p.NextCheck, gate.keepLease(t, o, now))
 			}
 		}
 	}
@@ -273,6 +304,10 @@ func planChecks(in planInput) (plan, error) {
 	slices.SortFunc(status.UnhealthyMachines, func(a, b v1alpha1.UnhealthyMachine) int { return strings.Compare(a.Name, b.Name) })
 
 	p.Events = append(p.Events, setCheckConditions(&status, mhc, in.Paused, decision, p.Unhealthy, now)...)
+	meta.SetStatusCondition(&status.Conditions, storm.Condition(mhc.Generation, now))
+	if in.Paused == "" {
+		p.Release = gate.releaseLeases(&p)
+	}
 	p.Status = status
 	return p, nil
 }

@@ -17,4 +17,8 @@ package mhc
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// Node leases (internal/gates: the NodeHealthCheck's rules), only in the lease namespace, and the other
+// checks of both kinds for the overlapping and control-plane rules.
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=medik8s-leases
+// +kubebuilder:rbac:groups=remediation.metalheal.io,resources=nodehealthchecks,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

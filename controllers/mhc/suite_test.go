@@ -22,6 +22,7 @@ import (
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/testenv"
+	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // The suite runs two real API servers: the management cluster (metalheal's and Cluster API's CRDs) and a
@@ -116,6 +117,8 @@ type world struct {
 func newWorld(ctx context.Context) *world {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "mhc-"}}
 	Expect(k8s.Create(ctx, ns)).To(Succeed())
+	// Node leases live in medik8s-leases (config/default ships it).
+	Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leases.DefaultNamespace}}))).To(Succeed())
 	w := &world{ns: ns.Name, clock: clocktesting.NewFakeClock(ns.CreationTimestamp.Add(time.Second)), rec: &recorder{}}
 	var err error
 	w.r, err = New(Options{Client: k8s, Reader: k8s, APIReader: k8s, Recorder: w.rec, Clock: w.clock})

@@ -2,6 +2,7 @@ package mhc
 
 import (
 	"context"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -22,6 +23,7 @@ import (
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/kindwatch"
 	"github.com/metalheal/metalheal/internal/testenv"
+	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // A check naming a remediation kind the manager may not list (its own RBAC, in a real manager): only
@@ -41,6 +43,7 @@ var _ = Describe("A remediation kind the manager cannot watch", func() {
 		user := "mhc-" + w.ns
 		grant(ctx, user+"-base", user, []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{rbacv1.VerbAll}},
 			{APIGroups: []string{clusterv1.GroupVersion.Group}, Resources: []string{rbacv1.ResourceAll}, Verbs: []string{rbacv1.VerbAll}},
 			{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{rbacv1.ResourceAll}, Verbs: []string{rbacv1.VerbAll}},
 		})
@@ -54,7 +57,9 @@ var _ = Describe("A remediation kind the manager cannot watch", func() {
 			Metrics:                metricsserver.Options{BindAddress: "0"},
 			HealthProbeBindAddress: "0",
 			Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-			Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{w.ns: {}}},
+			Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{w.ns: {}},
+				// As main: Leases only in the lease namespace.
+				ByObject: map[client.Object]cache.ByObject{&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{leases.DefaultNamespace: {}}}}},
 		})
 		Expect(err).NotTo(HaveOccurred())
 		r, err := New(Options{Clock: w.clock, Recorder: w.rec})

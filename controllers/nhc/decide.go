@@ -17,6 +17,7 @@ import (
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/budget"
 	"github.com/metalheal/metalheal/internal/conditions"
+	"github.com/metalheal/metalheal/internal/gates"
 	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
@@ -44,12 +45,6 @@ const (
 	ReasonInvalidBudget = "InvalidBudget"
 	// ReasonInvalidSelector: the selector cannot be parsed.
 	ReasonInvalidSelector = "InvalidSelector"
-)
-
-// Control-plane role labels: Nodes with either are remediated one at a time.
-const (
-	labelControlPlane = "node-role.kubernetes.io/control-plane"
-	labelMaster       = "node-role.kubernetes.io/master"
 )
 
 // defaultMaxUnhealthy applies when neither maxUnhealthy nor minHealthy is set (the API's documented default).
@@ -335,41 +330,28 @@ func (d *decider) checkWide() {
 	}
 
 	// StormActive: while the budget is exceeded, and stormCooldownDuration after it is satisfied again.
-	prevStorm := meta.FindStatusCondition(prev, v1alpha1.ConditionStormActive)
-	wasStorm := prevStorm != nil && prevStorm.Status == metav1.ConditionTrue
-	stormReason, stormMsg := "", ""
-	switch {
-	case err == nil && !dec.Allowed:
-		stormReason, stormMsg = v1alpha1.ReasonTooManyUnhealthy, "Remediation short-circuited: "+dec.Message
-	case wasStorm && durationOf(check.Spec.StormCooldownDuration) > 0:
-		since := now
-		if c := meta.FindStatusCondition(conds, v1alpha1.ConditionRemediationAllowed); c != nil && c.Status == metav1.ConditionTrue {
-			since = c.LastTransitionTime.Time
-		}
-		if until := since.Add(durationOf(check.Spec.StormCooldownDuration)); now.Before(until) {
-			stormReason = v1alpha1.ReasonStormCooldown
-			stormMsg = fmt.Sprintf("The storm is over; remediation resumes at %s (stormCooldownDuration)", until.UTC().Format(time.RFC3339))
-			p.at(until)
-		}
+	var allowedSince time.Time
+	if c := meta.FindStatusCondition(conds, v1alpha1.ConditionRemediationAllowed); c != nil && c.Status == metav1.ConditionTrue {
+		allowedSince = c.LastTransitionTime.Time
 	}
-	if stormReason != "" {
-		set(v1alpha1.ConditionStormActive, metav1.ConditionTrue, stormReason, stormMsg)
-		p.Hold = stormMsg
-		switch {
-		case stormReason == v1alpha1.ReasonTooManyUnhealthy && (!wasStorm || prevStorm.Reason != stormReason):
-			p.Events = append(p.Events, warning(EventRemediationShortCircuited, actionCheck, "", stormMsg))
-			p.Skipped = append(p.Skipped, SkipShortCircuit)
-		case stormReason == v1alpha1.ReasonStormCooldown && (!wasStorm || prevStorm.Reason != stormReason):
-			p.Events = append(p.Events, normal(EventStormCooldown, actionCheck, "", stormMsg))
-		}
-	} else {
-		set(v1alpha1.ConditionStormActive, metav1.ConditionFalse, v1alpha1.ReasonNoStorm, "No remediation storm")
-		if wasStorm {
-			p.Events = append(p.Events, normal(EventStormEnded, actionCheck, "", "The remediation storm is over: remediation resumes"))
-		}
+	storm := gates.EvaluateStorm(prev, err == nil && !dec.Allowed, dec.Message, allowedSince,
+		durationOf(check.Spec.StormCooldownDuration), now)
+	meta.SetStatusCondition(&conds, storm.Condition(check.Generation, now))
+	p.at(storm.Until)
+	if storm.Active() {
+		p.Hold = storm.Message
+	}
+	switch {
+	case storm.Began:
+		p.Events = append(p.Events, warning(EventRemediationShortCircuited, actionCheck, "", storm.Message))
+		p.Skipped = append(p.Skipped, SkipShortCircuit)
+	case storm.Cooled:
+		p.Events = append(p.Events, normal(EventStormCooldown, actionCheck, "", storm.Message))
+	case storm.Ended:
+		p.Events = append(p.Events, normal(EventStormEnded, actionCheck, "", "The remediation storm is over: remediation resumes"))
 	}
 	p.Conditions = conds
-	d.hold = p.Disabled != nil || len(p.Paused) > 0 || stormReason != ""
+	d.hold = p.Disabled != nil || len(p.Paused) > 0 || storm.Active()
 }
 
 // decideNode decides for one Node that is unhealthy, gone, or remediated by the check.
@@ -567,15 +549,16 @@ func (d *decider) admitCandidates() {
 	}
 	for _, c := range d.cands {
 		cp := isControlPlane(c.node)
-		if other := otherThan(busy, c.name); cp && other != "" {
-			d.p.skip(c.entry, c.prev, SkipControlPlaneBusy,
-				fmt.Sprintf("Control-plane node %s is being remediated or is held by someone else: one control-plane node at a time", other), c.why)
+		if other := gates.ControlPlaneBusy(busy, c.name); cp && other != "" {
+			d.p.skip(c.entry, c.prev, SkipControlPlaneBusy, gates.ControlPlaneBusyMessage("node", other), c.why)
 			continue
 		}
-		if l := d.in.Leases[c.name]; l.Holder != d.in.Holder && l.validAt(d.now) {
-			d.p.skip(c.entry, c.prev, SkipLeaseHeldByOther, fmt.Sprintf("The node's lease is held by %q", l.Holder), c.why)
-			d.p.at(l.Until.Add(time.Second))
-			continue
+		if l := d.in.Leases[c.name]; true {
+			if retry, held := l.HeldByOther(d.in.Holder, d.now); held {
+				d.p.skip(c.entry, c.prev, SkipLeaseHeldByOther, l.HeldMessage(), c.why)
+				d.p.at(retry)
+				continue
+			}
 		}
 		if cp {
 			busy[c.name] = true
@@ -595,14 +578,9 @@ func (d *decider) admitCandidates() {
 
 // releaseLeases releases the leases we hold on Nodes that have no remediation request of ours any more.
 func (d *decider) releaseLeases() {
-	names := make([]string, 0)
-	for name, l := range d.in.Leases {
-		if l.Holder == d.in.Holder && len(d.in.Ours[name]) == 0 && !d.creates[name] {
-			names = append(names, name)
-		}
-	}
-	slices.Sort(names)
-	d.p.Release = names
+	d.p.Release = gates.Release(d.in.Leases, d.in.Holder, func(name string) bool {
+		return len(d.in.Ours[name]) > 0 || d.creates[name]
+	})
 }
 
 // renewal is a node lease to renew, retake, or take over From the remediators of our own requests for
@@ -622,16 +600,10 @@ func (d *decider) keepLease(node *corev1.Node) {
 	for _, o := range d.in.Ours[node.Name] {
 		from = append(from, leases.HolderIdentity(o.Ref.Kind, o.Ref.Name))
 	}
-	if l.validAt(d.now) {
-		switch {
-		case l.Holder == d.in.Holder:
-			if renewAt := l.Until.Add(-d.in.LeaseDuration / 2); d.now.Before(renewAt) {
-				d.p.at(renewAt)
-				return
-			}
-		case !slices.Contains(from, l.Holder):
-			return // someone else took it; the remediation already runs and is not interrupted
-		}
+	// Someone else may have taken it: the remediation already runs and is not interrupted.
+	if write, at := gates.KeepLease(l, d.in.Holder, from, d.in.LeaseDuration, d.now); !write {
+		d.p.at(at)
+		return
 	}
 	d.p.Renew = append(d.p.Renew, renewal{Node: node, From: from})
 }
@@ -729,41 +701,19 @@ func (d *decider) ownerOf(w *nodeWork, remediating bool) (string, string) {
 	if remediating {
 		return "", ""
 	}
-	name := w.node.Name
-	for _, p := range d.in.Peers {
-		if p.InFlight[name] {
-			return p.Name, ownedMessage(p.Name)
-		}
-	}
 	self := d.in.Check
-	bestName, bestCreated := self.Name, self.CreationTimestamp.Time
 	set := labels.Set(w.node.Labels)
+	contenders := make([]gates.Contender, 0, len(d.in.Peers))
 	for _, p := range d.in.Peers {
-		if !older(p.Created, p.Name, bestCreated, bestName) || p.Selector == nil || !p.Selector.Matches(set) {
-			continue
-		}
-		if evaluate(w.node, p.Criteria, d.now).Unhealthy {
-			bestName, bestCreated = p.Name, p.Created
-		}
+		c := gates.Contender{Name: p.Name, Created: p.Created, Remediating: p.InFlight[w.node.Name]}
+		c.Claims = p.Selector != nil && p.Selector.Matches(set) && evaluate(w.node, p.Criteria, d.now).Unhealthy
+		contenders = append(contenders, c)
 	}
-	if bestName == self.Name {
+	owner := gates.Owner(gates.Contender{Name: self.Name, Created: self.CreationTimestamp.Time, Claims: true}, contenders)
+	if owner == "" {
 		return "", ""
 	}
-	return bestName, ownedMessage(bestName)
-}
-
-// ownedMessage is the same whichever half of the rule applied, so that the decision is reported once.
-func ownedMessage(owner string) string {
-	return fmt.Sprintf("NodeHealthCheck %s owns this node (the check already remediating a node keeps it, "+
-		"else the oldest check that selects it and finds it unhealthy)", owner)
-}
-
-// older orders checks by creation time, then name.
-func older(aCreated time.Time, aName string, bCreated time.Time, bName string) bool {
-	if !aCreated.Equal(bCreated) {
-		return aCreated.Before(bCreated)
-	}
-	return aName < bName
+	return owner, gates.OwnedMessage("NodeHealthCheck", owner, "node")
 }
 
 // syncRemediations reconciles node's status history with the requests that exist. A step whose request
@@ -856,25 +806,10 @@ func nextStep(steps []step, list []v1alpha1.NodeRemediation) int {
 	return len(list) // the spec changed under us: continue by count
 }
 
-func otherThan(set map[string]bool, name string) string {
-	others := make([]string, 0, len(set))
-	for n := range set {
-		if n != name {
-			others = append(others, n)
-		}
-	}
-	if len(others) == 0 {
-		return ""
-	}
-	slices.Sort(others)
-	return others[0]
-}
+// labelControlPlane is the control-plane role label (internal/gates has the rule).
+const labelControlPlane = gates.LabelControlPlane
 
-func isControlPlane(n *corev1.Node) bool {
-	_, cp := n.Labels[labelControlPlane]
-	_, master := n.Labels[labelMaster]
-	return cp || master
-}
+func isControlPlane(n *corev1.Node) bool { return gates.IsControlPlane(n.Labels) }
 
 // why describes the condition that made a Node unhealthy.
 func why(res conditions.Result) string {

@@ -137,7 +137,7 @@ func (r *Reconciler) controlPlaneLeased(ctx context.Context, in *observed) error
 		}
 	}
 	for name, l := range in.Leases {
-		if l.Holder == in.Holder || !l.validAt(now) || slices.Contains(in.BusyControlPlane, name) {
+		if l.Holder == in.Holder || !l.ValidAt(now) || slices.Contains(in.BusyControlPlane, name) {
 			continue
 		}
 		node, err := r.nodeNamed(ctx, name)

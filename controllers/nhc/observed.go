@@ -11,6 +11,7 @@ import (
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/conditions"
+	"github.com/metalheal/metalheal/internal/gates"
 )
 
 // observed is everything decide needs to know about one NodeHealthCheck, read from the informer cache by
@@ -91,16 +92,8 @@ type remediationObject struct {
 	Deleting bool
 }
 
-// leaseInfo is who holds a node lease and until when.
-type leaseInfo struct {
-	Holder string
-	Until  time.Time
-}
-
-// validAt reports whether someone holds the lease at now (valid up to and including Until).
-func (l leaseInfo) validAt(now time.Time) bool {
-	return l.Holder != "" && !l.Until.IsZero() && !now.After(l.Until)
-}
+// leaseInfo is who holds a node lease and until when (the rules on it are internal/gates').
+type leaseInfo = gates.Lease
 
 // peer is another NodeHealthCheck as the overlapping rule sees it.
 type peer struct {

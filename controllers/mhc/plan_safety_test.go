@@ -1,0 +1,135 @@
+package mhc
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/gates"
+)
+
+// TestPlanSafetyGatesOwnerRemediation: the gates shared with the NodeHealthCheck hold back Cluster API's
+// owner remediation (no template) too: the owner is asked to replace a Machine only when they allow it.
+func TestPlanSafetyGatesOwnerRemediation(t *testing.T) {
+	cp := func(m *clusterv1.Machine) {
+		m.Labels = map[string]string{clusterv1.MachineControlPlaneLabel: "", "pool": "a"}
+		controlledBy("controlplane.cluster.x-k8s.io/v1beta2", "KubeadmControlPlane")(m)
+	}
+	inPool := func(m *clusterv1.Machine) { m.Labels = map[string]string{"pool": "a"} }
+	handed := func(m *clusterv1.Machine) {
+		m.Status.Conditions = []metav1.Condition{{Type: clusterv1.MachineOwnerRemediatedCondition, Status: metav1.ConditionFalse}}
+	}
+	older := unitCheck(func(c *v1alpha1.MachineHealthCheck) {
+		c.Name, c.UID, c.CreationTimestamp = "older", "older-uid", metav1.NewTime(t0.Add(-time.Hour))
+	})
+	sel, _ := metav1.LabelSelectorAsSelector(&older.Spec.Selector)
+	tests := []struct {
+		name       string
+		targets    []observedTarget
+		safety     safetyInput
+		wantMarked []string
+		wantSkip   map[string]blocker
+		wantNext   time.Time
+	}{
+		{
+			name:       "no gate: every unhealthy Machine goes to its owner",
+			targets:    []observedTarget{unhealthyTarget("a"), unhealthyTarget("b")},
+			wantMarked: []string{"a", "b"},
+		},
+		{
+			name:    "a lease held by node-maintenance hands the Node off until it runs out",
+			targets: []observedTarget{unhealthyTarget("a")},
+			safety: safetyInput{Leases: map[string]gates.Lease{
+				"node-a": {Holder: "node-maintenance", Until: t0.Add(3 * time.Minute)}}},
+			wantSkip: map[string]blocker{"a": blockedLeaseHeld},
+			wantNext: t0.Add(3*time.Minute + time.Second),
+		},
+		{
+			name:       "three control-plane Machines: one at a time",
+			targets:    []observedTarget{unhealthyTarget("cp-0", cp), unhealthyTarget("cp-1", cp), unhealthyTarget("cp-2", cp)},
+			wantMarked: []string{"cp-0"},
+			wantSkip:   map[string]blocker{"cp-1": blockedControlPlaneBusy, "cp-2": blockedControlPlaneBusy},
+		},
+		{
+			name:     "a control-plane Machine already handed to its owner keeps the others waiting",
+			targets:  []observedTarget{unhealthyTarget("cp-0", cp, handed), unhealthyTarget("cp-1", cp)},
+			wantSkip: map[string]blocker{"cp-1": blockedControlPlaneBusy},
+		},
+		{
+			name:     "a control-plane Node under anyone's remediation elsewhere counts",
+			targets:  []observedTarget{unhealthyTarget("cp-1", cp)},
+			safety:   safetyInput{BusyControlPlane: []string{"other-cp"}},
+			wantSkip: map[string]blocker{"cp-1": blockedControlPlaneBusy},
+		},
+		{
+			name:     "an older check that selects the Machine and finds it unhealthy owns it",
+			targets:  []observedTarget{unhealthyTarget("a", inPool)},
+			safety:   safetyInput{Peers: []mhcPeer{{Check: older, Spec: checkSpecFor(older), Sel: sel, Remediating: map[string]bool{}}}},
+			wantSkip: map[string]blocker{"a": blockedOwnedByOtherCheck},
+		},
+		{
+			name:    "an older check whose selector does not match owns nothing",
+			targets: []observedTarget{unhealthyTarget("a", inPool)},
+			safety: safetyInput{Peers: []mhcPeer{{Check: older, Spec: checkSpecFor(older), Sel: labels.Nothing(),
+				Remediating: map[string]bool{}}}},
+			wantMarked: []string{"a"},
+		},
+		{
+			name:     "a NodeHealthCheck remediating the Node keeps it",
+			targets:  []observedTarget{unhealthyTarget("a")},
+			safety:   safetyInput{Elsewhere: map[string]string{"node-a": "NodeHealthCheck workers"}},
+			wantSkip: map[string]blocker{"a": blockedOwnedByOtherCheck},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			mhc := unitCheck(func(c *v1alpha1.MachineHealthCheck) { c.CreationTimestamp = metav1.NewTime(t0.Add(-time.Minute)) })
+			tt.safety.Holder = "MachineHealthCheck-check"
+			p, err := planChecks(planInput{Check: mhc, Spec: checkSpecFor(mhc), Machines: tt.targets, Now: t0, Safety: tt.safety})
+			g.Expect(err).NotTo(HaveOccurred())
+			var marked []string
+			skips := map[string]blocker{}
+			for _, tp := range p.Targets {
+				if tp.MarkedForOwner {
+					marked = append(marked, tp.Machine.Name)
+				}
+				if tp.Blocked != notBlocked {
+					skips[tp.Machine.Name] = tp.Blocked
+				}
+			}
+			g.Expect(marked).To(ConsistOf(tt.wantMarked))
+			g.Expect(skips).To(Equal(orEmpty(tt.wantSkip)))
+			for name, b := range tt.wantSkip {
+				e := entryOfStatus(p.Status, name)
+				g.Expect(e).NotTo(BeNil())
+				g.Expect(e.SkipReason).To(Equal(string(b)))
+				g.Expect(eventReasons(p.Events)).To(ContainElement(EventRemediationSkipped))
+			}
+			if !tt.wantNext.IsZero() {
+				g.Expect(p.NextCheck).To(Equal(tt.wantNext))
+			}
+		})
+	}
+}
+
+func orEmpty(m map[string]blocker) map[string]blocker {
+	if m == nil {
+		return map[string]blocker{}
+	}
+	return m
+}
+
+func entryOfStatus(st v1alpha1.MachineHealthCheckStatus, name string) *v1alpha1.UnhealthyMachine {
+	for i := range st.UnhealthyMachines {
+		if st.UnhealthyMachines[i].Name == name {
+			return &st.UnhealthyMachines[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,482 @@
+package mhc
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/budget"
+	"github.com/metalheal/metalheal/internal/gates"
+	"github.com/metalheal/metalheal/internal/template"
+	"github.com/metalheal/metalheal/pkg/leases"
+)
+
+// holderKind is the kind in the check's lease holder identity, "MachineHealthCheck-<name>": the
+// NodeHealthCheck's form, which the power-cycle remediator recognises as the owner of its request
+// (it carries on under its owner's lease). Two checks of one name in two namespaces share it; each only
+// ever renews or releases the leases of the Nodes of its own Machines, so they never touch each other's.
+const holderKind = "MachineHealthCheck"
+
+// Default lease settings, the manager's flag defaults.
+const defaultLeaseDuration = 10 * time.Minute
+
+// Skip reasons of the safety gates: status.unhealthyMachines[].skipReason and the reason label of the
+// skipped metric, the NodeHealthCheck's.
+const (
+	blockedOwnedByOtherCheck blocker = "OwnedByOtherCheck"
+	blockedControlPlaneBusy  blocker = "ControlPlaneBusy"
+	blockedLeaseHeld         blocker = blocker(v1alpha1.ReasonLeaseHeldByOther)
+	blockedRemediationExists blocker = "RemediationExists"
+	// blockedStormCooldown: the storm is over but stormCooldownDuration has not passed.
+	blockedStormCooldown blocker = "StormCooldown"
+)
+
+// safetyInput is what the safety gates decide from, read by observeSafety.
+type safetyInput struct {
+	// Holder is the check's lease holder identity; LeaseDuration how long it takes a lease for.
+	Holder        string
+	LeaseDuration time.Duration
+	// Leases are the node leases in the lease namespace by Node name; nil when the check's Nodes are in a
+	// workload cluster (leases are taken where the Nodes are: not yet for remote clusters).
+	Leases map[string]gates.Lease
+	// BusyControlPlane are control-plane Nodes other checks (of both kinds) are remediating now, or whose
+	// lease someone else holds.
+	BusyControlPlane []string
+	// Peers are the other MachineHealthChecks of the namespace, for the overlapping rule.
+	Peers []mhcPeer
+	// Elsewhere are the Nodes other checks of either kind are remediating, valued by who ("NodeHealthCheck
+	// <name>"): the overlapping rule across kinds, for when their lease is not in the cache yet.
+	Elsewhere map[string]string
+}
+
+// mhcPeer is another MachineHealthCheck as the overlapping rule sees it.
+type mhcPeer struct {
+	Check *v1alpha1.MachineHealthCheck
+	Spec  checkSpec
+	Sel   labels.Selector
+	// Remediating are the Machines it is remediating: its status records requests for them.
+	Remediating map[string]bool
+}
+
+// observeSafety reads what the safety gates need, from the cache: the node leases (only for Nodes in this
+// API server), the other checks of both kinds and the control-plane Nodes they or anyone's lease hold.
+func (r *Reconciler) observeSafety(ctx context.Context, in *planInput) error {
+	mhc := in.Check
+	in.Safety.Holder = leases.HolderIdentity(holderKind, mhc.Name)
+	in.Safety.LeaseDuration = r.opts.LeaseDuration
+	in.Safety.Elsewhere = map[string]string{}
+	remote := r.remoteNodes(mhc)
+	if !remote {
+		ls, err := r.listLeases(ctx)
+		if err != nil {
+			return err
+		}
+		in.Safety.Leases = ls
+	}
+	busy := map[string]bool{}
+	for node, l := range in.Safety.Leases {
+		if _, held := l.HeldByOther(in.Safety.Holder, in.Now); !held {
+			continue
+		}
+		if cp, err := r.controlPlaneNode(ctx, node); err != nil {
+			return err
+		} else if cp {
+			busy[node] = true
+		}
+	}
+	// A workload cluster's Nodes share no names with the Nodes NodeHealthChecks see.
+	var nhcs v1alpha1.NodeHealthCheckList
+	if !remote {
+		if err := r.reader.List(ctx, &nhcs, client.UnsafeDisableDeepCopy); err != nil && !meta.IsNoMatchError(err) {
+			return fmt.Errorf("listing NodeHealthChecks: %w", err)
+		}
+	}
+	for i := range nhcs.Items {
+		for node := range nhcs.Items[i].Status.InFlightRemediations {
+			in.Safety.Elsewhere[node] = "NodeHealthCheck " + nhcs.Items[i].Name
+			if busy[node] {
+				continue
+			}
+			if cp, err := r.controlPlaneNode(ctx, node); err != nil {
+				return err
+			} else if cp {
+				busy[node] = true
+			}
+		}
+	}
+	var mhcs v1alpha1.MachineHealthCheckList
+	if err := r.reader.List(ctx, &mhcs, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing MachineHealthChecks: %w", err)
+	}
+	for i := range mhcs.Items {
+		other := &mhcs.Items[i]
+		if other.UID == mhc.UID {
+			continue
+		}
+		remediating := map[string]bool{}
+		// Only checks of the same Nodes compare Node names: the local ones, or those of one workload cluster.
+		sameNodes := r.remoteNodes(other) == remote &&
+			(!remote || (other.Namespace == mhc.Namespace && other.Spec.ClusterName == mhc.Spec.ClusterName))
+		for _, um := range other.Status.UnhealthyMachines {
+			// Requests stay until the Machine is healthy, ended steps' too: as the NodeHealthCheck's in-flight
+			// Nodes, a Machine with any is being remediated.
+			if len(um.Remediations) > 0 {
+				remediating[um.Name] = true
+				if !sameNodes {
+					continue
+				}
+				node, err := r.busyMachine(ctx, other.Namespace, um.Name, busy)
+				if err != nil {
+					return err
+				}
+				if node != "" {
+					in.Safety.Elsewhere[node] = "MachineHealthCheck " + other.Namespace + "/" + other.Name
+				}
+			}
+		}
+		if other.Namespace != mhc.Namespace || !other.DeletionTimestamp.IsZero() ||
+			meta.IsStatusConditionTrue(other.Status.Conditions, v1alpha1.ConditionDisabled) {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&other.Spec.Selector)
+		if err != nil || sel.Empty() {
+			continue // it cannot select anything either
+		}
+		in.Safety.Peers = append(in.Safety.Peers, mhcPeer{Check: other, Spec: checkSpecFor(other), Sel: sel, Remediating: remediating})
+	}
+	for node := range busy {
+		in.Safety.BusyControlPlane = append(in.Safety.BusyControlPlane, node)
+	}
+	slices.Sort(in.Safety.BusyControlPlane)
+	return nil
+}
+
+// remoteNodes reports whether the check reads its Nodes from a workload cluster.
+func (r *Reconciler) remoteNodes(mhc *v1alpha1.MachineHealthCheck) bool {
+	return mhc.Spec.ClusterName != "" && r.remotes.connected(clusterKey(mhc))
+}
+
+// listLeases reads the node leases in the lease namespace from the cache.
+func (r *Reconciler) listLeases(ctx context.Context) (map[string]gates.Lease, error) {
+	var list coordinationv1.LeaseList
+	if err := r.reader.List(ctx, &list, client.InNamespace(r.opts.LeaseNamespace), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing leases in %s: %w", r.opts.LeaseNamespace, err)
+	}
+	out := make(map[string]gates.Lease, len(list.Items))
+	for i := range list.Items {
+		l := &list.Items[i]
+		node, ok := strings.CutPrefix(l.Name, leases.LeaseName(""))
+		if !ok || node == "" {
+			continue
+		}
+		until, _ := leases.ValidUntil(l, time.Time{})
+		info := gates.Lease{Until: until}
+		if l.Spec.HolderIdentity != nil {
+			info.Holder = *l.Spec.HolderIdentity
+		}
+		out[node] = info
+	}
+	return out, nil
+}
+
+// controlPlaneNode reports whether the local Node is a control-plane Node.
+func (r *Reconciler) controlPlaneNode(ctx context.Context, name string) (bool, error) {
+	n := &corev1.Node{}
+	if err := r.reader.Get(ctx, types.NamespacedName{Name: name}, n); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading Node %s: %w", name, err)
+	}
+	return gates.IsControlPlane(n.Labels), nil
+}
+
+// busyMachine adds the Node (or, without one, the Machine) of another check's control-plane Machine under
+// remediation to busy, and returns the Machine's Node ("" when it has none or is gone).
+func (r *Reconciler) busyMachine(ctx context.Context, ns, name string, busy map[string]bool) (string, error) {
+	m := &clusterv1.Machine{}
+	if err := r.reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, m); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", nil
+		}
+		return "", fmt.Errorf("reading Machine %s/%s: %w", ns, name, err)
+	}
+	n := m.Status.NodeRef.Name
+	if _, cp := m.Labels[clusterv1.MachineControlPlaneLabel]; cp {
+		busy[cpKey(m)] = true
+		return n, nil
+	}
+	if n != "" {
+		if cp, err := r.controlPlaneNode(ctx, n); err != nil {
+			return "", err
+		} else if cp {
+			busy[n] = true
+		}
+	}
+	return n, nil
+}
+
+// cpKey names a control-plane target for the one-at-a-time rule: its Node, which both checkers know it
+// by, or the Machine when it has none.
+func cpKey(m *clusterv1.Machine) string {
+	return cmpOr(m.Status.NodeRef.Name, "Machine "+m.Namespace+"/"+m.Name)
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// isControlPlaneTarget: a Machine of a control plane, or one whose Node has a control-plane role.
+func isControlPlaneTarget(o observedTarget) bool {
+	if _, cp := o.Machine.Labels[clusterv1.MachineControlPlaneLabel]; cp {
+		return true
+	}
+	return o.Node != nil && gates.IsControlPlane(o.Node.Labels)
+}
+
+// safety applies the gates across the Machines of one plan: the control-plane targets this check is
+// remediating are busy, and each gated target admitted adds itself.
+type safety struct {
+	in   planInput
+	busy map[string]bool
+}
+
+func newSafety(in planInput) *safety {
+	s := &safety{in: in, busy: map[string]bool{}}
+	for _, n := range in.Safety.BusyControlPlane {
+		s.busy[n] = true
+	}
+	for _, o := range in.Machines {
+		if remediating(o) && isControlPlaneTarget(o) {
+			s.busy[cpKey(o.Machine)] = true
+		}
+	}
+	return s
+}
+
+// remediating reports whether the check is remediating the Machine: it has a request of ours not ended,
+// or its owner was asked to replace it.
+func remediating(o observedTarget) bool {
+	for _, r := range o.Requests {
+		if _, timedOut, _ := template.TimedOut(r); !timedOut && r.GetDeletionTimestamp() == nil {
+			return true
+		}
+	}
+	return meta.IsStatusConditionFalse(o.Machine.Status.Conditions, clusterv1.MachineOwnerRemediatedCondition)
+}
+
+// gate decides whether a new remediation (a first request, the next escalation step, or the owner's
+// replacement) may start for an unhealthy Machine, in the NodeHealthCheck's order: the overlapping rule
+// (unless the check has started remediating the Machine: started), control-plane Machines one at a time,
+// the node lease. It returns the skip reason and message, and when to look again (a held lease's end).
+func (s *safety) gate(o observedTarget, started bool, now time.Time) (blocker, string, time.Time) {
+	node := o.Machine.Status.NodeRef.Name
+	if !started {
+		if owner := s.owner(o, now); owner != "" {
+			return blockedOwnedByOtherCheck, gates.OwnedMessage("MachineHealthCheck", owner, "Machine"), time.Time{}
+		}
+		if who := s.in.Safety.Elsewhere[node]; node != "" && who != "" {
+			if l := s.in.Safety.Leases[node]; true {
+				if retry, held := l.HeldByOther(s.in.Safety.Holder, now); held {
+					return blockedLeaseHeld, l.HeldMessage(), retry
+				}
+			}
+			return blockedOwnedByOtherCheck, fmt.Sprintf("%s is remediating node %s (the check already remediating a node keeps it)",
+				who, node), time.Time{}
+		}
+	}
+	cp := isControlPlaneTarget(o)
+	if other := gates.ControlPlaneBusy(s.busy, cpKey(o.Machine)); cp && other != "" {
+		return blockedControlPlaneBusy, gates.ControlPlaneBusyMessage("node", other), time.Time{}
+	}
+	if node != "" {
+		if l := s.in.Safety.Leases[node]; true {
+			if retry, held := l.HeldByOther(s.in.Safety.Holder, now); held {
+				return blockedLeaseHeld, l.HeldMessage(), retry
+			}
+		}
+	}
+	if cp {
+		s.busy[cpKey(o.Machine)] = true
+	}
+	return notBlocked, "", time.Time{}
+}
+
+// owner applies the overlapping rule (internal/gates) to a Machine this check finds unhealthy: "" when
+// this check owns it, else the owning check's name.
+func (s *safety) owner(o observedTarget, now time.Time) string {
+	set := labels.Set(o.Machine.Labels)
+	contenders := make([]gates.Contender, 0, len(s.in.Safety.Peers))
+	for _, p := range s.in.Safety.Peers {
+		c := gates.Contender{Name: p.Check.Name, Created: p.Check.CreationTimestamp.Time, Remediating: p.Remediating[o.Machine.Name]}
+		if p.Sel.Matches(set) && (p.Check.Spec.ClusterName == "" || p.Check.Spec.ClusterName == o.Machine.Spec.ClusterName) {
+			v := checkTarget(p.Spec, targetInput{Machine: o.Machine, Node: o.Node, NodeMissing: o.NodeMissing, Cluster: s.in.Cluster}, now)
+			c.Claims = v.State == stateUnhealthy
+		}
+		contenders = append(contenders, c)
+	}
+	self := s.in.Check
+	return gates.Owner(gates.Contender{Name: self.Name, Created: self.CreationTimestamp.Time, Claims: true}, contenders)
+}
+
+// leasePlan decides the check's node leases for one Machine: keep (renew, retake, take over from our own
+// request's remediator) while a request of ours lives, at the lease's half-time.
+func (s *safety) keepLease(t *targetPlan, o observedTarget, now time.Time) time.Time {
+	node := o.Machine.Status.NodeRef.Name
+	if s.in.Safety.Leases == nil || node == "" || o.Node == nil || len(o.Requests) == 0 {
+		return time.Time{}
+	}
+	var from []string
+	for _, r := range o.Requests {
+		from = append(from, leases.HolderIdentity(r.GetKind(), r.GetName()))
+	}
+	write, at := gates.KeepLease(s.in.Safety.Leases[node], s.in.Safety.Holder, from, s.in.Safety.LeaseDuration, now)
+	if write {
+		t.Lease = &leaseAction{Node: o.Node, From: from}
+	}
+	return at
+}
+
+// releaseLeases lists the Nodes of this check's Machines (and of its orphaned requests) whose lease the
+// check holds but no longer needs: no request of ours for it, none being created.
+func (s *safety) releaseLeases(p *plan) []string {
+	if s.in.Safety.Leases == nil {
+		return nil
+	}
+	mine, keep := map[string]bool{}, map[string]bool{}
+	for _, o := range s.in.Machines {
+		if n := o.Machine.Status.NodeRef.Name; n != "" {
+			mine[n] = true
+			if len(o.Requests) > 0 {
+				keep[n] = true
+			}
+		}
+	}
+	for _, t := range p.Targets {
+		if n := t.Machine.Status.NodeRef.Name; n != "" && t.Create != nil {
+			keep[n] = true
+		}
+	}
+	for _, r := range s.in.Orphans {
+		if n := r.GetAnnotations()[template.AnnotationNodeName]; n != "" {
+			mine[n] = true
+		}
+	}
+	return gates.Release(s.in.Safety.Leases, s.in.Safety.Holder, func(node string) bool { return !mine[node] || keep[node] })
+}
+
+// leaseAction takes the Node's lease for the check (From: the remediators of our own requests, which the
+// check takes it over from).
+type leaseAction struct {
+	Node *corev1.Node
+	From []string
+	// Fresh: no request of ours for the Machine exists, so the lease is taken for the one being created
+	// alone, and let go should that creation be skipped.
+	Fresh bool
+}
+
+// planStorm decides StormActive (internal/gates, the NodeHealthCheck's rule): while the budget is
+// exceeded, and stormCooldownDuration after it is satisfied again, no remediation starts. The budget's own
+// transition keeps its RemediationRestricted event; the cooldown and the storm's end get theirs.
+func planStorm(p *plan, mhc *v1alpha1.MachineHealthCheck, d budget.Decision, now time.Time) gates.Storm {
+	allowedSince := now
+	if c := meta.FindStatusCondition(mhc.Status.Conditions, v1alpha1.ConditionRemediationAllowed); c != nil && c.Status == metav1.ConditionTrue {
+		allowedSince = c.LastTransitionTime.Time
+	}
+	var cooldown time.Duration
+	if c := mhc.Spec.StormCooldownDuration; c != nil {
+		cooldown = c.Duration
+	}
+	storm := gates.EvaluateStorm(mhc.Status.Conditions, !d.Allowed, d.Message, allowedSince, cooldown, now)
+	p.NextCheck = earliest(p.NextCheck, storm.Until)
+	switch {
+	case storm.Cooled:
+		p.Events = append(p.Events, checkEvent{Regarding: mhc, Type: corev1.EventTypeNormal, Reason: EventStormCooldown, Note: storm.Message})
+	case storm.Ended:
+		p.Events = append(p.Events, checkEvent{Regarding: mhc, Type: corev1.EventTypeNormal, Reason: EventStormEnded,
+			Note: "The remediation storm is over: remediation resumes"})
+	}
+	return storm
+}
+
+// applyGate applies the safety gates to a Machine about to be handed to its owner (condition-based
+// remediation) and returns when to look again.
+func applyGate(s *safety, t *targetPlan, entry *v1alpha1.UnhealthyMachine, o observedTarget, now time.Time) time.Time {
+	b, msg, retry := s.gate(o, remediating(o), now)
+	if b != notBlocked {
+		t.Blocked, t.SkipMessage = b, msg
+		entry.SkipReason, entry.SkipMessage = string(b), msg
+	}
+	return retry
+}
+
+// gateCreate applies the safety gates to the request escalate wants to create: a skipped one is not
+// created and its record (records: how many there were before escalate) is dropped; an admitted one takes
+// the node lease first. It returns when to look again.
+func gateCreate(s *safety, t *targetPlan, entry *v1alpha1.UnhealthyMachine, o observedTarget, records int, now time.Time) time.Time {
+	b, msg, retry := s.gate(o, records > 0 || remediating(o), now)
+	if b != notBlocked {
+		t.Blocked, t.SkipMessage, t.Create = b, msg, nil
+		entry.Remediations = entry.Remediations[:min(records, len(entry.Remediations))]
+		entry.SkipReason, entry.SkipMessage = string(b), msg
+		return retry
+	}
+	if s.in.Safety.Leases != nil && o.Node != nil {
+		var from []string
+		for _, r := range o.Requests {
+			from = append(from, leases.HolderIdentity(r.GetKind(), r.GetName()))
+		}
+		t.Lease = &leaseAction{Node: o.Node, From: from, Fresh: len(o.Requests) == 0}
+	}
+	return time.Time{}
+}
+
+// skipEvents is the Warning a gate's skip calls for, once per reason and message.
+func skipEvents(mhc *v1alpha1.MachineHealthCheck, t *targetPlan, entry, prev *v1alpha1.UnhealthyMachine) []checkEvent {
+	if entry.SkipReason == "" || (prev != nil && prev.SkipReason == entry.SkipReason && prev.SkipMessage == entry.SkipMessage) {
+		return nil
+	}
+	return []checkEvent{{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeWarning, Reason: EventRemediationSkipped,
+		Note: fmt.Sprintf("Machine is unhealthy (%s) but is not remediated: %s", t.Verdict.Reason, entry.SkipMessage)}}
+}
+
+// holdHealthy keeps the remediation requests of a Machine healthy again for healthyDelay after it was
+// first seen healthy (the NodeHealthCheck's rule), so that a flapping Node keeps its request. It returns
+// the status entry that remembers when (nil once nothing is held) and when the delay ends.
+func holdHealthy(t *targetPlan, prev *v1alpha1.UnhealthyMachine, records []v1alpha1.MachineRemediationRequest,
+	delay *metav1.Duration, now time.Time) (*v1alpha1.UnhealthyMachine, time.Time) {
+	if delay == nil || delay.Duration <= 0 || len(t.Delete) == 0 {
+		return nil, time.Time{}
+	}
+	since := now
+	if prev != nil && prev.ConditionsHealthyTimestamp != nil {
+		since = prev.ConditionsHealthyTimestamp.Time
+	}
+	until := gates.HealthyDelayUntil(since, delay.Duration)
+	if !now.Before(until) {
+		return nil, time.Time{}
+	}
+	t.Delete = nil
+	reason := clusterv1.MachineHealthCheckUnhealthyNodeReason
+	if prev != nil {
+		reason = prev.Reason
+	}
+	return &v1alpha1.UnhealthyMachine{Name: t.Machine.Name, Reason: reason, Remediations: records,
+		ConditionsHealthyTimestamp: &metav1.Time{Time: since}}, until
+}
