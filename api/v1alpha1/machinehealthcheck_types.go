@@ -70,6 +70,14 @@ type MachineHealthCheckSpec struct {
 	// +kubebuilder:validation:MaxItems=10
 	// +kubebuilder:validation:XValidation:rule="self.all(x, self.exists_one(y, y.order == x.order))",message="escalatingRemediations must have distinct order values"
 	EscalatingRemediations []EscalatingRemediation `json:"escalatingRemediations,omitempty"`
+
+	// remediationBackoff slows down the remediation of a Machine that keeps failing again after its
+	// remediations from a template (see RemediationBackoff). On by default: after 3 remediations within
+	// 6h, the next waits 15m after the last started, doubling up to 2h; after: 0 turns it off.
+	// Condition-based remediation (no template) is not held back: the owner replaces the Machine.
+	// +optional
+	// +kubebuilder:default={}
+	RemediationBackoff *RemediationBackoff `json:"remediationBackoff,omitempty"`
 }
 
 // MachineUnhealthyCondition is a Node condition that makes a Machine unhealthy once it has held for timeout.
@@ -150,6 +158,15 @@ type MachineHealthCheckStatus struct {
 	// observedGeneration is the generation of the spec this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// recentRemediations are the Machines whose remediation (from a template) started within
+	// remediationBackoff's window, with the start times: the back-off's memory. backoffUntil says until
+	// when an unhealthy Machine's next remediation is held back. Empty when the back-off is off.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=10000
+	RecentRemediations []RecentRemediation `json:"recentRemediations,omitempty"`
 
 	// conditions: RemediationAllowed (False while the budget short-circuits remediation) and Paused.
 	// +optional
