@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/backoff"
 	"github.com/metalheal/metalheal/internal/budget"
 	"github.com/metalheal/metalheal/internal/conditions"
 	"github.com/metalheal/metalheal/internal/template"
@@ -190,6 +191,8 @@ type plan struct {
 	// NextCheck is the earliest instant at which a decision can change by the passage of time alone.
 	NextCheck time.Time
 	Events    []checkEvent
+	// Backoff is the repeat-remediation back-off's memory (see backoff.go).
+	Backoff *backoff.Memory
 }
 
 // planChecks is the MachineHealthCheck's decision, a pure function of what was observed and now: which
@@ -202,7 +205,7 @@ func planChecks(in planInput) (plan, error) {
 		prev[mhc.Status.UnhealthyMachines[i].Name] = &mhc.Status.UnhealthyMachines[i]
 	}
 
-	var p plan
+	p := plan{Backoff: backoff.NewMemory(backoff.PolicyOf(mhc.Spec.RemediationBackoff), mhc.Status.RecentRemediations, now)}
 	var observed []observedTarget
 	healthy := 0
 	for _, o := range in.Machines {
@@ -250,6 +253,7 @@ func planChecks(in planInput) (plan, error) {
 			t.NewlyUnhealthy = prevEntry == nil
 			entry := v1alpha1.UnhealthyMachine{Name: t.Machine.Name, Reason: t.Verdict.Reason, Remediations: records}
 			planUnhealthy(t, in.Steps, &entry, o.Requests, now)
+			p.backingOff(mhc, t, &entry)
 			p.NextCheck = earliest(p.NextCheck, nextEscalation(in.Steps, entry.Remediations, t.Blocked))
 			p.NextCheck = earliest(p.NextCheck, t.HandOverCheck)
 			p.Events = append(p.Events, handOverEvents(mhc, t, &entry, prevEntry)...)
