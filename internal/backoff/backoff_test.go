@@ -128,3 +128,11 @@ func TestRecord(t *testing.T) {
 		})
 	}
 }
+
+// The defaults for objects stored before the field existed are the API's (api/v1alpha1 TestDefaultsAreApplied).
+func TestPolicyOfNilIsTheAPIDefault(t *testing.T) {
+	want := Policy{After: 3, Window: 6 * time.Hour, Initial: 15 * time.Minute, Max: 2 * time.Hour}
+	if got := PolicyOf(nil); got != want {
+		t.Errorf("PolicyOf(nil) = %+v, want %+v", got, want)
+	}
+}
