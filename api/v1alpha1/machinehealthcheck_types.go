@@ -89,6 +89,14 @@ type MachineHealthCheckSpec struct {
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 300s, 5m or 1h30m (a number and a unit: ns, us, ms, s, m, h; never negative)"
 	StormCooldownDuration *metav1.Duration `json:"stormCooldownDuration,omitempty"`
+
+	// remediationBackoff slows down the remediation of a Machine that keeps failing again after its
+	// remediations from a template (see RemediationBackoff). On by default: after 3 remediations within
+	// 6h, the next waits 15m after the last started, doubling up to 2h; after: 0 turns it off.
+	// Condition-based remediation (no template) is not held back: the owner replaces the Machine.
+	// +optional
+	// +kubebuilder:default={}
+	RemediationBackoff *RemediationBackoff `json:"remediationBackoff,omitempty"`
 }
 
 // MachineUnhealthyCondition is a Node condition that makes a Machine unhealthy once it has held for timeout.
@@ -169,6 +177,15 @@ type MachineHealthCheckStatus struct {
 	// observedGeneration is the generation of the spec this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// recentRemediations are the Machines whose remediation (from a template) started within
+	// remediationBackoff's window, with the start times: the back-off's memory. backoffUntil says until
+	// when an unhealthy Machine's next remediation is held back. Empty when the back-off is off.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=10000
+	RecentRemediations []RecentRemediation `json:"recentRemediations,omitempty"`
 
 	// conditions: RemediationAllowed (False while the budget short-circuits remediation), StormActive
 	// (True while the budget is exceeded and for stormCooldownDuration after) and Paused.

@@ -86,6 +86,13 @@ type NodeHealthCheckSpec struct {
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 300s, 5m or 1h30m (a number and a unit: ns, us, ms, s, m, h; never negative)"
 	StormCooldownDuration *metav1.Duration `json:"stormCooldownDuration,omitempty"`
+
+	// remediationBackoff slows down the remediation of a Node that keeps failing again after its
+	// remediations (see RemediationBackoff). On by default: after 3 remediations within 6h, the next waits
+	// 15m after the last started, doubling up to 2h; after: 0 turns it off.
+	// +optional
+	// +kubebuilder:default={}
+	RemediationBackoff *RemediationBackoff `json:"remediationBackoff,omitempty"`
 }
 
 // NodeUnhealthyCondition is a Node condition that makes a Node unhealthy once it has held for duration.
@@ -143,7 +150,8 @@ type UnhealthyNode struct {
 	ConditionsHealthyTimestamp *metav1.Time `json:"conditionsHealthyTimestamp,omitempty"`
 
 	// skipReason says why this check does not remediate the Node now, when the cause is the Node's own:
-	// Excluded, OwnedByOtherCheck, ControlPlaneBusy, LeaseHeldByOther or RemediationExists. Empty while it
+	// Excluded, OwnedByOtherCheck, ControlPlaneBusy, LeaseHeldByOther, RemediationExists or BackingOff
+	// (remediationBackoff: recentRemediations[].backoffUntil says until when). Empty while it
 	// is remediated, and when a check-wide cause (pause, storm, disabled template) holds every Node back:
 	// the conditions say so then.
 	// +optional
@@ -240,6 +248,14 @@ type NodeHealthCheckStatus struct {
 	// lastUpdateTime is when the status last changed.
 	// +optional
 	LastUpdateTime *metav1.Time `json:"lastUpdateTime,omitempty"`
+
+	// recentRemediations are the Nodes whose remediation started within remediationBackoff's window, with
+	// the start times: the back-off's memory. Empty when the back-off is off.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=10000
+	RecentRemediations []RecentRemediation `json:"recentRemediations,omitempty"`
 
 	// conditions: Disabled, StormActive and RemediationAllowed.
 	// +optional

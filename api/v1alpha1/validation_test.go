@@ -183,6 +183,7 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 		{"mhc unhealthyRange malformed", with(t, validMHC, "spec.unhealthyRange", "3-5"), []string{"spec.unhealthyRange", "inclusive range like [3-5]"}},
 		{"mhc unhealthyRange min > max", with(t, validMHC, "spec.unhealthyRange", "[5-3]"), []string{"spec.unhealthyRange", "min <= max"}},
 		{"mhc template and escalations", with(t, with(t, validMHC, "spec.escalatingRemediations", []any{tmplRef(1)}), "spec.remediationTemplate", tmplRef(1)["remediationTemplate"]), []string{"spec", "remediationTemplate or escalatingRemediations, not both"}},
+		{"mhc backoff initial 0 while on", with(t, validMHC, "spec.remediationBackoff", map[string]any{"after": int64(2), "initial": "0s"}), []string{"spec.remediationBackoff", "initial must be more than 0s unless after is 0"}},
 		{"mhc escalation orders duplicate", with(t, validMHC, "spec.escalatingRemediations", []any{tmplRef(2), tmplRef(2)}), []string{"spec.escalatingRemediations", "distinct order values"}},
 		// NodeHealthCheck
 		{"nhc both minHealthy and maxUnhealthy", with(t, with(t, validNHC, "spec.minHealthy", "51%"), "spec.maxUnhealthy", "49%"), []string{"spec", "minHealthy or maxUnhealthy, not both"}},
@@ -195,6 +196,9 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 		{"nhc empty selector", with(t, validNHC, "spec.selector", map[string]any{}), []string{"spec.selector", "selector must not be empty"}},
 		{"nhc negative healthyDelay", with(t, validNHC, "spec.healthyDelay", "-1s"), []string{"spec.healthyDelay", "must be a duration such as 300s"}},
 		{"nhc unparsable duration", with(t, validNHC, "spec.unhealthyConditions", []any{map[string]any{"type": "Ready", "status": "False", "duration": "abc"}}), []string{"spec.unhealthyConditions[0].duration", "must be a duration such as 300s"}},
+		{"nhc backoff initial > max", with(t, validNHC, "spec.remediationBackoff", map[string]any{"initial": "3h", "max": "1h"}), []string{"spec.remediationBackoff", "initial must not exceed remediationBackoff.max"}},
+		{"nhc backoff after 11", with(t, validNHC, "spec.remediationBackoff", map[string]any{"after": int64(11)}), []string{"spec.remediationBackoff.after", "less than or equal to 10"}},
+		{"nhc backoff window 0 while on", with(t, validNHC, "spec.remediationBackoff", map[string]any{"window": "0s"}), []string{"spec.remediationBackoff", "window must be more than 0s unless after is 0"}},
 		{"nhc empty pause request", with(t, validNHC, "spec.pauseRequests", []any{""}), []string{"spec.pauseRequests[0]", "at least 1 chars long"}},
 		// PowerCycleRemediationTemplate
 		{"template unknown strategy", with(t, validTemplate, "spec.template.spec.strategy", "explode"), []string{"spec.template.spec.strategy", "Unsupported value", "reboot", "escalate", "power-off"}},
@@ -250,6 +254,9 @@ func TestDefaultsAreApplied(t *testing.T) {
 	g.Expect(gotNHC.Spec.HealthyDelay).To(Equal(&metav1.Duration{}))
 	g.Expect(gotNHC.Spec.StormCooldownDuration).To(Equal(&metav1.Duration{}))
 	g.Expect(gotNHC.Spec.MaxUnhealthy).To(BeNil(), "maxUnhealthy is not defaulted in the schema: 49% applies when neither it nor minHealthy is set")
+	defaultBackoff := &v1alpha1.RemediationBackoff{After: ptrTo(int32(3)), Window: &metav1.Duration{Duration: 6 * time.Hour},
+		Initial: &metav1.Duration{Duration: 15 * time.Minute}, Max: &metav1.Duration{Duration: 2 * time.Hour}}
+	g.Expect(gotNHC.Spec.RemediationBackoff).To(Equal(defaultBackoff), "the repeat-remediation back-off is on by default")
 
 	mhc := with(t, validMHC, "metadata.name", "defaults")
 	g.Expect(k8s.Create(ctx, mhc)).To(Succeed())
@@ -257,6 +264,7 @@ func TestDefaultsAreApplied(t *testing.T) {
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "defaults"}, &gotMHC)).To(Succeed())
 	g.Expect(gotMHC.Spec.NodeStartupTimeout).To(Equal(&metav1.Duration{Duration: 10 * time.Minute}))
 	g.Expect(gotMHC.Spec.MaxUnhealthy).To(Equal(ptrTo(intstr.FromString("100%"))))
+	g.Expect(gotMHC.Spec.RemediationBackoff).To(Equal(defaultBackoff))
 
 	tmpl := with(t, validTemplate, "spec.template.spec", map[string]any{})
 	tmpl.SetName("defaults")

@@ -202,6 +202,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	r.enable(mhc, &p.Status)
 	errs := r.execute(ctx, mhc, &p)
+	p.Status.RecentRemediations = p.recentRemediations()
 	if err := r.patchStatus(ctx, mhc, p.Status); err != nil {
 		errs = append(errs, err)
 	}

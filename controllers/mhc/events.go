@@ -24,6 +24,9 @@ const (
 	// EventHandOverTimedOut (Warning): a request of an ended step did not report that it is finished with
 	// the host within template.HandOverBound of its timed-out mark; the next step starts anyway.
 	EventHandOverTimedOut = "HandOverTimedOut"
+	// EventRemediationBackingOff (Normal): the Machine is unhealthy again after too many remediations within
+	// remediationBackoff's window; its next remediation waits (once per hold, with the hold's end).
+	EventRemediationBackingOff = "RemediationBackingOff"
 	// EventMachineNotRemediable (Warning): an unhealthy Machine is not controlled by a MachineSet or a
 	// control plane; it is reported, not remediated.
 	EventMachineNotRemediable = "MachineNotRemediable"

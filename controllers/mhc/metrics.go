@@ -14,11 +14,13 @@ import (
 // recordCheckMetrics sets the number of unhealthy Machines the check sees.
 func recordCheckMetrics(check types.NamespacedName, p plan) {
 	metrics.UnhealthyTargets.WithLabelValues(metrics.CheckerMHC, check.String()).Set(float64(p.Unhealthy))
+	recordBackoffMetrics(check.String(), p)
 }
 
 // forgetCheckMetrics deletes a deleted check's series.
 func forgetCheckMetrics(check types.NamespacedName) {
 	metrics.UnhealthyTargets.DeleteLabelValues(metrics.CheckerMHC, check.String())
+	forgetBackoffMetrics(check.String())
 }
 
 // countCreated counts a remediation request created, by kind.

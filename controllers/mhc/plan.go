@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/backoff"
 	"github.com/metalheal/metalheal/internal/budget"
 	"github.com/metalheal/metalheal/internal/conditions"
 	"github.com/metalheal/metalheal/internal/template"
@@ -198,6 +199,8 @@ type plan struct {
 	Events    []checkEvent
 	// Release are the Nodes whose lease the check holds and no longer needs.
 	Release []string
+	// Backoff is the repeat-remediation back-off's memory (see backoff.go).
+	Backoff *backoff.Memory
 }
 
 // planChecks is the MachineHealthCheck's decision, a pure function of what was observed and now: which
@@ -210,7 +213,7 @@ func planChecks(in planInput) (plan, error) {
 		prev[mhc.Status.UnhealthyMachines[i].Name] = &mhc.Status.UnhealthyMachines[i]
 	}
 
-	var p plan
+	p := plan{Backoff: backoff.NewMemory(backoff.PolicyOf(mhc.Spec.RemediationBackoff), mhc.Status.RecentRemediations, now)}
 	var observed []observedTarget
 	healthy := 0
 	for _, o := range in.Machines {
@@ -268,6 +271,7 @@ func planChecks(in planInput) (plan, error) {
 				p.NextCheck = earliest(p.NextCheck, applyGate(gate, t, &entry, o, now))
 			}
 			planUnhealthy(t, in.Steps, &entry, o.Requests, now)
+			p.backingOff(mhc, t, &entry)
 			if len(in.Steps) > 0 && t.Create != nil {
 				p.NextCheck = earliest(p.NextCheck, gateCreate(gate, t, &entry, o, len(records), now))
 			}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/backoff"
 	"github.com/metalheal/metalheal/internal/budget"
 	"github.com/metalheal/metalheal/internal/conditions"
 	"github.com/metalheal/metalheal/internal/gates"
@@ -93,6 +94,8 @@ type plan struct {
 	Disabled *cause
 	Paused   []string
 	Hold     string
+	// Backoff is the repeat-remediation back-off's memory (see backoff.go).
+	Backoff *backoff.Memory
 }
 
 // createAction asks for one remediation request.
@@ -191,6 +194,7 @@ func decide(in observed, now time.Time) plan {
 		d.old[u.Name] = u
 	}
 
+	p.Backoff = backoff.NewMemory(backoff.PolicyOf(in.Check.Spec.RemediationBackoff), in.Check.Status.RecentRemediations, now)
 	d.evaluateNodes()
 	d.checkWide()
 
@@ -522,6 +526,9 @@ func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ou
 			msg = fmt.Sprintf("%s exists, created by %s", key, who)
 		}
 		d.p.skip(e, prev, SkipRemediationExists, msg, why(w.res))
+		return
+	}
+	if len(e.Remediations) == 0 && d.backingOff(e, prev, why(w.res)) {
 		return
 	}
 	c := candidate{name: e.Name, node: node, step: next, request: name, overdue: overdue, entry: e, prev: prev,

@@ -35,6 +35,9 @@ const (
 	// EventSkippedRemediationExists: a remediation request with the Node's name exists that this check did
 	// not create.
 	EventSkippedRemediationExists = "SkippedRemediationExists"
+	// EventRemediationBackingOff (Normal): the Node is unhealthy again after too many remediations within
+	// remediationBackoff's window; its next remediation waits (once per hold, with the hold's end).
+	EventRemediationBackingOff = "RemediationBackingOff"
 	// EventLeaseNotRenewed: the lease of a Node under remediation could not be renewed.
 	EventLeaseNotRenewed = "LeaseNotRenewed"
 

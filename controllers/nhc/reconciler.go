@@ -148,6 +148,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.client.Get(ctx, req.NamespacedName, check); err != nil {
 		if apierrors.IsNotFound(err) {
 			metrics.UnhealthyTargets.DeleteLabelValues(metrics.CheckerNHC, req.Name)
+			forgetBackoffMetrics(req.Name)
 			r.forgetKinds(ctx, req.Name)
 			return ctrl.Result{}, nil
 		}
@@ -188,6 +189,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	for _, reason := range p.Skipped {
 		metrics.RemediationsSkipped.WithLabelValues(metrics.CheckerNHC, reason).Inc()
 	}
+	recordBackoffMetrics(check.Name, &p)
 	r.emit(base, p.Events, false)
 	if execErr != nil {
 		return ctrl.Result{}, execErr

@@ -25,6 +25,7 @@ func (p *plan) status(check *v1alpha1.NodeHealthCheck) v1alpha1.NodeHealthCheckS
 		ObservedGeneration: check.Generation,
 		LastUpdateTime:     check.Status.LastUpdateTime,
 		Conditions:         p.Conditions,
+		RecentRemediations: p.recentRemediations(check),
 	}
 	names := make([]string, 0, len(p.Entries))
 	for name, e := range p.Entries {
