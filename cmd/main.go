@@ -229,6 +229,7 @@ func setupBMC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
 	if deps.remediator != nil {
 		r.Remediations = deps.remediator
 	}
+	ctrlmetrics.Registry.MustRegister(powercycle.NewBMCStateCollector(mgr.GetCache(), deps.cfg.namespace, mgr.Elected()))
 	return r.SetupWithManager(ctx, mgr)
 }
 
@@ -299,6 +300,7 @@ func setupPowerCycle(ctx context.Context, mgr ctrl.Manager, deps *dependencies) 
 		return err
 	}
 	deps.remediator = r
+	ctrlmetrics.Registry.MustRegister(powercycle.NewRemediationStateCollector(mgr.GetCache(), deps.clock, mgr.Elected()))
 	return r.SetupWithManager(ctx, mgr)
 }
 
@@ -334,6 +336,7 @@ func setupMHC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
 	if err != nil {
 		return err
 	}
+	mhc.RegisterStateMetrics(mgr.GetCache(), mgr.Elected())
 	return r.SetupWithManager(ctx, mgr)
 }
 
@@ -347,5 +350,6 @@ func setupNHC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
 	if err != nil {
 		return err
 	}
+	nhc.RegisterStateMetrics(mgr.GetCache(), deps.clock, mgr.Elected())
 	return r.SetupWithManager(ctx, mgr)
 }
