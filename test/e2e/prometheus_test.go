@@ -70,12 +70,14 @@ var _ = Describe("Prometheus scraping the manager", func() {
 			WithContext(ctx).WithTimeout(3 * time.Second).WithPolling(poll).ShouldNot(ContainElement(stormAlert))
 
 		By("three of five nodes fail at once: a storm, which outlasts its cooldown")
+		failed := time.Now()
 		for _, n := range failing {
 			Expect(h.Sim.InjectFault(n, nodesim.FaultTransient)).To(Succeed())
 		}
 		Eventually(func() ([]string, error) { return prom.firing(ctx, group) }).
 			WithContext(ctx).WithTimeout(detectWait+promStormCooldown+30*time.Second).WithPolling(poll).
 			Should(ContainElement(stormAlert), "see %s", prom.logPath)
+		fmt.Fprintf(GinkgoWriter, "%s firing %s after the nodes failed\n", stormAlert, time.Since(failed).Round(time.Second))
 
 		By("one node recovers: the storm ends, and the alert resolves once the cooldown after it is over")
 		healed := time.Now()
@@ -84,6 +86,7 @@ var _ = Describe("Prometheus scraping the manager", func() {
 			WithContext(ctx).WithTimeout(promStormCooldown+60*time.Second).WithPolling(poll).
 			ShouldNot(ContainElement(stormAlert), "see %s", prom.logPath)
 		resolved := time.Now()
+		fmt.Fprintf(GinkgoWriter, "%s resolved %s after a node recovered (cooldown %s)\n", stormAlert, resolved.Sub(healed).Round(time.Second), promStormCooldown)
 		Expect(resolved).To(BeTemporally(">", healed.Add(promStormCooldown)), "resolved before the cooldown was over")
 
 		for _, n := range failing[1:] {
