@@ -16,7 +16,7 @@ import (
 func RegisterStateMetrics(reader client.Reader, elected <-chan struct{}) {
 	metrics.AddHealthChecks(metrics.CheckerMHC, elected, func(ctx context.Context) ([]metrics.CheckState, error) {
 		var list v1alpha1.MachineHealthCheckList
-		if err := reader.List(ctx, &list); err != nil {
+		if err := reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, err
 		}
 		out := make([]metrics.CheckState, 0, len(list.Items))

@@ -19,7 +19,7 @@ import (
 func RegisterStateMetrics(reader client.Reader, clk clock.PassiveClock, elected <-chan struct{}) {
 	metrics.AddHealthChecks(metrics.CheckerNHC, elected, func(ctx context.Context) ([]metrics.CheckState, error) {
 		var list v1alpha1.NodeHealthCheckList
-		if err := reader.List(ctx, &list); err != nil {
+		if err := reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, err
 		}
 		now := clk.Now()

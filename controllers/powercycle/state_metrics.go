@@ -78,7 +78,7 @@ func (c *RemediationStateCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), metrics.ListTimeout)
 	defer cancel()
 	var list v1alpha1.PowerCycleRemediationList
-	if err := c.reader.List(ctx, &list); err != nil {
+	if err := c.reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.Log.WithName("metrics").Error(err, "Listing PowerCycleRemediations for their state gauges")
 		return
 	}
@@ -165,7 +165,7 @@ func (c *BMCStateCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), metrics.ListTimeout)
 	defer cancel()
 	var list v1alpha1.BMCList
-	if err := c.reader.List(ctx, &list, client.InNamespace(c.namespace)); err != nil {
+	if err := c.reader.List(ctx, &list, client.InNamespace(c.namespace), client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.Log.WithName("metrics").Error(err, "Listing BMCs for their state gauges")
 		return
 	}

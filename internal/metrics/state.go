@@ -16,6 +16,9 @@ import (
 // check without any bookkeeping of our own. Only the elected manager reports them (a standby's cache does
 // not watch the checks, and two replicas reporting would double the sums).
 
+// Collectors list with client.UnsafeDisableDeepCopy: they only read, and a scrape should not copy every
+// BMC or request in a 5,000-node cluster every 30 seconds.
+
 // ListTimeout bounds a scrape's read of the cache; a cache that is not synced by then reports nothing
 // rather than stall the scrape.
 const ListTimeout = 5 * time.Second
