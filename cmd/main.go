@@ -275,6 +275,7 @@ func setupBMC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
 	if deps.remediator != nil {
 		r.Remediations = deps.remediator
 	}
+	ctrlmetrics.Registry.MustRegister(powercycle.NewBMCStateCollector(mgr.GetCache(), deps.cfg.namespace, mgr.Elected()))
 	return r.SetupWithManager(ctx, mgr)
 }
 
@@ -345,6 +346,7 @@ func setupPowerCycle(ctx context.Context, mgr ctrl.Manager, deps *dependencies) 
 		return err
 	}
 	deps.remediator = r
+	ctrlmetrics.Registry.MustRegister(powercycle.NewRemediationStateCollector(mgr.GetCache(), deps.clock, mgr.Elected()))
 	return r.SetupWithManager(ctx, mgr)
 }
 
@@ -380,6 +382,7 @@ func setupMHC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
 	if err != nil {
 		return err
 	}
+	mhc.RegisterStateMetrics(mgr.GetCache(), mgr.Elected())
 	return r.SetupWithManager(ctx, mgr)
 }
 
@@ -393,5 +396,6 @@ func setupNHC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
 	if err != nil {
 		return err
 	}
+	nhc.RegisterStateMetrics(mgr.GetCache(), deps.clock, mgr.Elected())
 	return r.SetupWithManager(ctx, mgr)
 }

@@ -3,6 +3,7 @@
 #   ipmitool            the IPMI client the IPMI driver shells out to (through bmclib)
 #   openipmi            ipmi_sim, a real IPMI BMC simulator
 #   redfishtool, python3-sushy-cli   third-party Redfish clients that check our Redfish mock
+#   prometheus          promtool (checks and unit-tests config/prometheus' rules) and a real Prometheus for e2e
 # Runs apt-get as root, or through sudo when available.
 set -euo pipefail
 need=()
@@ -10,6 +11,7 @@ command -v ipmitool >/dev/null || need+=(ipmitool)
 command -v ipmi_sim >/dev/null || need+=(openipmi)
 command -v redfishtool >/dev/null || need+=(redfishtool)
 command -v sushycli >/dev/null || need+=(python3-sushy-cli)
+command -v promtool >/dev/null || need+=(prometheus)
 [ ${#need[@]} -eq 0 ] && exit 0
 echo "installing test dependencies: ${need[*]}"
 sudo=""

@@ -1,0 +1,51 @@
+package nhc
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/metrics"
+)
+
+// RegisterStateMetrics reports every NodeHealthCheck's state gauges (internal/metrics: storm, budget,
+// disabled, in-flight requests), read from reader (the manager's cache) at scrape time once elected is
+// closed.
+func RegisterStateMetrics(reader client.Reader, clk clock.PassiveClock, elected <-chan struct{}) {
+	metrics.AddHealthChecks(metrics.CheckerNHC, elected, func(ctx context.Context) ([]metrics.CheckState, error) {
+		var list v1alpha1.NodeHealthCheckList
+		if err := reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, err
+		}
+		now := clk.Now()
+		out := make([]metrics.CheckState, 0, len(list.Items))
+		for i := range list.Items {
+			out = append(out, checkState(&list.Items[i], now))
+		}
+		return out, nil
+	})
+}
+
+// checkState is what c's status says now.
+func checkState(c *v1alpha1.NodeHealthCheck, now time.Time) metrics.CheckState {
+	conds := c.Status.Conditions
+	storm := &metrics.StormState{Cooldown: durationOf(c.Spec.StormCooldownDuration)}
+	if s := meta.FindStatusCondition(conds, v1alpha1.ConditionStormActive); s != nil && s.Status == metav1.ConditionTrue {
+		storm.Active = true
+		storm.ActiveFor = max(now.Sub(s.LastTransitionTime.Time), 0)
+	}
+	return metrics.CheckState{
+		Name:               c.Name,
+		Targets:            c.Status.ObservedNodes,
+		Healthy:            c.Status.HealthyNodes,
+		RemediationAllowed: !meta.IsStatusConditionFalse(conds, v1alpha1.ConditionRemediationAllowed),
+		Disabled:           meta.IsStatusConditionTrue(conds, v1alpha1.ConditionDisabled),
+		InFlight:           len(c.Status.InFlightRemediations),
+		Storm:              storm,
+	}
+}

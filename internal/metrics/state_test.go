@@ -1,0 +1,97 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/ptr"
+)
+
+func TestHealthCheckCollector(t *testing.T) {
+	closed := make(chan struct{})
+	close(closed)
+	for _, tc := range []struct {
+		name    string
+		elected <-chan struct{}
+		states  []CheckState
+		err     error
+		want    string
+	}{
+		{
+			name:    "a check in a storm, one without storms (a MachineHealthCheck), one not reported yet",
+			elected: closed,
+			states: []CheckState{
+				{Name: "workers", Targets: ptr.To[int32](5), Healthy: ptr.To[int32](2), InFlight: 0,
+					Storm: &StormState{Active: true, ActiveFor: 90 * time.Second, Cooldown: time.Minute}},
+				{Name: "ns/md-0", Targets: ptr.To[int32](3), Healthy: ptr.To[int32](3), RemediationAllowed: true, InFlight: 1},
+				{Name: "new", Disabled: true},
+			},
+			want: `
+metalheal_healthcheck_disabled{checker="c",healthcheck="new"} 1
+metalheal_healthcheck_disabled{checker="c",healthcheck="ns/md-0"} 0
+metalheal_healthcheck_disabled{checker="c",healthcheck="workers"} 0
+metalheal_healthcheck_healthy_targets{checker="c",healthcheck="ns/md-0"} 3
+metalheal_healthcheck_healthy_targets{checker="c",healthcheck="workers"} 2
+metalheal_healthcheck_remediation_allowed{checker="c",healthcheck="new"} 0
+metalheal_healthcheck_remediation_allowed{checker="c",healthcheck="ns/md-0"} 1
+metalheal_healthcheck_remediation_allowed{checker="c",healthcheck="workers"} 0
+metalheal_healthcheck_remediations_in_flight{checker="c",healthcheck="new"} 0
+metalheal_healthcheck_remediations_in_flight{checker="c",healthcheck="ns/md-0"} 1
+metalheal_healthcheck_remediations_in_flight{checker="c",healthcheck="workers"} 0
+metalheal_healthcheck_storm_active_seconds{checker="c",healthcheck="workers"} 90
+metalheal_healthcheck_storm_active{checker="c",healthcheck="workers"} 1
+metalheal_healthcheck_storm_cooldown_seconds{checker="c",healthcheck="workers"} 60
+metalheal_healthcheck_targets{checker="c",healthcheck="ns/md-0"} 3
+metalheal_healthcheck_targets{checker="c",healthcheck="workers"} 5
+metalheal_state_collect_errors{collector="c"} 0
+`,
+		},
+		{name: "not elected: nothing", elected: make(chan struct{}), states: []CheckState{{Name: "workers"}}, want: ""},
+		{name: "the cache cannot be read: the error gauge only", elected: closed, err: errors.New("not synced"),
+			want: "metalheal_state_collect_errors{collector=\"c\"} 1\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			c := &healthChecks{sources: map[string]source{}}
+			c.sources["c"] = source{elected: tc.elected, list: func(context.Context) ([]CheckState, error) { return tc.states, tc.err }}
+			var got strings.Builder
+			lines, err := collectLines(c)
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, l := range lines {
+				got.WriteString(l + "\n")
+			}
+			g.Expect(got.String()).To(Equal(strings.TrimPrefix(tc.want, "\n")))
+		})
+	}
+}
+
+// collectLines gathers c and returns its samples as sorted text lines.
+func collectLines(c *healthChecks) ([]string, error) {
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		return nil, err
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		return nil, err
+	}
+	var lines []string
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"=\""+l.GetValue()+"\"")
+			}
+			lines = append(lines, f.GetName()+"{"+strings.Join(labels, ",")+"} "+strconv.FormatFloat(m.GetGauge().GetValue(), 'g', -1, 64))
+		}
+	}
+	sort.Strings(lines)
+	return lines, nil
+}
