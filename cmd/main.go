@@ -382,7 +382,7 @@ func setupMHC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
 	if err != nil {
 		return err
 	}
-	mhc.RegisterStateMetrics(mgr.GetCache(), mgr.Elected())
+	mhc.RegisterStateMetrics(mgr.GetCache(), deps.clock, mgr.Elected())
 	return r.SetupWithManager(ctx, mgr)
 }
 

@@ -2,33 +2,36 @@ package mhc
 
 import (
 	"context"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/metrics"
 )
 
-// RegisterStateMetrics reports every MachineHealthCheck's state gauges (internal/metrics: budget, disabled,
-// in-flight requests), read from reader (the manager's cache) at scrape time once elected is closed. A
-// MachineHealthCheck has no storm of its own: its short-circuit shows as remediation_allowed 0.
-func RegisterStateMetrics(reader client.Reader, elected <-chan struct{}) {
+// RegisterStateMetrics reports every MachineHealthCheck's state gauges (internal/metrics: storm, budget,
+// disabled, in-flight requests), read from reader (the manager's cache) at scrape time once elected is
+// closed.
+func RegisterStateMetrics(reader client.Reader, clk clock.PassiveClock, elected <-chan struct{}) {
 	metrics.AddHealthChecks(metrics.CheckerMHC, elected, func(ctx context.Context) ([]metrics.CheckState, error) {
 		var list v1alpha1.MachineHealthCheckList
 		if err := reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, err
 		}
+		now := clk.Now()
 		out := make([]metrics.CheckState, 0, len(list.Items))
 		for i := range list.Items {
-			out = append(out, machineCheckState(&list.Items[i]))
+			out = append(out, machineCheckState(&list.Items[i], now))
 		}
 		return out, nil
 	})
 }
 
 // machineCheckState is what c's status says now.
-func machineCheckState(c *v1alpha1.MachineHealthCheck) metrics.CheckState {
+func machineCheckState(c *v1alpha1.MachineHealthCheck, now time.Time) metrics.CheckState {
 	inFlight := 0
 	for _, m := range c.Status.UnhealthyMachines {
 		for _, r := range m.Remediations {
@@ -45,5 +48,6 @@ func machineCheckState(c *v1alpha1.MachineHealthCheck) metrics.CheckState {
 		RemediationAllowed: !meta.IsStatusConditionFalse(conds, v1alpha1.ConditionRemediationAllowed),
 		Disabled:           meta.IsStatusConditionTrue(conds, v1alpha1.ConditionDisabled),
 		InFlight:           inFlight,
+		Storm:              metrics.StormOf(conds, c.Spec.StormCooldownDuration, now),
 	}
 }

@@ -2,6 +2,7 @@ package mhc
 
 import (
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,7 +22,7 @@ func TestMachineCheckState(t *testing.T) {
 		{
 			name:  "not reported yet: allowed, no counts",
 			check: v1alpha1.MachineHealthCheck{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "md-0"}},
-			want:  metrics.CheckState{Name: "ns/md-0", RemediationAllowed: true},
+			want:  metrics.CheckState{Name: "ns/md-0", RemediationAllowed: true, Storm: &metrics.StormState{}},
 		},
 		{
 			name: "short-circuited and disabled; timed-out requests are not in flight",
@@ -41,11 +42,24 @@ func TestMachineCheckState(t *testing.T) {
 					},
 				},
 			},
-			want: metrics.CheckState{Name: "ns/md-0", Targets: ptr.To[int32](4), Healthy: ptr.To[int32](1), Disabled: true, InFlight: 2},
+			want: metrics.CheckState{Name: "ns/md-0", Targets: ptr.To[int32](4), Healthy: ptr.To[int32](1), Disabled: true, InFlight: 2,
+				Storm: &metrics.StormState{}},
+		},
+		{
+			name: "a storm for a minute, with its cooldown",
+			check: v1alpha1.MachineHealthCheck{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "md-0"},
+				Spec:       v1alpha1.MachineHealthCheckSpec{StormCooldownDuration: &metav1.Duration{Duration: 5 * time.Minute}},
+				Status: v1alpha1.MachineHealthCheckStatus{Conditions: []metav1.Condition{
+					{Type: v1alpha1.ConditionStormActive, Status: metav1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-time.Minute))},
+				}},
+			},
+			want: metrics.CheckState{Name: "ns/md-0", RemediationAllowed: true,
+				Storm: &metrics.StormState{Active: true, ActiveFor: time.Minute, Cooldown: 5 * time.Minute}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			NewWithT(t).Expect(machineCheckState(&tc.check)).To(Equal(tc.want))
+			NewWithT(t).Expect(machineCheckState(&tc.check, now.Time)).To(Equal(tc.want))
 		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -34,11 +33,6 @@ func RegisterStateMetrics(reader client.Reader, clk clock.PassiveClock, elected 
 // checkState is what c's status says now.
 func checkState(c *v1alpha1.NodeHealthCheck, now time.Time) metrics.CheckState {
 	conds := c.Status.Conditions
-	storm := &metrics.StormState{Cooldown: durationOf(c.Spec.StormCooldownDuration)}
-	if s := meta.FindStatusCondition(conds, v1alpha1.ConditionStormActive); s != nil && s.Status == metav1.ConditionTrue {
-		storm.Active = true
-		storm.ActiveFor = max(now.Sub(s.LastTransitionTime.Time), 0)
-	}
 	return metrics.CheckState{
 		Name:               c.Name,
 		Targets:            c.Status.ObservedNodes,
@@ -46,6 +40,6 @@ func checkState(c *v1alpha1.NodeHealthCheck, now time.Time) metrics.CheckState {
 		RemediationAllowed: !meta.IsStatusConditionFalse(conds, v1alpha1.ConditionRemediationAllowed),
 		Disabled:           meta.IsStatusConditionTrue(conds, v1alpha1.ConditionDisabled),
 		InFlight:           len(c.Status.InFlightRemediations),
-		Storm:              storm,
+		Storm:              metrics.StormOf(conds, c.Spec.StormCooldownDuration, now),
 	}
 }

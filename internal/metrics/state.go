@@ -6,8 +6,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
 )
 
 // The state gauges say what is true now (a storm holds remediation back, a check is disabled), so an alert
@@ -36,7 +40,7 @@ type CheckState struct {
 	Disabled bool
 	// InFlight is the number of remediation requests the check has open.
 	InFlight int
-	// Storm is the storm state, for checkers that have storms (NodeHealthCheck); nil otherwise.
+	// Storm is the check's storm state (see StormOf).
 	Storm *StormState
 }
 
@@ -46,6 +50,20 @@ type StormState struct {
 	Active    bool
 	ActiveFor time.Duration
 	Cooldown  time.Duration
+}
+
+// StormOf is the storm state a check's status and spec say at now: its StormActive condition (True
+// since its last transition) and its stormCooldownDuration.
+func StormOf(conds []metav1.Condition, cooldown *metav1.Duration, now time.Time) *StormState {
+	st := &StormState{}
+	if cooldown != nil {
+		st.Cooldown = cooldown.Duration
+	}
+	if c := meta.FindStatusCondition(conds, v1alpha1.ConditionStormActive); c != nil && c.Status == metav1.ConditionTrue {
+		st.Active = true
+		st.ActiveFor = max(now.Sub(c.LastTransitionTime.Time), 0)
+	}
+	return st
 }
 
 // CheckLister lists the checks of one checker from the cache.
@@ -58,9 +76,9 @@ var (
 	descCheckAllowed  = prometheus.NewDesc("metalheal_healthcheck_remediation_allowed", "1 while a health check may start remediations, 0 while its unhealthy budget (maxUnhealthy/minHealthy) or a storm holds them back.", checkLabels, nil)
 	descCheckDisabled = prometheus.NewDesc("metalheal_healthcheck_disabled", "1 while a health check cannot work (missing template, a kind it cannot watch).", checkLabels, nil)
 	descCheckInFlight = prometheus.NewDesc("metalheal_healthcheck_remediations_in_flight", "Remediation requests a health check has open.", checkLabels, nil)
-	descStormActive   = prometheus.NewDesc("metalheal_healthcheck_storm_active", "1 while a remediation storm holds a NodeHealthCheck's remediations back, its cooldown included.", checkLabels, nil)
-	descStormFor      = prometheus.NewDesc("metalheal_healthcheck_storm_active_seconds", "How long the current storm of a NodeHealthCheck has been active (0 without a storm).", checkLabels, nil)
-	descStormCooldown = prometheus.NewDesc("metalheal_healthcheck_storm_cooldown_seconds", "A NodeHealthCheck's stormCooldownDuration.", checkLabels, nil)
+	descStormActive   = prometheus.NewDesc("metalheal_healthcheck_storm_active", "1 while a remediation storm holds a health check's remediations back, its cooldown included.", checkLabels, nil)
+	descStormFor      = prometheus.NewDesc("metalheal_healthcheck_storm_active_seconds", "How long the current storm of a health check has been active (0 without a storm).", checkLabels, nil)
+	descStormCooldown = prometheus.NewDesc("metalheal_healthcheck_storm_cooldown_seconds", "A health check's stormCooldownDuration.", checkLabels, nil)
 	descCollectErrors = prometheus.NewDesc("metalheal_state_collect_errors", "1 when a state collector could not read the cache at this scrape (its gauges are missing from it).", []string{"collector"}, nil)
 )
 
