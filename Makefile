@@ -36,12 +36,13 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC into config/, and copy them into the Helm chart.
+manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC into config/, and copy them and the alert rules into the Helm chart.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:allowDangerousTypes=false paths="./api/..." paths="./controllers/..." paths="./cmd/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	rm -f charts/metalheal/crds/*.yaml
 	cp config/crd/bases/*.yaml charts/metalheal/crds/
 	cp config/rbac/role.yaml charts/metalheal/files/manager-role.yaml
+	cp config/prometheus/rules.yaml charts/metalheal/files/prometheus-rules.yaml
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code for the API types.

@@ -99,6 +99,7 @@ func TestChartLints(t *testing.T) {
 	tests := map[string][]string{
 		"default values":          nil,
 		"with monitoring":         {"--set", "monitoring.enabled=true"},
+		"with alert rules":        {"--set", "monitoring.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.prometheusRule.labels.release=kube-prometheus-stack"},
 		"every value changed":     {"--set", "remediationNamespaces={a,b},leaseNamespace.name=leases,leaseNamespace.create=false,leaderElection.leaseDuration=60s,metrics.secure=false,podDisruptionBudget.enabled=false,flowSchemas.enabled=false,replicas=3"},
 		"another namespace":       {"--namespace", "ops"},
 		"without leader election": {"--set", "leaderElection.enabled=false,replicas=1"},
@@ -237,7 +238,8 @@ func diff(path string, want, got any) []string {
 func TestChartCopiesOfGeneratedFilesAreCurrent(t *testing.T) {
 	root := testenv.RepoRoot()
 	pairs := map[string]string{
-		"config/rbac/role.yaml": "charts/metalheal/files/manager-role.yaml",
+		"config/rbac/role.yaml":        "charts/metalheal/files/manager-role.yaml",
+		"config/prometheus/rules.yaml": "charts/metalheal/files/prometheus-rules.yaml",
 	}
 	bases, err := filepath.Glob(filepath.Join(root, "config/crd/bases/*.yaml"))
 	if err != nil || len(bases) == 0 {

@@ -1,11 +1,16 @@
 package chart_test
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/metalheal/metalheal/internal/testenv"
 )
 
 // rendered is one `helm template` output, with lookups the value tests share.
@@ -152,6 +157,9 @@ func TestChartValues(t *testing.T) {
 				}
 				if len(r.ofKind("ServiceMonitor")) != 0 {
 					t.Error("a ServiceMonitor without monitoring.enabled")
+				}
+				if len(r.ofKind("PrometheusRule")) != 0 {
+					t.Error("a PrometheusRule without monitoring.prometheusRule.enabled")
 				}
 			},
 		},
@@ -339,6 +347,109 @@ func TestChartValues(t *testing.T) {
 			r := rendered(helmTemplate(t, rel, ns, tt.sets...))
 			expectConsistent(t, r)
 			tt.expect(t, r)
+		})
+	}
+}
+
+// configJob is the scrape job config/prometheus/rules.yaml's expressions select: the metrics Service's name
+// under config/default.
+const configJob = `job="metalheal-manager-metrics-service"`
+
+// withJob returns v with every configJob in its strings replaced by job.
+func withJob(v any, job string) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for k, e := range v {
+			out[k] = withJob(e, job)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = withJob(e, job)
+		}
+		return out
+	case string:
+		return strings.ReplaceAll(v, configJob, job)
+	default:
+		return v
+	}
+}
+
+// With monitoring.prometheusRule.enabled the chart renders config/prometheus/rules.yaml's alerts, rule for
+// rule, but on the release's metrics Service: the Prometheus Operator names a ServiceMonitor's scrape job
+// after the Service it selects (the chart's ServiceMonitor sets no jobLabel), so an alert on
+// config/default's job name would never see another release's manager, and MetalhealManagerDown would fire
+// for ever.
+func TestChartPrometheusRuleIsConfigPrometheusRules(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "prometheus", "rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := objects(t, raw)
+	if len(config) != 1 || config[0].GetKind() != "PrometheusRule" {
+		t.Fatalf("config/prometheus/rules.yaml holds %d objects, want one PrometheusRule", len(config))
+	}
+	configGroups, _, _ := unstructured.NestedSlice(config[0].Object, "spec", "groups")
+	if n := strings.Count(string(raw), configJob); n < 2 {
+		t.Fatalf("config/prometheus/rules.yaml selects %s %d times: is this test looking at the right job?", configJob, n)
+	}
+
+	tests := map[string]struct {
+		release, namespace, wantName string
+		// sameAsConfig: the whole object is rules.yaml's, as for config/default's names.
+		sameAsConfig bool
+	}{
+		"config/default's names":         {release: release, namespace: releaseNamespace, wantName: "metalheal-alerts", sameAsConfig: true},
+		"another release and namespace":  {release: "prod", namespace: "ops", wantName: "prod-metalheal-alerts"},
+		"a release containing the chart": {release: "metalheal-b", namespace: "b", wantName: "metalheal-b-alerts"},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			r := rendered(helmTemplate(t, tt.release, tt.namespace, "monitoring.enabled=true",
+				"monitoring.prometheusRule.enabled=true", "monitoring.prometheusRule.labels.release=kube-prometheus-stack"))
+			expectConsistent(t, r)
+			rules := r.ofKind("PrometheusRule")
+			if len(rules) != 1 {
+				t.Fatalf("%d PrometheusRules rendered, want 1", len(rules))
+			}
+			pr := rules[0]
+			if pr.GetName() != tt.wantName || pr.GetNamespace() != tt.namespace {
+				t.Errorf("PrometheusRule %s/%s, want %s/%s", pr.GetNamespace(), pr.GetName(), tt.namespace, tt.wantName)
+			}
+			if pr.GetLabels()["release"] != "kube-prometheus-stack" || pr.GetLabels()["app.kubernetes.io/name"] != "metalheal" {
+				t.Errorf("PrometheusRule labels %v", pr.GetLabels())
+			}
+
+			services := r.ofKind("Service")
+			if len(services) != 1 {
+				t.Fatalf("%d Services rendered, want the metrics Service", len(services))
+			}
+			monitors := r.ofKind("ServiceMonitor")
+			if len(monitors) != 1 {
+				t.Fatalf("%d ServiceMonitors rendered, want 1", len(monitors))
+			}
+			if jl, found, _ := unstructured.NestedFieldNoCopy(monitors[0].Object, "spec", "jobLabel"); found {
+				t.Fatalf("the ServiceMonitor sets jobLabel %v: the scrape job is no longer the Service's name", jl)
+			}
+			job := fmt.Sprintf("job=%q", services[0].GetName())
+
+			got, _, _ := unstructured.NestedSlice(pr.Object, "spec", "groups")
+			for _, d := range diff("spec.groups", withJob(configGroups, job), got) {
+				t.Errorf("the chart's rules differ from config/prometheus/rules.yaml's on job %s: %s", job, d)
+			}
+			if tt.sameAsConfig {
+				want := config[0].DeepCopy()
+				delete(want.GetLabels(), "release") // not in config/prometheus
+				gotObj := pr.DeepCopy()
+				labels := gotObj.GetLabels()
+				delete(labels, "release")
+				gotObj.SetLabels(labels)
+				for _, d := range diff("", want.Object, gotObj.Object) {
+					t.Errorf("the chart's PrometheusRule differs from config/prometheus/rules.yaml: %s", d)
+				}
+			}
 		})
 	}
 }
