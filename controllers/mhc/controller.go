@@ -71,6 +71,10 @@ type Options struct {
 	// installed or upgraded after the manager started is noticed within it. Default
 	// DefaultClusterAPIRecheckInterval.
 	ClusterAPIRecheckInterval time.Duration
+	// ClusterNamespaces, when not empty, are the only namespaces whose <cluster>-kubeconfig Secrets are
+	// read (main's --cluster-namespaces): a check whose Cluster is elsewhere is disabled
+	// (KubeconfigNotReadable) without a request. Empty: any namespace, as RBAC allows.
+	ClusterNamespaces []string
 }
 
 // Reconciler reconciles MachineHealthChecks.

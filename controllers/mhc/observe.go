@@ -84,6 +84,9 @@ func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 			if cluster.Spec.Paused != nil && *cluster.Spec.Paused && in.Paused == "" {
 				in.Paused = fmt.Sprintf("Cluster %s is paused", key.Name)
 			}
+			if ns := r.opts.ClusterNamespaces; len(ns) > 0 && !slices.Contains(ns, key.Namespace) {
+				return in, &kubeconfigForbiddenError{cluster: key, notListed: true, retry: r.clock.Now().Add(r.opts.KubeconfigRecheckInterval)}
+			}
 			remote, isRemote, err := r.remotes.nodeReader(ctx, r.apiReader, key)
 			if err != nil {
 				return in, err

@@ -257,14 +257,20 @@ func restConfigFromKubeconfig(data []byte) (*rest.Config, error) {
 // component). The message names the Role that would let it.
 type kubeconfigForbiddenError struct {
 	cluster types.NamespacedName
-	retry   time.Time
+	// notListed: the namespace is not in --cluster-namespaces (nothing was asked of the API server).
+	notListed bool
+	retry     time.Time
 }
 
 func (e *kubeconfigForbiddenError) Error() string {
-	return fmt.Sprintf("the manager may not read Secret %s/%s%s (the Cluster's kubeconfig): it needs a Role in namespace %s "+
+	why := "may not read"
+	if e.notListed {
+		why = "does not read (its namespace is not in --cluster-namespaces)"
+	}
+	return fmt.Sprintf("the manager %s Secret %s/%s%s (the Cluster's kubeconfig): it needs a Role in namespace %s "+
 		"granting get on secrets (apiGroups [\"\"], resources [secrets], verbs [get]) bound to its ServiceAccount; "+
 		"add %s to --cluster-namespaces and to the kubeconfig-readers component (config/components/kubeconfig-readers)",
-		e.cluster.Namespace, e.cluster.Name, kubeconfigSecretSuffix, e.cluster.Namespace, e.cluster.Namespace)
+		why, e.cluster.Namespace, e.cluster.Name, kubeconfigSecretSuffix, e.cluster.Namespace, e.cluster.Namespace)
 }
 
 // kubeconfigForbidden records on a check that its Cluster's kubeconfig cannot be read: Disabled=True with
