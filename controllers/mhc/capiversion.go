@@ -87,6 +87,7 @@ func (s *servedVersion) get() (string, error) {
 		}
 	}
 	s.version, s.until = found, now.Add(s.recheck)
+	recordServedVersion(found)
 	return found, nil
 }
 

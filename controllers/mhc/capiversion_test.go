@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +26,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/metrics"
 	"github.com/metalheal/metalheal/internal/testenv"
 )
 
@@ -116,6 +118,15 @@ var _ = Describe("Cluster API versions", Ordered, func() {
 
 				_, err = r.Reconcile(ctx, reconcileRequest(ns, "check"))
 				Expect(err).NotTo(HaveOccurred())
+
+				unhealthy := 0.0
+				if sc.wantRequest {
+					unhealthy = 1
+				}
+				Expect(testutil.ToFloat64(unhealthyMachines.WithLabelValues(ns+"/check"))).To(Equal(unhealthy),
+					"published as metalheal_mhc_unhealthy_machines")
+				Expect(testutil.CollectAndCount(metrics.UnhealthyTargets)).To(BeZero(),
+					"nothing of the MachineHealthCheck under the NodeHealthCheck's metalheal_nhc_unhealthy_nodes")
 
 				requests := listRequests(ctx, s.c, ns)
 				if sc.wantRequest {
