@@ -134,6 +134,15 @@ var _ = Describe("Cluster API versions", Ordered, func() {
 					Expect(requests[0].GetOwnerReferences()).To(ContainElement(And(
 						HaveField("APIVersion", "cluster.x-k8s.io/"+version), HaveField("Kind", "Machine"), HaveField("Name", "m"))),
 						"the request's owner reference names the served version (garbage collection and the remediator resolve it)")
+					// What the power-cycle remediator does with a request without a node-name annotation
+					// (Cluster API's own): read the owner in the version its reference names, then
+					// status.nodeRef.name.
+					owner := &unstructured.Unstructured{}
+					owner.SetAPIVersion("cluster.x-k8s.io/" + version)
+					owner.SetKind("Machine")
+					Expect(s.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "m"}, owner)).To(Succeed())
+					nodeName, _, _ := unstructured.NestedString(owner.Object, "status", "nodeRef", "name")
+					Expect(nodeName).To(Equal(node.Name))
 				} else {
 					Expect(requests).To(BeEmpty())
 				}

@@ -43,7 +43,7 @@ var _ = Describe("Unhealthy criteria, with condition-based remediation", func() 
 			Expect(meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionRemediationAllowed)).To(BeTrue())
 			Expect(w.rec.all()).To(ContainElement(And(HaveField("Kind", "Machine"), HaveField("Reason", EventMachineMarkedUnhealthy))))
 			Expect(res.RequeueAfter).To(BeZero(), "nothing left to wait for")
-			Expect(testutil.ToFloat64(unhealthyMachines.WithLabelValues(w.ns+"/workers"))).To(BeEquivalentTo(1))
+			Expect(testutil.ToFloat64(unhealthyMachines.WithLabelValues(w.ns + "/workers"))).To(BeEquivalentTo(1))
 
 			By("a second reconcile writes nothing new")
 			before := w.machine(ctx, "m").ResourceVersion
@@ -273,7 +273,7 @@ var _ = Describe("Template-based remediation", func() {
 		w.reconcile(ctx, "workers")
 		Expect(w.powerCycleRemediations(ctx)).To(BeEmpty())
 		Expect(w.check(ctx, "workers").Status.UnhealthyMachines).To(BeEmpty())
-		Expect(testutil.ToFloat64(unhealthyMachines.WithLabelValues(w.ns+"/workers"))).To(BeZero())
+		Expect(testutil.ToFloat64(unhealthyMachines.WithLabelValues(w.ns + "/workers"))).To(BeZero())
 		Expect(condition(w.machine(ctx, "m"), clusterv1.MachineHealthCheckSucceededCondition)).To(haveCondition(metav1.ConditionTrue, clusterv1.MachineHealthCheckSucceededReason))
 		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventRemediationRequestDeleted)))
 	})
