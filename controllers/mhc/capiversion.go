@@ -18,6 +18,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 )
@@ -302,4 +303,43 @@ func (r *Reconciler) disableFor(ctx context.Context, mhc *v1alpha1.MachineHealth
 		r.recorder.Eventf(mhc, nil, corev1.EventTypeWarning, EventDisabled, actionCheck, "No remediation can start: %s", message)
 	}
 	return ctrl.Result{RequeueAfter: requeueAfter(retry, now)}, nil
+}
+
+// versionPoller asks discovery for the served Cluster API version every recheck interval and, when it
+// changed (Cluster API installed, upgraded to a new version, or removed), enqueues every check: a check
+// with nothing else to do would otherwise go on reading the old version, or keep saying that Cluster API
+// is absent, until its next event.
+type versionPoller struct {
+	r      *Reconciler
+	events chan event.TypedGenericEvent[client.Object]
+}
+
+// Start implements manager.Runnable.
+func (p *versionPoller) Start(ctx context.Context) error {
+	last, _ := p.r.served.get()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-p.r.clock.After(p.r.opts.ClusterAPIRecheckInterval):
+		}
+		version, err := p.r.served.get()
+		if err != nil || version == last {
+			continue
+		}
+		ctrl.LoggerFrom(ctx).Info("Served Cluster API version changed", "from", last, "to", version)
+		last = version
+		var checks v1alpha1.MachineHealthCheckList
+		if err := p.r.reader.List(ctx, &checks); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing MachineHealthChecks after a Cluster API version change")
+			continue
+		}
+		for i := range checks.Items {
+			select {
+			case p.events <- event.TypedGenericEvent[client.Object]{Object: &checks.Items[i]}:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
 }

@@ -226,6 +226,32 @@ var _ = Describe("Cluster API versions", Ordered, func() {
 			g.Expect(s.c.Get(ctx, client.ObjectKeyFromObject(check), got)).To(Succeed())
 			g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionDisabled)).To(BeFalse())
 		}).WithContext(ctx).WithTimeout(eventuallyTimeout).Should(Succeed())
+
+		By("Cluster API upgraded to v1.14.2 (v1beta2 served and stored): the check moves to v1beta2, no restart")
+		newCRDs, err := testenv.ClusterAPICRDs()
+		Expect(err).NotTo(HaveOccurred())
+		_, err = envtest.InstallCRDs(lateCfg, envtest.CRDInstallOptions{Paths: []string{newCRDs}, ErrorIfPathMissing: true})
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() float64 { return testutil.ToFloat64(clusterAPIVersion.WithLabelValues("v1beta2")) }).
+			WithTimeout(eventuallyTimeout).Should(Equal(1.0))
+		s = newAPIServer("v1beta2", lateCfg)
+		node2 := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ns + "-n2"}}
+		Expect(s.c.Create(ctx, node2)).To(Succeed())
+		node2.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "Test",
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Hour))}}
+		Expect(s.c.Status().Update(ctx, node2)).To(Succeed())
+		createVersionedMachine(ctx, s, ns, "m2", node2.Name)
+		Eventually(func(g Gomega) {
+			var owners []string
+			for _, req := range listRequests(ctx, s.c, ns) {
+				for _, ref := range req.GetOwnerReferences() {
+					if ref.Kind == "Machine" {
+						owners = append(owners, ref.Name+" "+ref.APIVersion)
+					}
+				}
+			}
+			g.Expect(owners).To(ContainElement("m2 cluster.x-k8s.io/v1beta2"))
+		}).WithContext(ctx).WithTimeout(eventuallyTimeout).Should(Succeed())
 	})
 })
 

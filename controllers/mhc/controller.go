@@ -20,8 +20,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/kindwatch"
@@ -156,6 +158,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err != nil {
 		return err
 	}
+	poller := &versionPoller{r: r, events: make(chan event.TypedGenericEvent[client.Object])}
 	c, err := ctrl.NewControllerManagedBy(mgr).
 		Named("machinehealthcheck").
 		For(&v1alpha1.MachineHealthCheck{}).
@@ -163,12 +166,16 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			return r.nodeToChecks(ctx, o, nil)
 		}), builder.WithPredicates(nodeHealthChanged())).
 		WatchesRawSource(kinds.Source()).
+		WatchesRawSource(source.Channel(poller.events, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).
 		Build(r)
 	if err != nil {
 		return fmt.Errorf("building the machinehealthcheck controller: %w", err)
 	}
 	r.controller, r.kinds, r.indexer = c, kinds, mgr.GetCache()
+	if err := mgr.Add(poller); err != nil {
+		return fmt.Errorf("adding the Cluster API version poller to the manager: %w", err)
+	}
 	if err := mgr.Add(r.remotes); err != nil {
 		return fmt.Errorf("adding the workload cluster caches to the manager: %w", err)
 	}
