@@ -273,9 +273,9 @@ func (r *Reconciler) enable(mhc *v1alpha1.MachineHealthCheck, status *v1alpha1.M
 		return
 	}
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.ConditionDisabled, Status: metav1.ConditionFalse,
-		Reason: v1alpha1.ReasonAsExpected, Message: "The remediation kinds are watched", ObservedGeneration: mhc.Generation,
-		LastTransitionTime: metav1.NewTime(r.clock.Now())})
-	r.recorder.Eventf(mhc, nil, corev1.EventTypeNormal, EventEnabled, actionCheck, "The remediation kinds are watched again")
+		Reason: v1alpha1.ReasonAsExpected, Message: "Cluster API, the Cluster's kubeconfig and the remediation kinds are readable",
+		ObservedGeneration: mhc.Generation, LastTransitionTime: metav1.NewTime(r.clock.Now())})
+	r.recorder.Eventf(mhc, nil, corev1.EventTypeNormal, EventEnabled, actionCheck, "The check works again")
 }
 
 // ServedClusterAPIVersion returns the Cluster API version the controller would read Machines and Clusters
