@@ -54,6 +54,7 @@ func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 		// Nothing can be watched for the check now: let go of what it watched (Cluster API may have been
 		// removed), so that no failing informer is retried for it.
 		r.forgetKinds(ctx, client.ObjectKeyFromObject(mhc))
+		r.dropIndexUnless("")
 		return in, &clusterAPINotInstalledError{retry: r.clock.Now().Add(r.opts.ClusterAPIRecheckInterval)}
 	}
 	var kinds []schema.GroupVersionKind

@@ -110,7 +110,11 @@ func (r *Reconciler) nodeToChecks(ctx context.Context, node client.Object, clust
 	if version == "" {
 		return nil // no Machines watched yet: the checks read everything when they first see them
 	}
-	machines, err := listMachinesByNode(ctx, r.reader, version, node.GetName())
+	// Bounded all the same: were the indexed informer stopped meanwhile, a cache read would start another
+	// and wait for it.
+	listCtx, cancel := context.WithTimeout(ctx, cacheReadGuard)
+	defer cancel()
+	machines, err := listMachinesByNode(listCtx, r.reader, version, node.GetName())
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing Machines for a Node event", "node", node.GetName())
 		return nil
@@ -198,6 +202,7 @@ func (r *Reconciler) watchKinds(ctx context.Context, mhc *v1alpha1.MachineHealth
 	if r.kinds == nil {
 		return nil
 	}
+	r.dropIndexUnless(version)
 	gv := clusterv1.GroupVersion.Group + "/" + version
 	machine, cluster := emptyMachine(version), emptyCluster(version)
 	kinds := make([]kindwatch.Kind, 0, len(gvks)+2)
@@ -295,6 +300,18 @@ func (r *Reconciler) indexMachines(ctx context.Context, version string, machine 
 		return
 	}
 	r.indexed, r.indexedVer = inf, version
+}
+
+// dropIndexUnless forgets the indexed informer unless it is of version: the served version changed (or
+// Cluster API went away, version ""), and the kind watcher stops the old informer once no check reads it.
+// Node events are not mapped until the new version's informer is indexed; the checks read everything
+// when they first see it anyway.
+func (r *Reconciler) dropIndexUnless(version string) {
+	r.indexMu.Lock()
+	defer r.indexMu.Unlock()
+	if r.indexedVer != version {
+		r.indexed, r.indexedVer = nil, ""
+	}
 }
 
 // indexedVersion is the version whose Machines are indexed by Node ("" before any is): Node events are
