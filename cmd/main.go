@@ -18,9 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/utils/clock"
+	clusterv1beta1 "sigs.k8s.io/cluster-api/api/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -66,6 +68,11 @@ type config struct {
 	// remediationNamespaces lists the namespaces, besides namespace, whose PowerCycleRemediations the
 	// remediator acts on (see parseNamespaces).
 	remediationNamespaces string
+	// clusterNamespaces lists the namespaces where Cluster API Clusters live: the only ones whose
+	// <cluster>-kubeconfig Secrets the MachineHealthCheck reads (see parseNamespaces).
+	clusterNamespaces string
+	// clusterAPIRecheckInterval is how often the served Cluster API version is looked up again.
+	clusterAPIRecheckInterval time.Duration
 }
 
 // controllerNames are the controllers the manager can run; all are on by default.
@@ -104,6 +111,12 @@ func main() {
 		"Comma-separated namespaces whose PowerCycleRemediations the remediator acts on, besides the manager's own (--namespace), which is always trusted. "+
 			"A request anywhere else is refused (Processing=False, NamespaceNotTrusted) and nothing is done for it. Default: the manager's namespace only; "+
 			"Cluster API users list their clusters' namespaces.")
+	flag.StringVar(&cfg.clusterNamespaces, "cluster-namespaces", "",
+		"Comma-separated namespaces where Cluster API Clusters live: the MachineHealthCheck reads a workload cluster's <cluster>-kubeconfig Secret only there "+
+			"(grant it with the kubeconfig-readers component: get on Secrets in exactly these namespaces). A check whose Cluster is elsewhere "+
+			"reports Disabled=True, KubeconfigNotReadable, naming the Role it needs. Empty: any namespace, as RBAC allows (a check refused reports the same condition).")
+	flag.DurationVar(&cfg.clusterAPIRecheckInterval, "cluster-api-recheck-interval", mhc.DefaultClusterAPIRecheckInterval,
+		"How often the MachineHealthCheck asks the API server again which Cluster API version it serves: Cluster API installed or upgraded after the manager started is noticed within it.")
 	flag.DurationVar(&cfg.resyncPeriod, "resync-period", 10*time.Hour, "Informer resync period: a safety net only, detection never waits for it.")
 	flag.Float64Var(&cfg.clientQPS, "kube-api-qps", -1, "Client-side limit on queries per second to the API server; negative disables it, leaving the server's API Priority and Fairness to pace us.")
 	flag.IntVar(&cfg.clientBurst, "kube-api-burst", 100, "Burst of queries to the API server, when --kube-api-qps is positive.")
@@ -143,6 +156,7 @@ func run(cfg config) error {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(remediationv1alpha1.AddToScheme(scheme))
 	utilruntime.Must(clusterv1.AddToScheme(scheme))
+	utilruntime.Must(clusterv1beta1.AddToScheme(scheme))
 
 	restCfg := ctrl.GetConfigOrDie()
 	restCfg.QPS = float32(cfg.clientQPS)
@@ -367,18 +381,33 @@ func parseNamespaces(list string) ([]string, error) {
 	return slices.Compact(names), nil
 }
 
-// setupMHC starts the MachineHealthCheck controller when Cluster API is installed; without its CRDs
-// there is nothing to check (and the watches would never sync), so the controller stays off.
+// setupMHC starts the MachineHealthCheck controller whether Cluster API is installed or not: it watches
+// Machines and Clusters only once the API server serves them (v1beta2, else v1beta1), looks again every
+// --cluster-api-recheck-interval, and until then says so in each check's status (Disabled=True,
+// ClusterAPINotInstalled).
 func setupMHC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
-	installed, err := mhc.ClusterAPIInstalled(mgr.GetRESTMapper())
+	clusterNamespaces, err := parseNamespaces(deps.cfg.clusterNamespaces)
 	if err != nil {
-		return err
+		return fmt.Errorf("--cluster-namespaces: %w", err)
 	}
-	if !installed {
-		ctrl.Log.WithName("setup").Info("Cluster API is not installed: the MachineHealthCheck controller stays off")
-		return nil
+	d, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("making a discovery client: %w", err)
 	}
-	r, err := mhc.New(mhc.Options{Clock: deps.clock, MaxConcurrentReconciles: 4})
+	log := ctrl.Log.WithName("setup")
+	if version, err := mhc.ServedClusterAPIVersion(d); err != nil {
+		log.Error(err, "Looking up the served Cluster API version; the MachineHealthCheck controller looks again by itself")
+	} else if version == "" {
+		log.Info("Cluster API is not installed yet: MachineHealthChecks report it in their status until it is", "recheckInterval", deps.cfg.clusterAPIRecheckInterval)
+	} else {
+		log.Info("Cluster API found", "version", version)
+	}
+	if len(clusterNamespaces) > 0 {
+		log.Info("Workload cluster kubeconfigs are read only in these namespaces", "namespaces", clusterNamespaces)
+	}
+	r, err := mhc.New(mhc.Options{Clock: deps.clock, MaxConcurrentReconciles: 4, Discovery: d,
+		ClusterAPIRecheckInterval: deps.cfg.clusterAPIRecheckInterval, ClusterNamespaces: clusterNamespaces,
+		LeaseNamespace: deps.cfg.leaseNamespace, LeaseDuration: deps.cfg.leaseDuration})
 	if err != nil {
 		return err
 	}

@@ -76,6 +76,14 @@ const (
 	// kind the check names (typically no ClusterRole grants it get, list and watch); the message says which
 	// and how to grant it. The kind is tried again with a backoff.
 	ReasonRemediationKindNotWatchable = "RemediationKindNotWatchable"
+	// ReasonClusterAPINotInstalled (Disabled, MachineHealthCheck): the API server serves no Cluster API
+	// Machines and Clusters in a version the controller reads (v1beta2 or v1beta1). Looked at again every
+	// --cluster-api-recheck-interval: installing Cluster API needs no restart.
+	ReasonClusterAPINotInstalled = "ClusterAPINotInstalled"
+	// ReasonKubeconfigNotReadable (Disabled, MachineHealthCheck): the manager may not read the Cluster's
+	// <cluster>-kubeconfig Secret; the message names the Role it needs (the Cluster's namespace is missing
+	// from --cluster-namespaces and the kubeconfig-readers component).
+	ReasonKubeconfigNotReadable = "KubeconfigNotReadable"
 )
 
 // Condition reasons of a remediation that lets go of its Node while another request for the same Node

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,15 +12,18 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/kindwatch"
@@ -69,6 +73,17 @@ type Options struct {
 	// LeaseDuration is how long the check takes a node lease for; it renews it at half-time while its
 	// remediation request lives. Default 10m (the manager's --lease-duration default).
 	LeaseDuration time.Duration
+	// Discovery tells which Cluster API version the API server serves. Default: a discovery client of the
+	// manager's config.
+	Discovery Discovery
+	// ClusterAPIRecheckInterval is how long the served Cluster API version is remembered: a Cluster API
+	// installed or upgraded after the manager started is noticed within it. Default
+	// DefaultClusterAPIRecheckInterval.
+	ClusterAPIRecheckInterval time.Duration
+	// ClusterNamespaces, when not empty, are the only namespaces whose <cluster>-kubeconfig Secrets are
+	// read (main's --cluster-namespaces): a check whose Cluster is elsewhere is disabled
+	// (KubeconfigNotReadable) without a request. Empty: any namespace, as RBAC allows.
+	ClusterNamespaces []string
 }
 
 // Reconciler reconciles MachineHealthChecks.
@@ -80,10 +95,15 @@ type Reconciler struct {
 	clock     clock.Clock
 	opts      Options
 	remotes   *remoteClusters
+	served    *servedVersion
 
 	// Set by SetupWithManager: dynamic watches on workload clusters' Nodes and on remediation kinds.
 	controller controller.Controller
 	kinds      *kindwatch.Watcher
+	indexer    machineIndexer
+	indexMu    sync.Mutex
+	indexed    cache.Informer // the Machine informer indexed by Node
+	indexedVer string
 }
 
 // New returns a Reconciler. Only Clock is required here; SetupWithManager fills the rest.
@@ -109,19 +129,31 @@ func New(opts Options) (*Reconciler, error) {
 	if opts.MaxConcurrentReconciles <= 0 {
 		opts.MaxConcurrentReconciles = 1
 	}
+	if opts.ClusterAPIRecheckInterval <= 0 {
+		opts.ClusterAPIRecheckInterval = DefaultClusterAPIRecheckInterval
+	}
 	r := &Reconciler{
 		client: opts.Client, reader: opts.Reader, apiReader: opts.APIReader, recorder: opts.Recorder,
 		clock: opts.Clock, opts: opts,
 		remotes: newRemoteClusters(opts.Clock, opts.WorkloadClusterSyncTimeout, opts.KubeconfigRecheckInterval),
+		served:  &servedVersion{disco: opts.Discovery, clock: opts.Clock, recheck: opts.ClusterAPIRecheckInterval},
 	}
 	r.remotes.onConnect = r.watchRemoteNodes
 	return r, nil
 }
 
-// SetupWithManager registers the controller: it watches MachineHealthChecks, Machines, Clusters and
-// local Nodes through the manager's cache, and, as they are first needed, the Nodes of each workload
-// cluster and each remediation kind. The manager's scheme must know Cluster API's v1beta2 types.
+// SetupWithManager registers the controller: it watches MachineHealthChecks and local Nodes through the
+// manager's cache, and, as they are first needed, Machines and Clusters in the version the API server
+// serves (none while Cluster API is not installed), the Nodes of each workload cluster and each
+// remediation kind. The manager's scheme must know Cluster API's v1beta2 and v1beta1 types.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if r.served.disco == nil {
+		d, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+		if err != nil {
+			return fmt.Errorf("making a discovery client: %w", err)
+		}
+		r.served.disco = d
+	}
 	if r.client == nil {
 		r.client = mgr.GetClient()
 	}
@@ -139,24 +171,24 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err != nil {
 		return err
 	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &clusterv1.Machine{}, indexMachineByNodeName, machineNodeName); err != nil {
-		return fmt.Errorf("indexing Machines by Node: %w", err)
-	}
+	poller := &versionPoller{r: r, events: make(chan event.TypedGenericEvent[client.Object])}
 	c, err := ctrl.NewControllerManagedBy(mgr).
 		Named("machinehealthcheck").
 		For(&v1alpha1.MachineHealthCheck{}).
-		Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(r.machineToChecks)).
-		Watches(&clusterv1.Cluster{}, clusterEvents{EventHandler: handler.EnqueueRequestsFromMapFunc(r.clusterToChecks), forget: r.remotes.forget}).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.nodeToChecks(ctx, o, nil)
 		}), builder.WithPredicates(nodeHealthChanged())).
 		WatchesRawSource(kinds.Source()).
+		WatchesRawSource(source.Channel(poller.events, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).
 		Build(r)
 	if err != nil {
 		return fmt.Errorf("building the machinehealthcheck controller: %w", err)
 	}
-	r.controller, r.kinds = c, kinds
+	r.controller, r.kinds, r.indexer = c, kinds, mgr.GetCache()
+	if err := mgr.Add(poller); err != nil {
+		return fmt.Errorf("adding the Cluster API version poller to the manager: %w", err)
+	}
 	if err := mgr.Add(r.remotes); err != nil {
 		return fmt.Errorf("adding the workload cluster caches to the manager: %w", err)
 	}
@@ -183,7 +215,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	in, err := r.observe(ctx, mhc, now)
 	var pending *watchPendingError
 	var unwatchable *kindNotWatchableError
+	var noCAPI *clusterAPINotInstalledError
+	var noKubeconfig *kubeconfigForbiddenError
 	switch {
+	case errors.As(err, &noCAPI):
+		return r.notInstalled(ctx, mhc, noCAPI)
+	case errors.As(err, &noKubeconfig):
+		return r.kubeconfigForbidden(ctx, mhc, noKubeconfig)
 	case errors.As(err, &pending):
 		// Nothing is decided from a kind not watched yet; the kind watcher enqueues the check once it is.
 		return ctrl.Result{RequeueAfter: requeueAfter(pending.until, r.clock.Now())}, nil
@@ -252,25 +290,17 @@ func (r *Reconciler) enable(mhc *v1alpha1.MachineHealthCheck, status *v1alpha1.M
 		return
 	}
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.ConditionDisabled, Status: metav1.ConditionFalse,
-		Reason: v1alpha1.ReasonAsExpected, Message: "The remediation kinds are watched", ObservedGeneration: mhc.Generation,
-		LastTransitionTime: metav1.NewTime(r.clock.Now())})
-	r.recorder.Eventf(mhc, nil, corev1.EventTypeNormal, EventEnabled, actionCheck, "The remediation kinds are watched again")
+		Reason: v1alpha1.ReasonAsExpected, Message: "Cluster API, the Cluster's kubeconfig and the remediation kinds are readable",
+		ObservedGeneration: mhc.Generation, LastTransitionTime: metav1.NewTime(r.clock.Now())})
+	r.recorder.Eventf(mhc, nil, corev1.EventTypeNormal, EventEnabled, actionCheck, "The check works again")
 }
 
-// ClusterAPIInstalled reports whether the API server serves Cluster API's v1beta2 Machines and Clusters.
-// Without them the controller's watches never sync and the manager fails to start, so main should only
-// set the controller up when this is true.
-func ClusterAPIInstalled(mapper meta.RESTMapper) (bool, error) {
-	for _, kind := range []string{"Machine", "Cluster"} {
-		_, err := mapper.RESTMapping(clusterv1.GroupVersion.WithKind(kind).GroupKind(), clusterv1.GroupVersion.Version)
-		if meta.IsNoMatchError(err) {
-			return false, nil
-		}
-		if err != nil {
-			return false, fmt.Errorf("looking up Cluster API's %s kind: %w", kind, err)
-		}
-	}
-	return true, nil
+// ServedClusterAPIVersion returns the Cluster API version the controller would read Machines and Clusters
+// in ("v1beta2" or "v1beta1"), or "" when Cluster API is not installed. The controller asks again by
+// itself (Options.ClusterAPIRecheckInterval); main only logs this at start.
+func ServedClusterAPIVersion(d Discovery) (string, error) {
+	s := &servedVersion{disco: d, clock: clock.RealClock{}}
+	return s.get()
 }
 
 // requeueAfter is how long after now next is: 0 (no requeue) when there is no next check.

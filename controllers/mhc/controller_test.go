@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
-	"github.com/metalheal/metalheal/internal/metrics"
 	"github.com/metalheal/metalheal/internal/template"
 )
 
@@ -44,7 +43,7 @@ var _ = Describe("Unhealthy criteria, with condition-based remediation", func() 
 			Expect(meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionRemediationAllowed)).To(BeTrue())
 			Expect(w.rec.all()).To(ContainElement(And(HaveField("Kind", "Machine"), HaveField("Reason", EventMachineMarkedUnhealthy))))
 			Expect(res.RequeueAfter).To(BeZero(), "nothing left to wait for")
-			Expect(testutil.ToFloat64(metrics.UnhealthyTargets.WithLabelValues(metrics.CheckerMHC, w.ns+"/workers"))).To(BeEquivalentTo(1))
+			Expect(testutil.ToFloat64(unhealthyMachines.WithLabelValues(w.ns + "/workers"))).To(BeEquivalentTo(1))
 
 			By("a second reconcile writes nothing new")
 			before := w.machine(ctx, "m").ResourceVersion
@@ -267,14 +266,14 @@ var _ = Describe("Template-based remediation", func() {
 		Expect(w.check(ctx, "workers").Status.UnhealthyMachines).To(ConsistOf(HaveField("Remediations", ConsistOf(And(
 			HaveField("Kind", "PowerCycleRemediation"), HaveField("TemplateName", "reboot"), HaveField("TimedOut", BeNil()))))))
 		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventRemediationRequestCreated)))
-		Expect(testutil.ToFloat64(metrics.RemediationsCreated.WithLabelValues(metrics.CheckerMHC, "PowerCycleRemediation"))).To(BeNumerically(">=", 1))
+		Expect(testutil.ToFloat64(remediationsCreated.WithLabelValues("PowerCycleRemediation"))).To(BeNumerically(">=", 1))
 
 		By("the Node becomes Ready: the request is deleted")
 		w.setReady(ctx, k8s, node, corev1.ConditionTrue, 0)
 		w.reconcile(ctx, "workers")
 		Expect(w.powerCycleRemediations(ctx)).To(BeEmpty())
 		Expect(w.check(ctx, "workers").Status.UnhealthyMachines).To(BeEmpty())
-		Expect(testutil.ToFloat64(metrics.UnhealthyTargets.WithLabelValues(metrics.CheckerMHC, w.ns+"/workers"))).To(BeZero())
+		Expect(testutil.ToFloat64(unhealthyMachines.WithLabelValues(w.ns + "/workers"))).To(BeZero())
 		Expect(condition(w.machine(ctx, "m"), clusterv1.MachineHealthCheckSucceededCondition)).To(haveCondition(metav1.ConditionTrue, clusterv1.MachineHealthCheckSucceededReason))
 		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventRemediationRequestDeleted)))
 	})

@@ -1,5 +1,5 @@
-// Package mhc is the MachineHealthCheck controller: it checks Cluster API Machines
-// (cluster.x-k8s.io/v1beta2) and their Nodes against a MachineHealthCheck's criteria and, within the
+// Package mhc is the MachineHealthCheck controller: it checks Cluster API Machines (cluster.x-k8s.io, in
+// whichever of v1beta2 and v1beta1 the API server serves: capiversion.go) and their Nodes against a MachineHealthCheck's criteria and, within the
 // unhealthy budget, remediates the unhealthy ones — by marking the Machine for its owner to replace
 // (Cluster API's condition-based remediation) or by creating an external remediation request from a
 // template.
@@ -33,6 +33,12 @@
 // it). observeSafety reads what they need from the cache after observe; planChecks applies them through
 // small hooks (planStorm, gateCreate, applyGate, holdHealthy, keepLease, releaseLeases), and skips are
 // reported in status.unhealthyMachines[].skipReason and a RemediationSkipped event.
+//
+// Inside, a Machine is always a v1beta2 object: v1beta1 ones are converted with Cluster API's conversion
+// and keep their served apiVersion in TypeMeta, so that what is written about them (conditions, the
+// request's owner reference, events) is in their own version. The served version is discovered, not
+// assumed, and asked again every recheck interval: no check waits for a restart to see Cluster API
+// installed or upgraded, and while it is absent each check says so in its Disabled condition.
 //
 // status.unhealthyMachines is the check's memory across restarts: which remediation steps were started
 // for which Machine and when they were given up on.

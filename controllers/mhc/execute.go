@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -133,9 +132,7 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm *leases.Manager, mhc 
 // patchMachineConditions writes the Machine's new conditions, failing on a conflict rather than
 // overwriting conditions another controller set meanwhile.
 func (r *Reconciler) patchMachineConditions(ctx context.Context, t *targetPlan) error {
-	m := t.Machine.DeepCopy()
-	m.Status.Conditions = t.Conditions
-	if err := r.client.Status().Patch(ctx, m, client.MergeFromWithOptions(t.Machine, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := r.writeMachineConditions(ctx, t.Machine, t.Conditions); err != nil {
 		return fmt.Errorf("setting conditions on Machine %s: %w", t.Machine.Name, err)
 	}
 	return nil
@@ -174,7 +171,7 @@ func (r *Reconciler) createRequest(ctx context.Context, mhc *v1alpha1.MachineHea
 		Template: res.obj,
 		Name:     cmp.Or(t.Create.Name, t.Machine.Name),
 		NodeName: t.Machine.Status.NodeRef.Name,
-		Target: metav1.OwnerReference{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine",
+		Target: metav1.OwnerReference{APIVersion: machineAPIVersion(t.Machine), Kind: "Machine",
 			Name: t.Machine.Name, UID: t.Machine.UID},
 		HealthCheck: metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "MachineHealthCheck",
 			Name: mhc.Name, UID: mhc.UID},

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -96,9 +97,11 @@ var _ = Describe("Running in a manager", func() {
 	})
 })
 
-var _ = Describe("ClusterAPIInstalled", func() {
+var _ = Describe("ServedClusterAPIVersion", func() {
 	It("tells a management cluster from a cluster without Cluster API", func() {
-		Expect(ClusterAPIInstalled(k8s.RESTMapper())).To(BeTrue())
-		Expect(ClusterAPIInstalled(workload.RESTMapper())).To(BeFalse())
+		Expect(ServedClusterAPIVersion(mgmtDiscovery)).To(Equal("v1beta2"))
+		wl, err := discovery.NewDiscoveryClientForConfig(workloadEnv.Config)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(ServedClusterAPIVersion(wl)).To(BeEmpty())
 	})
 })

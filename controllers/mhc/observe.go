@@ -46,11 +46,32 @@ func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 		in.Paused = "The MachineHealthCheck has the " + clusterv1.PausedAnnotation + " annotation"
 	}
 
+	version, err := r.served.get()
+	if err != nil {
+		return in, err
+	}
+	if version == "" {
+		// Nothing can be watched for the check now: let go of what it watched (Cluster API may have been
+		// removed), so that no failing informer is retried for it.
+		r.forgetKinds(ctx, client.ObjectKeyFromObject(mhc))
+		r.dropIndexUnless("")
+		return in, &clusterAPINotInstalledError{retry: r.clock.Now().Add(r.opts.ClusterAPIRecheckInterval)}
+	}
+	var kinds []schema.GroupVersionKind
+	for _, s := range steps {
+		if !slices.Contains(kinds, s.GVK) {
+			kinds = append(kinds, s.GVK)
+		}
+	}
+	if err := r.watchKinds(ctx, mhc, version, kinds); err != nil {
+		return in, err
+	}
+
 	nodes := r.reader
 	if mhc.Spec.ClusterName != "" {
 		key := clusterKey(mhc)
-		cluster := &clusterv1.Cluster{}
-		switch err := r.reader.Get(ctx, key, cluster); {
+		cluster, err := getCluster(ctx, r.reader, version, key)
+		switch {
 		case apierrors.IsNotFound(err):
 			r.remotes.forget(key)
 		case err != nil:
@@ -67,6 +88,9 @@ func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 			if cluster.Spec.Paused != nil && *cluster.Spec.Paused && in.Paused == "" {
 				in.Paused = fmt.Sprintf("Cluster %s is paused", key.Name)
 			}
+			if ns := r.opts.ClusterNamespaces; len(ns) > 0 && !slices.Contains(ns, key.Namespace) {
+				return in, &kubeconfigForbiddenError{cluster: key, notListed: true, retry: r.clock.Now().Add(r.opts.KubeconfigRecheckInterval)}
+			}
 			remote, isRemote, err := r.remotes.nodeReader(ctx, r.apiReader, key)
 			if err != nil {
 				return in, err
@@ -77,15 +101,13 @@ func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 		}
 	}
 
-	var machines clusterv1.MachineList
-	if err := r.reader.List(ctx, &machines, client.InNamespace(mhc.Namespace), client.MatchingLabelsSelector{Selector: sel},
-		client.UnsafeDisableDeepCopy); err != nil {
-		return in, fmt.Errorf("listing Machines: %w", err)
+	machines, err := listMachines(ctx, r.reader, version, mhc.Namespace, sel)
+	if err != nil {
+		return in, fmt.Errorf("listing Machines (%s): %w", version, err)
 	}
-	names := make(map[string]bool, len(machines.Items))
+	names := make(map[string]bool, len(machines))
 	var nodeNames []string
-	for i := range machines.Items {
-		m := &machines.Items[i]
+	for _, m := range machines {
 		if mhc.Spec.ClusterName != "" && m.Spec.ClusterName != mhc.Spec.ClusterName {
 			continue
 		}
@@ -99,7 +121,7 @@ func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 	if err != nil {
 		return in, err
 	}
-	requests, orphans, err := r.readRequests(ctx, mhc, steps, names)
+	requests, orphans, err := r.readRequests(ctx, mhc, version, kinds, names)
 	if err != nil {
 		return in, err
 	}
@@ -151,19 +173,10 @@ func readNodes(ctx context.Context, reader client.Reader, names []string) (map[s
 // readRequests returns, by Machine name, the remediation requests this check owns for the given
 // Machines, and the requests it owns whose Machine no longer exists (orphans: its owner reference to this
 // check keeps them from the garbage collector, so the check must delete them itself). Only kinds whose
-// watch has synced are read (see watchRequests), so no read waits for an informer.
-func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, steps []step, machines map[string]bool) (map[string][]*unstructured.Unstructured, []*unstructured.Unstructured, error) {
+// watch has synced are read (see watchKinds), so no read waits for an informer.
+func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, version string, kinds []schema.GroupVersionKind, machines map[string]bool) (map[string][]*unstructured.Unstructured, []*unstructured.Unstructured, error) {
 	out := map[string][]*unstructured.Unstructured{}
 	var orphans []*unstructured.Unstructured
-	var kinds []schema.GroupVersionKind
-	for _, s := range steps {
-		if !slices.Contains(kinds, s.GVK) {
-			kinds = append(kinds, s.GVK)
-		}
-	}
-	if err := r.watchRequests(ctx, mhc, kinds); err != nil {
-		return nil, nil, err
-	}
 	for _, gvk := range kinds {
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
@@ -182,7 +195,7 @@ func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHeal
 			case machines[machine]:
 				out[machine] = append(out[machine], u)
 			case u.GetDeletionTimestamp().IsZero():
-				gone, err := r.machineGone(ctx, types.NamespacedName{Namespace: mhc.Namespace, Name: machine})
+				gone, err := r.machineGone(ctx, version, types.NamespacedName{Namespace: mhc.Namespace, Name: machine})
 				if err != nil {
 					return nil, nil, err
 				}
@@ -207,8 +220,8 @@ func machineOf(u *unstructured.Unstructured) string {
 }
 
 // machineGone reports whether a Machine no longer exists.
-func (r *Reconciler) machineGone(ctx context.Context, key types.NamespacedName) (bool, error) {
-	err := r.reader.Get(ctx, key, &clusterv1.Machine{})
+func (r *Reconciler) machineGone(ctx context.Context, version string, key types.NamespacedName) (bool, error) {
+	err := r.reader.Get(ctx, key, emptyMachine(version))
 	if apierrors.IsNotFound(err) {
 		return true, nil
 	}

@@ -7,9 +7,11 @@ package mhc
 // ext-remediation (config/rbac/ext_remediation_role.yaml): a remediator grants get/list/watch on its
 // template kind and get/list/watch/create/patch/delete on its request kind there.
 //
-// No Secret rule here: the shipped RBAC reads Secrets only in the manager's namespace (least privilege).
-// Cluster API keeps <cluster>-kubeconfig Secrets in each Cluster's namespace; admins who want Nodes read
-// from workload clusters grant get on Secrets there with a Role (docs/machinehealthcheck.md).
+// No Secret rule here: config/default reads Secrets only in the manager's namespace (least privilege).
+// Cluster API keeps <cluster>-kubeconfig Secrets in each Cluster's namespace; the kubeconfig-readers
+// component (config/components, used by config/cluster-api) grants get on Secrets in exactly those
+// namespaces and sets --cluster-namespaces (docs/machinehealthcheck.md). Machines and Clusters are read in
+// whichever version is served: the rules name the group, not a version.
 // +kubebuilder:rbac:groups=remediation.metalheal.io,resources=machinehealthchecks,verbs=get;list;watch
 // +kubebuilder:rbac:groups=remediation.metalheal.io,resources=machinehealthchecks/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;list;watch

@@ -20,6 +20,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 )
 
 // The Cluster API convention for reaching a workload cluster: a Secret <clusterName>-kubeconfig in the
@@ -88,6 +90,9 @@ func (r *remoteClusters) nodeReader(ctx context.Context, apiReader client.Reader
 		if apierrors.IsNotFound(err) {
 			r.rememberNoSecret(cluster)
 			return nil, false, nil
+		}
+		if apierrors.IsForbidden(err) {
+			return nil, false, &kubeconfigForbiddenError{cluster: cluster, retry: r.clock.Now().Add(r.recheck)}
 		}
 		return nil, false, &WorkloadClusterError{Cluster: cluster, Err: fmt.Errorf("reading Secret %s: %w", secretName, err)}
 	}
@@ -245,4 +250,31 @@ func restConfigFromKubeconfig(data []byte) (*rest.Config, error) {
 	}
 	rc.UserAgent = "metalheal-machinehealthcheck"
 	return rc, nil
+}
+
+// kubeconfigForbiddenError says that the manager may not read a Cluster's kubeconfig Secret: its
+// namespace is not among those the manager was given (--cluster-namespaces and the kubeconfig-readers
+// component). The message names the Role that would let it.
+type kubeconfigForbiddenError struct {
+	cluster types.NamespacedName
+	// notListed: the namespace is not in --cluster-namespaces (nothing was asked of the API server).
+	notListed bool
+	retry     time.Time
+}
+
+func (e *kubeconfigForbiddenError) Error() string {
+	why := "may not read"
+	if e.notListed {
+		why = "does not read (its namespace is not in --cluster-namespaces)"
+	}
+	return fmt.Sprintf("the manager %s Secret %s/%s%s (the Cluster's kubeconfig): it needs a Role in namespace %s "+
+		"granting get on secrets (apiGroups [\"\"], resources [secrets], verbs [get]) bound to its ServiceAccount; "+
+		"add %s to --cluster-namespaces and to the kubeconfig-readers component (config/components/kubeconfig-readers)",
+		why, e.cluster.Namespace, e.cluster.Name, kubeconfigSecretSuffix, e.cluster.Namespace, e.cluster.Namespace)
+}
+
+// kubeconfigForbidden records on a check that its Cluster's kubeconfig cannot be read: Disabled=True with
+// reason KubeconfigNotReadable and the Role needed; looked at again after the kubeconfig recheck interval.
+func (r *Reconciler) kubeconfigForbidden(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, cause *kubeconfigForbiddenError) (ctrl.Result, error) {
+	return r.disableFor(ctx, mhc, v1alpha1.ReasonKubeconfigNotReadable, cause.Error(), cause.retry)
 }

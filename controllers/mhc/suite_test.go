@@ -13,9 +13,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
+	clusterv1beta1 "sigs.k8s.io/cluster-api/api/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -33,6 +35,7 @@ var (
 	mgmtEnv, workloadEnv *envtest.Environment
 	mgmtCfg              *rest.Config
 	k8s, workload        client.Client
+	mgmtDiscovery        Discovery
 )
 
 func TestEnvtest(t *testing.T) {
@@ -44,6 +47,7 @@ var _ = BeforeSuite(func() {
 	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
 	Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
 	Expect(clusterv1.AddToScheme(scheme)).To(Succeed())
+	Expect(clusterv1beta1.AddToScheme(scheme)).To(Succeed())
 
 	capiCRDs, err := testenv.ClusterAPICRDs()
 	Expect(err).NotTo(HaveOccurred())
@@ -57,6 +61,8 @@ var _ = BeforeSuite(func() {
 	Expect(wlErr).NotTo(HaveOccurred())
 
 	k8s, err = client.New(mgmtCfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	mgmtDiscovery, err = discovery.NewDiscoveryClientForConfig(mgmtCfg)
 	Expect(err).NotTo(HaveOccurred())
 	workload, err = client.New(wlCfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
@@ -121,7 +127,7 @@ func newWorld(ctx context.Context) *world {
 	Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leases.DefaultNamespace}}))).To(Succeed())
 	w := &world{ns: ns.Name, clock: clocktesting.NewFakeClock(ns.CreationTimestamp.Add(time.Second)), rec: &recorder{}}
 	var err error
-	w.r, err = New(Options{Client: k8s, Reader: k8s, APIReader: k8s, Recorder: w.rec, Clock: w.clock})
+	w.r, err = New(Options{Client: k8s, Reader: k8s, APIReader: k8s, Recorder: w.rec, Clock: w.clock, Discovery: mgmtDiscovery})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() { w.r.remotes.stopAll() })
 	return w

@@ -3,6 +3,7 @@ package mhc
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	clusterv1beta1 "sigs.k8s.io/cluster-api/api/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -29,39 +31,56 @@ import (
 const indexMachineByNodeName = "metalheal.mhc.status.nodeRef.name"
 
 func machineNodeName(o client.Object) []string {
-	m, ok := o.(*clusterv1.Machine)
-	if !ok || m.Status.NodeRef.Name == "" {
-		return nil
+	if _, node, ok := machineFields(o); ok && node != "" {
+		return []string{node}
 	}
-	return []string{m.Status.NodeRef.Name}
+	return nil
+}
+
+// machineFields reads the fields the watches map by from a Machine of either served version.
+func machineFields(o client.Object) (clusterName, nodeName string, ok bool) {
+	switch m := o.(type) {
+	case *clusterv1.Machine:
+		return m.Spec.ClusterName, m.Status.NodeRef.Name, true
+	case *clusterv1beta1.Machine:
+		if m.Status.NodeRef != nil {
+			nodeName = m.Status.NodeRef.Name
+		}
+		return m.Spec.ClusterName, nodeName, true
+	}
+	return "", "", false
 }
 
 // selects reports whether the check selects the Machine (its selector and clusterName).
 func selects(mhc *v1alpha1.MachineHealthCheck, m *clusterv1.Machine) bool {
-	if mhc.Spec.ClusterName != "" && m.Spec.ClusterName != mhc.Spec.ClusterName {
+	return selectsFields(mhc, m.Spec.ClusterName, m.Labels)
+}
+
+func selectsFields(mhc *v1alpha1.MachineHealthCheck, clusterName string, machineLabels map[string]string) bool {
+	if mhc.Spec.ClusterName != "" && clusterName != mhc.Spec.ClusterName {
 		return false
 	}
 	sel, err := metav1.LabelSelectorAsSelector(&mhc.Spec.Selector)
 	if err != nil || sel.Empty() {
 		return false
 	}
-	return sel.Matches(labels.Set(m.Labels))
+	return sel.Matches(labels.Set(machineLabels))
 }
 
-// machineToChecks maps a Machine to the checks in its namespace that select it.
-func (r *Reconciler) machineToChecks(ctx context.Context, o client.Object) []reconcile.Request {
-	m, ok := o.(*clusterv1.Machine)
+// machineToChecks maps a Machine (of either served version) to the checks in its namespace that select it.
+func (r *Reconciler) machineToChecks(ctx context.Context, m client.Object) []reconcile.Request {
+	clusterName, _, ok := machineFields(m)
 	if !ok {
 		return nil
 	}
 	var checks v1alpha1.MachineHealthCheckList
-	if err := r.reader.List(ctx, &checks, client.InNamespace(m.Namespace)); err != nil {
+	if err := r.reader.List(ctx, &checks, client.InNamespace(m.GetNamespace())); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing MachineHealthChecks for a Machine event", "machine", client.ObjectKeyFromObject(m))
 		return nil
 	}
 	var out []reconcile.Request
 	for i := range checks.Items {
-		if selects(&checks.Items[i], m) {
+		if selectsFields(&checks.Items[i], clusterName, m.GetLabels()) {
 			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&checks.Items[i])})
 		}
 	}
@@ -87,15 +106,23 @@ func (r *Reconciler) clusterToChecks(ctx context.Context, o client.Object) []rec
 // nodeToChecks maps a Node to the checks selecting its Machine. cluster is the workload cluster the
 // Node is in, nil for the management cluster's own Nodes.
 func (r *Reconciler) nodeToChecks(ctx context.Context, node client.Object, cluster *types.NamespacedName) []reconcile.Request {
-	var machines clusterv1.MachineList
-	if err := r.reader.List(ctx, &machines, client.MatchingFields{indexMachineByNodeName: node.GetName()}); err != nil {
+	version := r.indexedVersion()
+	if version == "" {
+		return nil // no Machines watched yet: the checks read everything when they first see them
+	}
+	// Bounded all the same: were the indexed informer stopped meanwhile, a cache read would start another
+	// and wait for it.
+	listCtx, cancel := context.WithTimeout(ctx, cacheReadGuard)
+	defer cancel()
+	machines, err := listMachinesByNode(listCtx, r.reader, version, node.GetName())
+	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing Machines for a Node event", "node", node.GetName())
 		return nil
 	}
 	var out []reconcile.Request
-	for i := range machines.Items {
-		m := &machines.Items[i]
-		if cluster != nil && (m.Namespace != cluster.Namespace || m.Spec.ClusterName != cluster.Name) {
+	for _, m := range machines {
+		clusterName, _, _ := machineFields(m)
+		if cluster != nil && (m.GetNamespace() != cluster.Namespace || clusterName != cluster.Name) {
 			continue
 		}
 		for _, req := range r.machineToChecks(ctx, m) {
@@ -166,21 +193,38 @@ func (r *Reconciler) watchRemoteNodes(cluster types.NamespacedName, c cache.Cach
 		}), nodeHealthChanged()))
 }
 
-// watchRequests tells the kind watcher which remediation kinds the check's steps make and returns whether
-// each can be read. It never waits for a watch: a kind not synced yet makes a *watchPendingError, one that
-// cannot be watched a *kindNotWatchableError (the check is disabled; the others go on). Without a manager
-// (tests that call Reconcile directly) every kind is read through the reader.
-func (r *Reconciler) watchRequests(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, gvks []schema.GroupVersionKind) error {
+// watchKinds tells the kind watcher which kinds the check reads: Machines and Clusters in the served
+// version, and the remediation kinds its steps make; it returns whether each can be read. It never waits
+// for a watch: a kind not synced yet makes a *watchPendingError, one that cannot be watched a
+// *kindNotWatchableError (the check is disabled; the others go on). Without a manager (tests that call
+// Reconcile directly) every kind is read through the reader.
+func (r *Reconciler) watchKinds(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, version string, gvks []schema.GroupVersionKind) error {
 	if r.kinds == nil {
 		return nil
 	}
-	kinds := make([]kindwatch.Kind, 0, len(gvks))
+	r.dropIndexUnless(version)
+	gv := clusterv1.GroupVersion.Group + "/" + version
+	machine, cluster := emptyMachine(version), emptyCluster(version)
+	kinds := make([]kindwatch.Kind, 0, len(gvks)+2)
+	kinds = append(kinds,
+		kindwatch.Kind{GVK: schema.FromAPIVersionAndKind(gv, "Machine"), Object: machine,
+			Handler: handler.EnqueueRequestsFromMapFunc(r.machineToChecks), Verbs: []string{"get", "list", "watch", "patch"}},
+		kindwatch.Kind{GVK: schema.FromAPIVersionAndKind(gv, "Cluster"), Object: cluster,
+			Handler: clusterEvents{EventHandler: handler.EnqueueRequestsFromMapFunc(r.clusterToChecks), forget: r.remotes.forget}})
 	for _, gvk := range gvks {
 		kinds = append(kinds, kindwatch.Kind{GVK: gvk, Handler: handler.EnqueueRequestsFromMapFunc(requestToCheck),
 			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}})
 	}
 	var pending *watchPendingError
 	for gvk, st := range r.kinds.Want(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(mhc)}, kinds) {
+		if gvk.Kind == "Machine" && gvk.Group == clusterv1.GroupVersion.Group {
+			switch st.State {
+			case kindwatch.Synced:
+				r.indexMachines(ctx, version, machine)
+			case kindwatch.Failed:
+				r.served.forget() // Cluster API may have been upgraded past this version, or removed
+			}
+		}
 		switch st.State {
 		case kindwatch.Failed:
 			return &kindNotWatchableError{gvk: gvk, err: st.Err, retry: st.Until}
@@ -226,3 +270,81 @@ type kindNotWatchableError struct {
 func (e *kindNotWatchableError) Error() string { return e.err.Error() }
 
 func (e *kindNotWatchableError) Unwrap() error { return e.err }
+
+// machineIndexer is what the controller needs of the manager's cache to index Machines by Node.
+type machineIndexer interface {
+	IndexField(ctx context.Context, obj client.Object, field string, extractValue client.IndexerFunc) error
+	GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error)
+}
+
+// indexMachines indexes the synced Machine informer of the version by Node name, once per informer (the
+// kind watcher starts a new one after a failure or a version change), so that a Node event finds its
+// Machines without a scan.
+func (r *Reconciler) indexMachines(ctx context.Context, version string, machine client.Object) {
+	if r.indexer == nil {
+		return
+	}
+	inf, err := r.indexer.GetInformer(ctx, machine, cache.BlockUntilSynced(false))
+	if err != nil {
+		return
+	}
+	r.indexMu.Lock()
+	defer r.indexMu.Unlock()
+	if r.indexed == inf && r.indexedVer == version {
+		return
+	}
+	// A conflict means this informer has the index already (a namespaced cache hands out a new wrapper of
+	// the same informers on every call).
+	if err := r.indexer.IndexField(ctx, machine, indexMachineByNodeName, machineNodeName); err != nil && !strings.Contains(err.Error(), "indexer conflict") {
+		ctrl.LoggerFrom(ctx).Error(err, "Indexing Machines by Node", "version", version)
+		return
+	}
+	r.indexed, r.indexedVer = inf, version
+}
+
+// dropIndexUnless forgets the indexed informer unless it is of version: the served version changed (or
+// Cluster API went away, version ""), and the kind watcher stops the old informer once no check reads it.
+// Node events are not mapped until the new version's informer is indexed; the checks read everything
+// when they first see it anyway.
+func (r *Reconciler) dropIndexUnless(version string) {
+	r.indexMu.Lock()
+	defer r.indexMu.Unlock()
+	if r.indexedVer != version {
+		r.indexed, r.indexedVer = nil, ""
+	}
+}
+
+// indexedVersion is the version whose Machines are indexed by Node ("" before any is): Node events are
+// mapped through it.
+func (r *Reconciler) indexedVersion() string {
+	if r.indexer == nil {
+		v, _ := r.served.get()
+		return v
+	}
+	r.indexMu.Lock()
+	defer r.indexMu.Unlock()
+	return r.indexedVer
+}
+
+// listMachinesByNode lists the Machines of the version whose nodeRef names the Node.
+func listMachinesByNode(ctx context.Context, reader client.Reader, version, node string) ([]client.Object, error) {
+	var out []client.Object
+	if version == clusterv1beta1.GroupVersion.Version {
+		var list clusterv1beta1.MachineList
+		if err := reader.List(ctx, &list, client.MatchingFields{indexMachineByNodeName: node}); err != nil {
+			return nil, err
+		}
+		for i := range list.Items {
+			out = append(out, &list.Items[i])
+		}
+		return out, nil
+	}
+	var list clusterv1.MachineList
+	if err := reader.List(ctx, &list, client.MatchingFields{indexMachineByNodeName: node}); err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		out = append(out, &list.Items[i])
+	}
+	return out, nil
+}

@@ -18,6 +18,20 @@ const (
 	clusterAPICRDSubdir  = "core/config/crd/bases"
 )
 
+// ClusterAPIV1Beta1Version is the last Cluster API release line that serves only v1beta1 (v1.11 added
+// v1beta2): clusters still run it, so the MachineHealthCheck is tested against its CRDs too. Its CRDs sit
+// in config/crd/bases (the core/ directory came with v1.11).
+const (
+	ClusterAPIV1Beta1Version   = "v1.10.10"
+	clusterAPIV1Beta1CRDSubdir = "config/crd/bases"
+)
+
+// ClusterAPIV1Beta1CRDs returns the directory holding the core CRDs of Cluster API ClusterAPIV1Beta1Version
+// (served version v1beta1 only), read from the Go module cache like ClusterAPICRDs.
+func ClusterAPIV1Beta1CRDs() (string, error) {
+	return clusterAPICRDsOf(ClusterAPIV1Beta1Version, clusterAPIV1Beta1CRDSubdir)
+}
+
 // ClusterAPICRDs returns the directory holding Cluster API's core CRDs (Cluster, Machine, MachineSet, ...)
 // of the release whose Go types go.mod requires. They are read from the Go module cache (downloaded
 // there if needed with `go mod download`), so nothing is copied into the repository. Pass the result in
@@ -27,7 +41,12 @@ func ClusterAPICRDs() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("finding the version of %s in go.mod: %w", clusterAPIAPIModule, err)
 	}
-	version = strings.TrimSpace(version)
+	return clusterAPICRDsOf(strings.TrimSpace(version), clusterAPICRDSubdir)
+}
+
+// clusterAPICRDsOf downloads Cluster API's main module at version into the module cache and returns its
+// CRD directory subdir.
+func clusterAPICRDsOf(version, subdir string) (string, error) {
 	out, err := goCommand("mod", "download", "-json", clusterAPIMainModule+"@"+version)
 	if err != nil {
 		return "", fmt.Errorf("downloading %s@%s: %w", clusterAPIMainModule, version, err)
@@ -42,7 +61,7 @@ func ClusterAPICRDs() (string, error) {
 	if mod.Error != "" || mod.Dir == "" {
 		return "", fmt.Errorf("downloading %s@%s: %s", clusterAPIMainModule, version, mod.Error)
 	}
-	dir := filepath.Join(mod.Dir, clusterAPICRDSubdir)
+	dir := filepath.Join(mod.Dir, subdir)
 	if _, err := os.Stat(filepath.Join(dir, "cluster.x-k8s.io_machines.yaml")); err != nil {
 		return "", fmt.Errorf("cluster API CRDs not found in %s: %w", dir, err)
 	}

@@ -62,6 +62,9 @@ type Options struct {
 	OnBoot func(node string, at time.Time)
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
+	// Kustomization is the directory whose rendered RBAC the manager runs under. Default config/default;
+	// config/cluster-api adds the kubeconfig-readers component.
+	Kustomization string
 }
 
 func (o Options) withDefaults() Options {
@@ -82,6 +85,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Log == nil {
 		o.Log = io.Discard
+	}
+	if o.Kustomization == "" {
+		o.Kustomization = filepath.Join("config", "default")
 	}
 	return o
 }
@@ -219,17 +225,17 @@ func (h *Harness) createBMCs(ctx context.Context) error {
 	return nil
 }
 
-// installRBAC applies what `kustomize build config/default` renders, except the Deployment (the
+// installRBAC applies what `kustomize build config/default` (or Options.Kustomization) renders, except the Deployment (the
 // manager runs as a local process), and binds the manager's roles to ManagerUser: the manager runs
 // with exactly the permissions a deployment gives it.
 func (h *Harness) installRBAC(ctx context.Context) error {
 	root := testenv.RepoRoot()
-	cmd := exec.CommandContext(ctx, filepath.Join(root, "bin", "kustomize"), "build", filepath.Join(root, "config", "default"))
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "bin", "kustomize"), "build", filepath.Join(root, h.opts.Kustomization))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return fmt.Errorf("kustomize build config/default (run `make tools`): %w: %s", err, stderr.String())
+		return fmt.Errorf("kustomize build %s (run `make tools`): %w: %s", h.opts.Kustomization, err, stderr.String())
 	}
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
 	for {
