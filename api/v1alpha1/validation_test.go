@@ -94,6 +94,11 @@ func TestSamplesAreAccepted(t *testing.T) {
 			continue
 		}
 		for _, obj := range decodeAll(t, p) {
+			if group := obj.GroupVersionKind().Group; group != "" && group != v1alpha1.GroupVersion.Group {
+				// A peer's object (Cluster API's, medik8s' MachineHealthCheck or NodeHealthCheck naming our
+				// template): their CRDs are not served here; the interop suite applies those samples.
+				continue
+			}
 			g.Expect(k8s.Create(context.Background(), obj)).To(Succeed(), "%s %s/%s from %s", obj.GetKind(), obj.GetNamespace(), obj.GetName(), p)
 			kinds[obj.GetKind()] = true
 		}
