@@ -174,6 +174,22 @@ func listMachines(ctx context.Context, reader client.Reader, version, namespace 
 	return out, nil
 }
 
+// getMachine reads a Machine, in the served version, as a v1beta2 object.
+func getMachine(ctx context.Context, reader client.Reader, version string, key types.NamespacedName) (*clusterv1.Machine, error) {
+	if version == clusterv1beta1.GroupVersion.Version {
+		in := &clusterv1beta1.Machine{}
+		if err := reader.Get(ctx, key, in); err != nil {
+			return nil, err
+		}
+		return machineFromV1beta1(in)
+	}
+	m := &clusterv1.Machine{}
+	if err := reader.Get(ctx, key, m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
 // machineFromV1beta1 converts a v1beta1 Machine; the result names v1beta1 as its apiVersion.
 func machineFromV1beta1(in *clusterv1beta1.Machine) (*clusterv1.Machine, error) {
 	out := &clusterv1.Machine{}

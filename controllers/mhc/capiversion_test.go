@@ -28,6 +28,7 @@ import (
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/metrics"
 	"github.com/metalheal/metalheal/internal/testenv"
+	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // apiServer is one management cluster of the version table: its client and the Cluster API version it
@@ -57,6 +58,8 @@ var _ = Describe("Cluster API versions", Ordered, func() {
 		wg.Wait()
 		Expect(err).NotTo(HaveOccurred())
 		Expect(lateErr).NotTo(HaveOccurred())
+		Expect(client.IgnoreAlreadyExists(k8s.Create(context.Background(),
+			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leases.DefaultNamespace}}))).To(Succeed())
 		servers["v1beta2"] = &apiServer{version: "v1beta2", cfg: mgmtCfg, c: k8s, disco: mgmtDiscovery}
 		servers["v1beta1"] = newAPIServer("v1beta1", cfg)
 	})
@@ -178,7 +181,8 @@ var _ = Describe("Cluster API versions", Ordered, func() {
 			Metrics:                metricsserver.Options{BindAddress: "0"},
 			HealthProbeBindAddress: "0",
 			Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-			Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+			// The check's namespace, and the node leases' (the check takes them).
+			Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}, leases.DefaultNamespace: {}}},
 		})
 		Expect(err).NotTo(HaveOccurred())
 		// A real clock: the manager's requeues wait in real time. The recheck is short for the test.
@@ -260,6 +264,9 @@ func newAPIServer(version string, cfg *rest.Config) *apiServer {
 	Expect(err).NotTo(HaveOccurred())
 	d, err := discovery.NewDiscoveryClientForConfig(cfg)
 	Expect(err).NotTo(HaveOccurred())
+	// Node leases live in medik8s-leases (config/default ships it).
+	Expect(client.IgnoreAlreadyExists(c.Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leases.DefaultNamespace}}))).To(Succeed())
 	return &apiServer{version: version, cfg: cfg, c: c, disco: d}
 }
 

@@ -207,8 +207,12 @@ func (r *Reconciler) controlPlaneNode(ctx context.Context, name string) (bool, e
 // busyMachine adds the Node (or, without one, the Machine) of another check's control-plane Machine under
 // remediation to busy, and returns the Machine's Node ("" when it has none or is gone).
 func (r *Reconciler) busyMachine(ctx context.Context, ns, name string, busy map[string]bool) (string, error) {
-	m := &clusterv1.Machine{}
-	if err := r.reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, m); err != nil {
+	version, err := r.served.get()
+	if err != nil {
+		return "", err
+	}
+	m, err := getMachine(ctx, r.reader, version, types.NamespacedName{Namespace: ns, Name: name})
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return "", nil
 		}

@@ -121,7 +121,8 @@ func TestUnwatchableKindDisablesOnlyTheChecksNamingIt(t *testing.T) {
 			if tc.installed {
 				g.Expect(bad.Status.Reason).To(ContainSubstring(kindwatch.AggregationLabel), "it says how to grant the kind")
 			}
-			g.Expect(w.rec.with(EventDisabled)).To(ContainElement(HaveField("Regarding", bad.Name)))
+			// The event is emitted after the status write that the condition was read from.
+			eventually(func() []recordedEvent { return w.rec.with(EventDisabled) }).Should(ContainElement(HaveField("Regarding", bad.Name)))
 			w.node("w2", corev1.ConditionUnknown, t0) // nor once the bad one is disabled
 			eventually(func() []string { return names(w.remediations(pcRemediation, good)) }).Should(ContainElement(w.pool + "-w2"))
 
