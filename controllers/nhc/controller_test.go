@@ -156,6 +156,12 @@ func TestDetectionCreatesOneRequestAndDeletesItAfterRecovery(t *testing.T) {
 	g.Expect(check.Status.InFlightRemediations).To(BeEmpty())
 	g.Expect(check.Status.Phase).To(Equal(v1alpha1.PhaseEnabled))
 	g.Expect(w.leaseHolder(sick)).To(BeEmpty())
+	w.reconcile(check)
+	// Told once: the lease is gone with the request, its event is the record of its release (kubectl
+	// metalheal timeline reads it).
+	g.Expect(w.rec.with(EventNodeLeaseReleased)).To(HaveExactElements(recordedEvent{Regarding: check.Name,
+		Related: sick.Name, Type: corev1.EventTypeNormal, Reason: EventNodeLeaseReleased, Action: actionLease,
+		Note: leaseNS + "/node-" + sick.Name + " deleted by its holder"}))
 	g.Expect(testutil.ToFloat64(metrics.UnhealthyTargets.WithLabelValues(metrics.CheckerNHC, check.Name))).To(Equal(0.0))
 }
 

@@ -40,6 +40,8 @@ const (
 	EventRemediationBackingOff = "RemediationBackingOff"
 	// EventLeaseNotRenewed: the lease of a Node under remediation could not be renewed.
 	EventLeaseNotRenewed = "LeaseNotRenewed"
+	// EventNodeLeaseReleased (Normal): the check released the lease of a Node it no longer remediates.
+	EventNodeLeaseReleased = "NodeLeaseReleased"
 
 	// EventRemediationShortCircuited: too many Nodes are unhealthy; no new remediation starts (a storm).
 	EventRemediationShortCircuited = "RemediationShortCircuited"

@@ -155,6 +155,7 @@ func (r *Reconciler) tidy(ctx context.Context, lm *leases.Manager, p *plan) []er
 		errs = append(errs, err)
 	}
 	var jobs []func(context.Context)
+	var released []event // the lease is gone with the remediation: its event is the record of its release
 	for _, ref := range p.TimeOuts {
 		jobs = append(jobs, func(ctx context.Context) {
 			if err := r.markTimedOut(ctx, ref); err != nil {
@@ -180,6 +181,10 @@ func (r *Reconciler) tidy(ctx context.Context, lm *leases.Manager, p *plan) []er
 				return
 			}
 			r.leaseWrites.released(name, lm.HolderIdentity(), r.opts.LeaseDuration, r.clock.Now())
+			mu.Lock()
+			defer mu.Unlock()
+			released = append(released, normal(EventNodeLeaseReleased, actionLease, name,
+				fmt.Sprintf("%s/%s deleted by its holder", r.opts.LeaseNamespace, leases.LeaseName(name))))
 		})
 	}
 	var notRenewed []event
@@ -202,7 +207,9 @@ func (r *Reconciler) tidy(ctx context.Context, lm *leases.Manager, p *plan) []er
 	}
 	r.inParallel(ctx, len(jobs), func(ctx context.Context, i int) { jobs[i](ctx) })
 	slices.SortFunc(notRenewed, func(a, b event) int { return strings.Compare(a.Node, b.Node) })
+	slices.SortFunc(released, func(a, b event) int { return strings.Compare(a.Node, b.Node) })
 	p.Events = append(p.Events, notRenewed...)
+	p.Events = append(p.Events, released...)
 	return errs
 }
 

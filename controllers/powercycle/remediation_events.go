@@ -36,6 +36,21 @@ const (
 	EventCleanedUp = "CleanedUp"
 	// EventPowerOnAbandoned (Warning): cleanup could not power the host back on in time.
 	EventPowerOnAbandoned = "PowerOnAbandoned"
+
+	// What the remediation did to the node and its lease, kept as events because the Node's taints and the
+	// lease are gone once it is over (kubectl metalheal timeline reads them). Each is emitted once, when
+	// the change is made (or, for a lease held by the request's owner, first seen), never per reconcile.
+
+	// EventNodeLeaseTaken (Normal): the node lease is held for this remediation (by it, or by its owner).
+	EventNodeLeaseTaken = "NodeLeaseTaken"
+	// EventNodeLeaseReleased (Normal): the remediation gave back the node lease it held.
+	EventNodeLeaseReleased = "NodeLeaseReleased"
+	// EventNodeCordoned (Normal): the remediation taint (NoSchedule) was added to the node.
+	EventNodeCordoned = "NodeCordoned"
+	// EventOutOfServiceTaintAdded (Normal): the out-of-service taint (NoExecute) was added to the node.
+	EventOutOfServiceTaintAdded = "OutOfServiceTaintAdded"
+	// EventTaintsRemoved (Normal): the remediation removed metalheal's taints from the node.
+	EventTaintsRemoved = "TaintsRemoved"
 )
 
 // Event actions of the power-cycle remediator (the events.k8s.io "action" field).

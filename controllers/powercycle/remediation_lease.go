@@ -112,7 +112,7 @@ func (r *RemediationReconciler) acquireLease(ctx context.Context, s *scope, node
 	half := r.opts.LeaseDuration / 2
 	switch {
 	case valid && holder != m.HolderIdentity() && heldByOwner(s.pcr, holder):
-		s.setCondition(v1alpha1.ConditionLeaseAcquired, metav1.ConditionTrue, reasonLeaseHeldByOwner,
+		r.leaseTaken(s, node.Name, holder, reasonLeaseHeldByOwner,
 			fmt.Sprintf("Node lease is held for this remediation by its owner %s", holder))
 		s.leaseRecheck = untilDeadline(until, s.now) + time.Second // in case the owner lets it go
 		return true, 0, nil
@@ -134,7 +134,7 @@ func (r *RemediationReconciler) acquireLease(ctx context.Context, s *scope, node
 	if errors.As(err, &held) && heldByOwner(s.pcr, held.Holder) {
 		// The owner took it a moment ago and our cache has not shown it yet (a health check may create
 		// the request first and take the lease right after).
-		s.setCondition(v1alpha1.ConditionLeaseAcquired, metav1.ConditionTrue, reasonLeaseHeldByOwner,
+		r.leaseTaken(s, node.Name, held.Holder, reasonLeaseHeldByOwner,
 			fmt.Sprintf("Node lease is held for this remediation by its owner %s", held.Holder))
 		s.leaseRecheck = untilDeadline(held.Until, s.now) + time.Second
 		return true, 0, nil
@@ -151,7 +151,7 @@ func (r *RemediationReconciler) acquireLease(ctx context.Context, s *scope, node
 	if err != nil {
 		return false, 0, fmt.Errorf("taking the node lease of %s: %w", node.Name, err)
 	}
-	s.setCondition(v1alpha1.ConditionLeaseAcquired, metav1.ConditionTrue, v1alpha1.ReasonLeaseAcquired,
+	r.leaseTaken(s, node.Name, m.HolderIdentity(), v1alpha1.ReasonLeaseAcquired,
 		fmt.Sprintf("Node lease of %s is held as %s", node.Name, m.HolderIdentity()))
 	s.leaseRecheck = r.opts.LeaseDuration - half
 	return true, 0, nil
@@ -201,10 +201,29 @@ func (r *RemediationReconciler) releaseLease(ctx context.Context, s *scope) erro
 		return fmt.Errorf("releasing the node lease of %s: %w", nodeName, err)
 	}
 	if c := s.condition(v1alpha1.ConditionLeaseAcquired); c != nil && c.Status == metav1.ConditionTrue {
+		// A lease its owner holds is the owner's to release (and to tell of).
+		own := c.Reason != reasonLeaseHeldByOwner
 		s.setCondition(v1alpha1.ConditionLeaseAcquired, metav1.ConditionFalse, reasonLeaseReleased, "Node lease released")
+		if own {
+			r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeNormal, EventNodeLeaseReleased, ActionCleanUp,
+				"%s/%s deleted by its holder", r.opts.LeaseNamespace, leases.LeaseName(nodeName))
+		}
 	}
 	s.leaseRecheck = 0
 	return nil
+}
+
+// leaseTaken records that the node lease is held for the remediation, by holder, and tells it (once, when
+// LeaseAcquired turns True or changes holder, not on each renewal) in the words of the demo's timeline.
+func (r *RemediationReconciler) leaseTaken(s *scope, node, holder, reason, msg string) {
+	c := s.condition(v1alpha1.ConditionLeaseAcquired)
+	changed := c == nil || c.Status != metav1.ConditionTrue || c.Reason != reason || c.Message != msg
+	s.setCondition(v1alpha1.ConditionLeaseAcquired, metav1.ConditionTrue, reason, msg)
+	if changed {
+		r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeNormal, EventNodeLeaseTaken, ActionPowerCycle,
+			"%s/%s held by %s: nobody else (node maintenance, another check) acts on the node",
+			r.opts.LeaseNamespace, leases.LeaseName(node), holder)
+	}
 }
 
 // reasonLeaseReleased: the remediation is done with the node and gave its lease back.

@@ -36,6 +36,14 @@ func (r *RemediationReconciler) ensureTaints(ctx context.Context, s *scope, tain
 	}
 	for _, t := range missing {
 		s.log.Info("Tainted node", "node", node.Name, "taint", t.Key, "effect", t.Effect)
+		switch t.Key {
+		case v1alpha1.TaintRemediation:
+			r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeNormal, EventNodeCordoned, ActionPowerCycle,
+				"%s:%s: no new pods while it is remediated", t.Key, t.Effect)
+		case v1alpha1.TaintOutOfService:
+			r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeNormal, EventOutOfServiceTaintAdded, ActionPowerCycle,
+				"%s=%s:%s: Kubernetes moves its pods and volumes", t.Key, t.Value, t.Effect)
+		}
 	}
 	return nil
 }
@@ -99,7 +107,7 @@ func (r *RemediationReconciler) removeTaints(ctx context.Context, s *scope, also
 	keys := ourTaintKeys(node, st.AppliedTaints, also)
 	_, annotated := node.Annotations[v1alpha1.AnnotationAppliedTaints]
 	ours := func(t corev1.Taint) bool { return isOurTaint(t, keys) }
-	if annotated || slices.ContainsFunc(node.Spec.Taints, ours) {
+	if tainted := slices.ContainsFunc(node.Spec.Taints, ours); annotated || tainted {
 		delete(node.Annotations, v1alpha1.AnnotationAppliedTaints)
 		if err := r.writeTaints(ctx, s, node, slices.DeleteFunc(slices.Clone(node.Spec.Taints), ours)); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -109,6 +117,10 @@ func (r *RemediationReconciler) removeTaints(ctx context.Context, s *scope, also
 			return fmt.Errorf("removing taints %v from node %s: %w", keys, node.Name, err)
 		}
 		s.log.Info("Removed taints from node", "node", node.Name, "taints", keys)
+		if tainted { // an annotation alone is no taint of the story
+			r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeNormal, EventTaintsRemoved, ActionCleanUp,
+				"the remediator removed the taints it added")
+		}
 	}
 	st.AppliedTaints = nil
 	return nil

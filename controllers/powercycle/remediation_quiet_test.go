@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // A cached copy older than the remediator's own last write (the informer has not delivered that write
@@ -255,11 +256,29 @@ func testWritesOfOneRemediation(t *testing.T, api *apiServer) {
 		"create Lease":                        1,
 		"delete Lease":                        1,
 	}))
+	// One event per phase entered, and one per change to the node and its lease, which kubectl metalheal
+	// timeline reads once the taints and the lease are gone.
+	kept := map[string]bool{EventNodeLeaseTaken: true, EventNodeCordoned: true, EventOutOfServiceTaintAdded: true,
+		EventTaintsRemoved: true, EventNodeLeaseReleased: true}
 	var phaseEvents int
+	var records []string
 	for _, e := range w.drainEvents() {
-		if !strings.Contains(e, "CleanedUp") {
+		switch reason := strings.Fields(e)[1]; {
+		case kept[reason]:
+			records = append(records, e)
+		case reason != EventCleanedUp:
 			phaseEvents++
 		}
 	}
 	g.Expect(phaseEvents).To(Equal(6), "one event per phase entered")
+	lease := leases.DefaultNamespace + "/" + leases.LeaseName(node)
+	g.Expect(records).To(Equal([]string{
+		"Normal NodeLeaseTaken " + lease + " held by PowerCycleRemediation-" + key.Name +
+			": nobody else (node maintenance, another check) acts on the node",
+		"Normal NodeCordoned " + v1alpha1.TaintRemediation + ":NoSchedule: no new pods while it is remediated",
+		"Normal OutOfServiceTaintAdded " + v1alpha1.TaintOutOfService + "=" + v1alpha1.TaintOutOfServiceValue +
+			":NoExecute: Kubernetes moves its pods and volumes",
+		"Normal TaintsRemoved the remediator removed the taints it added",
+		"Normal NodeLeaseReleased " + lease + " deleted by its holder",
+	}), "once per change, in the words of the demo's timeline")
 }

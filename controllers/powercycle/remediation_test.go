@@ -839,6 +839,17 @@ func leaseHeldByOwner(t *testing.T, api *apiServer, nodeName string, notYetCache
 	g.Expect(reasons).NotTo(ContainElement(v1alpha1.ReasonLeaseHeldByOther))
 	g.Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
 	g.Expect(*w.lease(node).Spec.HolderIdentity).To(Equal(owningCheckHolder), "the owner's lease is not ours to release")
+	var taken, released []string
+	for _, e := range w.drainEvents() {
+		switch strings.Fields(e)[1] {
+		case EventNodeLeaseTaken:
+			taken = append(taken, e)
+		case EventNodeLeaseReleased:
+			released = append(released, e)
+		}
+	}
+	g.Expect(taken).To(HaveExactElements(ContainSubstring(" held by "+owningCheckHolder+": ")), "told once, for the timeline")
+	g.Expect(released).To(BeEmpty(), "the owner's lease is the owner's to tell of")
 	if notYetCached {
 		g.Expect(missed.Load()).To(BeTrue())
 		g.Expect(reasons[0]).To(Equal(reasonLeaseHeldByOwner))

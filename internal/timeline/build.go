@@ -29,6 +29,13 @@ const (
 	ReasonAttemptFailed       = "AttemptFailed"
 	ReasonEscalating          = "Escalating"
 	ReasonRemediationFailed   = "RemediationFailed"
+	// What the remediator did to the node and its lease (and the check, to the lease it held for the
+	// request): the Node's taints and the lease are gone after the remediation, these events remain.
+	ReasonNodeLeaseTaken         = "NodeLeaseTaken"
+	ReasonNodeLeaseReleased      = "NodeLeaseReleased"
+	ReasonNodeCordoned           = "NodeCordoned"
+	ReasonOutOfServiceTaintAdded = "OutOfServiceTaintAdded"
+	ReasonTaintsRemoved          = "TaintsRemoved"
 )
 
 // requestEventSteps are the steps the remediator's events on a request show.
@@ -39,6 +46,12 @@ var requestEventSteps = map[string]Step{
 	ReasonPoweredOn:   StepPoweredOn,
 	ReasonRemediated:  StepRemediated,
 	ReasonCleanedUp:   StepEMRGone,
+
+	ReasonNodeLeaseTaken:         StepLeaseTaken,
+	ReasonNodeLeaseReleased:      StepLeaseReleased,
+	ReasonNodeCordoned:           StepCordoned,
+	ReasonOutOfServiceTaintAdded: StepFenced,
+	ReasonTaintsRemoved:          StepTaintsRemoved,
 }
 
 // requestWarnings are the remediator's warning events on a request, and the phase each announces.
@@ -75,14 +88,16 @@ type Timeline struct {
 	// Entries are the steps on record since Start, in order of time.
 	Entries []Entry
 	// NotOnRecord are the steps of a successful story (but the failure itself) that the record does not
-	// show: not happened yet, or not kept by the cluster (a deleted lease, a removed taint, the host's own
-	// power as only the BMC knew it).
+	// show: not happened yet, not kept by the cluster (the host's own power as only the BMC knew it, which
+	// the demo's simulator tells), or whose events have expired (the API server keeps them an hour).
 	NotOnRecord []Step
 }
 
 // provenBefore are pairs of steps where a record of the second proves the first happened before it: the
-// remediator acts only on a request that exists, and finalizes only a deleted one.
-var provenBefore = [][2]Step{{StepEMRCreated, StepPoweringOff}, {StepEMRDeleted, StepEMRGone}}
+// remediator acts only on a request that exists (it tells of the lease held for it, by itself or by the
+// check that created it and took the lease right after, before the check's own event of the creation),
+// and finalizes only a deleted one.
+var provenBefore = [][2]Step{{StepEMRCreated, StepLeaseTaken}, {StepEMRCreated, StepPoweringOff}, {StepEMRDeleted, StepEMRGone}}
 
 // slack is how far before the start a record may be and still belong to the story: core events and
 // conditions are stamped to the second, the remediator's records to the microsecond.
@@ -343,6 +358,8 @@ func eventCandidate(e *eventsv1.Event, node string, names, checks map[string]boo
 			c.step = StepEMRCreated
 		case e.Reason == ReasonRemediationFinished:
 			c.step = StepEMRDeleted
+		case e.Reason == ReasonNodeLeaseReleased: // the check held the lease for its request
+			c.step = StepLeaseReleased
 		case e.Type == corev1.EventTypeWarning:
 			c.step, c.label = StepNote, "WARNING "+e.Reason // a skip, a time-out, an escalation...
 		default:

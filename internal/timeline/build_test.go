@@ -95,6 +95,24 @@ func TestBuild(t *testing.T) {
 				StepLeaseReleased},
 		},
 		{
+			name: "after the remediation: the remediator's and the check's events of the lease and the taints complete it",
+			record: Record{Node: "w-2", NodeObject: readyNode(corev1.ConditionTrue, at(18.9)),
+				Events: append(finished(0),
+					ev(ReasonNodeLeaseTaken, 13.55, pcrRef, nil, false),
+					ev(ReasonNodeCordoned, 13.65, pcrRef, nil, false),
+					ev(ReasonOutOfServiceTaintAdded, 14.85, pcrRef, nil, false),
+					ev(ReasonTaintsRemoved, 19.1, pcrRef, nil, false),
+					ev(ReasonNodeLeaseReleased, 22.6, checkRef, &nodeRef, false),
+					ev(ReasonNodeLeaseReleased, 13, checkRef, &other, false))}, // another node's
+			wantStart: at(8),
+			want: []Step{StepNotReady, StepEMRCreated, StepLeaseTaken, StepPoweringOff, StepCordoned, StepPoweredOff,
+				StepFenced, StepPoweringOn, StepPoweredOn, StepNodeReady, StepTaintsRemoved, StepRemediated,
+				StepEMRDeleted, StepEMRGone, StepLeaseReleased},
+			wantAt:      map[Step]float64{StepLeaseTaken: 5.55, StepCordoned: 5.65, StepTaintsRemoved: 11.1, StepLeaseReleased: 14.6},
+			wantDetails: map[Step]string{StepCordoned: "said NodeCordoned", StepLeaseReleased: "said NodeLeaseReleased"},
+			notOnRecord: []Step{StepHostOff, StepHostOn},
+		},
+		{
 			name: "a check's event written after the remediator's record of what followed is moved before it",
 			record: Record{Node: "w-2", Events: []eventsv1.Event{
 				ev(ReasonRemediationCreated, 13.7, checkRef, &nodeRef, false),
@@ -105,6 +123,17 @@ func TestBuild(t *testing.T) {
 			wantStart: at(13.6),
 			want:      []Step{StepEMRCreated, StepPoweringOff, StepEMRDeleted, StepEMRGone},
 			wantAt:    map[Step]float64{StepEMRCreated: 0, StepPoweringOff: 0, StepEMRDeleted: 8.8, StepEMRGone: 8.8},
+		},
+		{
+			name: "the remediator's word that the check holds the lease for the request proves the request was created",
+			record: Record{Node: "w-2", Events: []eventsv1.Event{
+				ev(ReasonRemediationCreated, 13.7, checkRef, &nodeRef, false),
+				ev(ReasonNodeLeaseTaken, 13.55, pcrRef, nil, false),
+				ev(ReasonPoweringOff, 13.8, pcrRef, nil, false),
+			}},
+			wantStart: at(13.55),
+			want:      []Step{StepEMRCreated, StepLeaseTaken, StepPoweringOff},
+			wantAt:    map[Step]float64{StepEMRCreated: 0, StepLeaseTaken: 0, StepPoweringOff: 0.25},
 		},
 		{
 			name: "the check's warnings while the story lasts are notes; after its end they are another story",
@@ -225,18 +254,24 @@ func TestFormatEntry(t *testing.T) {
 func TestReasonsAreTheControllers(t *testing.T) {
 	g := NewWithT(t)
 	for ours, theirs := range map[string]string{
-		ReasonRemediationCreated:  nhc.EventRemediationCreated,
-		ReasonRemediationFinished: nhc.EventRemediationFinished,
-		ReasonPoweringOff:         powercycle.EventPoweringOff,
-		ReasonPoweredOff:          powercycle.EventPoweredOff,
-		ReasonPoweringOn:          powercycle.EventPoweringOn,
-		ReasonPoweredOn:           powercycle.EventPoweredOn,
-		ReasonRemediated:          powercycle.EventRemediated,
-		ReasonCleanedUp:           powercycle.EventCleanedUp,
-		ReasonAttemptFailed:       powercycle.EventAttemptFailed,
-		ReasonEscalating:          powercycle.EventEscalating,
-		ReasonRemediationFailed:   powercycle.EventRemediationFailed,
+		ReasonRemediationCreated:     nhc.EventRemediationCreated,
+		ReasonRemediationFinished:    nhc.EventRemediationFinished,
+		ReasonPoweringOff:            powercycle.EventPoweringOff,
+		ReasonPoweredOff:             powercycle.EventPoweredOff,
+		ReasonPoweringOn:             powercycle.EventPoweringOn,
+		ReasonPoweredOn:              powercycle.EventPoweredOn,
+		ReasonRemediated:             powercycle.EventRemediated,
+		ReasonCleanedUp:              powercycle.EventCleanedUp,
+		ReasonAttemptFailed:          powercycle.EventAttemptFailed,
+		ReasonEscalating:             powercycle.EventEscalating,
+		ReasonRemediationFailed:      powercycle.EventRemediationFailed,
+		ReasonNodeLeaseTaken:         powercycle.EventNodeLeaseTaken,
+		ReasonNodeLeaseReleased:      powercycle.EventNodeLeaseReleased,
+		ReasonNodeCordoned:           powercycle.EventNodeCordoned,
+		ReasonTaintsRemoved:          powercycle.EventTaintsRemoved,
+		ReasonOutOfServiceTaintAdded: powercycle.EventOutOfServiceTaintAdded,
 	} {
 		g.Expect(ours).To(Equal(theirs))
 	}
+	g.Expect(nhc.EventNodeLeaseReleased).To(Equal(ReasonNodeLeaseReleased), "the check releases the lease it held")
 }
