@@ -47,6 +47,9 @@ var (
 
 func init() {
 	ctrlmetrics.Registry.MustRegister(unhealthyMachines, remediationsCreated, remediationsSkipped, detectionDelay, clusterAPIVersion)
+	// At zero from the start, so that dashboards find them before the first request.
+	remediationsCreated.WithLabelValues("PowerCycleRemediation")
+	detectionDelay.WithLabelValues()
 }
 
 // recordCheckMetrics sets the number of unhealthy Machines the check sees.

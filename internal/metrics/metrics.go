@@ -15,7 +15,7 @@ var (
 	// UnhealthyTargets is the number of unhealthy targets a health check currently sees.
 	UnhealthyTargets = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "metalheal_nhc_unhealthy_nodes",
-		Help: "Unhealthy targets (Nodes, or Machines for the machinehealthcheck checker) a health check currently sees.",
+		Help: "Unhealthy Nodes a NodeHealthCheck currently sees.",
 	}, []string{"checker", "healthcheck"})
 
 	// RemediationsCreated counts remediation requests created.

@@ -1,11 +1,10 @@
 package metrics
 
 // Label combinations registered at start, so that dashboards and alerts find these series (at zero)
-// before the first remediation request: the detection histogram of each checker, and the requests each
-// creates of metalheal's own remediation kind.
+// before the first remediation request: the NodeHealthCheck's detection histogram and the requests it
+// creates of metalheal's own remediation kind. (The MachineHealthCheck has metrics of its own,
+// metalheal_mhc_*, in controllers/mhc.)
 func init() {
-	for _, checker := range []string{CheckerNHC, CheckerMHC} {
-		DetectionDelay.WithLabelValues(checker)
-		RemediationsCreated.WithLabelValues(checker, "PowerCycleRemediation")
-	}
+	DetectionDelay.WithLabelValues(CheckerNHC)
+	RemediationsCreated.WithLabelValues(CheckerNHC, "PowerCycleRemediation")
 }
