@@ -26,7 +26,8 @@
 // to make room. Requests are mapped to their Machine by its owner reference.
 //
 // The safety rules are the NodeHealthCheck's, decided by the same code (internal/gates, see safety.go):
-// node leases (holder "MachineHealthCheck-<name>": taken before a request, renewed while it lives,
+// node leases (holder "MachineHealthCheck.remediation.metalheal.io-<name>", the form of
+// metalheal's NodeHealthCheck: taken before a request, renewed while it lives,
 // released after; a lease held by anyone else hands the Node off), StormActive with stormCooldownDuration,
 // healthyDelay, control-plane Machines one at a time across all checks of both kinds, and the
 // overlapping rule (the check already remediating keeps a Machine, else the oldest claiming check owns

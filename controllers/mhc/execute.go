@@ -28,7 +28,7 @@ import (
 // others proceed. A request that could not be created is dropped from p.Status.
 func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, p *plan) []error {
 	var errs []error
-	lm, err := leases.NewManager(r.client, leases.HolderIdentity(holderKind, mhc.Name), r.clock,
+	lm, err := leases.NewManager(r.client, checkLeaseHolder(mhc.Name), r.clock,
 		leases.WithNamespace(r.opts.LeaseNamespace), leases.WithLiveReader(r.apiReader))
 	if err != nil {
 		return []error{fmt.Errorf("lease manager: %w", err)}

@@ -90,7 +90,7 @@ func TestPlanSafetyGatesOwnerRemediation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
 			mhc := unitCheck(func(c *v1alpha1.MachineHealthCheck) { c.CreationTimestamp = metav1.NewTime(t0.Add(-time.Minute)) })
-			tt.safety.Holder = "MachineHealthCheck-check"
+			tt.safety.Holder = "MachineHealthCheck.remediation.metalheal.io-check"
 			p, err := planChecks(planInput{Check: mhc, Spec: checkSpecFor(mhc), Machines: tt.targets, Now: t0, Safety: tt.safety})
 			g.Expect(err).NotTo(HaveOccurred())
 			var marked []string

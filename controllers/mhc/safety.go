@@ -24,9 +24,8 @@ import (
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
-// holderKind is the kind in the check's lease holder identity, "MachineHealthCheck-<name>": the
-// NodeHealthCheck's form, which the power-cycle remediator recognises as the owner of its request
-// (it carries on under its owner's lease). Two checks of one name in two namespaces share it; each only
+// holderKind is the kind in the check's lease holder identity,
+// "MachineHealthCheck.remediation.metalheal.io-<name>" (checkLeaseHolder). Two checks of one name in two namespaces share it; each only
 // ever renews or releases the leases of the Nodes of its own Machines, so they never touch each other's.
 const holderKind = "MachineHealthCheck"
 
@@ -71,11 +70,18 @@ type mhcPeer struct {
 	Remediating map[string]bool
 }
 
+// checkLeaseHolder is the holder identity a MachineHealthCheck takes node leases as: group-qualified, like
+// metalheal's NodeHealthCheck's (pkg/leases.QualifiedHolderIdentity), which is the form the power-cycle
+// remediator recognises as its request's owner.
+func checkLeaseHolder(name string) string {
+	return leases.QualifiedHolderIdentity(holderKind, v1alpha1.GroupVersion.Group, name)
+}
+
 // observeSafety reads what the safety gates need, from the cache: the node leases (only for Nodes in this
 // API server), the other checks of both kinds and the control-plane Nodes they or anyone's lease hold.
 func (r *Reconciler) observeSafety(ctx context.Context, in *planInput) error {
 	mhc := in.Check
-	in.Safety.Holder = leases.HolderIdentity(holderKind, mhc.Name)
+	in.Safety.Holder = checkLeaseHolder(mhc.Name)
 	in.Safety.LeaseDuration = r.opts.LeaseDuration
 	in.Safety.Elsewhere = map[string]string{}
 	remote := r.remoteNodes(mhc)

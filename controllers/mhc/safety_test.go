@@ -86,7 +86,7 @@ var _ = Describe("Safety rules shared with the NodeHealthCheck", func() {
 		Expect(maintenance.InvalidateLease(ctx, node.Name)).To(Succeed())
 		w.reconcile(ctx, "workers")
 		Expect(w.powerCycleRemediations(ctx)).To(HaveLen(1))
-		Expect(leaseHolder(ctx, node.Name)).To(Equal("MachineHealthCheck-workers"))
+		Expect(leaseHolder(ctx, node.Name)).To(Equal("MachineHealthCheck.remediation.metalheal.io-workers"))
 		Expect(entryOf(w.check(ctx, "workers"), "m").SkipReason).To(BeEmpty())
 
 		By("the Node is healthy again: the request goes, then the lease")
