@@ -174,8 +174,8 @@ func (a *Access) ForNode(ctx context.Context, nodeName string) (*v1alpha1.BMC, b
 
 // Secret returns b's credentials Secret as the cache holds it, nil when it does not exist (or b is outside
 // the Access's namespace). It is not a deep copy and must not be modified. A controller compares its
-// resourceVersion to the one it last checked, to notice rotated credentials, and hands it to
-// ForBMCWithSecret: at thousands of BMCs a check reads the Secret once, not twice (a cached read of a
+// resourceVersion to the one it last checked, to notice rotated credentials, and hands what Read returned
+// to ForBMCWithInputs: at thousands of BMCs a check reads the Secret once, not twice (a cached read of a
 // Secret, which is cached for one namespace only, maps its kind through the RESTMapper every time).
 func (a *Access) Secret(ctx context.Context, b *v1alpha1.BMC) (*corev1.Secret, error) {
 	if b.Namespace != a.namespace {
@@ -268,16 +268,6 @@ func (a *Access) ForBMC(ctx context.Context, b *v1alpha1.BMC) (bmc.Driver, error
 	in, err := a.Read(ctx, b)
 	if err != nil {
 		return nil, err
-	}
-	return a.ForBMCWithInputs(ctx, b, in)
-}
-
-// ForBMCWithSecret is ForBMC with b's Secret as Secret returned it (nil: missing); it reads the CA bundle.
-func (a *Access) ForBMCWithSecret(ctx context.Context, b *v1alpha1.BMC, secret *corev1.Secret) (bmc.Driver, error) {
-	in := Inputs{Secret: secret}
-	in.CABundle, in.CABundleVersion, in.caBundleErr = a.CABundle(ctx, b)
-	if in.caBundleErr != nil && Reason(in.caBundleErr) == "" {
-		return nil, in.caBundleErr
 	}
 	return a.ForBMCWithInputs(ctx, b, in)
 }

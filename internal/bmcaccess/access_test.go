@@ -505,19 +505,19 @@ func TestErrorMessages(t *testing.T) {
 	}
 }
 
-// A BMC check reads the Secret once (Secret) and builds the driver from that reading (ForBMCWithSecret):
+// A BMC check reads the Secret once (Read) and builds the driver from that reading (ForBMCWithInputs):
 // the same driver as ForBMC, a missing Secret reported the same way.
-func TestSecretThenForBMCWithSecret(t *testing.T) {
+func TestReadThenForBMCWithInputs(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	w := newWorld(t, goodSecret())
 	b := newBMC("bmc-1", "worker-1", addr1, "creds")
 
-	secret, err := w.access.Secret(ctx, b)
+	in, err := w.access.Read(ctx, b)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(secret).NotTo(BeNil())
-	g.Expect(secret.ResourceVersion).NotTo(BeEmpty())
-	d, err := w.access.ForBMCWithSecret(ctx, b, secret)
+	g.Expect(in.Secret).NotTo(BeNil())
+	g.Expect(in.Secret.ResourceVersion).NotTo(BeEmpty())
+	d, err := w.access.ForBMCWithInputs(ctx, b, in)
 	g.Expect(err).NotTo(HaveOccurred())
 	again, err := w.access.ForBMC(ctx, b)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -525,15 +525,15 @@ func TestSecretThenForBMCWithSecret(t *testing.T) {
 	g.Expect(w.factory.all()).To(HaveLen(1))
 
 	missing := newBMC("bmc-2", "worker-2", addr1, "no-such-secret")
-	secret, err = w.access.Secret(ctx, missing)
+	in, err = w.access.Read(ctx, missing)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(secret).To(BeNil())
-	_, err = w.access.ForBMCWithSecret(ctx, missing, nil)
+	g.Expect(in.Secret).To(BeNil())
+	_, err = w.access.ForBMCWithInputs(ctx, missing, in)
 	g.Expect(err).To(MatchError(ErrSecretNotFound))
 
 	elsewhere := newBMC("bmc-3", "worker-3", addr1, "creds")
 	elsewhere.Namespace = "other"
-	secret, err = w.access.Secret(ctx, elsewhere)
+	secret, err := w.access.Secret(ctx, elsewhere)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(secret).To(BeNil(), "Secrets are read in the Access's namespace only")
 }
