@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -40,14 +39,8 @@ func machineCheckState(c *v1alpha1.MachineHealthCheck, now time.Time) metrics.Ch
 			}
 		}
 	}
-	conds := c.Status.Conditions
-	return metrics.CheckState{
-		Name:               c.Namespace + "/" + c.Name,
-		Targets:            c.Status.ExpectedMachines,
-		Healthy:            c.Status.CurrentHealthy,
-		RemediationAllowed: !meta.IsStatusConditionFalse(conds, v1alpha1.ConditionRemediationAllowed),
-		Disabled:           meta.IsStatusConditionTrue(conds, v1alpha1.ConditionDisabled),
-		InFlight:           inFlight,
-		Storm:              metrics.StormOf(conds, c.Spec.StormCooldownDuration, now),
-	}
+	st := metrics.FromConditions(c.Status.Conditions, c.Spec.StormCooldownDuration, now)
+	st.Name = c.Namespace + "/" + c.Name
+	st.Targets, st.Healthy, st.InFlight = c.Status.ExpectedMachines, c.Status.CurrentHealthy, inFlight
+	return st
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -32,14 +31,8 @@ func RegisterStateMetrics(reader client.Reader, clk clock.PassiveClock, elected 
 
 // checkState is what c's status says now.
 func checkState(c *v1alpha1.NodeHealthCheck, now time.Time) metrics.CheckState {
-	conds := c.Status.Conditions
-	return metrics.CheckState{
-		Name:               c.Name,
-		Targets:            c.Status.ObservedNodes,
-		Healthy:            c.Status.HealthyNodes,
-		RemediationAllowed: !meta.IsStatusConditionFalse(conds, v1alpha1.ConditionRemediationAllowed),
-		Disabled:           meta.IsStatusConditionTrue(conds, v1alpha1.ConditionDisabled),
-		InFlight:           len(c.Status.InFlightRemediations),
-		Storm:              metrics.StormOf(conds, c.Spec.StormCooldownDuration, now),
-	}
+	st := metrics.FromConditions(c.Status.Conditions, c.Spec.StormCooldownDuration, now)
+	st.Name = c.Name
+	st.Targets, st.Healthy, st.InFlight = c.Status.ObservedNodes, c.Status.HealthyNodes, len(c.Status.InFlightRemediations)
+	return st
 }

@@ -52,18 +52,23 @@ type StormState struct {
 	Cooldown  time.Duration
 }
 
-// StormOf is the storm state a check's status and spec say at now: its StormActive condition (True
-// since its last transition) and its stormCooldownDuration.
-func StormOf(conds []metav1.Condition, cooldown *metav1.Duration, now time.Time) *StormState {
-	st := &StormState{}
+// FromConditions is the part of a check's state its conditions and stormCooldownDuration say at now:
+// whether remediation is allowed (RemediationAllowed not False), whether it is disabled, and its storm
+// (StormActive True since its last transition). The checker fills in the name and the counts.
+func FromConditions(conds []metav1.Condition, cooldown *metav1.Duration, now time.Time) CheckState {
+	storm := &StormState{}
 	if cooldown != nil {
-		st.Cooldown = cooldown.Duration
+		storm.Cooldown = cooldown.Duration
 	}
 	if c := meta.FindStatusCondition(conds, v1alpha1.ConditionStormActive); c != nil && c.Status == metav1.ConditionTrue {
-		st.Active = true
-		st.ActiveFor = max(now.Sub(c.LastTransitionTime.Time), 0)
+		storm.Active = true
+		storm.ActiveFor = max(now.Sub(c.LastTransitionTime.Time), 0)
 	}
-	return st
+	return CheckState{
+		RemediationAllowed: !meta.IsStatusConditionFalse(conds, v1alpha1.ConditionRemediationAllowed),
+		Disabled:           meta.IsStatusConditionTrue(conds, v1alpha1.ConditionDisabled),
+		Storm:              storm,
+	}
 }
 
 // CheckLister lists the checks of one checker from the cache.
