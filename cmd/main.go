@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -64,6 +65,7 @@ type config struct {
 	nodeName            string
 	clientQPS           float64
 	clientBurst         int
+	without             map[string]bool
 
 	// remediationNamespaces lists the namespaces, besides namespace, whose PowerCycleRemediations the
 	// remediator acts on (see parseNamespaces).
@@ -77,6 +79,9 @@ type config struct {
 
 // controllerNames are the controllers the manager can run; all are on by default.
 var controllerNames = []string{"machinehealthcheck", "nodehealthcheck", "powercycle", "bmc"}
+
+// latencyMechanisms are what --without may leave off (see BENCHMARKS.md, the A/B).
+var latencyMechanisms = []string{"side-lane", "lease-memory", "written-versions", "sent-requests", "cache-connection"}
 
 func main() {
 	var cfg config
@@ -120,6 +125,17 @@ func main() {
 	flag.DurationVar(&cfg.resyncPeriod, "resync-period", 10*time.Hour, "Informer resync period: a safety net only, detection never waits for it.")
 	flag.Float64Var(&cfg.clientQPS, "kube-api-qps", -1, "Client-side limit on queries per second to the API server; negative disables it, leaving the server's API Priority and Fairness to pace us.")
 	flag.IntVar(&cfg.clientBurst, "kube-api-burst", 100, "Burst of queries to the API server, when --kube-api-qps is positive.")
+	flag.Func("without", "For the benchmark's A/B only: latency mechanisms to leave off, comma-separated ("+strings.Join(latencyMechanisms, ", ")+").",
+		func(list string) error {
+			cfg.without = map[string]bool{}
+			for _, m := range strings.Split(list, ",") {
+				if !slices.Contains(latencyMechanisms, m) {
+					return fmt.Errorf("unknown mechanism %q (known: %s)", m, strings.Join(latencyMechanisms, ", "))
+				}
+				cfg.without[m] = true
+			}
+			return nil
+		})
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -163,9 +179,11 @@ func run(cfg config) error {
 	restCfg.Burst = cfg.clientBurst
 	restCfg.UserAgent = "metalheal-manager"
 
-	cacheHTTP, err := cacheHTTPClient(restCfg)
-	if err != nil {
-		return err
+	var cacheHTTP *http.Client
+	if !cfg.without["cache-connection"] {
+		if cacheHTTP, err = cacheHTTPClient(restCfg); err != nil {
+			return err
+		}
 	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                  scheme,
@@ -355,6 +373,7 @@ func setupPowerCycle(ctx context.Context, mgr ctrl.Manager, deps *dependencies) 
 		ManagerNodeName:         deps.cfg.nodeName,
 		ManagerNamespace:        deps.cfg.namespace,
 		TrustedNamespaces:       trusted,
+		Without:                 deps.cfg.without,
 	})
 	if err != nil {
 		return err
@@ -421,6 +440,7 @@ func setupNHC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
 		Clock:          deps.clock,
 		Recorder:       mgr.GetEventRecorder(nhc.ControllerName),
 		LeaseNamespace: deps.cfg.leaseNamespace,
+		Without:        deps.cfg.without,
 	})
 	if err != nil {
 		return err

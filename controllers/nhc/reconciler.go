@@ -58,6 +58,9 @@ type Options struct {
 	// ResyncPeriod is the safety net: every check is looked at again at least this often, though every
 	// deadline is requeued exactly and nothing waits for it.
 	ResyncPeriod time.Duration
+	// Without names the latency mechanisms to leave off, for the benchmark's A/B ("side-lane",
+	// "lease-memory"); empty: all on.
+	Without map[string]bool
 	// KindRetryPeriod is how often a check whose template kind is not installed looks again (no watch
 	// can tell when a CRD appears).
 	KindRetryPeriod time.Duration
@@ -170,7 +173,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	now := r.clock.Now()
 	p := decide(in, now)
 	// Expiries that come while the writes below are under way are acted on at once (see sideLane).
-	lane := r.startSideLane(ctx, req.NamespacedName, &p)
+	var lane *sideLane
+	if !r.opts.Without["side-lane"] {
+		lane = r.startSideLane(ctx, req.NamespacedName, &p)
+	}
 	execErr := r.execute(ctx, check, in, &p)
 	base := check.DeepCopy()
 	statusErr := r.patchStatus(ctx, check, p.status(check), r.clock.Now())

@@ -124,7 +124,7 @@ func (r *RemediationReconciler) untilFirstPoll(s *scope, w powerWait) time.Durat
 		return 0
 	}
 	from := req.Time.Time
-	if at, ok := r.sent.sentAt(client.ObjectKeyFromObject(s.pcr), *req); ok && at.After(from) {
+	if at, ok := r.sent.sentAt(client.ObjectKeyFromObject(s.pcr), *req); ok && at.After(from) && !r.opts.Without["sent-requests"] {
 		from = at
 	}
 	wait := min(from.Add(r.opts.PowerPollInterval).Sub(s.now), r.opts.PowerPollInterval) // at most one interval, whatever the clocks

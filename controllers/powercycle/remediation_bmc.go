@@ -134,7 +134,7 @@ func (r *RemediationReconciler) resendDue(s *scope, w powerWait, state bmc.Power
 		return false
 	}
 	from := req.Time.Time
-	if at, ok := r.sent.sentAt(client.ObjectKeyFromObject(s.pcr), *req); ok && at.After(from) {
+	if at, ok := r.sent.sentAt(client.ObjectKeyFromObject(s.pcr), *req); ok && at.After(from) && !r.opts.Without["sent-requests"] {
 		from = at
 	}
 	return !s.now.Before(from.Add(powerTransitionTimeout(s.spec)))

@@ -96,6 +96,9 @@ type RemediationReconcilerOptions struct {
 	// it is the one being powered off, a warning event says so; the power-off is recorded in status
 	// before it is sent, like every power-off, so the replacement manager resumes from there.
 	ManagerNodeName string
+	// Without names the latency mechanisms to leave off, for the benchmark's A/B ("written-versions",
+	// "sent-requests"); empty: all on.
+	Without map[string]bool
 }
 
 // RemediationReconciler reconciles PowerCycleRemediations: the bundled external remediation
@@ -283,7 +286,11 @@ func (r *RemediationReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	newer, stale := r.written.newer(req.NamespacedName, pcr.ResourceVersion)
+	var newer *v1alpha1.PowerCycleRemediation
+	var stale bool
+	if !r.opts.Without["written-versions"] {
+		newer, stale = r.written.newer(req.NamespacedName, pcr.ResourceVersion)
+	}
 	if newer != nil {
 		pcr = newer // the cache has not caught up with our last write: go on from what it left
 	}

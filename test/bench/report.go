@@ -68,7 +68,13 @@ type ControllerInfo struct {
 	Log     string   `json:"log"`
 }
 
-// Target is one of issue 8's targets and how the run did.
+// The worlds the targets are for (BENCHMARKS.md): latency where the machine carries the world, cost at scale.
+const (
+	latencyWorld = 1000
+	costWorld    = 5000
+)
+
+// Target is one of the targets and how the run did.
 type Target struct {
 	Name  string `json:"name"`
 	Goal  string `json:"goal"`
@@ -156,24 +162,46 @@ func (r *Report) finish() {
 		}
 	}
 
-	scale := ""
-	if r.Config.Nodes != 5000 {
-		scale = fmt.Sprintf(" (at %d nodes; the target is for 5,000)", r.Config.Nodes)
+	// Latency targets are for a world of 1,000 nodes, which this two-core machine carries; cost targets for
+	// 5,000 (issue 27). A run of another size reports them against the world they are for.
+	// A figure of another world is reported beside the target, not judged by it.
+	scale := func(world int) string {
+		if r.Config.Nodes == world {
+			return ""
+		}
+		return fmt.Sprintf(" (at %d nodes; the target is for %d)", r.Config.Nodes, world)
+	}
+	judge := func(world int, ok bool) *bool {
+		if r.Config.Nodes != world {
+			return nil
+		}
+		return &ok
 	}
 	yes := func(b bool) *bool { return &b }
-	for _, d := range r.Detection {
-		t := Target{Name: "detection p99 (" + d.Phase + ")" + scale, Goal: "< 100 ms after expiry"}
-		if d.Stats != nil {
-			t.Value = fmt.Sprintf("%.1f ms (%d of %d detected)", d.Stats.P99, d.Detected, d.Failures)
-			if f := r.Floor; d.Phase == "burst" && f != nil && len(f.LastMs) > 0 {
-				t.Value += fmt.Sprintf("; the API server alone answered the bench's %d creates within %s ms", f.Objects, joinMs(f.LastMs))
-			}
-			t.Met = yes(d.Stats.P99 < 100 && d.Detected == d.Failures)
-		} else {
-			t.Value = "nothing detected"
-			t.Met = yes(false)
+	apiserver := func(name string) string {
+		if p := phase(name); p != nil {
+			return fmt.Sprintf("; API server %.0f%% of a core", p.Costs["kube-apiserver"].CPUPercent)
 		}
-		r.Targets = append(r.Targets, t)
+		return ""
+	}
+	floor := ""
+	if f := r.Floor; f != nil && len(f.LastMs) > 0 {
+		floor = fmt.Sprintf("; floor: the API server stored the bench's own %d creates within %s ms", f.Objects, joinMs(f.LastMs))
+	}
+	for _, d := range r.Detection {
+		switch {
+		case d.Created == nil || d.CreateSent == nil || d.Detected < d.Failures:
+			r.Targets = append(r.Targets, Target{Name: "detection (" + d.Phase + ")" + scale(latencyWorld), Goal: "every failed node's request",
+				Value: fmt.Sprintf("%d of %d detected", d.Detected, d.Failures), Met: yes(false)}) // in any world
+		case d.Phase == "spread":
+			r.Targets = append(r.Targets, Target{Name: "detection p99, spread: request stored - expiry" + scale(latencyWorld), Goal: "< 25 ms",
+				Value: fmt.Sprintf("%.1f ms (p50 %.1f ms; sent p99 %.1f ms%s)", d.Created.P99, d.Created.P50, d.CreateSent.P99, apiserver(d.Phase)),
+				Met: judge(latencyWorld, d.Created.P99 < 25)})
+		case d.Phase == "burst":
+			r.Targets = append(r.Targets, Target{Name: "burst: the last create arrives - expiry" + scale(latencyWorld), Goal: "< 25 ms",
+				Value: fmt.Sprintf("%.1f ms (the last stored at %.1f ms%s%s)", d.CreateSent.Max, d.Created.Max, floor, apiserver(d.Phase)),
+				Met: judge(latencyWorld, d.CreateSent.Max < 25)})
+		}
 	}
 	var peak float64
 	for _, p := range r.Phases {
@@ -181,11 +209,11 @@ func (r *Report) finish() {
 			peak = max(peak, c.HWMMiB, c.PeakRSSMiB)
 		}
 	}
-	r.Targets = append(r.Targets, Target{Name: "controller peak RSS" + scale, Goal: "< 150 MiB", Value: fmt.Sprintf("%.0f MiB", peak), Met: yes(peak < 150)})
+	r.Targets = append(r.Targets, Target{Name: "controller peak RSS" + scale(costWorld), Goal: "< 150 MiB", Value: fmt.Sprintf("%.0f MiB", peak), Met: judge(costWorld, peak < 150)})
 	if p := phase("steady"); p != nil {
 		c := p.Costs[controllerMeter]
-		r.Targets = append(r.Targets, Target{Name: "controller steady-state CPU" + scale, Goal: "< 2% of one core",
-			Value: fmt.Sprintf("%.2f%% (%.1f CPU-s in %.0fs)", c.CPUPercent, c.CPUSeconds, p.Seconds), Met: yes(c.CPUPercent < 2)})
+		r.Targets = append(r.Targets, Target{Name: "controller steady-state CPU" + scale(costWorld), Goal: "< 2% of one core",
+			Value: fmt.Sprintf("%.2f%% (%.1f CPU-s in %.0fs)", c.CPUPercent, c.CPUSeconds, p.Seconds), Met: judge(costWorld, c.CPUPercent < 2)})
 	}
 	lists := 0
 	var where []string
@@ -199,13 +227,13 @@ func (r *Report) finish() {
 	if lists > 0 {
 		v = fmt.Sprintf("%d (%s)", lists, strings.Join(where, ", "))
 	}
-	r.Targets = append(r.Targets, Target{Name: "LIST requests after start-up", Goal: "0", Value: v, Met: yes(lists == 0)})
+	r.Targets = append(r.Targets, Target{Name: "LIST requests after start-up" + scale(costWorld), Goal: "0", Value: v, Met: judge(costWorld, lists == 0)})
 	if pc := r.PowerCycles; pc != nil && pc.Single != nil && pc.Concurrent != nil {
 		r.Targets = append(r.Targets, Target{
-			Name:  fmt.Sprintf("%d concurrent power cycles", pc.Concurrent.Count),
-			Goal:  "makespan <= 2x single cycle",
-			Value: fmt.Sprintf("%.1fs vs %.1fs single = %.2fx", pc.Concurrent.MakespanSeconds, pc.Single.MakespanSeconds, pc.Ratio),
-			Met:   yes(pc.Ratio > 0 && pc.Ratio <= 2 && pc.Concurrent.Succeeded == pc.Concurrent.Count),
+			Name:  fmt.Sprintf("%d concurrent power cycles", pc.Concurrent.Count) + scale(costWorld),
+			Goal:  "makespan <= 3.0x one cycle alone",
+			Value: fmt.Sprintf("%.1fs vs %.1fs alone = %.2fx", pc.Concurrent.MakespanSeconds, pc.Single.MakespanSeconds, pc.Ratio),
+			Met:   judge(costWorld, pc.Ratio > 0 && pc.Ratio <= 3 && pc.Concurrent.Succeeded == pc.Concurrent.Count),
 		})
 	}
 }
@@ -404,7 +432,7 @@ func (r *Report) print(out io.Writer) {
 	fmt.Fprintf(out, "\nTARGETS\n")
 	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	for _, t := range r.Targets {
-		status := "not measured"
+		status := "reported"
 		if t.Met != nil {
 			status = map[bool]string{true: "MET", false: "MISSED"}[*t.Met]
 		}
