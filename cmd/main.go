@@ -31,7 +31,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	remediationv1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
@@ -40,6 +39,7 @@ import (
 	"github.com/metalheal/metalheal/controllers/powercycle"
 	"github.com/metalheal/metalheal/internal/bmcaccess"
 	"github.com/metalheal/metalheal/internal/logging"
+	"github.com/metalheal/metalheal/internal/metricsauth"
 	"github.com/metalheal/metalheal/pkg/bmc"
 )
 
@@ -336,7 +336,8 @@ func parseControllers(s string) ([]string, error) {
 
 // metricsOptions serves /metrics as current kubebuilder projects do: over HTTPS (a self-signed
 // certificate made at start-up), to callers whose bearer token the API server accepts (TokenReview) and who
-// may get the /metrics URL (SubjectAccessReview; the metrics-reader ClusterRole grants it). The manager
+// may get the /metrics URL (SubjectAccessReview; the metrics-reader ClusterRole grants it), checked by
+// internal/metricsauth. The manager
 // needs create on tokenreviews and subjectaccessreviews for that (config/rbac/metrics_auth_role.yaml).
 func metricsOptions(cfg config) metricsserver.Options {
 	if !cfg.metricsSecure {
@@ -345,7 +346,7 @@ func metricsOptions(cfg config) metricsserver.Options {
 	return metricsserver.Options{
 		BindAddress:    cfg.metricsAddr,
 		SecureServing:  true,
-		FilterProvider: filters.WithAuthenticationAndAuthorization,
+		FilterProvider: metricsauth.Filter,
 		// HTTP/2 stays off, as in kubebuilder's scaffold: its stream handling has had denial-of-service
 		// flaws (CVE-2023-44487, CVE-2023-39325) and a scraper gains nothing from it.
 		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
@@ -373,7 +374,6 @@ func setupPowerCycle(ctx context.Context, mgr ctrl.Manager, deps *dependencies) 
 		ManagerNodeName:         deps.cfg.nodeName,
 		ManagerNamespace:        deps.cfg.namespace,
 		TrustedNamespaces:       trusted,
-		Without:                 deps.cfg.without,
 	})
 	if err != nil {
 		return err

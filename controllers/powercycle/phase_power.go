@@ -117,16 +117,13 @@ func (r *RemediationReconciler) awaitPower(ctx context.Context, s *scope, w powe
 // untilFirstPoll is how long to wait before reading the power state after the request for it was sent:
 // no BMC changes a host's power within a poll interval, and the reconcile our own status write brings
 // at once would only read it unchanged. The interval counts from the send when this process sent it
-// (see sentRequests), from the recorded request otherwise.
+// (see memory), from the recorded request otherwise.
 func (r *RemediationReconciler) untilFirstPoll(s *scope, w powerWait) time.Duration {
 	req := s.status().PowerRequest
 	if req == nil || req.Target != w.target || !s.now.Before(w.deadline) {
 		return 0
 	}
-	from := req.Time.Time
-	if at, ok := r.sent.sentAt(client.ObjectKeyFromObject(s.pcr), *req); ok && at.After(from) && !r.opts.Without["sent-requests"] {
-		from = at
-	}
+	from := r.memory.since(client.ObjectKeyFromObject(s.pcr), *req)
 	wait := min(from.Add(r.opts.PowerPollInterval).Sub(s.now), r.opts.PowerPollInterval) // at most one interval, whatever the clocks
 	return min(max(wait, 0), untilDeadline(w.deadline, s.now))
 }

@@ -96,7 +96,7 @@ func (r *RemediationReconciler) requestPower(ctx context.Context, s *scope, d bm
 }
 
 // sendPower sends a power request that is already recorded, bounded by the BMC call timeout, and
-// remembers when it went out (see sentRequests): when the BMC accepted it or, when its answer was an
+// remembers when it went out (see memory): when the BMC accepted it or, when its answer was an
 // error, when the call ended, for the BMC may have taken it anyway.
 func (r *RemediationReconciler) sendPower(ctx context.Context, s *scope, d bmc.Driver, target v1alpha1.PowerState) error {
 	callCtx, cancel := context.WithTimeout(ctx, r.opts.BMCCallTimeout)
@@ -108,7 +108,7 @@ func (r *RemediationReconciler) sendPower(ctx context.Context, s *scope, d bmc.D
 		err = d.PowerOn(callCtx)
 	}
 	if req := s.status().PowerRequest; req != nil {
-		r.sent.record(client.ObjectKeyFromObject(s.pcr), *req, r.opts.Clock.Now())
+		r.memory.sent(client.ObjectKeyFromObject(s.pcr), *req, r.opts.Clock.Now())
 	}
 	if err != nil {
 		s.log.V(2).Info("Power request unanswered or refused; it may have been taken, and is not sent again at once",
@@ -133,10 +133,7 @@ func (r *RemediationReconciler) resendDue(s *scope, w powerWait, state bmc.Power
 	if req == nil || w.target != v1alpha1.PowerOn || req.Target != v1alpha1.PowerOn || state != bmc.PowerStateOff {
 		return false
 	}
-	from := req.Time.Time
-	if at, ok := r.sent.sentAt(client.ObjectKeyFromObject(s.pcr), *req); ok && at.After(from) && !r.opts.Without["sent-requests"] {
-		from = at
-	}
+	from := r.memory.since(client.ObjectKeyFromObject(s.pcr), *req)
 	return !s.now.Before(from.Add(powerTransitionTimeout(s.spec)))
 }
 

@@ -9,10 +9,8 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -24,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
-	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/pkg/bmc"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
@@ -96,9 +93,6 @@ type RemediationReconcilerOptions struct {
 	// it is the one being powered off, a warning event says so; the power-off is recorded in status
 	// before it is sent, like every power-off, so the replacement manager resumes from there.
 	ManagerNodeName string
-	// Without names the latency mechanisms to leave off, for the benchmark's A/B ("written-versions",
-	// "sent-requests"); empty: all on.
-	Without map[string]bool
 }
 
 // RemediationReconciler reconciles PowerCycleRemediations: the bundled external remediation
@@ -106,10 +100,8 @@ type RemediationReconcilerOptions struct {
 type RemediationReconciler struct {
 	opts   RemediationReconcilerOptions
 	phases map[v1alpha1.PowerCyclePhase]phaseHandler
-	// written knows which cached versions our own writes have already replaced.
-	written writtenVersions
-	// sent knows when the power requests of this process went out.
-	sent sentRequests
+	// memory is what this process knows of its remediations that its cache may not show yet.
+	memory memory
 	// trusted are the namespaces whose requests are acted on: ManagerNamespace and TrustedNamespaces.
 	trusted map[string]bool
 }
@@ -272,76 +264,4 @@ func nodeChangePredicate() predicate.Funcs {
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
-}
-
-// Reconcile is the shell of the state machine: fetch, clean up if the request is gone or timed out,
-// wait for the health check's lease and for another request of the node letting go of it, make sure of
-// the finalizer, run the handler of the current phase, and record what changed.
-func (r *RemediationReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
-	pcr := &v1alpha1.PowerCycleRemediation{}
-	if err := r.opts.Client.Get(ctx, req.NamespacedName, pcr); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.written.forget(req.NamespacedName)
-			r.sent.forget(req.NamespacedName)
-		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	var newer *v1alpha1.PowerCycleRemediation
-	var stale bool
-	if !r.opts.Without["written-versions"] {
-		newer, stale = r.written.newer(req.NamespacedName, pcr.ResourceVersion)
-	}
-	if newer != nil {
-		pcr = newer // the cache has not caught up with our last write: go on from what it left
-	}
-	logger := ctrl.LoggerFrom(ctx).WithValues("powercycleremediation", klog.KObj(pcr), "phase", pcr.Status.Phase)
-	if stale && newer == nil {
-		// Someone else wrote after us: the watch event of that write brings the next reconcile; the
-		// requeue is only a backstop.
-		logger.V(4).Info("The cache has not caught up with the latest write yet; waiting for it")
-		CacheWaits.Inc()
-		return ctrl.Result{RequeueAfter: r.opts.PowerPollInterval}, nil
-	}
-	if stale {
-		logger.V(4).Info("The cache has not caught up with our last write yet; going on from what it left")
-		CacheSkips.Inc()
-	}
-	ctx = ctrl.LoggerInto(ctx, logger)
-	s := r.newScope(pcr, logger)
-	defer func() {
-		if !s.abandoned {
-			retErr = errors.Join(retErr, r.persist(ctx, s))
-		}
-		res = s.capRequeue(res)
-		var stale *staleObjectError
-		if errors.As(retErr, &stale) {
-			logger.V(4).Info("Remediation changed since it was read; waiting for the newer version", "error", retErr.Error())
-			res, retErr = ctrl.Result{}, nil
-		}
-	}()
-
-	// Before anything else, whatever the request's state: a request from a namespace not trusted moves
-	// nothing (no finalizer, no BMC call, no taint, no lease).
-	if !r.trusts(pcr.Namespace) {
-		return ctrl.Result{}, r.refuseUntrusted(ctx, s)
-	}
-
-	_, timedOut, _ := template.TimedOut(pcr)
-	if !pcr.DeletionTimestamp.IsZero() || timedOut {
-		return r.cleanup(ctx, s)
-	}
-	if wait, err := r.awaitOwnerLease(ctx, s); err != nil || wait > 0 {
-		return ctrl.Result{RequeueAfter: wait}, err
-	}
-	if wait, err := r.awaitHandOver(ctx, s); err != nil || wait > 0 {
-		return ctrl.Result{RequeueAfter: wait}, err
-	}
-	if err := r.ensureFinalizer(ctx, s); err != nil {
-		return ctrl.Result{}, err
-	}
-	handle, ok := r.phases[pcr.Status.Phase]
-	if !ok {
-		return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("unknown phase %q", pcr.Status.Phase))
-	}
-	return handle(ctx, s)
 }
