@@ -81,7 +81,7 @@ type config struct {
 var controllerNames = []string{"machinehealthcheck", "nodehealthcheck", "powercycle", "bmc"}
 
 // latencyMechanisms are what --without may leave off (see BENCHMARKS.md, the A/B).
-var latencyMechanisms = []string{"side-lane", "lease-memory", "written-versions", "sent-requests", "cache-connection"}
+var latencyMechanisms = []string{"written-versions", "sent-requests", "cache-connection"}
 
 func main() {
 	var cfg config
@@ -346,7 +346,7 @@ func metricsOptions(cfg config) metricsserver.Options {
 	return metricsserver.Options{
 		BindAddress:    cfg.metricsAddr,
 		SecureServing:  true,
-		FilterProvider: metricsauth.Filter,
+		FilterProvider: metricsauth.Filter(clock.RealClock{}),
 		// HTTP/2 stays off, as in kubebuilder's scaffold: its stream handling has had denial-of-service
 		// flaws (CVE-2023-44487, CVE-2023-39325) and a scraper gains nothing from it.
 		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
@@ -440,7 +440,6 @@ func setupNHC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
 		Clock:          deps.clock,
 		Recorder:       mgr.GetEventRecorder(nhc.ControllerName),
 		LeaseNamespace: deps.cfg.leaseNamespace,
-		Without:        deps.cfg.without,
 	})
 	if err != nil {
 		return err

@@ -78,9 +78,6 @@ type plan struct {
 	Skipped []string
 	// Next is when to look again (zero: nothing pending).
 	Next time.Time
-	// NextExpiry is the earliest instant at which a selected Node's failing condition will have held for
-	// its duration (zero: none is failing), for the side lane (see sidelane.go).
-	NextExpiry time.Time
 
 	// Observed, Unhealthy count the selected Nodes and the unhealthy ones among them. Failing counts the
 	// selected Nodes failing an unhealthy condition now, whether or not it has held for its duration yet:
@@ -219,9 +216,6 @@ func (d *decider) evaluateNodes() {
 	for _, n := range d.in.Nodes {
 		res := evaluate(n, criteria, d.now)
 		d.p.at(res.NextCheck)
-		if !res.NextCheck.IsZero() && (d.p.NextExpiry.IsZero() || res.NextCheck.Before(d.p.NextExpiry)) {
-			d.p.NextExpiry = res.NextCheck
-		}
 		if res.Unhealthy {
 			d.p.Unhealthy++
 		}

@@ -12,9 +12,10 @@
 // controller requeues at the earliest deadline decide found: a condition expiring (detection never waits
 // for a resync), healthyDelay, an escalation step's timeout, the bound of a wait for an ended step's
 // request to hand the host over, a lease renewal, the end of a storm cooldown. The resync period is only
-// a safety net. While a reconcile writes, a side lane (sidelane.go) creates the first requests of Nodes
-// whose condition expires meanwhile, so that detection never waits for a reconcile's deletions, lease
-// releases or status write.
+// a safety net. A reconcile sends the requests of Nodes that have just failed before its other writes
+// (deletions, leases, status), which follow in parallel; an expiry that comes while they are under way
+// is the next reconcile's. Nothing else writes for a check: no second writer races the reconcile
+// (BENCHMARKS.md's A/B measured one, and it did not pay for itself).
 //
 // # Cost at scale
 //
@@ -60,8 +61,9 @@
 //     while any request of its own for the Node exists (taking it over from the remediator of such a
 //     request, which may have taken it first), and releases it once they are all gone. A valid lease held by anyone else (e.g.
 //     node-maintenance) hands the Node off: no request, an event naming the holder, a look again when the
-//     lease runs out (and when the lease changes). Its own lease writes are remembered until the cache
-//     shows them (recentLeases), so none is repeated from a cache that lags behind it.
+//     lease runs out (and when the lease changes). Leases are read from the cache: a write made from a
+//     copy that lags behind our own last one costs a needless renewal or a delete of a lease already
+//     gone, nothing more.
 //   - pauseRequests and a missing or malformed template (phase Disabled) stop new requests; requests in
 //     flight are still timed out and deleted. Nodes labelled
 //     remediation.medik8s.io/exclude-from-remediation=true are never remediated.

@@ -180,7 +180,6 @@ func (r *Reconciler) tidy(ctx context.Context, lm *leases.Manager, p *plan) []er
 				fail(fmt.Errorf("releasing the lease of node %s: %w", name, err))
 				return
 			}
-			r.leaseWrites.released(name, lm.HolderIdentity(), r.opts.LeaseDuration, r.clock.Now())
 			mu.Lock()
 			defer mu.Unlock()
 			released = append(released, normal(EventNodeLeaseReleased, actionLease, name,
@@ -379,16 +378,10 @@ func (r *Reconciler) createRequest(ctx context.Context, lm *leases.Manager, chec
 }
 
 // requestLease takes or renews the node lease (taking it over from a holder in from, the remediator of
-// one of the check's own requests) and remembers what it wrote until the cache shows it (recentLeases). The
-// lease namespace is the deployment's to create (config/default ships it, with the manager's Role there):
+// one of the check's own requests). The lease namespace is the deployment's to create (config/default ships it, with the manager's Role there):
 // the manager may not create namespaces, so without it this fails, and the error says why.
 func (r *Reconciler) requestLease(ctx context.Context, lm *leases.Manager, node *corev1.Node, from ...string) error {
-	now := r.clock.Now()
-	err := lm.RequestLeaseFrom(ctx, node, r.opts.LeaseDuration, from...)
-	if err == nil {
-		r.leaseWrites.taken(node.Name, lm.HolderIdentity(), leases.Expiry(now, r.opts.LeaseDuration), now, from)
-	}
-	return err
+	return lm.RequestLeaseFrom(ctx, node, r.opts.LeaseDuration, from...)
 }
 
 // markTimedOut sets the timed-out annotation on a request: the remediator must stop and clean up.

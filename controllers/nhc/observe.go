@@ -485,9 +485,6 @@ func (r *Reconciler) listLeases(ctx context.Context) (map[string]leaseInfo, erro
 		}
 		out[node] = info
 	}
-	if !r.opts.Without["lease-memory"] {
-		r.leaseWrites.overlay(out, r.clock.Now())
-	}
 	return out, nil
 }
 
@@ -640,79 +637,6 @@ func (rw *recentWrites) seen(ref emrRef, now time.Time) (deleted bool) {
 	}
 	delete(rw.objs, ref)
 	return false
-}
-
-// recentLeases remembers the node leases this process just took, renewed or released, until the cache
-// shows the write (or for recentWriteTTL), so that a reconcile working from a cache that lags behind its
-// own writes neither renews a lease it has just taken nor releases one it has just released: each would
-// be a needless write, after a failed one and a live read.
-//
-// A lease's expiry only moves forward while one holder keeps it (each renewal sets it to the write's
-// time plus the lease duration), so a cached lease of ours that expires before what we last wrote is
-// older than that write.
-type recentLeases struct {
-	mu    sync.Mutex
-	nodes map[string]recentLease
-}
-
-type recentLease struct {
-	holder string
-	// until: taken or renewed, the expiry written (leases.Expiry, a lower bound of what the API server
-	// stores); released, the latest expiry a lease written before the release can have.
-	until    time.Time
-	released bool
-	at       time.Time
-	// from: taken over from one of these (the remediators of our requests), who do not write the lease
-	// again while ours is valid, so a cached lease of theirs is older than the take-over.
-	from []string
-}
-
-// taken records that holder took or renewed node's lease at at, until until, over from one of from.
-func (rl *recentLeases) taken(node, holder string, until, at time.Time, from []string) {
-	rl.put(node, recentLease{holder: holder, until: until, at: at, from: from})
-}
-
-// released records that holder released node's lease at at; leaseDuration is the duration it writes.
-func (rl *recentLeases) released(node, holder string, leaseDuration time.Duration, at time.Time) {
-	// Expiry rounds at down to the microsecond; a lease written at at itself may keep the nanoseconds.
-	latest := leases.Expiry(at, leaseDuration).Add(time.Microsecond)
-	rl.put(node, recentLease{holder: holder, until: latest, released: true, at: at})
-}
-
-func (rl *recentLeases) put(node string, w recentLease) {
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	if rl.nodes == nil {
-		rl.nodes = map[string]recentLease{}
-	}
-	rl.nodes[node] = w
-}
-
-// overlay corrects the leases read from the cache with the writes the cache does not show yet, and
-// forgets those it shows.
-func (rl *recentLeases) overlay(cached map[string]leaseInfo, now time.Time) {
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	for node, w := range rl.nodes {
-		c, inCache := cached[node]
-		lags := false
-		switch {
-		case now.Sub(w.at) > recentWriteTTL:
-		case w.released:
-			// A lease of ours written before the release: the cache has not seen the deletion.
-			lags = inCache && c.Holder == w.holder && !c.Until.After(w.until)
-		default:
-			lags = !inCache || c.Until.Before(w.until) || slices.Contains(w.from, c.Holder)
-		}
-		switch {
-		case !lags:
-			delete(rl.nodes, node)
-		case w.released:
-			delete(cached, node)
-		default:
-			cached[node] = leaseInfo{Holder: w.holder, Until: w.until}
-		}
-	}
 }
 
 // controlPlaneStarts remembers the control-plane Nodes this process started remediating, for

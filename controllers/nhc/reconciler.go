@@ -58,9 +58,6 @@ type Options struct {
 	// ResyncPeriod is the safety net: every check is looked at again at least this often, though every
 	// deadline is requeued exactly and nothing waits for it.
 	ResyncPeriod time.Duration
-	// Without names the latency mechanisms to leave off, for the benchmark's A/B ("side-lane",
-	// "lease-memory"); empty: all on.
-	Without map[string]bool
 	// KindRetryPeriod is how often a check whose template kind is not installed looks again (no watch
 	// can tell when a CRD appears).
 	KindRetryPeriod time.Duration
@@ -98,9 +95,7 @@ type Reconciler struct {
 	// manager.
 	nodeStore toolscache.Store
 	recent    recentWrites
-	// leaseWrites are the node leases this process just wrote (see recentLeases).
-	leaseWrites recentLeases
-	cpStarts    controlPlaneStarts
+	cpStarts  controlPlaneStarts
 
 	// skipNameValidation lets tests start several managers in one process.
 	skipNameValidation bool
@@ -172,18 +167,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	now := r.clock.Now()
 	p := decide(in, now)
-	// Expiries that come while the writes below are under way are acted on at once (see sideLane).
-	var lane *sideLane
-	if !r.opts.Without["side-lane"] {
-		lane = r.startSideLane(ctx, req.NamespacedName, &p)
-	}
 	execErr := r.execute(ctx, check, in, &p)
 	base := check.DeepCopy()
-	statusErr := r.patchStatus(ctx, check, p.status(check), r.clock.Now())
-	if lane.finish() {
-		p.at(r.clock.Now()) // look again at once: the status does not record what the side lane created
-	}
-	if err := statusErr; err != nil {
+	if err := r.patchStatus(ctx, check, p.status(check), r.clock.Now()); err != nil {
 		if apierrors.IsConflict(err) && execErr == nil {
 			// The cache showed an older check than the API server has (often our own last status
 			// write): decide again from a fresh view.

@@ -29,6 +29,7 @@ import (
 	authnclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	authzclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
@@ -44,8 +45,14 @@ const (
 	maxCached = 1024
 )
 
-// Filter is a metricsserver.Options.FilterProvider.
-func Filter(cfg *rest.Config, httpClient *http.Client) (metricsserver.Filter, error) {
+// Filter returns a metricsserver.Options.FilterProvider whose caches keep time by clk.
+func Filter(clk clock.PassiveClock) func(*rest.Config, *http.Client) (metricsserver.Filter, error) {
+	return func(cfg *rest.Config, httpClient *http.Client) (metricsserver.Filter, error) {
+		return newGuard(cfg, httpClient, clk)
+	}
+}
+
+func newGuard(cfg *rest.Config, httpClient *http.Client, clk clock.PassiveClock) (metricsserver.Filter, error) {
 	authn, err := authnclient.NewForConfigAndClient(cfg, httpClient)
 	if err != nil {
 		return nil, fmt.Errorf("making the TokenReview client: %w", err)
@@ -69,7 +76,7 @@ func Filter(cfg *rest.Config, httpClient *http.Client) (metricsserver.Filter, er
 			}
 			return sar.Status, nil
 		},
-		now: time.Now,
+		now: clk.Now,
 	}
 	return g.wrap, nil
 }
