@@ -1,11 +1,7 @@
 package main
 
 import (
-	"fmt"
-	"net/http"
-
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/rest"
 )
 
 // slimNode is the cache transform of Nodes: it drops what no controller here reads and what makes up
@@ -25,19 +21,4 @@ func slimNode(obj any) (any, error) {
 	n.Status.VolumesInUse = nil
 	n.Status.Config = nil
 	return n, nil
-}
-
-// cacheHTTPClient is the HTTP client of the manager's informers: a connection of their own to the API
-// server, apart from the one that carries the controllers' reads and writes. On one shared HTTP/2
-// connection a busy API server delivered our watches seconds late while a remediation wave's writes
-// crowded the connection, and the remediator waited on its cache for its own writes. (A Proxy function
-// makes client-go's transport cache hand out a transport of its own; it is the default's.)
-func cacheHTTPClient(cfg *rest.Config) (*http.Client, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.Proxy = http.ProxyFromEnvironment
-	c, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("making the cache's HTTP client: %w", err)
-	}
-	return c, nil
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -65,7 +64,6 @@ type config struct {
 	nodeName            string
 	clientQPS           float64
 	clientBurst         int
-	without             map[string]bool
 
 	// remediationNamespaces lists the namespaces, besides namespace, whose PowerCycleRemediations the
 	// remediator acts on (see parseNamespaces).
@@ -79,9 +77,6 @@ type config struct {
 
 // controllerNames are the controllers the manager can run; all are on by default.
 var controllerNames = []string{"machinehealthcheck", "nodehealthcheck", "powercycle", "bmc"}
-
-// latencyMechanisms are what --without may leave off (see BENCHMARKS.md, the A/B).
-var latencyMechanisms = []string{"written-versions", "sent-requests", "cache-connection"}
 
 func main() {
 	var cfg config
@@ -125,17 +120,6 @@ func main() {
 	flag.DurationVar(&cfg.resyncPeriod, "resync-period", 10*time.Hour, "Informer resync period: a safety net only, detection never waits for it.")
 	flag.Float64Var(&cfg.clientQPS, "kube-api-qps", -1, "Client-side limit on queries per second to the API server; negative disables it, leaving the server's API Priority and Fairness to pace us.")
 	flag.IntVar(&cfg.clientBurst, "kube-api-burst", 100, "Burst of queries to the API server, when --kube-api-qps is positive.")
-	flag.Func("without", "For the benchmark's A/B only: latency mechanisms to leave off, comma-separated ("+strings.Join(latencyMechanisms, ", ")+").",
-		func(list string) error {
-			cfg.without = map[string]bool{}
-			for _, m := range strings.Split(list, ",") {
-				if !slices.Contains(latencyMechanisms, m) {
-					return fmt.Errorf("unknown mechanism %q (known: %s)", m, strings.Join(latencyMechanisms, ", "))
-				}
-				cfg.without[m] = true
-			}
-			return nil
-		})
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -179,12 +163,6 @@ func run(cfg config) error {
 	restCfg.Burst = cfg.clientBurst
 	restCfg.UserAgent = "metalheal-manager"
 
-	var cacheHTTP *http.Client
-	if !cfg.without["cache-connection"] {
-		if cacheHTTP, err = cacheHTTPClient(restCfg); err != nil {
-			return err
-		}
-	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsOptions(cfg),
@@ -203,7 +181,6 @@ func run(cfg config) error {
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       &cfg.leaderElection.gracefulShutdown,
 		Cache: cache.Options{
-			HTTPClient: cacheHTTP,
 			SyncPeriod: &cfg.resyncPeriod,
 			// Nothing reads managedFields: dropping them keeps the cache small at thousands of nodes.
 			DefaultTransform: cache.TransformStripManagedFields(),

@@ -217,7 +217,6 @@ func (b *bench) startWorld(ctx context.Context) error {
 		RedfishRequestLimit: 200000,
 		OnBoot:              b.powerLog.booted,
 		Log:                 logWriter{},
-		SkipFlowSchemas:     !b.cfg.flowSchemas,
 	})
 	if err != nil {
 		return fmt.Errorf("starting the world: %w", err)

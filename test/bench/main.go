@@ -40,7 +40,6 @@ type config struct {
 	recoverTimeout    time.Duration
 	floorRounds       int
 	powerTimeout      time.Duration
-	flowSchemas       bool
 }
 
 // peer reports whether the controller under test is another command rather than metalheal's manager.
@@ -77,7 +76,6 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.detectTimeout, "detect-timeout", 10*time.Minute, "Bound on waiting for every failed node's remediation request, after its expiry.")
 	fs.DurationVar(&c.recoverTimeout, "recover-timeout", 5*time.Minute, "Bound on waiting for the failed nodes to be Ready and their requests gone.")
 	fs.DurationVar(&c.powerTimeout, "power-timeout", 20*time.Minute, "Bound on a power-cycle phase.")
-	fs.BoolVar(&c.flowSchemas, "flowschemas", true, "Install config/default's FlowSchemas and priority levels (false: the A/B's run without them).")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

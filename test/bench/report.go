@@ -196,11 +196,11 @@ func (r *Report) finish() {
 		case d.Phase == "spread":
 			r.Targets = append(r.Targets, Target{Name: "detection p99, spread: request stored - expiry" + scale(latencyWorld), Goal: "< 25 ms",
 				Value: fmt.Sprintf("%.1f ms (p50 %.1f ms; sent p99 %.1f ms%s)", d.Created.P99, d.Created.P50, d.CreateSent.P99, apiserver(d.Phase)),
-				Met: judge(latencyWorld, d.Created.P99 < 25)})
+				Met:   judge(latencyWorld, d.Created.P99 < 25)})
 		case d.Phase == "burst":
 			r.Targets = append(r.Targets, Target{Name: "burst: the last create arrives - expiry" + scale(latencyWorld), Goal: "< 25 ms",
 				Value: fmt.Sprintf("%.1f ms (the last stored at %.1f ms%s%s)", d.CreateSent.Max, d.Created.Max, floor, apiserver(d.Phase)),
-				Met: judge(latencyWorld, d.CreateSent.Max < 25)})
+				Met:   judge(latencyWorld, d.CreateSent.Max < 25)})
 		}
 	}
 	var peak float64

@@ -65,9 +65,6 @@ type Options struct {
 	// Kustomization is the directory whose rendered RBAC the manager runs under. Default config/default;
 	// config/cluster-api adds the kubeconfig-readers component.
 	Kustomization string
-	// SkipFlowSchemas leaves out the rendered FlowSchemas and PriorityLevelConfigurations (the
-	// benchmark's A/B: the manager's requests then fall in the API server's default levels).
-	SkipFlowSchemas bool
 }
 
 func (o Options) withDefaults() Options {
@@ -249,9 +246,6 @@ func (h *Harness) installRBAC(ctx context.Context) error {
 			return err
 		}
 		if len(u.Object) == 0 || u.GetKind() == "Deployment" || u.GetKind() == "CustomResourceDefinition" {
-			continue
-		}
-		if h.opts.SkipFlowSchemas && (u.GetKind() == "FlowSchema" || u.GetKind() == "PriorityLevelConfiguration") {
 			continue
 		}
 		if err := h.Client.Patch(ctx, u, client.Apply, client.FieldOwner("harness"), client.ForceOwnership); err != nil {

@@ -58,9 +58,9 @@ func TestManagerChecksBMCsWithDeployedRBAC(t *testing.T) {
 	g.Expect(string(logs)).NotTo(ContainSubstring("forbidden"), "the deployed RBAC lacks a permission the manager uses")
 }
 
-// The manager's requests have the priority level config/flowcontrol gives them, as kube-controller-
-// manager's do: workload-high, and leader-election for its leader election lease. Without it they fall
-// to workload-low, which lends most of its seats away while the manager is quiet.
+// The manager's leader election has the priority level config/flowcontrol gives it, as kube-controller-
+// manager's has: leader-election, which no wave of requests starves. Its other requests are a service
+// account's like any other (workload-low): no FlowSchema moves them (BENCHMARKS.md, the A/B).
 func TestManagerRequestsHaveTheirPriorityLevel(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -90,11 +90,11 @@ func TestManagerRequestsHaveTheirPriorityLevel(t *testing.T) {
 
 	_, err = cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(last.Load()).To(Equal("workload-high"), "reading Nodes")
+	g.Expect(last.Load()).To(Equal("workload-low"), "reading Nodes")
 
 	_, err = cs.CoordinationV1().Leases("medik8s-leases").List(ctx, metav1.ListOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(last.Load()).To(Equal("workload-high"), "reading node maintenance leases")
+	g.Expect(last.Load()).To(Equal("workload-low"), "reading node maintenance leases")
 
 	_, err = cs.CoordinationV1().Leases(harness.Namespace).Get(ctx, "metalheal.remediation.metalheal.io", metav1.GetOptions{})
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no leader yet: %v", err)
