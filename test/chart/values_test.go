@@ -177,19 +177,15 @@ func TestChartValues(t *testing.T) {
 						t.Errorf("%s %s is in %s, not the release namespace", u.GetKind(), u.GetName(), u.GetNamespace())
 					}
 				}
-				for _, name := range []string{"prod-metalheal-manager", "prod-metalheal-leader-election"} {
-					fs := r.find("FlowSchema", "", name)
-					if fs == nil {
-						t.Fatalf("no FlowSchema %s", name)
-					}
-					rules, _, _ := unstructured.NestedSlice(fs.Object, "spec", "rules")
-					sa, _, _ := unstructured.NestedStringMap(rules[0].(map[string]any)["subjects"].([]any)[0].(map[string]any), "serviceAccount")
-					if sa["name"] != "prod-metalheal-manager" || sa["namespace"] != "ops" {
-						t.Errorf("FlowSchema %s matches %v, not the manager's service account", name, sa)
-					}
-				}
 				fs := r.find("FlowSchema", "", "prod-metalheal-leader-election")
+				if fs == nil {
+					t.Fatal("no FlowSchema prod-metalheal-leader-election")
+				}
 				rules, _, _ := unstructured.NestedSlice(fs.Object, "spec", "rules")
+				sa, _, _ := unstructured.NestedStringMap(rules[0].(map[string]any)["subjects"].([]any)[0].(map[string]any), "serviceAccount")
+				if sa["name"] != "prod-metalheal-manager" || sa["namespace"] != "ops" {
+					t.Errorf("the leader election FlowSchema matches %v, not the manager's service account", sa)
+				}
 				ns, _, _ := unstructured.NestedStringSlice(rules[0].(map[string]any)["resourceRules"].([]any)[0].(map[string]any), "namespaces")
 				if !slices.Equal(ns, []string{"ops"}) {
 					t.Errorf("the leader election FlowSchema matches leases in %v, not the release namespace", ns)
