@@ -9,6 +9,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -281,4 +282,34 @@ func testWritesOfOneRemediation(t *testing.T, api *apiServer) {
 		"Normal TaintsRemoved the remediator removed the taints it added",
 		"Normal NodeLeaseReleased " + lease + " deleted by its holder",
 	}), "once per change, in the words of the demo's timeline")
+}
+
+// A request deleted while the remediator records its first phase (the write finds it gone) announces
+// no phase: no event and no log line says a phase was entered that no status records, and no power
+// request follows.
+func testGoneUnderItsWrite(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.fakeHost("worker-16", nil)
+	key := w.nhcRemediation(node, spec(reboot, 3))
+	c, _ := w.interceptedClient(interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if _, ok := obj.(*v1alpha1.PowerCycleRemediation); ok {
+				return apierrors.NewNotFound(v1alpha1.GroupVersion.WithResource("powercycleremediations").GroupResource(), obj.GetName())
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	})
+	w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.Client = c }
+	r := w.reconciler()
+	before := len(w.drainEvents())
+
+	_, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, e := range w.drainEvents()[before:] {
+		for _, reason := range phaseEvents {
+			g.Expect(e).NotTo(ContainSubstring(" "+reason+" "), "no phase announced that no status records")
+		}
+	}
+	g.Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(BeEmpty(), "no power change")
 }

@@ -114,11 +114,11 @@ func (r *RemediationReconciler) persist(ctx context.Context, s *scope) error {
 		return nil
 	}
 	s.pcr.Status.ObservedGeneration = s.pcr.Generation
-	err := r.write(ctx, s, func() error { return r.opts.Client.Status().Update(ctx, s.pcr) }, "recording the status")
-	if err == nil {
-		r.announce(s)
+	if err := r.write(ctx, s, func() error { return r.opts.Client.Status().Update(ctx, s.pcr) }, "recording the status"); err != nil || s.abandoned {
+		return err // nothing recorded (the request may be gone): nothing to announce
 	}
-	return err
+	r.announce(s)
+	return nil
 }
 
 // ensureFinalizer adds the finalizer, so that the host is powered back on and the node cleaned up
