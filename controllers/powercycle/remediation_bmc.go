@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/bmcaccess"
@@ -95,9 +94,7 @@ func (r *RemediationReconciler) requestPower(ctx context.Context, s *scope, d bm
 	return r.sendPower(ctx, s, d, target)
 }
 
-// sendPower sends a power request that is already recorded, bounded by the BMC call timeout, and
-// remembers when it went out (see memory): when the BMC accepted it or, when its answer was an
-// error, when the call ended, for the BMC may have taken it anyway.
+// sendPower sends a power request that is already recorded, bounded by the BMC call timeout.
 func (r *RemediationReconciler) sendPower(ctx context.Context, s *scope, d bmc.Driver, target v1alpha1.PowerState) error {
 	callCtx, cancel := context.WithTimeout(ctx, r.opts.BMCCallTimeout)
 	defer cancel()
@@ -106,9 +103,6 @@ func (r *RemediationReconciler) sendPower(ctx context.Context, s *scope, d bmc.D
 		err = d.PowerOff(callCtx, true)
 	} else {
 		err = d.PowerOn(callCtx)
-	}
-	if req := s.status().PowerRequest; req != nil {
-		r.memory.sent(client.ObjectKeyFromObject(s.pcr), *req, r.opts.Clock.Now())
 	}
 	if err != nil {
 		s.log.V(2).Info("Power request unanswered or refused; it may have been taken, and is not sent again at once",
@@ -127,14 +121,13 @@ func powerTransitionTimeout(spec effectiveSpec) time.Duration { return spec.powe
 // resendDue reports whether the recorded power request of a wait is to be sent again: only a power-on
 // (a second one changes nothing on a host that is coming on; a second power-off is what must never
 // happen), only when the host still reads Off, not on its way, and only once powerTransitionTimeout
-// has passed since it was sent.
+// has passed since it was recorded.
 func (r *RemediationReconciler) resendDue(s *scope, w powerWait, state bmc.PowerState) bool {
 	req := s.status().PowerRequest
 	if req == nil || w.target != v1alpha1.PowerOn || req.Target != v1alpha1.PowerOn || state != bmc.PowerStateOff {
 		return false
 	}
-	from := r.memory.since(client.ObjectKeyFromObject(s.pcr), *req)
-	return !s.now.Before(from.Add(powerTransitionTimeout(s.spec)))
+	return !s.now.Before(req.Time.Add(powerTransitionTimeout(s.spec)))
 }
 
 // bmcAnswered marks the BMC ready after it answered.

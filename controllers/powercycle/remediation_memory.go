@@ -3,7 +3,6 @@ package powercycle
 import (
 	"slices"
 	"sync"
-	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -15,21 +14,17 @@ import (
 const maxReplacedVersions = 16
 
 // memory is what this process knows of each remediation that its cache may not show yet: the
-// resourceVersions its own writes replaced and the object its last write left, and when it sent the
-// recorded power request. A new process knows nothing, and goes by the cache and the recorded status
-// alone, as it must. Both save waits, measured in a wave of 500 power cycles (BENCHMARKS.md, the A/B):
+// resourceVersions its own writes replaced, and the object its last write left. A new process knows
+// nothing, and goes by the cache alone, as it must.
 //
-//   - Our writes reach the informer's cache only when their watch event does, which under load takes
-//     seconds while the next step of a remediation is due already. A cached copy at a version we
-//     replaced is known to be stale; the object our last write left is newer, and as new as anything
-//     this process knows, so the reconcile goes on from it (latest). That is as safe as reading the
-//     cache: every write is guarded by the resourceVersion it was computed from, so a copy someone else
-//     has written over since ends in a conflict, and every power request is recorded before it is sent.
-//     After a conflict the copy is dropped and the reconcile waits for the cache.
-//   - A power request is recorded to the second before it is sent, and under load the recording write
-//     takes a second or more: counting the first poll from the record reads the BMC before the host had
-//     its poll interval to change, and the failed reading costs a whole interval more. Counting from the
-//     send (sentAt), the first poll is the one that finds the change done.
+// Our writes reach the informer's cache only when their watch event does, which under load takes
+// seconds while the next step of a remediation is due already. A cached copy at a version we replaced is
+// known to be stale; the object our last write left is newer, and as new as anything this process knows,
+// so the reconcile goes on from it (latest). That is as safe as reading the cache: every write is guarded
+// by the resourceVersion it was computed from, so a copy someone else has written over since ends in a
+// conflict, and every power request is recorded before it is sent. After a conflict the copy is dropped
+// and the reconcile waits for the cache. In a wave of 500 power cycles it saves 7–8 s of 35
+// (BENCHMARKS.md, the A/B).
 type memory struct {
 	mu sync.Mutex
 	of map[types.NamespacedName]*remembered
@@ -39,8 +34,6 @@ type memory struct {
 type remembered struct {
 	replaced []string                        // versions our writes replaced since the cache last caught up
 	last     *v1alpha1.PowerCycleRemediation // what our last write left; nil after a conflict
-	request  v1alpha1.PowerRequest           // the last power request sent, as recorded,
-	sentAt   time.Time                       // and when it went out (zero: none)
 }
 
 func (m *memory) entry(key types.NamespacedName) *remembered {
@@ -67,7 +60,7 @@ func (m *memory) latest(cached *v1alpha1.PowerCycleRemediation) (pcr *v1alpha1.P
 		return cached, false, false
 	}
 	if !slices.Contains(e.replaced, cached.ResourceVersion) {
-		e.replaced, e.last = nil, nil // the cache has caught up with our writes
+		delete(m.of, types.NamespacedName{Namespace: cached.Namespace, Name: cached.Name}) // the cache has caught up
 		return cached, false, false
 	}
 	if e.last == nil {
@@ -102,25 +95,6 @@ func (m *memory) conflicted(key types.NamespacedName) {
 	if e := m.of[key]; e != nil {
 		e.last = nil
 	}
-}
-
-// sent records that req, as recorded in the remediation's status, went out at at.
-func (m *memory) sent(key types.NamespacedName, req v1alpha1.PowerRequest, at time.Time) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e := m.entry(key)
-	e.request, e.sentAt = req, at
-}
-
-// since returns when the recorded request req counts from: when this process sent it, if it did and
-// that is later than the record, else the record's own time.
-func (m *memory) since(key types.NamespacedName, req v1alpha1.PowerRequest) time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if e := m.of[key]; e != nil && !e.sentAt.IsZero() && e.request.Target == req.Target && e.request.Time.Equal(&req.Time) && e.sentAt.After(req.Time.Time) {
-		return e.sentAt
-	}
-	return req.Time.Time
 }
 
 // forget drops what is remembered of a remediation that is gone.

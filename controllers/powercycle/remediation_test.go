@@ -67,7 +67,6 @@ func TestRemediation(t *testing.T) {
 		"ExcludedNodeIsNeverTouched":        testExcludedNode,
 		"IPMIDriverAgainstIPMISim":          testIPMI,
 		"StaleCacheGoesOnFromOurLastWrite":  testStaleCacheGoesOnFromOurLastWrite,
-		"FirstPollCountsFromTheSend":        testFirstPollCountsFromTheSend,
 		"GoneUnderItsWriteAnnouncesNothing": testGoneUnderItsWrite,
 		"NoPollBeforeTheInterval":           testNoPollBeforeTheInterval,
 		"WritesOfOneRemediation":            testWritesOfOneRemediation,
