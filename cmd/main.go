@@ -312,10 +312,10 @@ func parseControllers(s string) ([]string, error) {
 }
 
 // metricsOptions serves /metrics as current kubebuilder projects do: over HTTPS (a self-signed
-// certificate made at start-up), to callers whose bearer token the API server accepts (TokenReview) and who
-// may get the /metrics URL (SubjectAccessReview; the metrics-reader ClusterRole grants it), checked by
-// internal/metricsauth. The manager
-// needs create on tokenreviews and subjectaccessreviews for that (config/rbac/metrics_auth_role.yaml).
+// certificate made at start-up), to callers whose bearer token the API server accepts (TokenReview) and
+// who may get the /metrics URL (SubjectAccessReview; the metrics-reader ClusterRole grants it), as
+// internal/metricsauth checks. The manager needs create on tokenreviews and subjectaccessreviews for
+// that (config/rbac/metrics_auth_role.yaml).
 func metricsOptions(cfg config) metricsserver.Options {
 	if !cfg.metricsSecure {
 		return metricsserver.Options{BindAddress: cfg.metricsAddr}

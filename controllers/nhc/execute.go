@@ -378,8 +378,9 @@ func (r *Reconciler) createRequest(ctx context.Context, lm *leases.Manager, chec
 }
 
 // requestLease takes or renews the node lease (taking it over from a holder in from, the remediator of
-// one of the check's own requests). The lease namespace is the deployment's to create (config/default ships it, with the manager's Role there):
-// the manager may not create namespaces, so without it this fails, and the error says why.
+// one of the check's own requests). The lease namespace is the deployment's to create (config/default
+// ships it, with the manager's Role there): the manager may not create namespaces, so without it this
+// fails, and the error says why.
 func (r *Reconciler) requestLease(ctx context.Context, lm *leases.Manager, node *corev1.Node, from ...string) error {
 	return lm.RequestLeaseFrom(ctx, node, r.opts.LeaseDuration, from...)
 }

@@ -67,7 +67,7 @@ func TestDefaultDeploysOnARealAPIServer(t *testing.T) {
 	g.Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 5))
 	g.Expect(kinds).To(HaveKeyWithValue("Deployment", 1))
 	g.Expect(kinds).To(HaveKeyWithValue("Namespace", 2), "metalheal-system and the lease namespace")
-	g.Expect(kinds).To(HaveKeyWithValue("FlowSchema", 2))
+	g.Expect(kinds).To(HaveKeyWithValue("FlowSchema", 1), "the leader election's")
 	g.Expect(kinds).To(HaveKeyWithValue("Service", 1), "the metrics Service")
 
 	var manager appsv1.Deployment
