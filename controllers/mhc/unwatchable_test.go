@@ -102,7 +102,8 @@ var _ = Describe("A remediation kind the manager cannot watch", func() {
 		Eventually(disabled).WithTimeout(eventuallyTimeout).Should(And(Not(BeNil()), HaveField("Status", metav1.ConditionTrue),
 			HaveField("Reason", v1alpha1.ReasonRemediationKindNotWatchable),
 			HaveField("Message", And(ContainSubstring("wedgeremediations"), ContainSubstring(kindwatch.AggregationLabel)))))
-		Expect(w.rec.all()).To(ContainElement(And(HaveField("Name", bad.Name), HaveField("Reason", EventDisabled))))
+		// The event follows the status write that Eventually saw above.
+		Eventually(w.rec.all).WithTimeout(eventuallyTimeout).Should(ContainElement(And(HaveField("Name", bad.Name), HaveField("Reason", EventDisabled))))
 
 		By("the kind is granted: the check is enabled at the next attempt, without a restart")
 		grant(ctx, user+"-fix", user, []rbacv1.PolicyRule{
