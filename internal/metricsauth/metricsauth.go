@@ -87,14 +87,8 @@ type guard struct {
 	access func(context.Context, authzv1.SubjectAccessReviewSpec) (authzv1.SubjectAccessReviewStatus, error)
 	now    func() time.Time
 
-	mu      sync.Mutex
-	users   map[[sha256.Size]byte]cached[authnv1.UserInfo] // by token hash; only accepted tokens
-	allowed map[string]cached[bool]                        // by user and request
-}
-
-type cached[T any] struct {
-	value T
-	until time.Time
+	users   ttlCache[[sha256.Size]byte, authnv1.UserInfo] // by token hash; only accepted tokens
+	allowed ttlCache[string, bool]                        // by user and request
 }
 
 func (g *guard) wrap(log logr.Logger, next http.Handler) (http.Handler, error) {
@@ -142,11 +136,8 @@ func bearer(req *http.Request) (string, bool) {
 // authenticate says who token belongs to, and whether the API server accepts it at all.
 func (g *guard) authenticate(ctx context.Context, token string) (authnv1.UserInfo, bool, error) {
 	key := sha256.Sum256([]byte(token))
-	g.mu.Lock()
-	c, hit := g.users[key]
-	g.mu.Unlock()
-	if hit && g.now().Before(c.until) {
-		return c.value, true, nil
+	if user, hit := g.users.get(key, g.now()); hit {
+		return user, true, nil
 	}
 	st, err := g.review(ctx, token)
 	if err != nil {
@@ -155,20 +146,15 @@ func (g *guard) authenticate(ctx context.Context, token string) (authnv1.UserInf
 	if !st.Authenticated {
 		return authnv1.UserInfo{}, false, nil
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.users = remember(g.users, key, cached[authnv1.UserInfo]{value: st.User, until: g.now().Add(authnTTL)})
+	g.users.put(key, st.User, g.now().Add(authnTTL))
 	return st.User, true, nil
 }
 
 // authorize says whether user may do verb on the non-resource path.
 func (g *guard) authorize(ctx context.Context, user authnv1.UserInfo, verb, path string) (bool, error) {
 	key := authzKey(user, verb, path)
-	g.mu.Lock()
-	c, hit := g.allowed[key]
-	g.mu.Unlock()
-	if hit && g.now().Before(c.until) {
-		return c.value, nil
+	if allowed, hit := g.allowed.get(key, g.now()); hit {
+		return allowed, nil
 	}
 	extra := map[string]authzv1.ExtraValue{}
 	for k, v := range user.Extra {
@@ -186,9 +172,7 @@ func (g *guard) authorize(ctx context.Context, user authnv1.UserInfo, verb, path
 	if allowed {
 		ttl = allowTTL
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.allowed = remember(g.allowed, key, cached[bool]{value: allowed, until: g.now().Add(ttl)})
+	g.allowed.put(key, allowed, g.now().Add(ttl))
 	return allowed, nil
 }
 
@@ -202,11 +186,36 @@ func authzKey(user authnv1.UserInfo, verb, path string) string {
 	return strings.Join([]string{user.UID, user.Username, strings.Join(user.Groups, ","), strings.Join(extra, ";"), verb, path}, "\x00")
 }
 
-// remember stores v under k, starting afresh when the cache is full.
-func remember[K comparable, V any](m map[K]V, k K, v V) map[K]V {
-	if m == nil || len(m) >= maxCached {
-		m = map[K]V{}
+// ttlCache keeps answers until a time each, at most maxCached of them: a flood of made-up keys empties it
+// rather than growing it.
+type ttlCache[K comparable, V any] struct {
+	mu      sync.Mutex
+	entries map[K]ttlEntry[V]
+}
+
+type ttlEntry[V any] struct {
+	value V
+	until time.Time
+}
+
+// get returns k's value if it is kept and still valid at now.
+func (c *ttlCache[K, V]) get(k K, now time.Time) (V, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[k]
+	if !ok || !now.Before(e.until) {
+		var zero V
+		return zero, false
 	}
-	m[k] = v
-	return m
+	return e.value, true
+}
+
+// put keeps v under k until until, starting afresh when the cache is full.
+func (c *ttlCache[K, V]) put(k K, v V, until time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil || len(c.entries) >= maxCached {
+		c.entries = map[K]ttlEntry[V]{}
+	}
+	c.entries[k] = ttlEntry[V]{value: v, until: until}
 }

@@ -113,11 +113,12 @@ func TestMetricsCallers(t *testing.T) {
 }
 
 func TestCacheIsBounded(t *testing.T) {
-	var m map[int]int
+	var c ttlCache[int, int]
+	until := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 	for i := range 3 * maxCached {
-		m = remember(m, i, i)
+		c.put(i, i, until)
 	}
-	if len(m) > maxCached {
-		t.Fatalf("%d entries kept, at most %d allowed", len(m), maxCached)
+	if len(c.entries) > maxCached {
+		t.Fatalf("%d entries kept, at most %d allowed", len(c.entries), maxCached)
 	}
 }
