@@ -163,21 +163,15 @@ func (r *Report) finish() {
 	}
 
 	// Latency targets are for a world of 1,000 nodes, which this two-core machine carries; cost targets for
-	// 5,000 (issue 27). A run of another size reports them against the world they are for.
-	// A figure of another world is reported beside the target, not judged by it.
-	scale := func(world int) string {
-		if r.Config.Nodes == world {
-			return ""
-		}
-		return fmt.Sprintf(" (at %d nodes; the target is for %d)", r.Config.Nodes, world)
-	}
-	judge := func(world int, ok bool) *bool {
+	// 5,000 (issue 27). A figure of another world is reported beside its target, not judged by it.
+	add := func(world int, name, goal, value string, ok bool) {
+		t := Target{Name: name, Goal: goal, Value: value, Met: &ok}
 		if r.Config.Nodes != world {
-			return nil
+			t.Name += fmt.Sprintf(" (at %d nodes; the target is for %d)", r.Config.Nodes, world)
+			t.Met = nil
 		}
-		return &ok
+		r.Targets = append(r.Targets, t)
 	}
-	yes := func(b bool) *bool { return &b }
 	apiserver := func(name string) string {
 		if p := phase(name); p != nil {
 			return fmt.Sprintf("; API server %.0f%% of a core", p.Costs["kube-apiserver"].CPUPercent)
@@ -191,16 +185,16 @@ func (r *Report) finish() {
 	for _, d := range r.Detection {
 		switch {
 		case d.Created == nil || d.CreateSent == nil || d.Detected < d.Failures:
-			r.Targets = append(r.Targets, Target{Name: "detection (" + d.Phase + ")" + scale(latencyWorld), Goal: "every failed node's request",
-				Value: fmt.Sprintf("%d of %d detected", d.Detected, d.Failures), Met: yes(false)}) // in any world
+			add(latencyWorld, "detection ("+d.Phase+")", "every failed node's request", fmt.Sprintf("%d of %d detected", d.Detected, d.Failures), false)
+			r.Targets[len(r.Targets)-1].Met = new(false) // missed in any world
 		case d.Phase == "spread":
-			r.Targets = append(r.Targets, Target{Name: "detection p99, spread: request stored - expiry" + scale(latencyWorld), Goal: "< 25 ms",
-				Value: fmt.Sprintf("%.1f ms (p50 %.1f ms; sent p99 %.1f ms%s)", d.Created.P99, d.Created.P50, d.CreateSent.P99, apiserver(d.Phase)),
-				Met:   judge(latencyWorld, d.Created.P99 < 25)})
+			add(latencyWorld, "detection p99, spread: request stored - expiry", "< 25 ms",
+				fmt.Sprintf("%.1f ms (p50 %.1f ms; sent p99 %.1f ms%s)", d.Created.P99, d.Created.P50, d.CreateSent.P99, apiserver(d.Phase)),
+				d.Created.P99 < 25)
 		case d.Phase == "burst":
-			r.Targets = append(r.Targets, Target{Name: "burst: the last create arrives - expiry" + scale(latencyWorld), Goal: "< 25 ms",
-				Value: fmt.Sprintf("%.1f ms (the last stored at %.1f ms%s%s)", d.CreateSent.Max, d.Created.Max, floor, apiserver(d.Phase)),
-				Met:   judge(latencyWorld, d.CreateSent.Max < 25)})
+			add(latencyWorld, "burst: the last create arrives - expiry", "< 25 ms",
+				fmt.Sprintf("%.1f ms (the last stored at %.1f ms%s%s)", d.CreateSent.Max, d.Created.Max, floor, apiserver(d.Phase)),
+				d.CreateSent.Max < 25)
 		}
 	}
 	var peak float64
@@ -209,11 +203,11 @@ func (r *Report) finish() {
 			peak = max(peak, c.HWMMiB, c.PeakRSSMiB)
 		}
 	}
-	r.Targets = append(r.Targets, Target{Name: "controller peak RSS" + scale(costWorld), Goal: "< 150 MiB", Value: fmt.Sprintf("%.0f MiB", peak), Met: judge(costWorld, peak < 150)})
+	add(costWorld, "controller peak RSS", "< 150 MiB", fmt.Sprintf("%.0f MiB", peak), peak < 150)
 	if p := phase("steady"); p != nil {
 		c := p.Costs[controllerMeter]
-		r.Targets = append(r.Targets, Target{Name: "controller steady-state CPU" + scale(costWorld), Goal: "< 2% of one core",
-			Value: fmt.Sprintf("%.2f%% (%.1f CPU-s in %.0fs)", c.CPUPercent, c.CPUSeconds, p.Seconds), Met: judge(costWorld, c.CPUPercent < 2)})
+		add(costWorld, "controller steady-state CPU", "< 2% of one core",
+			fmt.Sprintf("%.2f%% (%.1f CPU-s in %.0fs)", c.CPUPercent, c.CPUSeconds, p.Seconds), c.CPUPercent < 2)
 	}
 	lists := 0
 	var where []string
@@ -227,14 +221,11 @@ func (r *Report) finish() {
 	if lists > 0 {
 		v = fmt.Sprintf("%d (%s)", lists, strings.Join(where, ", "))
 	}
-	r.Targets = append(r.Targets, Target{Name: "LIST requests after start-up" + scale(costWorld), Goal: "0", Value: v, Met: judge(costWorld, lists == 0)})
+	add(costWorld, "LIST requests after start-up", "0", v, lists == 0)
 	if pc := r.PowerCycles; pc != nil && pc.Single != nil && pc.Concurrent != nil {
-		r.Targets = append(r.Targets, Target{
-			Name:  fmt.Sprintf("%d concurrent power cycles", pc.Concurrent.Count) + scale(costWorld),
-			Goal:  "makespan <= 3.0x one cycle alone",
-			Value: fmt.Sprintf("%.1fs vs %.1fs alone = %.2fx", pc.Concurrent.MakespanSeconds, pc.Single.MakespanSeconds, pc.Ratio),
-			Met:   judge(costWorld, pc.Ratio > 0 && pc.Ratio <= 3 && pc.Concurrent.Succeeded == pc.Concurrent.Count),
-		})
+		add(costWorld, fmt.Sprintf("%d concurrent power cycles", pc.Concurrent.Count), "makespan <= 3.0x one cycle alone",
+			fmt.Sprintf("%.1fs vs %.1fs alone = %.2fx", pc.Concurrent.MakespanSeconds, pc.Single.MakespanSeconds, pc.Ratio),
+			pc.Ratio > 0 && pc.Ratio <= 3 && pc.Concurrent.Succeeded == pc.Concurrent.Count)
 	}
 }
 
