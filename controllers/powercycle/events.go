@@ -29,4 +29,7 @@ const (
 	// EventNamespaceNotTrusted (Warning): a request in a namespace the remediator does not act in
 	// (--remediation-namespaces) was refused; nothing was done.
 	EventNamespaceNotTrusted = "NamespaceNotTrusted"
+	// EventNodeNotInThisCluster (Warning): a request whose Machine's Node lives in a workload cluster was
+	// refused; nothing was done to the same-named Node of this cluster or its host.
+	EventNodeNotInThisCluster = "NodeNotInThisCluster"
 )

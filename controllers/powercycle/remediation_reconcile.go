@@ -58,12 +58,16 @@ func (r *RemediationReconciler) fetch(ctx context.Context, key types.NamespacedN
 }
 
 // step does what the request is due, in this order, whatever its phase: a request from a namespace not
-// trusted moves nothing (no finalizer, no BMC call, no taint, no lease); a deleted or timed-out one is
-// cleaned up; the others wait for their health check's lease and for another request of the node to
-// let go of it, get the finalizer, and run their phase's handler.
+// trusted, or whose Machine's Node is not in this cluster, moves nothing (no finalizer, no BMC call, no
+// taint, no lease); a deleted or timed-out one is cleaned up; the others wait for their health check's
+// lease and for another request of the node to let go of it, get the finalizer, and run their phase's
+// handler.
 func (r *RemediationReconciler) step(ctx context.Context, s *scope) (ctrl.Result, error) {
 	if !r.trusts(s.pcr.Namespace) {
 		return ctrl.Result{}, r.refuseUntrusted(ctx, s)
+	}
+	if refused, err := r.refuseNodeElsewhere(ctx, s); err != nil || refused {
+		return ctrl.Result{}, err
 	}
 	if _, timedOut, _ := template.TimedOut(s.pcr); !s.pcr.DeletionTimestamp.IsZero() || timedOut {
 		return r.cleanup(ctx, s)

@@ -71,6 +71,7 @@ func TestRemediation(t *testing.T) {
 		"NoPollBeforeTheInterval":           testNoPollBeforeTheInterval,
 		"WritesOfOneRemediation":            testWritesOfOneRemediation,
 		"RemediatingNodes":                  testRemediatingNodes,
+		"NodeOfAnotherClusterIsRefused":     testNodeOfAnotherCluster,
 	} {
 		t.Run(name, func(t *testing.T) { scenario(t, api) })
 	}
