@@ -259,6 +259,8 @@ var _ = Describe("Template-based remediation", func() {
 			template.AnnotationClonedFromName:      "reboot",
 			template.AnnotationClonedFromGroupKind: "PowerCycleRemediationTemplate.remediation.metalheal.io",
 		}))
+		Expect(emr.GetLabels()).To(HaveKeyWithValue(template.LabelClusterName, m.Spec.ClusterName),
+			"the request says which cluster its Node is in, as Cluster API's does")
 		Expect(emr.Object).To(HaveKeyWithValue("spec", HaveKeyWithValue("strategy", "reboot")))
 		got := w.machine(ctx, "m")
 		Expect(condition(got, clusterv1.MachineOwnerRemediatedCondition)).To(BeNil(), "the owner is not asked to replace it")

@@ -25,6 +25,9 @@ const (
 	// AnnotationTimedOut marks an EMR the checker gave up on, with the time in RFC 3339. The remediator
 	// must stop and clean up.
 	AnnotationTimedOut = "remediation.medik8s.io/nhc-timed-out"
+	// LabelClusterName is Cluster API's label naming the cluster an object belongs to (in the object's
+	// namespace).
+	LabelClusterName = "cluster.x-k8s.io/cluster-name"
 	// LabelExcludeFromRemediation set to "true" on a Node keeps it from ever being remediated.
 	LabelExcludeFromRemediation = "remediation.medik8s.io/exclude-from-remediation"
 )
@@ -79,6 +82,10 @@ type Request struct {
 	// HealthCheck is the MachineHealthCheck or NodeHealthCheck asking for the remediation; the EMR gets a
 	// non-controller owner reference to it.
 	HealthCheck metav1.OwnerReference
+	// ClusterName is the Cluster API cluster of the target Machine (its spec.clusterName), empty for a
+	// Node. The EMR is labelled LabelClusterName with it, as Cluster API labels what it clones, so that
+	// whoever reads the request learns which cluster its Node is in.
+	ClusterName string
 }
 
 // RemediationGVK returns the EMR kind a template kind produces: the same group and version, the kind
@@ -139,6 +146,12 @@ func Instantiate(req Request) (*unstructured.Unstructured, error) {
 	emr.SetKind(kind)
 	emr.SetName(req.Name)
 	emr.SetNamespace(tpl.GetNamespace())
+	if req.ClusterName != "" {
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[LabelClusterName] = req.ClusterName
+	}
 	if len(labels) > 0 {
 		emr.SetLabels(labels)
 	}

@@ -78,7 +78,7 @@ func TestInstantiate(t *testing.T) {
 					"spec":       map[string]any{"template": map[string]any{}},
 				}}
 			},
-			req: Request{Name: "md-0-abc", Target: machineRef, HealthCheck: metav1.OwnerReference{
+			req: Request{Name: "md-0-abc", Target: machineRef, ClusterName: "edge-7", HealthCheck: metav1.OwnerReference{
 				APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "MachineHealthCheck", Name: "mhc", UID: "mhc-uid"}},
 			want: map[string]any{
 				"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
@@ -86,6 +86,7 @@ func TestInstantiate(t *testing.T) {
 				"metadata": map[string]any{
 					"name":      "md-0-abc",
 					"namespace": "ns1",
+					"labels":    map[string]any{"cluster.x-k8s.io/cluster-name": "edge-7"},
 					"annotations": map[string]any{
 						"remediation.medik8s.io/template-name":   "m3",
 						"cluster.x-k8s.io/cloned-from-name":      "m3",
@@ -96,6 +97,38 @@ func TestInstantiate(t *testing.T) {
 						map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck", "name": "mhc", "uid": "mhc-uid"},
 					},
 				},
+			},
+		},
+		{
+			name: "MHC: the cluster's label beside the template's, and over a template's own of that name",
+			template: func() *unstructured.Unstructured {
+				tpl := powerCycleTemplate()
+				_ = unstructured.SetNestedStringMap(tpl.Object, map[string]string{"pool": "a", LabelClusterName: "another"},
+					"spec", "template", "metadata", "labels")
+				_ = unstructured.SetNestedMap(tpl.Object, map[string]any{}, "spec", "template", "spec")
+				return tpl
+			},
+			req: Request{Name: "md-0-abc", NodeName: "worker-3", Target: machineRef, HealthCheck: nhcRef, ClusterName: "edge-7"},
+			want: map[string]any{
+				"apiVersion": "remediation.metalheal.io/v1alpha1",
+				"kind":       "PowerCycleRemediation",
+				"metadata": map[string]any{
+					"name":      "md-0-abc",
+					"namespace": "metalheal-system",
+					"labels":    map[string]any{"pool": "a", "cluster.x-k8s.io/cluster-name": "edge-7"},
+					"annotations": map[string]any{
+						"team":                                   "infra",
+						"remediation.medik8s.io/node-name":       "worker-3",
+						"remediation.medik8s.io/template-name":   "pool-a",
+						"cluster.x-k8s.io/cloned-from-name":      "pool-a",
+						"cluster.x-k8s.io/cloned-from-groupkind": "PowerCycleRemediationTemplate.remediation.metalheal.io",
+					},
+					"ownerReferences": []any{
+						map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": "md-0-abc", "uid": "m-uid"},
+						map[string]any{"apiVersion": "remediation.metalheal.io/v1alpha1", "kind": "NodeHealthCheck", "name": "workers", "uid": "nhc-uid"},
+					},
+				},
+				"spec": map[string]any{},
 			},
 		},
 		{

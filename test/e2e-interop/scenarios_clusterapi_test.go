@@ -151,7 +151,6 @@ var _ = Describe("metalheal's MachineHealthCheck beside Cluster API's", func() {
 var metal3Differences = []string{
 	"metadata.annotations[remediation.medik8s.io/node-name]",
 	"metadata.annotations[remediation.medik8s.io/template-name]",
-	"metadata.labels[cluster.x-k8s.io/cluster-name]",
 	"metadata.ownerReferences[remediation.metalheal.io/v1alpha1 MachineHealthCheck]",
 }
 
