@@ -93,7 +93,7 @@ envtest-bins: ## Build etcd, kube-apiserver and kube-controller-manager into ./b
 	KUBE_VERSION=$(KUBE_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/build-control-plane.sh $(BIN)
 
 .PHONY: demo
-demo: envtest-bins tools ## Watch a node die and metalheal bring it back, on a local control plane (ARGS=--keep leaves it running).
+demo: envtest-bins $(KUSTOMIZE) ## Watch a node die and metalheal bring it back, on a local control plane (ARGS=--keep leaves it running).
 	$(GO) run ./test/demo $(ARGS)
 
 ##@ Build
@@ -117,11 +117,11 @@ docker-build: ## Build the container image (never runs tests).
 ##@ Benchmarks
 
 .PHONY: bench
-bench: envtest-bins tools ## Measure the 5,000-node world: cost targets, the wave guard, detection reported (BENCHMARKS.md); ARGS="--help" lists the knobs.
+bench: envtest-bins $(KUSTOMIZE) ## Measure the 5,000-node world: cost targets, the wave guard, detection reported (BENCHMARKS.md); ARGS="--help" lists the knobs.
 	$(GO) run ./test/bench $(ARGS)
 
 .PHONY: bench-small
-bench-small: envtest-bins tools ## Measure the 1,000-node world: the detection latency targets (BENCHMARKS.md).
+bench-small: envtest-bins $(KUSTOMIZE) ## Measure the 1,000-node world: the detection latency targets (BENCHMARKS.md).
 	$(GO) run ./test/bench --nodes=1000 --out=bin/bench-small.json $(ARGS)
 
 ##@ Deployment
