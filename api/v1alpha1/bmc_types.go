@@ -84,6 +84,23 @@ const (
 	ReasonCertificateVerificationFailed = "CertificateVerificationFailed"
 )
 
+// ClusterReference names a Cluster API Cluster.
+type ClusterReference struct {
+	// namespace of the Cluster.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace"`
+
+	// name of the Cluster.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+}
+
 // BMCSpec says how to reach one host's baseboard management controller.
 // +kubebuilder:validation:XValidation:rule="!has(self.caBundleRef) || !has(self.disableCertificateVerification) || !self.disableCertificateVerification",message="caBundleRef and disableCertificateVerification: true exclude each other: a CA bundle is for verifying the BMC's certificate; remove one of them"
 type BMCSpec struct {
@@ -93,6 +110,13 @@ type BMCSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	NodeName string `json:"nodeName"`
+
+	// cluster names the Cluster API Cluster, in this (the management) cluster, whose workload cluster
+	// holds the Node nodeName: for a host whose Node is not one of the cluster the manager runs in. Node
+	// names repeat across clusters (two clusters' worker-0 are two hosts, with two BMCs): a BMC without
+	// cluster powers only the Node of that name in this cluster, one with cluster only that cluster's.
+	// +optional
+	Cluster *ClusterReference `json:"cluster,omitempty"`
 
 	// address is the BMC's URL, in metal3's conventions:
 	// redfish://host[:port]/redfish/v1/Systems/ID (also redfish+http, redfish+https, idrac-redfish,
@@ -157,6 +181,7 @@ type BMCStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:path=bmcs,singular=bmc,categories=metalheal
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.cluster.name`
 // +kubebuilder:printcolumn:name="Power",type=string,JSONPath=`.status.powerState`
 // +kubebuilder:printcolumn:name="Reachable",type=string,JSONPath=`.status.conditions[?(@.type=="Reachable")].status`
 // +kubebuilder:printcolumn:name="Credentials",type=string,JSONPath=`.status.conditions[?(@.type=="CredentialsValid")].status`

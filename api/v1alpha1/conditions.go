@@ -51,6 +51,7 @@ const (
 	ReasonLeaseAcquired        = "LeaseAcquired"
 	ReasonNodeNotFound         = "NodeNotFound"
 	ReasonBMCNotFound          = "BMCNotFound"
+	ReasonBMCAmbiguous         = "BMCAmbiguous"
 	ReasonSecretNotFound       = "SecretNotFound"
 	ReasonInvalidCredentials   = "InvalidCredentials"
 	ReasonInvalidAddress       = "InvalidAddress"

@@ -195,7 +195,9 @@ func (r *BMCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{RequeueAfter: next.Sub(now)}, nil
 	}
 
-	if r.Remediations != nil && bmcKnownGood(last, cur, b) && r.Remediations.Remediating(ctx, b.Spec.NodeName) {
+	// The remediator acts on Nodes of this cluster only: a remediation of this cluster's Node of that name
+	// is another host's when the BMC names a workload cluster.
+	if r.Remediations != nil && bmcKnownGood(last, cur, b) && b.Spec.Cluster == nil && r.Remediations.Remediating(ctx, b.Spec.NodeName) {
 		BMCChecks.WithLabelValues(bmcCheckSkippedRemediating).Inc()
 		return r.planNext(req.NamespacedName, b, cur, true, now), nil
 	}

@@ -719,7 +719,7 @@ var _ = Describe("BMC inventory in a running manager", func() {
 		By("collecting the errors the drivers return to a caller")
 		var errs []string
 		for _, name := range []string{"rejecting", "untrusted", "misspelt"} {
-			_, d, err := access.ForNode(ctx, "node-"+name)
+			_, d, err := access.ForHost(ctx, bmcaccess.Host{Node: "node-" + name})
 			if err == nil {
 				_, err = d.PowerState(ctx)
 			}

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/bmcaccess"
 	"github.com/metalheal/metalheal/pkg/bmc"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
@@ -44,7 +45,7 @@ const (
 // DriverSource finds a node's BMC object and a driver for it. *bmcaccess.Access is the production one.
 // Its errors carry the kinds of internal/bmcaccess and pkg/bmc (see bmcaccess.Reason).
 type DriverSource interface {
-	ForNode(ctx context.Context, nodeName string) (*v1alpha1.BMC, bmc.Driver, error)
+	ForHost(ctx context.Context, host bmcaccess.Host) (*v1alpha1.BMC, bmc.Driver, error)
 }
 
 // RemediationReconcilerOptions is everything the remediator is built from.

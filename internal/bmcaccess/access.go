@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,7 +23,10 @@ import (
 
 // Field indexes on BMC objects that SetupIndexes registers.
 const (
-	// IndexNodeName indexes BMCs by spec.nodeName (ForNode).
+	// IndexHost indexes BMCs by the host they power, as Host.String spells it (ForHost).
+	IndexHost = "spec.host"
+	// IndexNodeName indexes BMCs by spec.nodeName alone, in whichever cluster (what ForHost says when no
+	// BMC powers the host it was asked for).
 	IndexNodeName = "spec.nodeName"
 	// IndexSecretName indexes BMCs by spec.credentialsSecretRef.name (which BMCs a Secret change concerns).
 	IndexSecretName = "spec.credentialsSecretRef.name"
@@ -42,6 +46,7 @@ var indexes = []struct {
 	field   string
 	extract client.IndexerFunc
 }{
+	{IndexHost, func(o client.Object) []string { return []string{HostOf(o.(*v1alpha1.BMC)).String()} }},
 	{IndexNodeName, func(o client.Object) []string { return []string{o.(*v1alpha1.BMC).Spec.NodeName} }},
 	{IndexSecretName, func(o client.Object) []string { return []string{o.(*v1alpha1.BMC).Spec.CredentialsSecretRef.Name} }},
 	{IndexCABundle, func(o client.Object) []string {
@@ -143,17 +148,43 @@ func (a *Access) SetupIndexes(ctx context.Context, indexer client.FieldIndexer) 
 	return a.indexErr
 }
 
-// ForNode returns the BMC whose spec.nodeName is nodeName, and its driver. It fails with ErrBMCNotFound
-// when no BMC, or more than one, names the node; otherwise as ForBMC.
-func (a *Access) ForNode(ctx context.Context, nodeName string) (*v1alpha1.BMC, bmc.Driver, error) {
+// Host is one host, known by its Node: a Node of the cluster the manager runs in (Cluster is zero), or of
+// a Cluster API workload cluster (Cluster names the Cluster, in the management cluster). Node names
+// repeat across clusters: two clusters' worker-0 are two hosts, with two BMCs.
+type Host struct {
+	Cluster types.NamespacedName
+	Node    string
+}
+
+// HostOf is the host a BMC powers: spec.nodeName, in spec.cluster when it names one.
+func HostOf(b *v1alpha1.BMC) Host {
+	h := Host{Node: b.Spec.NodeName}
+	if c := b.Spec.Cluster; c != nil {
+		h.Cluster = types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
+	}
+	return h
+}
+
+// String spells the host as "node" for a Node of this cluster, "namespace/cluster/node" for one of a
+// workload cluster: no two hosts spell the same (neither part of a cluster's name holds a slash).
+func (h Host) String() string {
+	if h.Cluster.Name == "" {
+		return h.Node
+	}
+	return h.Cluster.String() + "/" + h.Node
+}
+
+// ForHost returns the BMC that powers host, and its driver. It fails with ErrBMCNotFound when no BMC
+// powers the host (naming, if any, the BMCs of Nodes of that name in other clusters: a BMC is never
+// guessed from a node name), with ErrBMCAmbiguous when more than one does; otherwise as ForBMC.
+func (a *Access) ForHost(ctx context.Context, host Host) (*v1alpha1.BMC, bmc.Driver, error) {
 	var list v1alpha1.BMCList
-	if err := a.client.List(ctx, &list, client.InNamespace(a.namespace), client.MatchingFields{IndexNodeName: nodeName}); err != nil {
-		return nil, nil, fmt.Errorf("listing BMCs of node %q: %w", nodeName, err)
+	if err := a.client.List(ctx, &list, client.InNamespace(a.namespace), client.MatchingFields{IndexHost: host.String()}); err != nil {
+		return nil, nil, fmt.Errorf("listing BMCs of host %q: %w", host, err)
 	}
 	switch len(list.Items) {
 	case 0:
-		return nil, nil, &Error{Node: nodeName, Kind: ErrBMCNotFound,
-			Err: fmt.Errorf("no BMC in namespace %q has spec.nodeName %q", a.namespace, nodeName)}
+		return nil, nil, &Error{Node: host.String(), Kind: ErrBMCNotFound, Err: a.noBMCFor(ctx, host)}
 	case 1:
 	default:
 		names := make([]string, 0, len(list.Items))
@@ -161,8 +192,8 @@ func (a *Access) ForNode(ctx context.Context, nodeName string) (*v1alpha1.BMC, b
 			names = append(names, b.Name)
 		}
 		slices.Sort(names)
-		return nil, nil, &Error{Node: nodeName, Kind: ErrBMCNotFound,
-			Err: fmt.Errorf("%d BMCs in namespace %q name this node (%v); exactly one must", len(names), a.namespace, names)}
+		return nil, nil, &Error{Node: host.String(), Kind: ErrBMCAmbiguous,
+			Err: fmt.Errorf("%d BMCs in namespace %q power this host (%v); exactly one must", len(names), a.namespace, names)}
 	}
 	b := list.Items[0].DeepCopy()
 	d, err := a.ForBMC(ctx, b)
@@ -170,6 +201,30 @@ func (a *Access) ForNode(ctx context.Context, nodeName string) (*v1alpha1.BMC, b
 		return b, nil, err
 	}
 	return b, d, nil
+}
+
+// noBMCFor says why no BMC powers host, naming the BMCs of Nodes of the same name in other clusters.
+func (a *Access) noBMCFor(ctx context.Context, host Host) error {
+	where := "this cluster"
+	if host.Cluster.Name != "" {
+		where = "cluster " + host.Cluster.String()
+	}
+	var list v1alpha1.BMCList
+	if err := a.client.List(ctx, &list, client.InNamespace(a.namespace), client.MatchingFields{IndexNodeName: host.Node}); err != nil || len(list.Items) == 0 {
+		return fmt.Errorf("no BMC in namespace %q has spec.nodeName %q in %s", a.namespace, host.Node, where)
+	}
+	others := make([]string, 0, len(list.Items))
+	for i := range list.Items {
+		b := &list.Items[i]
+		other := "this cluster"
+		if h := HostOf(b); h.Cluster.Name != "" {
+			other = "cluster " + h.Cluster.String()
+		}
+		others = append(others, fmt.Sprintf("%s (%s)", b.Name, other))
+	}
+	slices.Sort(others)
+	return fmt.Errorf("no BMC in namespace %q powers node %q of %s; BMCs of Nodes of that name in other clusters: %s (spec.cluster tells them apart)",
+		a.namespace, host.Node, where, strings.Join(others, ", "))
 }
 
 // Secret returns b's credentials Secret as the cache holds it, nil when it does not exist (or b is outside

@@ -310,23 +310,37 @@ func TestForBMCClosesTheDriverWhenItsSecretGoes(t *testing.T) {
 	g.Expect(w.factory.all()[0].driver.CallCount(bmc.OperationClose)).To(Equal(1))
 }
 
-func TestForNode(t *testing.T) {
+func TestForHost(t *testing.T) {
+	inCluster := func(b *v1alpha1.BMC, namespace, name string) *v1alpha1.BMC {
+		b.Spec.Cluster = &v1alpha1.ClusterReference{Namespace: namespace, Name: name}
+		return b
+	}
+	here := Host{Node: "worker-1"}
+	edgeA := Host{Cluster: types.NamespacedName{Namespace: "fleet", Name: "edge-a"}, Node: "worker-1"}
 	tests := map[string]struct {
-		bmcs      []*v1alpha1.BMC
-		wantBMC   string
+		bmcs    []*v1alpha1.BMC
+		host    Host
+		wantBMC string
+		// wantKind and wantErrIn, when set, are the failure's kind and part of its message.
+		wantKind  error
 		wantErrIn string
 	}{
 		"exactly one BMC names the node": {
 			bmcs:    []*v1alpha1.BMC{newBMC("bmc-1", "worker-1", addr1, "creds"), newBMC("bmc-2", "worker-2", addr1, "creds")},
+			host:    here,
 			wantBMC: "bmc-1",
 		},
 		"no BMC names the node": {
 			bmcs:      []*v1alpha1.BMC{newBMC("bmc-2", "worker-2", addr1, "creds")},
-			wantErrIn: `node "worker-1": no single BMC for the node: no BMC in namespace "metalheal-system" has spec.nodeName "worker-1"`,
+			host:      here,
+			wantKind:  ErrBMCNotFound,
+			wantErrIn: `host "worker-1": no BMC for the host: no BMC in namespace "metalheal-system" has spec.nodeName "worker-1" in this cluster`,
 		},
-		"two BMCs name the node": {
+		"two BMCs name the node: neither is used": {
 			bmcs:      []*v1alpha1.BMC{newBMC("bmc-b", "worker-1", addr1, "creds"), newBMC("bmc-a", "worker-1", addr1, "creds")},
-			wantErrIn: `2 BMCs in namespace "metalheal-system" name this node ([bmc-a bmc-b]); exactly one must`,
+			host:      here,
+			wantKind:  ErrBMCAmbiguous,
+			wantErrIn: `2 BMCs in namespace "metalheal-system" power this host ([bmc-a bmc-b]); exactly one must`,
 		},
 		"a BMC in another namespace does not count": {
 			bmcs: func() []*v1alpha1.BMC {
@@ -334,7 +348,46 @@ func TestForNode(t *testing.T) {
 				b.Namespace = "elsewhere"
 				return []*v1alpha1.BMC{b}
 			}(),
+			host:      here,
+			wantKind:  ErrBMCNotFound,
 			wantErrIn: "no BMC in namespace",
+		},
+		"three clusters' worker-1 are three hosts: this cluster's": {
+			bmcs: []*v1alpha1.BMC{inCluster(newBMC("edge-a-1", "worker-1", addr1, "creds"), "fleet", "edge-a"),
+				newBMC("mgmt-1", "worker-1", addr1, "creds"), inCluster(newBMC("edge-b-1", "worker-1", addr1, "creds"), "fleet", "edge-b")},
+			host:    here,
+			wantBMC: "mgmt-1",
+		},
+		"three clusters' worker-1 are three hosts: a workload cluster's": {
+			bmcs: []*v1alpha1.BMC{inCluster(newBMC("edge-a-1", "worker-1", addr1, "creds"), "fleet", "edge-a"),
+				newBMC("mgmt-1", "worker-1", addr1, "creds"), inCluster(newBMC("edge-b-1", "worker-1", addr1, "creds"), "fleet", "edge-b")},
+			host:    edgeA,
+			wantBMC: "edge-a-1",
+		},
+		"a cluster of the same name in another namespace is another cluster": {
+			bmcs:      []*v1alpha1.BMC{inCluster(newBMC("edge-a-1", "worker-1", addr1, "creds"), "lab", "edge-a")},
+			host:      edgeA,
+			wantKind:  ErrBMCNotFound,
+			wantErrIn: `host "fleet/edge-a/worker-1": no BMC for the host: no BMC in namespace "metalheal-system" powers node "worker-1" of cluster fleet/edge-a; BMCs of Nodes of that name in other clusters: edge-a-1 (cluster lab/edge-a)`,
+		},
+		"only another cluster's BMC names the node: never guessed": {
+			bmcs:      []*v1alpha1.BMC{inCluster(newBMC("edge-a-1", "worker-1", addr1, "creds"), "fleet", "edge-a")},
+			host:      here,
+			wantKind:  ErrBMCNotFound,
+			wantErrIn: `no BMC in namespace "metalheal-system" powers node "worker-1" of this cluster; BMCs of Nodes of that name in other clusters: edge-a-1 (cluster fleet/edge-a) (spec.cluster tells them apart)`,
+		},
+		"only this cluster's BMC names the node: never used for a workload cluster's": {
+			bmcs:      []*v1alpha1.BMC{newBMC("mgmt-1", "worker-1", addr1, "creds")},
+			host:      edgeA,
+			wantKind:  ErrBMCNotFound,
+			wantErrIn: `BMCs of Nodes of that name in other clusters: mgmt-1 (this cluster)`,
+		},
+		"two BMCs of one workload cluster's host: neither is used": {
+			bmcs: []*v1alpha1.BMC{inCluster(newBMC("edge-a-1", "worker-1", addr1, "creds"), "fleet", "edge-a"),
+				inCluster(newBMC("edge-a-1b", "worker-1", addr1, "creds"), "fleet", "edge-a"), newBMC("mgmt-1", "worker-1", addr1, "creds")},
+			host:      edgeA,
+			wantKind:  ErrBMCAmbiguous,
+			wantErrIn: `power this host ([edge-a-1 edge-a-1b])`,
 		},
 	}
 	for name, tc := range tests {
@@ -345,13 +398,14 @@ func TestForNode(t *testing.T) {
 				objs = append(objs, b)
 			}
 			w := newWorld(t, objs...)
-			b, d, err := w.access.ForNode(context.Background(), "worker-1")
-			if tc.wantErrIn != "" {
-				g.Expect(err).To(MatchError(ErrBMCNotFound))
-				g.Expect(Reason(err)).To(Equal(v1alpha1.ReasonBMCNotFound))
+			b, d, err := w.access.ForHost(context.Background(), tc.host)
+			if tc.wantKind != nil {
+				g.Expect(err).To(MatchError(tc.wantKind))
+				g.Expect(Reason(err)).To(Equal(map[error]string{ErrBMCNotFound: v1alpha1.ReasonBMCNotFound, ErrBMCAmbiguous: v1alpha1.ReasonBMCAmbiguous}[tc.wantKind]))
 				g.Expect(err.Error()).To(ContainSubstring(tc.wantErrIn))
 				g.Expect(b).To(BeNil())
 				g.Expect(d).To(BeNil())
+				g.Expect(w.factory.all()).To(BeEmpty(), "no driver was built")
 				return
 			}
 			g.Expect(err).NotTo(HaveOccurred())
@@ -362,10 +416,10 @@ func TestForNode(t *testing.T) {
 	}
 }
 
-func TestForNodeReturnsTheBMCWithItsDriverError(t *testing.T) {
+func TestForHostReturnsTheBMCWithItsDriverError(t *testing.T) {
 	g := NewWithT(t)
 	w := newWorld(t, newBMC("bmc-1", "worker-1", addr1, "absent"))
-	b, d, err := w.access.ForNode(context.Background(), "worker-1")
+	b, d, err := w.access.ForHost(context.Background(), Host{Node: "worker-1"})
 	g.Expect(err).To(MatchError(ErrSecretNotFound))
 	g.Expect(b).NotTo(BeNil(), "the caller can still report on the BMC it found")
 	g.Expect(b.Name).To(Equal("bmc-1"))
@@ -438,7 +492,7 @@ func TestSetupIndexesRegistersOnce(t *testing.T) {
 	ix := &recordingIndexer{}
 	g.Expect(w.access.SetupIndexes(context.Background(), ix)).To(Succeed())
 	g.Expect(w.access.SetupIndexes(context.Background(), ix)).To(Succeed(), "a second controller may ask again")
-	g.Expect(ix.fields).To(Equal([]string{IndexNodeName, IndexSecretName, IndexCABundle}))
+	g.Expect(ix.fields).To(Equal([]string{IndexHost, IndexNodeName, IndexSecretName, IndexCABundle}))
 }
 
 func TestIndexesExtractTheFields(t *testing.T) {
@@ -448,9 +502,12 @@ func TestIndexesExtractTheFields(t *testing.T) {
 	for _, ix := range indexes {
 		got[ix.field] = ix.extract(b)
 	}
-	g.Expect(got).To(Equal(map[string][]string{IndexNodeName: {"worker-1"}, IndexSecretName: {"creds"}, IndexCABundle: nil}))
+	g.Expect(got).To(Equal(map[string][]string{IndexHost: {"worker-1"}, IndexNodeName: {"worker-1"}, IndexSecretName: {"creds"}, IndexCABundle: nil}))
 	b.Spec.CABundleRef = &v1alpha1.CABundleReference{Kind: v1alpha1.CABundleConfigMap, Name: "site-ca"}
-	g.Expect(indexes[2].extract(b)).To(Equal([]string{"ConfigMap/site-ca"}))
+	g.Expect(indexes[3].extract(b)).To(Equal([]string{"ConfigMap/site-ca"}))
+	b.Spec.Cluster = &v1alpha1.ClusterReference{Namespace: "fleet", Name: "edge-a"}
+	g.Expect(indexes[0].extract(b)).To(Equal([]string{"fleet/edge-a/worker-1"}))
+	g.Expect(indexes[1].extract(b)).To(Equal([]string{"worker-1"}))
 }
 
 func TestReason(t *testing.T) {
@@ -460,6 +517,7 @@ func TestReason(t *testing.T) {
 	}{
 		"nil":                 {nil, ""},
 		"BMC not found":       {&Error{Node: "n", Kind: ErrBMCNotFound}, v1alpha1.ReasonBMCNotFound},
+		"BMC ambiguous":       {&Error{Node: "n", Kind: ErrBMCAmbiguous}, v1alpha1.ReasonBMCAmbiguous},
 		"Secret not found":    {&Error{Kind: ErrSecretNotFound}, v1alpha1.ReasonSecretNotFound},
 		"invalid credentials": {&Error{Kind: ErrInvalidCredentials}, v1alpha1.ReasonInvalidCredentials},
 		"invalid address":     {&Error{Kind: ErrInvalidAddress}, v1alpha1.ReasonInvalidAddress},
@@ -491,9 +549,9 @@ func TestErrorMessages(t *testing.T) {
 			&Error{BMC: types.NamespacedName{Namespace: ns, Name: "b"}, Kind: ErrSecretNotFound, Err: errors.New("gone")},
 			"BMC metalheal-system/b: credentials secret not found: gone",
 		},
-		"about a node, without a cause": {
+		"about a host, without a cause": {
 			&Error{Node: "worker-1", Kind: ErrBMCNotFound},
-			`node "worker-1": no single BMC for the node`,
+			`host "worker-1": no BMC for the host`,
 		},
 	}
 	for name, tc := range tests {

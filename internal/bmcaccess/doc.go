@@ -5,8 +5,11 @@
 // manager's own namespace, and builds drivers through a bmc.Registry:
 //
 //	access := bmcaccess.New(mgr.GetClient(), namespace, registry, bmcaccess.Options{})
-//	b, driver, err := access.ForNode(ctx, "worker-7") // the BMC whose spec.nodeName is worker-7
-//	driver, err := access.ForBMC(ctx, b)              // the driver of one BMC object
+//	b, driver, err := access.ForHost(ctx, bmcaccess.Host{Node: "worker-7"}) // the BMC of this cluster's worker-7
+//	driver, err := access.ForBMC(ctx, b)                                    // the driver of one BMC object
+//
+// A host is a Node of the cluster the manager runs in, or of a Cluster API workload cluster (Host.Cluster;
+// the BMC's spec.cluster): node names repeat across clusters, and a BMC is never guessed from one.
 //
 // A BMC may name, in spec.caBundleRef, a Secret or ConfigMap of the same namespace whose key holds the CA
 // bundle its certificate is verified against (a site's private CA); the PEM reaches the driver through
@@ -18,13 +21,13 @@
 // changes (the credentials were rotated) or its CA bundle's object changes. Forget drops a deleted BMC's
 // driver.
 //
-// Failures are *Error values of one kind (ErrBMCNotFound, ErrSecretNotFound, ErrInvalidCredentials,
+// Failures are *Error values of one kind (ErrBMCNotFound, ErrBMCAmbiguous, ErrSecretNotFound, ErrInvalidCredentials,
 // ErrCABundleNotFound, ErrCABundleInvalid, ErrInvalidAddress, bmc.ErrUnsupported); the drivers' own
 // errors carry the kinds of package bmc. Reason maps either to the condition reason of api/v1alpha1 (a
 // certificate that does not verify: CertificateVerificationFailed). No error, log line or report made
 // here ever holds a password: driver errors are scrubbed once more on their way out.
 //
-// ForNode and the BMC inventory controller's Secret and ConfigMap watches look BMCs up by field indexes
-// (IndexNodeName, IndexSecretName, IndexCABundle); SetupIndexes registers them, once per Access however
+// ForHost and the BMC inventory controller's Secret and ConfigMap watches look BMCs up by field indexes
+// (IndexHost, IndexNodeName, IndexSecretName, IndexCABundle); SetupIndexes registers them, once per Access however
 // many controllers ask.
 package bmcaccess

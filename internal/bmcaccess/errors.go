@@ -17,8 +17,10 @@ import (
 // Kinds of Access failures. An *Error wraps exactly one of them (or bmc.ErrUnsupported); match with
 // errors.Is.
 var (
-	// ErrBMCNotFound: no BMC object, or more than one, names the node.
-	ErrBMCNotFound = errors.New("no single BMC for the node")
+	// ErrBMCNotFound: no BMC object powers the host.
+	ErrBMCNotFound = errors.New("no BMC for the host")
+	// ErrBMCAmbiguous: more than one BMC object powers the host; none is used.
+	ErrBMCAmbiguous = errors.New("more than one BMC for the host")
 	// ErrSecretNotFound: the BMC's credentials Secret does not exist in the manager's namespace.
 	ErrSecretNotFound = errors.New("credentials secret not found")
 	// ErrInvalidCredentials: the Secret lacks a non-empty username or password.
@@ -37,9 +39,9 @@ var (
 type Error struct {
 	// BMC is the BMC object, when the failure is about one.
 	BMC types.NamespacedName
-	// Node is the node that was looked up, for ForNode failures.
+	// Node is the host that was looked up (Host.String), for ForHost failures.
 	Node string
-	// Kind is ErrBMCNotFound, ErrSecretNotFound, ErrInvalidCredentials, ErrCABundleNotFound,
+	// Kind is ErrBMCNotFound, ErrBMCAmbiguous, ErrSecretNotFound, ErrInvalidCredentials, ErrCABundleNotFound,
 	// ErrCABundleInvalid, ErrInvalidAddress or bmc.ErrUnsupported (no driver for the address in this binary, or the driver cannot be built).
 	Kind error
 	// Err is the cause; it may be nil.
@@ -52,7 +54,7 @@ func (e *Error) Error() string {
 	case e.BMC.Name != "":
 		subject = "BMC " + e.BMC.String()
 	default:
-		subject = fmt.Sprintf("node %q", e.Node)
+		subject = fmt.Sprintf("host %q", e.Node)
 	}
 	if e.Err == nil {
 		return fmt.Sprintf("%s: %v", subject, e.Kind)
@@ -76,6 +78,8 @@ func Reason(err error) string {
 		return ""
 	case errors.Is(err, ErrBMCNotFound):
 		return v1alpha1.ReasonBMCNotFound
+	case errors.Is(err, ErrBMCAmbiguous):
+		return v1alpha1.ReasonBMCAmbiguous
 	case errors.Is(err, ErrSecretNotFound):
 		return v1alpha1.ReasonSecretNotFound
 	case errors.Is(err, ErrInvalidCredentials):
