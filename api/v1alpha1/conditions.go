@@ -72,6 +72,11 @@ const (
 	// request is in a namespace the remediator was not told to act in (--remediation-namespaces); it was
 	// refused without touching the host, its node or its lease.
 	ReasonNamespaceNotTrusted = "NamespaceNotTrusted"
+	// ReasonNodeNotInThisCluster (Processing=False, Succeeded=False on a PowerCycleRemediation): the
+	// request's Machine has its Node in a Cluster API workload cluster, and the Node of that name in the
+	// remediator's own cluster is not the Machine's; it was refused without touching a host, a Node or a
+	// lease.
+	ReasonNodeNotInThisCluster = "NodeNotInThisCluster"
 	// ReasonRemediationKindNotWatchable (Disabled): the manager cannot watch a template or remediation
 	// kind the check names (typically no ClusterRole grants it get, list and watch); the message says which
 	// and how to grant it. The kind is tried again with a backoff.

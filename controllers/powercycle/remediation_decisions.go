@@ -179,7 +179,26 @@ func hostMayBeOffByUs(p v1alpha1.PowerCyclePhase) bool {
 }
 
 // One hand per host: what a request decides from the other requests of its Node (its siblings), read
-// from the cache. A request's siblings never include itself.
+// from the cache. A request's siblings never include itself, nor a request the remediator never acts on
+// (see RemediationReconciler.actsOn).
+
+// refusalReasons are the reasons the remediator refuses a request for good, before it does anything for
+// it: such a request ends Failed with no attempt, Succeeded=False with one of them. A refusal added
+// elsewhere is one more line here.
+var refusalReasons = []string{
+	v1alpha1.ReasonNamespaceNotTrusted,
+	v1alpha1.ReasonNodeNotInThisCluster,
+}
+
+// refused reports whether the remediator refused p for good (see refusalReasons): it never acted on its
+// Node, and never will. Only the remediator writes what this reads (the status).
+func refused(p *v1alpha1.PowerCycleRemediation) bool {
+	if p.Status.Phase != v1alpha1.PhaseFailed || len(p.Status.Attempts) > 0 {
+		return false
+	}
+	c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionSucceeded)
+	return c != nil && c.Status == metav1.ConditionFalse && slices.Contains(refusalReasons, c.Reason)
+}
 
 // holdsNode reports whether p still holds our finalizer: whatever it did to its Node is not settled yet.
 func holdsNode(p *v1alpha1.PowerCycleRemediation) bool {

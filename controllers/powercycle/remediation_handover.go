@@ -37,12 +37,14 @@ import (
 //   - a request that has not started waits while a sibling is still letting go (awaitHandOver), and takes
 //     the node lease over from a sibling that let go of it (leaseTakeOver): no moment where it is free;
 //   - the taints belong to the Node's remediations together (AnnotationAppliedTaints): they stay from the
-//     first confirmed power-off until the last remediation of the Node ends.
+//     first confirmed power-off until the last remediation of the Node ends;
+//   - a request the remediator never acts on (actsOn) is none of these: not a sibling, not a holder.
 
-// siblings returns the other PowerCycleRemediations of the request's node, read from the cache's node
-// index without copying: read them, never change them. Clean-up decides by them, so a failed read is an
-// error, never "none"; a client without the index (one that reads the API server itself) lists them all
-// and picks.
+// siblings returns the other PowerCycleRemediations of the request's node that the remediator acts on
+// (see actsOn: a refused request, or one in a namespace not trusted, is nobody's sibling), read from the
+// cache's node index without copying: read them, never change them. Clean-up decides by them, so a failed
+// read is an error, never "none"; a client without the index (one that reads the API server itself) lists
+// them all and picks.
 func (r *RemediationReconciler) siblings(ctx context.Context, s *scope) ([]v1alpha1.PowerCycleRemediation, error) {
 	node := remediationNodeKey(s.pcr)
 	var list v1alpha1.PowerCycleRemediationList
@@ -60,18 +62,18 @@ func (r *RemediationReconciler) siblings(ctx context.Context, s *scope) ([]v1alp
 			}
 		}
 	}
-	return slices.DeleteFunc(items, func(p v1alpha1.PowerCycleRemediation) bool { return p.UID == s.pcr.UID }), nil
+	return slices.DeleteFunc(items, func(p v1alpha1.PowerCycleRemediation) bool { return p.UID == s.pcr.UID || !r.actsOn(&p) }), nil
 }
 
-// requestNamed reports whether a PowerCycleRemediation of that name exists in the cache, in any
-// namespace, on any node (a lease holder identity names no namespace). Rare: only for a lease held by a
+// requestNamed reports whether a PowerCycleRemediation the remediator acts on (see actsOn) exists in the
+// cache by that name, in any namespace, on any node (a lease holder identity names no namespace). Rare: only for a lease held by a
 // request that is not among the node's.
 func (r *RemediationReconciler) requestNamed(ctx context.Context, name string) (bool, error) {
 	var all v1alpha1.PowerCycleRemediationList
 	if err := r.opts.Client.List(ctx, &all, client.UnsafeDisableDeepCopy); err != nil {
 		return false, fmt.Errorf("listing remediations: %w", err)
 	}
-	return slices.ContainsFunc(all.Items, func(p v1alpha1.PowerCycleRemediation) bool { return p.Name == name }), nil
+	return slices.ContainsFunc(all.Items, func(p v1alpha1.PowerCycleRemediation) bool { return p.Name == name && r.actsOn(&p) }), nil
 }
 
 // leaseTakeOver returns holder when the request may take the node lease over from it (see takeOverFrom):

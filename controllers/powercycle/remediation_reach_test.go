@@ -1,0 +1,143 @@
+package powercycle
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/test/redfish-mock/redfishmock"
+)
+
+// TestRemediationTrustSecondPass runs the remediator's scenarios of issue 33 (items 2, 3 and 8), each
+// acted out from the side of someone who should not be able to move a host: a request the remediator
+// refused, a same-named request in another trusted namespace, a DaemonSet that writes Node annotations,
+// whoever deletes a Node. One real API server and the Redfish mock on a fake clock, Reconcile called
+// directly; the outcomes are read from the API server and the mock's record of power requests.
+func TestRemediationTrustSecondPass(t *testing.T) {
+	api := startAPIServer(t)
+	for name, scenario := range map[string]func(*testing.T, *apiServer){
+		"RefusedRequestIsNoSibling": testRefusedRequestIsNoSibling,
+	} {
+		t.Run(name, func(t *testing.T) { scenario(t, api) })
+	}
+}
+
+// remediationIn creates a PowerCycleRemediation of node in namespace ns, annotated with the node and
+// owned by it, as NodeHealthCheck makes them.
+func (w *world) remediationIn(ns, name, node string, s v1alpha1.PowerCycleRemediationSpec) client.ObjectKey {
+	w.t.Helper()
+	n := w.getNode(node)
+	p := &v1alpha1.PowerCycleRemediation{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{v1alpha1.AnnotationNodeName: node},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node, UID: n.UID}}},
+		Spec: s,
+	}
+	w.must(w.c.Create(w.ctx, p))
+	return client.ObjectKeyFromObject(p)
+}
+
+// resets is what the mock's system "1" was asked to do with its power, in order.
+func resets(m *redfishmock.Mock) []string {
+	r, err := m.Resets("1")
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// Item 2. A request the remediator refused names the Node of a host that a trusted power-off request
+// fenced. When the trusted request is deleted, the Node is restored exactly as it is without the refused
+// one: both metalheal taints removed, the lease released, a CleanedUp event and no HandedOver; the host
+// stays off (power-off strategy) and gets no further power request. The refused request is one in a
+// namespace not trusted, or one refused for good in a trusted namespace (a Cluster API request whose Node
+// lives in a workload cluster: Failed, no attempts, Succeeded=False NodeNotInThisCluster).
+func testRefusedRequestIsNoSibling(t *testing.T, api *apiServer) {
+	for _, tc := range []struct {
+		name    string
+		refused string // "", "untrusted" or "refused-in-trusted"
+	}{
+		{name: "no other request"},
+		{name: "a refused request in a namespace not trusted", refused: "untrusted"},
+		{name: "a request refused for good in a trusted namespace", refused: "refused-in-trusted"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			w, m, node := oneMockHost(t, api, nil)
+			other := w.namespace("team-x")
+			if tc.refused == "refused-in-trusted" {
+				w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.TrustedNamespaces = []string{other} }
+			}
+			r := w.reconciler()
+			trusted := w.remediationIn(w.ns, node, node, spec(powerOff, 1))
+			w.drive(trusted, same(r), nil, untilPhase(v1alpha1.PhaseSucceeded))
+			g.Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
+			g.Expect(resets(m)).To(Equal([]string{"ForceOff"}))
+
+			switch tc.refused {
+			case "untrusted":
+				// Whoever may create requests in team-x asks for a power-off of the same Node: refused.
+				key := w.remediationIn(other, node, node, spec(powerOff, 1))
+				w.drive(key, same(r), nil, untilSettled)
+				g.Expect(conditionOf(w.get(key), v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonNamespaceNotTrusted, metav1.ConditionFalse))
+			case "refused-in-trusted":
+				// Recorded as the remediator refuses a request for good: Failed, no attempt, no finalizer.
+				key := w.remediationIn(other, node, node, spec(powerOff, 1))
+				p := w.get(key)
+				p.Status.Phase, p.Status.NodeName = v1alpha1.PhaseFailed, node
+				now := metav1.NewTime(w.clock.Now())
+				p.Status.LastTransitionTime = &now
+				for _, c := range []string{v1alpha1.ConditionProcessing, v1alpha1.ConditionSucceeded} {
+					p.Status.Conditions = append(p.Status.Conditions, metav1.Condition{Type: c, Status: metav1.ConditionFalse,
+						Reason: v1alpha1.ReasonNodeNotInThisCluster, Message: "Refused", LastTransitionTime: now})
+				}
+				w.must(w.c.Status().Update(w.ctx, p))
+			}
+			w.drainEvents()
+
+			w.must(w.c.Delete(w.ctx, w.get(trusted)))
+			steps := w.drive(trusted, same(r), nil, untilSettled)
+			g.Expect(steps[len(steps)-1].gone).To(BeTrue(), "the finalizer went")
+
+			g.Expect(w.taintKeys(node)).To(BeEmpty(), "the Node is restored: no metalheal taint left")
+			g.Expect(w.lease(node)).To(BeNil(), "the node lease is released")
+			events := w.drainEvents()
+			g.Expect(events).To(ContainElement(HavePrefix("Normal CleanedUp")))
+			g.Expect(events).NotTo(ContainElement(HavePrefix("Normal HandedOver")), "nothing to hand the Node over to")
+			g.Expect(resets(m)).To(Equal([]string{"ForceOff"}), "power-off: the host stays off, as without the refused request")
+			g.Expect(m.PowerState("1")).To(Equal(redfishmock.PowerOff))
+		})
+	}
+}
+
+// Which requests count as refused for good: Failed before any attempt, Succeeded=False with a refusal
+// reason; a request that failed after acting, or failed for another reason, is no refusal.
+func TestRefused(t *testing.T) {
+	failed := func(reason string, attempts int) *v1alpha1.PowerCycleRemediation {
+		p := &v1alpha1.PowerCycleRemediation{}
+		p.Status.Phase = v1alpha1.PhaseFailed
+		p.Status.Attempts = make([]v1alpha1.PowerCycleAttempt, attempts)
+		p.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionSucceeded, Status: metav1.ConditionFalse, Reason: reason}}
+		return p
+	}
+	for name, tc := range map[string]struct {
+		p    *v1alpha1.PowerCycleRemediation
+		want bool
+	}{
+		"namespace not trusted":                     {failed(v1alpha1.ReasonNamespaceNotTrusted, 0), true},
+		"node in a workload cluster":                {failed(v1alpha1.ReasonNodeNotInThisCluster, 0), true},
+		"a refusal reason after an attempt":         {failed(v1alpha1.ReasonNamespaceNotTrusted, 1), false},
+		"lease held by another, before any attempt": {failed(v1alpha1.ReasonLeaseHeldByOther, 0), false},
+		"retries exhausted":                         {failed(v1alpha1.ReasonRetriesExhausted, 2), false},
+		"not started":                               {&v1alpha1.PowerCycleRemediation{}, false},
+		"a refusal reason on a request not failed (yet)": {func() *v1alpha1.PowerCycleRemediation {
+			p := failed(v1alpha1.ReasonNamespaceNotTrusted, 0)
+			p.Status.Phase = v1alpha1.PhasePending
+			return p
+		}(), false},
+	} {
+		t.Run(name, func(t *testing.T) { NewWithT(t).Expect(refused(tc.p)).To(Equal(tc.want)) })
+	}
+}
