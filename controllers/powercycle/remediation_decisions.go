@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // The decisions of the state machine that need no API call: pure functions of the observed objects and
@@ -294,21 +295,24 @@ func busySibling(siblings []v1alpha1.PowerCycleRemediation) *v1alpha1.PowerCycle
 const remediationHolderPrefix = remediationKind + "-"
 
 // takeOverFrom reports whether a request may take the node lease held by holder, a PowerCycleRemediation
-// of the same Node that let go of it: timed out or being deleted (found among siblings), or gone
-// (found nowhere: known tells whether a request of that name exists at all, on any node).
-func takeOverFrom(holder string, self *v1alpha1.PowerCycleRemediation, siblings []v1alpha1.PowerCycleRemediation, known func(name string) bool) bool {
-	name, ok := strings.CutPrefix(holder, remediationHolderPrefix)
-	if !ok || name == "" || name == self.Name {
+// of the same Node that let go of it: timed out or being deleted (found among siblings), or gone (found
+// nowhere: known tells whether another request of that name exists in that namespace, on any node). The
+// holder is the request of that name in the namespace the lease records; a lease that records none was
+// written before holders recorded theirs, and may be any request's of that name, this one's included: it
+// is this one's only when no other request of the name exists.
+func takeOverFrom(holder leases.Holder, self *v1alpha1.PowerCycleRemediation, siblings []v1alpha1.PowerCycleRemediation, known func(name, namespace string) bool) bool {
+	name, ok := strings.CutPrefix(holder.Identity, remediationHolderPrefix)
+	if !ok || name == "" || (name == self.Name && holder.Namespace == self.Namespace) {
 		return false
 	}
 	found := false
 	for i := range siblings {
-		if p := &siblings[i]; p.Name == name {
+		if p := &siblings[i]; p.Name == name && (holder.Namespace == "" || p.Namespace == holder.Namespace) {
 			found = true
 			if !deleting(p) && !timedOutMark(p) {
 				return false // it still acts on the Node
 			}
 		}
 	}
-	return found || !known(name)
+	return found || !known(name, holder.Namespace)
 }

@@ -1,13 +1,16 @@
 package powercycle
 
 import (
+	"slices"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/pkg/leases"
 	"github.com/metalheal/metalheal/test/redfish-mock/redfishmock"
 )
 
@@ -19,7 +22,8 @@ import (
 func TestRemediationTrustSecondPass(t *testing.T) {
 	api := startAPIServer(t)
 	for name, scenario := range map[string]func(*testing.T, *apiServer){
-		"RefusedRequestIsNoSibling": testRefusedRequestIsNoSibling,
+		"RefusedRequestIsNoSibling":      testRefusedRequestIsNoSibling,
+		"SameNameInTwoNamespacesOneHand": testSameNameInTwoNamespaces,
 	} {
 		t.Run(name, func(t *testing.T) { scenario(t, api) })
 	}
@@ -108,6 +112,67 @@ func testRefusedRequestIsNoSibling(t *testing.T, api *apiServer) {
 			g.Expect(events).NotTo(ContainElement(HavePrefix("Normal HandedOver")), "nothing to hand the Node over to")
 			g.Expect(resets(m)).To(Equal([]string{"ForceOff"}), "power-off: the host stays off, as without the refused request")
 			g.Expect(m.PowerState("1")).To(Equal(redfishmock.PowerOff))
+		})
+	}
+}
+
+// Item 3. Two trusted namespaces each hold a request of the same name for the same Node (a lease holder
+// identity, "PowerCycleRemediation-<name>", names no namespace). Only one of them acts on the host: one
+// power-off reaches the BMC, one request ever holds the node lease, and the other waits in Pending with
+// LeaseAcquired=False. Once the first is deleted the other takes the lease over and carries on, finding
+// the host off already: still one power-off.
+func testSameNameInTwoNamespaces(t *testing.T, api *apiServer) {
+	for _, tc := range []struct {
+		name        string
+		listedFirst bool // the request in the listed namespace is reconciled first
+	}{
+		{name: "the manager's namespace reconciled first"},
+		{name: "the listed namespace reconciled first", listedFirst: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			w, m, node := oneMockHost(t, api, func(m *redfishmock.Mock) *redfishmock.Mock { return m.WithPowerDelay(3 * time.Second) })
+			listed := w.namespace("cluster-b")
+			w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.TrustedNamespaces = []string{listed} }
+			r := w.reconciler()
+			a := w.remediationIn(w.ns, node, node, spec(powerOff, 1))
+			b := w.remediationIn(listed, node, node, spec(powerOff, 1))
+			order := []client.ObjectKey{a, b}
+			if tc.listedFirst {
+				order = []client.ObjectKey{b, a}
+			}
+			holds := func(key client.ObjectKey) bool {
+				return w.exists(key) && conditionOf(w.get(key), v1alpha1.ConditionLeaseAcquired).Status == metav1.ConditionTrue
+			}
+			oneHand := func() {
+				g.Expect(holds(a) && holds(b)).To(BeFalse(), "both requests hold the node lease")
+				offs := slices.DeleteFunc(resets(m), func(r string) bool { return r != "ForceOff" })
+				g.Expect(len(offs)).To(BeNumerically("<=", 1), "a second power-off: %v", resets(m))
+			}
+			w.together(r, order, oneHand, func() bool {
+				return w.get(order[0]).Status.Phase == v1alpha1.PhaseSucceeded && w.clock.Now().Sub(epoch) > 2*time.Minute
+			})
+
+			winner, waiter := w.get(order[0]), w.get(order[1])
+			g.Expect(conditionOf(winner, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonFenced, metav1.ConditionTrue))
+			g.Expect(waiter.Status.Phase).To(Equal(v1alpha1.PhasePending), "the other waits")
+			g.Expect(waiter.Status.Attempts).To(BeEmpty())
+			g.Expect(conditionOf(waiter, v1alpha1.ConditionLeaseAcquired)).To(MatchFields(v1alpha1.ReasonLeaseHeldByOther, metav1.ConditionFalse))
+			g.Expect(resets(m)).To(Equal([]string{"ForceOff"}), "one power-off")
+			g.Expect(holderOf(w.lease(node))).To(Equal("PowerCycleRemediation-"+node), "medik8s' holder form is kept")
+			g.Expect(w.lease(node).Annotations).To(HaveKeyWithValue(leases.AnnotationHolderNamespace, order[0].Namespace))
+
+			// The first request is deleted: the other takes the node lease over and fences the host it
+			// finds off, with no power request of its own.
+			w.must(w.c.Delete(w.ctx, winner))
+			w.together(r, order, oneHand, func() bool {
+				return !w.exists(order[0]) && w.get(order[1]).Status.Phase == v1alpha1.PhaseSucceeded
+			})
+			g.Expect(conditionOf(w.get(order[1]), v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonFenced, metav1.ConditionTrue))
+			g.Expect(resets(m)).To(Equal([]string{"ForceOff"}))
+			g.Expect(w.lease(node).Annotations).To(HaveKeyWithValue(leases.AnnotationHolderNamespace, order[1].Namespace))
+			g.Expect(w.lease(node).Spec.LeaseTransitions).To(HaveValue(Equal(int32(1))), "taken over in one update")
+			g.Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
 		})
 	}
 }
