@@ -168,17 +168,6 @@ func terminal(p v1alpha1.PowerCyclePhase) bool {
 	return p == v1alpha1.PhaseSucceeded || p == v1alpha1.PhaseFailed
 }
 
-// hostMayBeOffByUs reports whether, in phase, the host may be powered off because of the remediation:
-// cleanup then powers it back on (unless the strategy is power-off).
-func hostMayBeOffByUs(p v1alpha1.PowerCyclePhase) bool {
-	switch p {
-	case v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn,
-		v1alpha1.PhaseRetrying, v1alpha1.PhaseEscalating, v1alpha1.PhaseFailed:
-		return true
-	}
-	return false
-}
-
 // One hand per host: what a request decides from the other requests of its Node (its siblings), read
 // from the cache. A request's siblings never include itself, nor a request the remediator never acts on
 // (see RemediationReconciler.actsOn).

@@ -37,8 +37,9 @@ import (
 //     as it is (release, in remediation_cleanup.go);
 //   - a request that has not started waits while a sibling is still letting go (awaitHandOver), and takes
 //     the node lease over from a sibling that let go of it (leaseTakeOver): no moment where it is free;
-//   - the taints belong to the Node's remediations together (AnnotationAppliedTaints): they stay from the
-//     first confirmed power-off until the last remediation of the Node ends;
+//   - the taints belong to the Node's remediations together (their status.appliedTaints, passed on with
+//     the Node: see remediation_node.go): they stay from the first confirmed power-off until the last
+//     remediation of the Node ends;
 //   - a request the remediator never acts on (actsOn) is none of these: not a sibling, not a holder.
 
 // siblings returns the other PowerCycleRemediations of the request's node that the remediator acts on

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -22,8 +23,10 @@ import (
 func TestRemediationTrustSecondPass(t *testing.T) {
 	api := startAPIServer(t)
 	for name, scenario := range map[string]func(*testing.T, *apiServer){
-		"RefusedRequestIsNoSibling":      testRefusedRequestIsNoSibling,
-		"SameNameInTwoNamespacesOneHand": testSameNameInTwoNamespaces,
+		"RefusedRequestIsNoSibling":           testRefusedRequestIsNoSibling,
+		"SameNameInTwoNamespacesOneHand":      testSameNameInTwoNamespaces,
+		"AnnotationNamingAnAdminsTaint":       testAnnotationNamingAnAdminsTaint,
+		"NodeDeletedUnderAFencedHostStaysOff": testNodeDeletedUnderAFencedHost,
 	} {
 		t.Run(name, func(t *testing.T) { scenario(t, api) })
 	}
@@ -173,6 +176,106 @@ func testSameNameInTwoNamespaces(t *testing.T, api *apiServer) {
 			g.Expect(w.lease(node).Annotations).To(HaveKeyWithValue(leases.AnnotationHolderNamespace, order[1].Namespace))
 			g.Expect(w.lease(node).Spec.LeaseTransitions).To(HaveValue(Equal(int32(1))), "taken over in one update")
 			g.Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
+			g.Expect(w.get(order[1]).Status.AppliedTaints).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService),
+				"the record of the taints went with the Node")
+		})
+	}
+}
+
+// Item 8, taints. An administrator put the out-of-service taint on a Node (with the very value metalheal
+// uses). A DaemonSet that may patch Node annotations writes remediation.metalheal.io/applied-taints
+// naming it, before a power-off request fences the host or while it is fenced. When the request is
+// deleted, metalheal's own remediation taint goes and the administrator's out-of-service taint stays.
+func testAnnotationNamingAnAdminsTaint(t *testing.T, api *apiServer) {
+	const appliedTaints = "remediation.metalheal.io/applied-taints"
+	for _, tc := range []struct {
+		name   string
+		before bool // the annotation is written before the request starts, else while the host is fenced
+	}{
+		{name: "written before the remediation", before: true},
+		{name: "written while the host is fenced"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			w, m, node := oneMockHost(t, api, nil)
+			admins := corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: v1alpha1.TaintOutOfServiceValue, Effect: corev1.TaintEffectNoExecute}
+			n := w.getNode(node)
+			n.Spec.Taints = append(n.Spec.Taints, admins)
+			w.must(w.c.Update(w.ctx, n))
+			daemonSet := func() {
+				n := w.getNode(node)
+				if n.Annotations == nil {
+					n.Annotations = map[string]string{}
+				}
+				n.Annotations[appliedTaints] = v1alpha1.TaintOutOfService
+				w.must(w.c.Update(w.ctx, n))
+			}
+			if tc.before {
+				daemonSet()
+			}
+			r := w.reconciler()
+			key := w.remediationIn(w.ns, node, node, spec(powerOff, 1))
+			w.drive(key, same(r), nil, untilPhase(v1alpha1.PhaseSucceeded))
+			g.Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
+			if !tc.before {
+				daemonSet()
+			}
+
+			w.must(w.c.Delete(w.ctx, w.get(key)))
+			w.drive(key, same(r), nil, untilSettled)
+			g.Expect(w.taintKeys(node)).To(Equal([]string{v1alpha1.TaintOutOfService}), "the administrator's taint stays")
+			g.Expect(w.getNode(node).Spec.Taints).To(ContainElement(HaveField("Key", admins.Key)))
+			g.Expect(resets(m)).To(Equal([]string{"ForceOff"}))
+		})
+	}
+}
+
+// Item 8, Node deletion. A host is left off and fenced (power-off, or an escalation that gave up); then
+// its Node is deleted, and the garbage collector deletes the requests the Node owns (here the test
+// deletes them, as the collector would: envtest runs none). Whoever may delete a Node must not make
+// metalheal power a fenced host on: the BMC receives no power-on.
+func testNodeDeletedUnderAFencedHost(t *testing.T, api *apiServer) {
+	for _, tc := range []struct {
+		name string
+		// steps are the strategies of the Node's requests, oldest first: an escalation makes step 2 while
+		// step 1 (timed out) still holds the host.
+		steps       []v1alpha1.Strategy
+		newestFirst bool
+	}{
+		{name: "power-off", steps: []v1alpha1.Strategy{powerOff}},
+		{name: "escalation left fenced", steps: []v1alpha1.Strategy{escalate}},
+		{name: "escalate, then power-off; the oldest reconciled first", steps: []v1alpha1.Strategy{escalate, powerOff}},
+		{name: "escalate, then power-off; the newest reconciled first", steps: []v1alpha1.Strategy{escalate, powerOff}, newestFirst: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			w, m, node := oneMockHost(t, api, nil)
+			r := w.reconciler()
+			var keys []client.ObjectKey
+			for i, s := range tc.steps {
+				if i > 0 {
+					w.markTimedOut(keys[i-1])
+				}
+				key := w.stepRequest(node, node+"-"+string(s), spec(s, 1), false)
+				keys = append(keys, key)
+				w.together(r, keys, nil, func() bool { return terminal(w.get(key).Status.Phase) && (i == 0 || handedOver(w.get(keys[0]))) })
+			}
+			g.Expect(m.PowerState("1")).To(Equal(redfishmock.PowerOff))
+			g.Expect(w.taintKeys(node)).To(ContainElement(v1alpha1.TaintOutOfService))
+			before := resets(m)
+
+			w.must(w.c.Delete(w.ctx, w.getNode(node)))
+			for _, key := range keys {
+				w.must(w.c.Delete(w.ctx, w.get(key)))
+			}
+			order := slices.Clone(keys)
+			if tc.newestFirst {
+				slices.Reverse(order)
+			}
+			w.together(r, order, nil, func() bool { return !slices.ContainsFunc(keys, w.exists) })
+
+			g.Expect(resets(m)).To(Equal(before), "no power request after the Node was deleted")
+			g.Expect(m.PowerState("1")).To(Equal(redfishmock.PowerOff), "the fenced host stays off")
 		})
 	}
 }
