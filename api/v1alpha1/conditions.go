@@ -123,10 +123,10 @@ const (
 	// TaintRemediation (NoSchedule) marks a Node being remediated by metalheal.
 	TaintRemediation = "remediation.metalheal.io/power-cycle"
 
-	// AnnotationAppliedTaints on a Node lists, comma-separated, the keys of the taints metalheal's
-	// remediations added to it and have not removed yet. It is written with the taints, in the same update,
-	// and lets whichever request of the Node ends last remove them, whoever added them; a taint the Node
-	// had before (an administrator's out-of-service taint, say) is never listed.
+	// AnnotationAppliedTaints is a Node annotation that earlier versions wrote to list the taints
+	// metalheal's remediations added. It is no longer written or read: anyone who may patch a Node's
+	// annotations could write it, so which taints are metalheal's is recorded only in the requests'
+	// status.appliedTaints. The remediator drops it from a Node it untaints.
 	AnnotationAppliedTaints = "remediation.metalheal.io/applied-taints"
 
 	// FinalizerPowerCycle lets the remediator power the host back on and clean up before a request goes.

@@ -24,8 +24,10 @@
 // a host confirmed off) and hands the host over as it is, reporting Processing=False, HandedOver; it
 // restores nothing. A deleted request restores the Node (power-on unless power-off is its strategy,
 // metalheal's taints, the node lease) only as the last remediation of the Node: one deleted while another
-// request of the Node lives lets go without touching anything, and of several deleted at once the newest
-// restores. The taints belong to the Node's remediations together (the Node's applied-taints
-// annotation), and the node lease passes from a request that let go of the Node to the next in one
-// update. See remediation_handover.go and docs/powercycle.md.
+// request of the Node lives lets go without touching anything but passing on its record of the taints,
+// and of several deleted at once the newest restores. The taints belong to the Node's remediations
+// together (recorded in their status only: nothing on a Node, which many may write, is taken as a
+// record), and the node lease passes from a request that let go of the Node to the next in one update.
+// A request the remediator refused is no remediation of its Node (actsOn). See remediation_handover.go
+// and docs/powercycle.md.
 package powercycle

@@ -31,8 +31,9 @@ func (r *RemediationReconciler) cleanup(ctx context.Context, s *scope) (ctrl.Res
 }
 
 // release lets go of the node of a deleted request, by what the node's other requests are doing (see
-// onDeletion): another request of the node that is not being deleted gets the node as it is (the finalizer
-// goes, and nothing else is touched: not the power, not the taints, not the lease it relies on); of
+// onDeletion): another request of the node that is not being deleted gets the node as it is, with this
+// request's record of the taints (passRecord; then the finalizer goes, and nothing else is touched: not the
+// power, not the taints, not the lease it relies on); of
 // several deleted together, the newest restores the node and the others wait until it has (see
 // onDeletion); the last one restores (restore).
 func (r *RemediationReconciler) release(ctx context.Context, s *scope) (ctrl.Result, error) {
@@ -46,6 +47,9 @@ func (r *RemediationReconciler) release(ctx context.Context, s *scope) (ctrl.Res
 	action, other := onDeletion(s.pcr, siblings)
 	switch action {
 	case releaseHandOver:
+		if retry, err := r.passRecord(ctx, s, other); err != nil || retry {
+			return ctrl.Result{RequeueAfter: r.opts.PowerPollInterval}, err
+		}
 		msg := fmt.Sprintf("Deleted while %s/%s remediates node %s: the node is left to it as it is",
 			other.Namespace, other.Name, s.status().NodeName)
 		r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeNormal, EventHandedOver, ActionCleanUp, "%s", msg)
@@ -60,8 +64,8 @@ func (r *RemediationReconciler) release(ctx context.Context, s *scope) (ctrl.Res
 }
 
 // restore ends the last remediation of the node: the host is powered back on (see needsPowerOn), the
-// taints of metalheal's remediations are removed (those the node's AnnotationAppliedTaints lists, and
-// those recorded by this request and by the others deleted with it), the node lease is released if one
+// taints of metalheal's remediations are removed (those recorded by this request and by the others
+// deleted with it), the node lease is released if one
 // of them holds it, and only then does the finalizer go. Each wait of the power-on (for a power-off the
 // BMC accepted to land, then for the host to come on) is bounded by powerOffTimeoutSeconds: a dead BMC
 // does not keep the request forever (a warning says the host was left as it was). The node is read from
@@ -76,6 +80,9 @@ func (r *RemediationReconciler) restore(ctx context.Context, s *scope, siblings 
 		records = append(records, siblings[i].Status.AppliedTaints)
 	}
 	var note string
+	if node == nil && s.status().NodeName != "" {
+		note = fmt.Sprintf("node %s is gone: its host was left as it is, not powered on", s.status().NodeName)
+	}
 	if r.needsPowerOn(s, siblings, node, records) {
 		var done bool
 		var res ctrl.Result
@@ -134,13 +141,22 @@ func (r *RemediationReconciler) readNodeLive(ctx context.Context, s *scope) (*co
 }
 
 // needsPowerOn reports whether restore must make sure the host is on: the strategy is not power-off, no
-// Machine was deleted (by this request or another deleted with it), and a remediation of the node may have
-// left the host off: the node still carries one of metalheal's taints (they go on before the first
-// power-off, and come off when the host is back or the node is restored; a request that waited for another
-// to restore finds none), or, for a node that is gone, this request's own phase says so.
+// Machine was deleted (by this request or another deleted with it), the Node still exists, and a
+// remediation of the node may have left the host off: the node still carries one of the taints metalheal's
+// requests recorded (they go on before the first power-off, and come off when the host is back or the node
+// is restored; a request that waited for another to restore finds none).
+//
+// A host whose Node is gone is never powered on, whatever the strategy. Deleting a Node deletes the
+// requests it owns (the garbage collector, by their owner reference), and that deletion is no health
+// check's verdict that the node is healthy again: it says nothing of the host but that the cluster no
+// longer counts it. Powering the host on then would let whoever may delete a Node switch on a host that
+// was fenced (power-off, an escalation left off), and a request of the Node that was handed over (an
+// earlier escalation step) would do it after the last step had left it off. A host left off mid-cycle
+// (reboot, escalate) stays off too: the CleanedUp event says so, and whoever deleted the Node powers it
+// on when it is to come back.
 func (r *RemediationReconciler) needsPowerOn(s *scope, siblings []v1alpha1.PowerCycleRemediation, node *corev1.Node, records [][]string) bool {
 	st := s.status()
-	if s.spec.strategy == v1alpha1.StrategyPowerOff || st.NodeName == "" {
+	if s.spec.strategy == v1alpha1.StrategyPowerOff || st.NodeName == "" || node == nil {
 		return false
 	}
 	machineDeleted := func(conditions []metav1.Condition) bool {
@@ -151,9 +167,6 @@ func (r *RemediationReconciler) needsPowerOn(s *scope, siblings []v1alpha1.Power
 		return machineDeleted(p.Status.Conditions)
 	}) {
 		return false
-	}
-	if node == nil {
-		return len(st.Attempts) > 0 && hostMayBeOffByUs(st.Phase)
 	}
 	return markedByUs(node, append(records, st.AppliedTaints)...)
 }

@@ -211,17 +211,24 @@ func (r *RemediationReconciler) remediationsOfBMC(ctx context.Context, o client.
 	return r.remediationsFor(ctx, b.Spec.NodeName, nil)
 }
 
-// remediationsOn returns the remediations acting on a node, read from the cache's index without copying:
-// read them, never change them. Requests in namespaces the remediator does not trust are left out: they
-// never act on the node, and must not stand in the way of those that do. None when the cache cannot be
-// read (logged).
+// actsOn reports whether the remediator acts, or may yet act, on request p: p is in a namespace it
+// trusts and was not refused for good (see refused). A request it never acts on holds nothing and must
+// not stand in the way of those it does: it is nobody's sibling (so a deleted request never hands its
+// Node over to it), it maps no event to others, and a node lease is never kept for it. Every decision
+// that reads the other requests of a Node, or looks a lease's holder up, reads them through this.
+func (r *RemediationReconciler) actsOn(p *v1alpha1.PowerCycleRemediation) bool {
+	return r.trusts(p.Namespace) && !refused(p)
+}
+
+// remediationsOn returns the remediations acting on a node (see actsOn), read from the cache's index
+// without copying: read them, never change them. None when the cache cannot be read (logged).
 func (r *RemediationReconciler) remediationsOn(ctx context.Context, nodeName string) []v1alpha1.PowerCycleRemediation {
 	var list v1alpha1.PowerCycleRemediationList
 	if err := r.opts.Client.List(ctx, &list, client.MatchingFields{remediationNodeIndex: nodeName}, client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing the remediations of a node", "node", nodeName)
 		return nil
 	}
-	return slices.DeleteFunc(list.Items, func(p v1alpha1.PowerCycleRemediation) bool { return !r.trusts(p.Namespace) })
+	return slices.DeleteFunc(list.Items, func(p v1alpha1.PowerCycleRemediation) bool { return !r.actsOn(&p) })
 }
 
 // remediationsFor maps a node to the remediations acting on it, those keep lets through (all when keep is

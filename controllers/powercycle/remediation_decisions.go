@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // The decisions of the state machine that need no API call: pure functions of the observed objects and
@@ -167,19 +168,27 @@ func terminal(p v1alpha1.PowerCyclePhase) bool {
 	return p == v1alpha1.PhaseSucceeded || p == v1alpha1.PhaseFailed
 }
 
-// hostMayBeOffByUs reports whether, in phase, the host may be powered off because of the remediation:
-// cleanup then powers it back on (unless the strategy is power-off).
-func hostMayBeOffByUs(p v1alpha1.PowerCyclePhase) bool {
-	switch p {
-	case v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn,
-		v1alpha1.PhaseRetrying, v1alpha1.PhaseEscalating, v1alpha1.PhaseFailed:
-		return true
-	}
-	return false
+// One hand per host: what a request decides from the other requests of its Node (its siblings), read
+// from the cache. A request's siblings never include itself, nor a request the remediator never acts on
+// (see RemediationReconciler.actsOn).
+
+// refusalReasons are the reasons the remediator refuses a request for good, before it does anything for
+// it: such a request ends Failed with no attempt, Succeeded=False with one of them. A refusal added
+// elsewhere is one more line here.
+var refusalReasons = []string{
+	v1alpha1.ReasonNamespaceNotTrusted,
+	v1alpha1.ReasonNodeNotInThisCluster,
 }
 
-// One hand per host: what a request decides from the other requests of its Node (its siblings), read
-// from the cache. A request's siblings never include itself.
+// refused reports whether the remediator refused p for good (see refusalReasons): it never acted on its
+// Node, and never will. Only the remediator writes what this reads (the status).
+func refused(p *v1alpha1.PowerCycleRemediation) bool {
+	if p.Status.Phase != v1alpha1.PhaseFailed || len(p.Status.Attempts) > 0 {
+		return false
+	}
+	c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionSucceeded)
+	return c != nil && c.Status == metav1.ConditionFalse && slices.Contains(refusalReasons, c.Reason)
+}
 
 // holdsNode reports whether p still holds our finalizer: whatever it did to its Node is not settled yet.
 func holdsNode(p *v1alpha1.PowerCycleRemediation) bool {
@@ -275,21 +284,24 @@ func busySibling(siblings []v1alpha1.PowerCycleRemediation) *v1alpha1.PowerCycle
 const remediationHolderPrefix = remediationKind + "-"
 
 // takeOverFrom reports whether a request may take the node lease held by holder, a PowerCycleRemediation
-// of the same Node that let go of it: timed out or being deleted (found among siblings), or gone
-// (found nowhere: known tells whether a request of that name exists at all, on any node).
-func takeOverFrom(holder string, self *v1alpha1.PowerCycleRemediation, siblings []v1alpha1.PowerCycleRemediation, known func(name string) bool) bool {
-	name, ok := strings.CutPrefix(holder, remediationHolderPrefix)
-	if !ok || name == "" || name == self.Name {
+// of the same Node that let go of it: timed out or being deleted (found among siblings), or gone (found
+// nowhere: known tells whether another request of that name exists in that namespace, on any node). The
+// holder is the request of that name in the namespace the lease records; a lease that records none was
+// written before holders recorded theirs, and may be any request's of that name, this one's included: it
+// is this one's only when no other request of the name exists.
+func takeOverFrom(holder leases.Holder, self *v1alpha1.PowerCycleRemediation, siblings []v1alpha1.PowerCycleRemediation, known func(name, namespace string) bool) bool {
+	name, ok := strings.CutPrefix(holder.Identity, remediationHolderPrefix)
+	if !ok || name == "" || (name == self.Name && holder.Namespace == self.Namespace) {
 		return false
 	}
 	found := false
 	for i := range siblings {
-		if p := &siblings[i]; p.Name == name {
+		if p := &siblings[i]; p.Name == name && (holder.Namespace == "" || p.Namespace == holder.Namespace) {
 			found = true
 			if !deleting(p) && !timedOutMark(p) {
 				return false // it still acts on the Node
 			}
 		}
 	}
-	return found || !known(name)
+	return found || !known(name, holder.Namespace)
 }

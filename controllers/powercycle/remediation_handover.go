@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -36,13 +37,16 @@ import (
 //     as it is (release, in remediation_cleanup.go);
 //   - a request that has not started waits while a sibling is still letting go (awaitHandOver), and takes
 //     the node lease over from a sibling that let go of it (leaseTakeOver): no moment where it is free;
-//   - the taints belong to the Node's remediations together (AnnotationAppliedTaints): they stay from the
-//     first confirmed power-off until the last remediation of the Node ends.
+//   - the taints belong to the Node's remediations together (their status.appliedTaints, passed on with
+//     the Node: see remediation_node.go): they stay from the first confirmed power-off until the last
+//     remediation of the Node ends;
+//   - a request the remediator never acts on (actsOn) is none of these: not a sibling, not a holder.
 
-// siblings returns the other PowerCycleRemediations of the request's node, read from the cache's node
-// index without copying: read them, never change them. Clean-up decides by them, so a failed read is an
-// error, never "none"; a client without the index (one that reads the API server itself) lists them all
-// and picks.
+// siblings returns the other PowerCycleRemediations of the request's node that the remediator acts on
+// (see actsOn: a refused request, or one in a namespace not trusted, is nobody's sibling), read from the
+// cache's node index without copying: read them, never change them. Clean-up decides by them, so a failed
+// read is an error, never "none"; a client without the index (one that reads the API server itself) lists
+// them all and picks.
 func (r *RemediationReconciler) siblings(ctx context.Context, s *scope) ([]v1alpha1.PowerCycleRemediation, error) {
 	node := remediationNodeKey(s.pcr)
 	var list v1alpha1.PowerCycleRemediationList
@@ -60,26 +64,33 @@ func (r *RemediationReconciler) siblings(ctx context.Context, s *scope) ([]v1alp
 			}
 		}
 	}
-	return slices.DeleteFunc(items, func(p v1alpha1.PowerCycleRemediation) bool { return p.UID == s.pcr.UID }), nil
+	return slices.DeleteFunc(items, func(p v1alpha1.PowerCycleRemediation) bool { return p.UID == s.pcr.UID || !r.actsOn(&p) }), nil
 }
 
-// requestNamed reports whether a PowerCycleRemediation of that name exists in the cache, in any
-// namespace, on any node (a lease holder identity names no namespace). Rare: only for a lease held by a
-// request that is not among the node's.
-func (r *RemediationReconciler) requestNamed(ctx context.Context, name string) (bool, error) {
+// requestNamed reports whether a PowerCycleRemediation the remediator acts on (see actsOn) exists in the
+// cache by that name, in namespace (any, for ""), on any node, besides the request with UID except. Rare:
+// only for a lease held by a request that is not among the node's.
+func (r *RemediationReconciler) requestNamed(ctx context.Context, name, namespace string, except types.UID) (bool, error) {
 	var all v1alpha1.PowerCycleRemediationList
-	if err := r.opts.Client.List(ctx, &all, client.UnsafeDisableDeepCopy); err != nil {
+	opts := []client.ListOption{client.UnsafeDisableDeepCopy}
+	if namespace != "" {
+		opts = append(opts, client.InNamespace(namespace))
+	}
+	if err := r.opts.Client.List(ctx, &all, opts...); err != nil {
 		return false, fmt.Errorf("listing remediations: %w", err)
 	}
-	return slices.ContainsFunc(all.Items, func(p v1alpha1.PowerCycleRemediation) bool { return p.Name == name }), nil
+	return slices.ContainsFunc(all.Items, func(p v1alpha1.PowerCycleRemediation) bool {
+		return p.Name == name && p.UID != except && r.actsOn(&p)
+	}), nil
 }
 
 // leaseTakeOver returns holder when the request may take the node lease over from it (see takeOverFrom):
 // a PowerCycleRemediation of the same node that was timed out, is being deleted, or is gone. The lease
-// then changes hands in one update (leases.Manager.RequestLeaseFrom), never free in between. Nothing
-// otherwise, and nothing when the cache cannot tell (logged): waiting for a lease is always safe.
-func (r *RemediationReconciler) leaseTakeOver(ctx context.Context, s *scope, holder string) []string {
-	if name, ok := strings.CutPrefix(holder, remediationHolderPrefix); !ok || name == s.pcr.Name {
+// then changes hands in one update (leases.Manager.RequestLeaseFromHolders), never free in between.
+// Nothing otherwise, and nothing when the cache cannot tell (logged): waiting for a lease is always safe.
+func (r *RemediationReconciler) leaseTakeOver(ctx context.Context, s *scope, holder leases.Holder) []leases.Holder {
+	name, ok := strings.CutPrefix(holder.Identity, remediationHolderPrefix)
+	if !ok || (name == s.pcr.Name && holder.Namespace == s.pcr.Namespace) {
 		return nil // no request's, or this one's: nothing to take over, and no list to read
 	}
 	siblings, err := r.siblings(ctx, s)
@@ -88,19 +99,19 @@ func (r *RemediationReconciler) leaseTakeOver(ctx context.Context, s *scope, hol
 		return nil
 	}
 	var lookupErr error
-	known := func(name string) bool {
-		found, err := r.requestNamed(ctx, name)
+	known := func(name, namespace string) bool {
+		found, err := r.requestNamed(ctx, name, namespace, s.pcr.UID)
 		lookupErr = err
 		return found || err != nil
 	}
 	if !takeOverFrom(holder, s.pcr, siblings, known) {
 		if lookupErr != nil {
-			s.log.Error(lookupErr, "Looking for the holder of the node lease", "holder", holder)
+			s.log.Error(lookupErr, "Looking for the holder of the node lease", "holder", holder.String())
 		}
 		return nil
 	}
-	s.log.V(2).Info("Taking the node lease over from a request that let go of the node", "holder", holder)
-	return []string{holder}
+	s.log.V(2).Info("Taking the node lease over from a request that let go of the node", "holder", holder.String())
+	return []leases.Holder{holder}
 }
 
 // awaitHandOver holds a request that has not started yet while another request of its node still lets
@@ -245,7 +256,7 @@ func (r *RemediationReconciler) holdOwnLease(ctx context.Context, s *scope) (ctr
 		return ctrl.Result{}, err
 	}
 	holder, valid, until, err := m.HolderOf(ctx, nodeName)
-	if err != nil || holder != m.HolderIdentity() {
+	if err != nil || !m.Holds(holder) {
 		return ctrl.Result{}, err
 	}
 	half := r.opts.LeaseDuration / 2

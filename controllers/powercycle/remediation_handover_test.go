@@ -21,6 +21,7 @@ import (
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/pkg/bmc"
+	"github.com/metalheal/metalheal/pkg/leases"
 	"github.com/metalheal/metalheal/test/redfish-mock/redfishmock"
 )
 
@@ -448,7 +449,7 @@ func testAdminsOutOfServiceTaintStays(t *testing.T, api *apiServer) {
 	})
 	g.Expect(w.get(stepOne).Status.AppliedTaints).To(ConsistOf(v1alpha1.TaintRemediation))
 	g.Expect(w.get(stepTwo).Status.AppliedTaints).To(ConsistOf(v1alpha1.TaintRemediation))
-	g.Expect(w.getNode(node).Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationAppliedTaints, v1alpha1.TaintRemediation))
+	g.Expect(w.getNode(node).Annotations).NotTo(HaveKey(v1alpha1.AnnotationAppliedTaints), "the record is in the requests' status, not on the Node")
 
 	w.must(w.c.Delete(w.ctx, w.get(stepOne)))
 	w.must(w.c.Delete(w.ctx, w.get(stepTwo)))
@@ -598,24 +599,45 @@ func TestHandOverDecisions(t *testing.T) {
 
 	t.Run("takeOverFrom", func(t *testing.T) {
 		self := request("b", 10)
-		known := func(names ...string) func(string) bool {
-			return func(n string) bool { return slices.Contains(names, n) }
+		// known says which requests exist besides self, as "namespace/name".
+		known := func(names ...string) func(string, string) bool {
+			return func(n, ns string) bool {
+				return slices.ContainsFunc(names, func(k string) bool {
+					kns, kn, _ := strings.Cut(k, "/")
+					return kn == n && (ns == "" || kns == ns)
+				})
+			}
 		}
+		in := func(ns string, p v1alpha1.PowerCycleRemediation) v1alpha1.PowerCycleRemediation {
+			p.Namespace = ns
+			return p
+		}
+		holder := func(identity, ns string) leases.Holder { return leases.Holder{Identity: identity, Namespace: ns} }
 		for _, tc := range []struct {
 			name     string
-			holder   string
+			holder   leases.Holder
 			siblings sibs
-			known    func(string) bool
+			known    func(string, string) bool
 			want     bool
 		}{
-			{name: "a sibling timed out", holder: "PowerCycleRemediation-a", siblings: sibs{request("a", 5, timedOut)}, known: known("a"), want: true},
-			{name: "a sibling being deleted", holder: "PowerCycleRemediation-a", siblings: sibs{request("a", 5, deleted)}, known: known("a"), want: true},
-			{name: "a sibling at work", holder: "PowerCycleRemediation-a", siblings: sibs{request("a", 5)}, known: known("a")},
-			{name: "a request that is gone", holder: "PowerCycleRemediation-a", known: known(), want: true},
-			{name: "a request of that name elsewhere", holder: "PowerCycleRemediation-a", known: known("a")},
-			{name: "node-maintenance", holder: "node-maintenance", known: known(), want: false},
-			{name: "its health check", holder: owningCheckHolder, known: known(), want: false},
-			{name: "itself", holder: "PowerCycleRemediation-b", known: known()},
+			{name: "a sibling timed out", holder: holder("PowerCycleRemediation-a", "ns"), siblings: sibs{request("a", 5, timedOut)}, known: known("ns/a"), want: true},
+			{name: "a sibling being deleted", holder: holder("PowerCycleRemediation-a", "ns"), siblings: sibs{request("a", 5, deleted)}, known: known("ns/a"), want: true},
+			{name: "a sibling at work", holder: holder("PowerCycleRemediation-a", "ns"), siblings: sibs{request("a", 5)}, known: known("ns/a")},
+			{name: "a request that is gone", holder: holder("PowerCycleRemediation-a", "ns"), known: known(), want: true},
+			{name: "a request of that name elsewhere", holder: holder("PowerCycleRemediation-a", "ns"), known: known("ns/a")},
+			{name: "node-maintenance", holder: holder("node-maintenance", ""), known: known(), want: false},
+			{name: "its health check", holder: holder(owningCheckHolder, ""), known: known(), want: false},
+			{name: "itself", holder: holder("PowerCycleRemediation-b", "ns"), known: known()},
+			{name: "its namesake in another namespace, at work", holder: holder("PowerCycleRemediation-b", "other"),
+				siblings: sibs{in("other", request("b", 5))}, known: known("other/b")},
+			{name: "its namesake in another namespace, timed out", holder: holder("PowerCycleRemediation-b", "other"),
+				siblings: sibs{in("other", request("b", 5, timedOut))}, known: known("other/b"), want: true},
+			{name: "a timed-out sibling's namesake holds it, at work elsewhere", holder: holder("PowerCycleRemediation-a", "other"),
+				siblings: sibs{request("a", 5, timedOut)}, known: known("ns/a", "other/a")},
+			{name: "a lease of its own name recording no namespace (an earlier version's), no namesake", holder: holder("PowerCycleRemediation-b", ""),
+				known: known(), want: true},
+			{name: "a lease of its own name recording no namespace, a namesake at work", holder: holder("PowerCycleRemediation-b", ""),
+				siblings: sibs{in("other", request("b", 5))}, known: known("other/b")},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				g := NewWithT(t)

@@ -24,10 +24,29 @@ import (
 // metalheal's as "NodeHealthCheck.remediation.metalheal.io-<name>").
 const reasonLeaseHeldByOwner = "LeaseHeldByOwner"
 
-// leaseManager is the node lease manager acting as this remediation: "PowerCycleRemediation-<name>".
+// leaseManager is the node lease manager acting as this remediation: holder identity
+// "PowerCycleRemediation-<name>", the form medik8s' peers and metalheal's health checks read (a check takes
+// the lease over from the remediator of its own request by that identity), with the request's namespace
+// recorded beside it on the Lease (leases.AnnotationHolderNamespace), which only the remediator reads: two
+// requests of one name in two namespaces are two holders, so only one of them acts on the host.
 func (r *RemediationReconciler) leaseManager(pcr *v1alpha1.PowerCycleRemediation) (*leases.Manager, error) {
-	return leases.NewManager(r.opts.LeaseClient, leases.HolderIdentity(remediationKind, pcr.Name), r.opts.Clock,
-		leases.WithNamespace(r.opts.LeaseNamespace), leases.WithLiveReader(r.opts.APIReader))
+	return r.leaseManagerAs(leases.Holder{Identity: leases.HolderIdentity(remediationKind, pcr.Name), Namespace: pcr.Namespace})
+}
+
+// leaseManagerAs is the node lease manager acting as holder (a request this one takes the node over from).
+func (r *RemediationReconciler) leaseManagerAs(holder leases.Holder) (*leases.Manager, error) {
+	return leases.NewManager(r.opts.LeaseClient, holder.Identity, r.opts.Clock, leases.WithNamespace(r.opts.LeaseNamespace),
+		leases.WithLiveReader(r.opts.APIReader), leases.WithHolderNamespace(holder.Namespace))
+}
+
+// heldByText names the holder of a lease for a condition or an event: its identity, and "of another
+// namespace" when that identity is this request's own (a request of the same name elsewhere; which
+// namespace is not the requester's to learn).
+func heldByText(m *leases.Manager, holder string) string {
+	if holder == m.HolderIdentity() {
+		return holder + " of another namespace"
+	}
+	return holder
 }
 
 // heldByOwner reports whether holder is one of the remediation's owners, which holds the node for the
@@ -111,15 +130,15 @@ func (r *RemediationReconciler) acquireLease(ctx context.Context, s *scope, node
 	}
 	half := r.opts.LeaseDuration / 2
 	switch {
-	case valid && holder != m.HolderIdentity() && heldByOwner(s.pcr, holder):
-		r.leaseTaken(s, node.Name, holder, reasonLeaseHeldByOwner,
-			fmt.Sprintf("Node lease is held for this remediation by its owner %s", holder))
+	case valid && !m.Holds(holder) && heldByOwner(s.pcr, holder.Identity):
+		r.leaseTaken(s, node.Name, holder.Identity, reasonLeaseHeldByOwner,
+			fmt.Sprintf("Node lease is held for this remediation by its owner %s", holder.Identity))
 		s.leaseRecheck = untilDeadline(until, s.now) + time.Second // in case the owner lets it go
 		return true, 0, nil
-	case valid && holder == m.HolderIdentity() && until.Sub(s.now) > half:
+	case valid && m.Holds(holder) && until.Sub(s.now) > half:
 		s.leaseRecheck = untilDeadline(until.Add(-half), s.now)
 		return true, 0, nil
-	case holder == "" && !valid:
+	case holder.Identity == "" && !valid:
 		// No lease in sight, though we took one less than half a lease ago: the (cached) client has not
 		// seen it yet. Creating it again would only fail; look again when it is due for renewal.
 		if c := s.condition(v1alpha1.ConditionLeaseAcquired); c != nil && c.Status == metav1.ConditionTrue &&
@@ -129,7 +148,7 @@ func (r *RemediationReconciler) acquireLease(ctx context.Context, s *scope, node
 		}
 	}
 
-	err = m.RequestLeaseFrom(ctx, node, r.opts.LeaseDuration, r.leaseTakeOver(ctx, s, holder)...)
+	err = m.RequestLeaseFromHolders(ctx, node, r.opts.LeaseDuration, r.leaseTakeOver(ctx, s, holder)...)
 	var held *leases.AlreadyHeldError
 	if errors.As(err, &held) && heldByOwner(s.pcr, held.Holder) {
 		// The owner took it a moment ago and our cache has not shown it yet (a health check may create
@@ -140,10 +159,11 @@ func (r *RemediationReconciler) acquireLease(ctx context.Context, s *scope, node
 		return true, 0, nil
 	}
 	if errors.As(err, &held) {
-		msg := fmt.Sprintf("Node lease of %s is held by %s until %s", node.Name, held.Holder, held.Until.UTC().Format(timeFormat))
+		by := heldByText(m, held.Holder)
+		msg := fmt.Sprintf("Node lease of %s is held by %s until %s", node.Name, by, held.Until.UTC().Format(timeFormat))
 		if s.setCondition(v1alpha1.ConditionLeaseAcquired, metav1.ConditionFalse, v1alpha1.ReasonLeaseHeldByOther, msg) {
 			r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeWarning, EventNodeLeaseHeld, ActionPowerCycle,
-				"Waiting: node %s is held by %s until %s", node.Name, held.Holder, held.Until.UTC().Format(timeFormat))
+				"Waiting: node %s is held by %s until %s", node.Name, by, held.Until.UTC().Format(timeFormat))
 		}
 		wait := min(untilDeadline(held.Until, s.now)+time.Second, s.spec.backoffMax)
 		return false, wait, nil
@@ -191,9 +211,8 @@ func (r *RemediationReconciler) releaseLease(ctx context.Context, s *scope) erro
 	if err != nil {
 		return fmt.Errorf("reading the node lease of %s: %w", nodeName, err)
 	}
-	if holder != "" && holder != m.HolderIdentity() && len(r.leaseTakeOver(ctx, s, holder)) > 0 {
-		if m, err = leases.NewManager(r.opts.LeaseClient, holder, r.opts.Clock,
-			leases.WithNamespace(r.opts.LeaseNamespace), leases.WithLiveReader(r.opts.APIReader)); err != nil {
+	if holder.Identity != "" && !m.Holds(holder) && len(r.leaseTakeOver(ctx, s, holder)) > 0 {
+		if m, err = r.leaseManagerAs(holder); err != nil {
 			return err
 		}
 	}

@@ -4,20 +4,28 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 )
 
+// Which taints on a Node are metalheal's is recorded only in the status of the Node's requests
+// (status.appliedTaints), which only the remediator writes (and whoever may write a request's status: its
+// health check). Nothing on the Node itself is taken as a record: its annotations and taints are written
+// by many (the kubelet, DaemonSets, admins), and a record there would let any of them make metalheal
+// remove a taint it never added, an administrator's out-of-service taint say. A record goes from request
+// to request of one Node with the Node: one that carries on from another claims the taints the other
+// recorded (claimTaint), and one deleted while another takes its Node over passes its record on
+// (passRecord).
+
 // ensureTaints puts taints on the node, in one update. A taint the node already has is left alone; one we
 // add is first recorded in status.appliedTaints (durably, by the status write that records whatever else
-// is pending), so cleanup after a restart still knows to remove it, and is listed in the node's
-// AnnotationAppliedTaints by the update that adds it, so that whichever request of the node ends last
-// removes it, whoever added it. The status is recorded even when the node needs nothing, or is gone (a
-// node that is gone has nothing to taint).
+// is pending), so cleanup after a restart still knows to remove it; whichever request of the node ends
+// last removes it, whoever added it. The status is recorded even when the node needs nothing, or is gone
+// (a node that is gone has nothing to taint).
 func (r *RemediationReconciler) ensureTaints(ctx context.Context, s *scope, taints ...corev1.Taint) error {
 	node, missing, err := r.claimTaints(ctx, s, taints...)
 	if err != nil {
@@ -26,11 +34,6 @@ func (r *RemediationReconciler) ensureTaints(ctx context.Context, s *scope, tain
 	if err := r.persist(ctx, s); err != nil || s.abandoned || len(missing) == 0 {
 		return err
 	}
-	keys := appliedTaintKeys(node)
-	for _, t := range missing {
-		keys = append(keys, t.Key)
-	}
-	setAppliedTaintKeys(node, keys)
 	if err := r.writeTaints(ctx, s, node, append(slices.Clone(node.Spec.Taints), missing...)); err != nil {
 		return ignoreNotFound(fmt.Errorf("tainting node %s: %w", node.Name, err))
 	}
@@ -49,7 +52,8 @@ func (r *RemediationReconciler) ensureTaints(ctx context.Context, s *scope, tain
 }
 
 // claimTaints claims each of taints the node lacks, or has from another of our remediations (see
-// claimTaint), and returns the node and the taints it lacks; a node that is gone has none to claim.
+// claimTaint), and returns the node and the taints it lacks; a node that is gone has none to claim. The
+// other requests' records are read only for a taint the node has and this request has not claimed.
 func (r *RemediationReconciler) claimTaints(ctx context.Context, s *scope, taints ...corev1.Taint) (*corev1.Node, []corev1.Taint, error) {
 	if len(taints) == 0 {
 		return nil, nil, nil
@@ -61,39 +65,95 @@ func (r *RemediationReconciler) claimTaints(ctx context.Context, s *scope, taint
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading node %s to taint it: %w", s.status().NodeName, err)
 	}
+	var records [][]string
+	var read bool
 	var missing []corev1.Taint
 	for _, t := range taints {
-		if claimTaint(s, node, t) {
+		if !read && hasTaint(node.Spec.Taints, t.Key, t.Effect) && !slices.Contains(s.status().AppliedTaints, t.Key) {
+			if records, err = r.siblingRecords(ctx, s); err != nil {
+				return nil, nil, err
+			}
+			read = true
+		}
+		if claimTaint(s, node, t, records) {
 			missing = append(missing, t)
 		}
 	}
 	return node, missing, nil
 }
 
+// siblingRecords are the records of the taints metalheal added (status.appliedTaints) of the other
+// requests of the node that still hold it (see siblings and holdsNode).
+func (r *RemediationReconciler) siblingRecords(ctx context.Context, s *scope) ([][]string, error) {
+	siblings, err := r.siblings(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	var records [][]string
+	for i := range siblings {
+		if p := &siblings[i]; holdsNode(p) && len(p.Status.AppliedTaints) > 0 {
+			records = append(records, p.Status.AppliedTaints)
+		}
+	}
+	return records, nil
+}
+
 // claimTaint counts taint as ours in status.appliedTaints (not yet recorded) and reports whether the node
-// still needs it. A taint the node has already is ours only when the node's AnnotationAppliedTaints says
-// metalheal added it (an earlier remediation of the node, which this one carries on from); one the node
-// had before any of ours (an administrator's) is not. A taint claimed before is not claimed again.
-func claimTaint(s *scope, node *corev1.Node, taint corev1.Taint) bool {
+// still needs it. A taint the node has already is ours only when this request recorded it, or another
+// request of the node that still holds it did (records: an earlier remediation of the node, which this
+// one carries on from); one the node had before any of ours (an administrator's) is not, whatever the
+// Node says. A taint claimed before is not claimed again.
+func claimTaint(s *scope, node *corev1.Node, taint corev1.Taint, records [][]string) bool {
+	st := s.status()
 	missing := !hasTaint(node.Spec.Taints, taint.Key, taint.Effect)
-	if !missing && !slices.Contains(appliedTaintKeys(node), taint.Key) {
+	recorded := slices.Contains(st.AppliedTaints, taint.Key) ||
+		slices.ContainsFunc(records, func(keys []string) bool { return slices.Contains(keys, taint.Key) })
+	if !missing && !recorded {
 		return false
 	}
-	if st := s.status(); !slices.Contains(st.AppliedTaints, taint.Key) {
+	if !slices.Contains(st.AppliedTaints, taint.Key) {
 		st.AppliedTaints = append(st.AppliedTaints, taint.Key)
 	}
 	return missing
 }
 
-// removeOurTaints removes from the node metalheal's taints: those the node's AnnotationAppliedTaints lists
-// (added by any remediation of the node) and those this remediation recorded, then forgets them.
+// passRecord hands this request's record of the taints metalheal added to to, the request of the node
+// that it is deleted in favour of, by adding it to to's status.appliedTaints before this request goes:
+// the record lives only in the requests' status, and the request that ends last removes what it lists.
+// retry is true when the write lost a race (to changed since the cache showed it, or is gone): the next
+// reconcile decides again.
+func (r *RemediationReconciler) passRecord(ctx context.Context, s *scope, to *v1alpha1.PowerCycleRemediation) (retry bool, err error) {
+	mine := s.status().AppliedTaints
+	if !slices.ContainsFunc(mine, func(k string) bool { return !slices.Contains(to.Status.AppliedTaints, k) }) {
+		return false, nil
+	}
+	p := to.DeepCopy()
+	for _, k := range mine {
+		if !slices.Contains(p.Status.AppliedTaints, k) {
+			p.Status.AppliedTaints = append(p.Status.AppliedTaints, k)
+		}
+	}
+	if err := r.opts.Client.Status().Update(ctx, p); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			s.log.V(2).Info("Passing the record of the node's taints lost a race; trying again", "to", klog.KObj(to), "error", err.Error())
+			return true, nil
+		}
+		return false, fmt.Errorf("passing the record of taints %v of node %s to %s/%s: %w", mine, s.status().NodeName, to.Namespace, to.Name, err)
+	}
+	s.log.V(2).Info("Passed the record of the node's taints on", "to", klog.KObj(to), "taints", mine)
+	return false, nil
+}
+
+// removeOurTaints removes from the node the taints this remediation recorded (status.appliedTaints), then
+// forgets them.
 func (r *RemediationReconciler) removeOurTaints(ctx context.Context, s *scope) error {
 	return r.removeTaints(ctx, s, nil)
 }
 
 // removeTaints is removeOurTaints that also removes the taints in also (those recorded by the other
-// requests of the node that end with this one). The node's AnnotationAppliedTaints goes in the same
-// update. A taint of ours is matched by key and effect: an administrator's taint of another effect stays.
+// requests of the node that end with this one). A taint of ours is matched by key and effect: an
+// administrator's taint of another effect stays. The annotation earlier versions kept on the Node
+// (AnnotationAppliedTaints) is no record; it is dropped by the update that untaints the Node, if any.
 func (r *RemediationReconciler) removeTaints(ctx context.Context, s *scope, also []string) error {
 	st := s.status()
 	node, err := r.getNode(ctx, s)
@@ -104,10 +164,9 @@ func (r *RemediationReconciler) removeTaints(ctx context.Context, s *scope, also
 	if err != nil {
 		return fmt.Errorf("reading node %s to untaint it: %w", st.NodeName, err)
 	}
-	keys := ourTaintKeys(node, st.AppliedTaints, also)
-	_, annotated := node.Annotations[v1alpha1.AnnotationAppliedTaints]
+	keys := ourTaintKeys(st.AppliedTaints, also)
 	ours := func(t corev1.Taint) bool { return isOurTaint(t, keys) }
-	if tainted := slices.ContainsFunc(node.Spec.Taints, ours); annotated || tainted {
+	if slices.ContainsFunc(node.Spec.Taints, ours) {
 		delete(node.Annotations, v1alpha1.AnnotationAppliedTaints)
 		if err := r.writeTaints(ctx, s, node, slices.DeleteFunc(slices.Clone(node.Spec.Taints), ours)); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -117,22 +176,16 @@ func (r *RemediationReconciler) removeTaints(ctx context.Context, s *scope, also
 			return fmt.Errorf("removing taints %v from node %s: %w", keys, node.Name, err)
 		}
 		s.log.Info("Removed taints from node", "node", node.Name, "taints", keys)
-		if tainted { // an annotation alone is no taint of the story
-			r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeNormal, EventTaintsRemoved, ActionCleanUp,
-				"the remediator removed the taints it added")
-		}
+		r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeNormal, EventTaintsRemoved, ActionCleanUp,
+			"the remediator removed the taints it added")
 	}
 	st.AppliedTaints = nil
 	return nil
 }
 
-// ourTaintKeys are the keys of metalheal's taints on node: those its AnnotationAppliedTaints lists, and
-// those recorded in the status of the requests in records.
-func ourTaintKeys(node *corev1.Node, records ...[]string) []string {
-	keys := appliedTaintKeys(node)
-	for _, r := range records {
-		keys = append(keys, r...)
-	}
+// ourTaintKeys are the keys of metalheal's taints recorded by the requests in records, sorted.
+func ourTaintKeys(records ...[]string) []string {
+	keys := slices.Concat(records...)
 	slices.Sort(keys)
 	return slices.Compact(keys)
 }
@@ -143,38 +196,12 @@ func isOurTaint(t corev1.Taint, keys []string) bool {
 	return known && t.Effect == effect && slices.Contains(keys, t.Key)
 }
 
-// markedByUs reports whether node still carries a taint of metalheal's (see ourTaintKeys): a remediation
-// of the node holds it, and may have left its host off. The remediation taint goes on before the first
-// power-off request, and comes off only when the host is back or the node is restored.
+// markedByUs reports whether node still carries a taint that one of records says metalheal added: a
+// remediation of the node holds it, and may have left its host off. The remediation taint goes on before
+// the first power-off request, and comes off only when the host is back or the node is restored.
 func markedByUs(node *corev1.Node, records ...[]string) bool {
-	keys := ourTaintKeys(node, records...)
+	keys := ourTaintKeys(records...)
 	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return isOurTaint(t, keys) })
-}
-
-// appliedTaintKeys reads the node's AnnotationAppliedTaints.
-func appliedTaintKeys(node *corev1.Node) []string {
-	v := node.Annotations[v1alpha1.AnnotationAppliedTaints]
-	if v == "" {
-		return nil
-	}
-	var keys []string
-	for k := range strings.SplitSeq(v, ",") {
-		if k = strings.TrimSpace(k); k != "" {
-			keys = append(keys, k)
-		}
-	}
-	return keys
-}
-
-// setAppliedTaintKeys writes keys, sorted and without duplicates, to the node's AnnotationAppliedTaints.
-func setAppliedTaintKeys(node *corev1.Node, keys []string) {
-	keys = slices.Clone(keys)
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
-	if node.Annotations == nil {
-		node.Annotations = map[string]string{}
-	}
-	node.Annotations[v1alpha1.AnnotationAppliedTaints] = strings.Join(keys, ",")
 }
 
 // writeTaints sets the node's taints with an update guarded by the resourceVersion it was read at: a Node

@@ -40,6 +40,29 @@ func QualifiedHolderIdentity(kind, group, name string) string {
 	return kind + "." + group + "-" + name
 }
 
+// AnnotationHolderNamespace on a node lease records the namespace of its holder, for a holder whose
+// identity names none: "<Kind>-<name>" of a namespaced object is the same string for the objects of that
+// name in every namespace. Peers (medik8s, node-maintenance-operator) neither read nor write it, and keep
+// reading the holder identity as they always did; a Manager made WithHolderNamespace writes it with every
+// lease it takes or renews and counts a lease as its own only when it matches. A Manager without a holder
+// namespace removes it from a lease it takes.
+const AnnotationHolderNamespace = "remediation.metalheal.io/holder-namespace"
+
+// Holder is who holds a lease: the holder identity everyone reads and, for a holder that records one, the
+// namespace recorded beside it (AnnotationHolderNamespace; "" when none is).
+type Holder struct {
+	Identity  string
+	Namespace string
+}
+
+// String names the holder for messages: its identity, and its namespace when one is recorded.
+func (h Holder) String() string {
+	if h.Namespace == "" {
+		return h.Identity
+	}
+	return h.Identity + " (namespace " + h.Namespace + ")"
+}
+
 // LeaseName returns the name of nodeName's lease: "node-<nodename>".
 func LeaseName(nodeName string) string {
 	return "node-" + nodeName
@@ -49,6 +72,9 @@ func LeaseName(nodeName string) string {
 type AlreadyHeldError struct {
 	// Holder is the current holder's identity.
 	Holder string
+	// Namespace is the namespace recorded beside it (AnnotationHolderNamespace), if any: a holder of our
+	// own identity in another namespace is another holder.
+	Namespace string
 	// Until is when its lease expires unless renewed.
 	Until time.Time
 }
@@ -85,13 +111,24 @@ func WithLiveReader(r client.Reader) Option {
 	return func(m *Manager) { m.live = r }
 }
 
+// WithHolderNamespace makes the Manager a holder of its identity in namespace ns: it records ns on every
+// lease it takes or renews (AnnotationHolderNamespace), and counts a lease as its own only when the lease
+// records ns too. Two namespaced objects of one kind and name in two namespaces are then two holders,
+// though their identity, which peers read, is one. A lease of the same identity that records no namespace
+// (written before holders recorded theirs) is not the Manager's own: whose it is, the caller decides
+// (RequestLeaseFromHolders takes it over).
+func WithHolderNamespace(ns string) Option {
+	return func(m *Manager) { m.holderNamespace = ns }
+}
+
 // Manager requests, renews and releases node leases for one holder.
 type Manager struct {
-	client    client.Client
-	live      client.Reader // nil: client
-	holder    string
-	clock     clock.PassiveClock
-	namespace string
+	client          client.Client
+	live            client.Reader // nil: client
+	holder          string
+	holderNamespace string
+	clock           clock.PassiveClock
+	namespace       string
 }
 
 // reader is what attempt (from 0) reads the lease through: the client first, the live reader after a
@@ -126,6 +163,15 @@ func NewManager(c client.Client, holderIdentity string, clk clock.PassiveClock, 
 // HolderIdentity returns the identity the Manager holds leases as.
 func (m *Manager) HolderIdentity() string { return m.holder }
 
+// Holder returns the identity and the holder namespace the Manager holds leases as.
+func (m *Manager) Holder() Holder { return Holder{Identity: m.holder, Namespace: m.holderNamespace} }
+
+// Holds reports whether h is the Manager itself: the same identity and, for a Manager made
+// WithHolderNamespace, the same namespace.
+func (m *Manager) Holds(h Holder) bool {
+	return h.Identity == m.holder && (m.holderNamespace == "" || h.Namespace == m.holderNamespace)
+}
+
 // Namespace returns the namespace the Manager keeps leases in.
 func (m *Manager) Namespace() string { return m.namespace }
 
@@ -139,8 +185,20 @@ func (m *Manager) RequestLease(ctx context.Context, node *corev1.Node, duration 
 
 // RequestLeaseFrom is RequestLease that also takes over a valid lease held by one of from: holders that act
 // for us, such as the remediator of a health check's own request, which took the node's lease a moment
-// before the check did. The hand-over counts a transition and is logged.
+// before the check did. A holder identity in from matches whatever namespace the lease records beside it.
+// The hand-over counts a transition and is logged.
 func (m *Manager) RequestLeaseFrom(ctx context.Context, node *corev1.Node, duration time.Duration, from ...string) error {
+	return m.requestLease(ctx, node, duration, func(h Holder) bool { return slices.Contains(from, h.Identity) })
+}
+
+// RequestLeaseFromHolders is RequestLeaseFrom for holders named exactly: a lease is taken over from one of
+// from only when it records the same identity and the same namespace (none, for a Holder without one).
+func (m *Manager) RequestLeaseFromHolders(ctx context.Context, node *corev1.Node, duration time.Duration, from ...Holder) error {
+	return m.requestLease(ctx, node, duration, func(h Holder) bool { return slices.Contains(from, h) })
+}
+
+// requestLease is RequestLease that also takes over a valid lease whose holder takeOver accepts.
+func (m *Manager) requestLease(ctx context.Context, node *corev1.Node, duration time.Duration, takeOver func(Holder) bool) error {
 	if node == nil || node.Name == "" || node.UID == "" {
 		return errors.New("requesting a node lease needs a node with a name and a uid")
 	}
@@ -151,7 +209,7 @@ func (m *Manager) RequestLeaseFrom(ctx context.Context, node *corev1.Node, durat
 
 	var lastErr error
 	for attempt := range maxAttempts {
-		done, err := m.requestOnce(ctx, m.reader(attempt), node, seconds, from)
+		done, err := m.requestOnce(ctx, m.reader(attempt), node, seconds, takeOver)
 		if done {
 			return err
 		}
@@ -161,7 +219,7 @@ func (m *Manager) RequestLeaseFrom(ctx context.Context, node *corev1.Node, durat
 }
 
 // requestOnce makes one attempt; done is false when it lost a race and should be retried.
-func (m *Manager) requestOnce(ctx context.Context, r client.Reader, node *corev1.Node, seconds int32, from []string) (done bool, err error) {
+func (m *Manager) requestOnce(ctx context.Context, r client.Reader, node *corev1.Node, seconds int32, takeOver func(Holder) bool) (done bool, err error) {
 	logger := log.FromContext(ctx).WithValues("node", klog.KObj(node), "holder", m.holder)
 	now := metav1.NewMicroTime(m.clock.Now())
 	key := client.ObjectKey{Namespace: m.namespace, Name: LeaseName(node.Name)}
@@ -182,6 +240,7 @@ func (m *Manager) requestOnce(ctx context.Context, r client.Reader, node *corev1
 			},
 		}
 		setNodeOwner(lease, node)
+		m.recordHolderNamespace(lease)
 		switch err := m.client.Create(ctx, lease); {
 		case err == nil:
 			logger.V(4).Info("Acquired node lease")
@@ -199,19 +258,19 @@ func (m *Manager) requestOnce(ctx context.Context, r client.Reader, node *corev1
 	until, valid := validUntil(lease, now.Time)
 	msg := "Renewed node lease"
 	switch {
-	case holder == m.holder:
+	case m.Holds(holder):
 		if !valid {
 			msg = "Reacquired expired node lease"
 			lease.Spec.AcquireTime = &now
 		}
-	case valid && holder != "" && !slices.Contains(from, holder):
-		return true, &AlreadyHeldError{Holder: holder, Until: until}
+	case valid && holder.Identity != "" && !takeOver(holder):
+		return true, &AlreadyHeldError{Holder: holder.Identity, Namespace: holder.Namespace, Until: until}
 	default:
 		msg = "Took over expired node lease"
 		if valid {
 			msg = "Took over node lease from a holder acting for us"
 		}
-		logger = logger.WithValues("previousHolder", holder, "until", until)
+		logger = logger.WithValues("previousHolder", holder.String(), "until", until)
 		transitions := int32(0)
 		if lease.Spec.LeaseTransitions != nil {
 			transitions = *lease.Spec.LeaseTransitions
@@ -223,13 +282,14 @@ func (m *Manager) requestOnce(ctx context.Context, r client.Reader, node *corev1
 	lease.Spec.RenewTime = &now
 	lease.Spec.LeaseDurationSeconds = &seconds
 	setNodeOwner(lease, node)
+	m.recordHolderNamespace(lease)
 	if err := m.client.Update(ctx, lease); err != nil {
 		if apierrors.IsConflict(err) {
 			return false, err
 		}
 		return true, fmt.Errorf("updating lease %s: %w", key, err)
 	}
-	if holder != m.holder {
+	if !m.Holds(holder) {
 		logger.Info(msg) // a hand-over between holders is worth telling
 	} else {
 		logger.V(4).Info(msg)
@@ -250,7 +310,7 @@ func (m *Manager) InvalidateLease(ctx context.Context, nodeName string) error {
 			}
 			return fmt.Errorf("getting lease %s: %w", key, err)
 		}
-		if holderOf(lease) != m.holder {
+		if !m.Holds(holderOf(lease)) {
 			return nil
 		}
 		err := m.client.Delete(ctx, lease, client.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion})
@@ -278,14 +338,14 @@ func (m *Manager) GetLease(ctx context.Context, nodeName string) (*coordinationv
 }
 
 // HolderOf reports who holds nodeName's lease, whether the lease is still valid now, and until when. A
-// missing lease yields "", false, zero time and no error.
-func (m *Manager) HolderOf(ctx context.Context, nodeName string) (holder string, valid bool, until time.Time, err error) {
+// missing lease yields no holder, false, zero time and no error.
+func (m *Manager) HolderOf(ctx context.Context, nodeName string) (holder Holder, valid bool, until time.Time, err error) {
 	lease, err := m.GetLease(ctx, nodeName)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return "", false, time.Time{}, nil
+			return Holder{}, false, time.Time{}, nil
 		}
-		return "", false, time.Time{}, err
+		return Holder{}, false, time.Time{}, err
 	}
 	until, valid = validUntil(lease, m.clock.Now())
 	return holderOf(lease), valid, until, nil
@@ -322,11 +382,26 @@ func validUntil(lease *coordinationv1.Lease, now time.Time) (time.Time, bool) {
 	return until, !now.After(until)
 }
 
-func holderOf(lease *coordinationv1.Lease) string {
-	if lease.Spec.HolderIdentity == nil {
-		return ""
+// holderOf reads a lease's holder: its identity and the namespace recorded beside it.
+func holderOf(lease *coordinationv1.Lease) Holder {
+	h := Holder{Namespace: lease.Annotations[AnnotationHolderNamespace]}
+	if lease.Spec.HolderIdentity != nil {
+		h.Identity = *lease.Spec.HolderIdentity
 	}
-	return *lease.Spec.HolderIdentity
+	return h
+}
+
+// recordHolderNamespace writes the Manager's holder namespace beside its identity on a lease it is about
+// to write, or removes one left there by an earlier holder.
+func (m *Manager) recordHolderNamespace(lease *coordinationv1.Lease) {
+	if m.holderNamespace == "" {
+		delete(lease.Annotations, AnnotationHolderNamespace)
+		return
+	}
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	lease.Annotations[AnnotationHolderNamespace] = m.holderNamespace
 }
 
 // setNodeOwner makes node the lease's only owner, as medik8s does.

@@ -158,7 +158,7 @@ func TestLifecycle(t *testing.T) {
 	expectHeldBy(g, other.RequestLease(ctx, node, time.Hour), "PowerCycleRemediation-lifecycle", until)
 	holder, valid, gotUntil, err := other.HolderOf(ctx, node.Name)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(holder).To(Equal("PowerCycleRemediation-lifecycle"))
+	g.Expect(holder).To(Equal(Holder{Identity: "PowerCycleRemediation-lifecycle"}))
 	g.Expect(valid).To(BeTrue())
 	g.Expect(gotUntil.Equal(until)).To(BeTrue())
 
@@ -189,7 +189,7 @@ func TestLifecycle(t *testing.T) {
 	g.Expect(ours.InvalidateLease(ctx, "no-such-node")).To(Succeed())
 	holder, valid, gotUntil, err = ours.HolderOf(ctx, node.Name)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(holder).To(BeEmpty())
+	g.Expect(holder).To(BeZero())
 	g.Expect(valid).To(BeFalse())
 	g.Expect(gotUntil.IsZero()).To(BeTrue())
 
