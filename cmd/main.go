@@ -39,6 +39,7 @@ import (
 	"github.com/metalheal/metalheal/internal/bmcaccess"
 	"github.com/metalheal/metalheal/internal/logging"
 	"github.com/metalheal/metalheal/internal/metricsauth"
+	"github.com/metalheal/metalheal/internal/nodecache"
 	"github.com/metalheal/metalheal/pkg/bmc"
 )
 
@@ -191,7 +192,7 @@ func run(cfg config) error {
 				&corev1.Secret{}:        {Namespaces: map[string]cache.Config{cfg.namespace: {}}},
 				&corev1.ConfigMap{}:     {Namespaces: map[string]cache.Config{cfg.namespace: {}}},
 				&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{cfg.leaseNamespace: {}}},
-				&corev1.Node{}:          {Transform: slimNode},
+				&corev1.Node{}:          {Transform: nodecache.Slim},
 			},
 		},
 	})

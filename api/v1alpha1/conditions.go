@@ -82,6 +82,11 @@ const (
 	// kind the check names (typically no ClusterRole grants it get, list and watch); the message says which
 	// and how to grant it. The kind is tried again with a backoff.
 	ReasonRemediationKindNotWatchable = "RemediationKindNotWatchable"
+	// ReasonRemediationKindRefused (Disabled): a kind the check names is not a remediation kind (a
+	// built-in kind such as Node, one of Cluster API's own kinds such as Machine, or too many distinct
+	// kinds); the message says which. Nothing of it is watched; the check works again once its spec is
+	// fixed.
+	ReasonRemediationKindRefused = "RemediationKindRefused"
 	// ReasonClusterAPINotInstalled (Disabled, MachineHealthCheck): the API server serves no Cluster API
 	// Machines and Clusters in a version the controller reads (v1beta2 or v1beta1). Looked at again every
 	// --cluster-api-recheck-interval: installing Cluster API needs no restart.

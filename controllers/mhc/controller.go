@@ -27,6 +27,7 @@ import (
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/kindwatch"
+	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
@@ -217,7 +218,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var unwatchable *kindNotWatchableError
 	var noCAPI *clusterAPINotInstalledError
 	var noKubeconfig *kubeconfigForbiddenError
+	var refused *template.RefusedKindError
 	switch {
+	case errors.As(err, &refused):
+		// Let go of whatever an earlier spec of the check had watched.
+		r.forgetKinds(ctx, req.NamespacedName)
+		return r.disableFor(ctx, mhc, v1alpha1.ReasonRemediationKindRefused, refused.Error(), time.Time{})
 	case errors.As(err, &noCAPI):
 		return r.notInstalled(ctx, mhc, noCAPI)
 	case errors.As(err, &noKubeconfig):

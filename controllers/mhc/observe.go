@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/template"
 )
 
 // nodeGetLimit: up to this many Nodes are read one by one; more are read with one List of the cache.
@@ -35,6 +36,17 @@ func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 		return in, err
 	}
 	in.Steps = steps
+	var kinds []schema.GroupVersionKind
+	for _, s := range steps {
+		if !slices.Contains(kinds, s.GVK) {
+			kinds = append(kinds, s.GVK)
+		}
+	}
+	// Before anything of them is watched: a kind the check names is watched cluster-wide by the manager
+	// every check shares.
+	if err := template.CheckRemediationKinds(kinds); err != nil {
+		return in, err
+	}
 	sel, err := metav1.LabelSelectorAsSelector(&mhc.Spec.Selector)
 	if err != nil {
 		return in, &InvalidSpecError{Field: "selector", Reason: err.Error()}
@@ -56,12 +68,6 @@ func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 		r.forgetKinds(ctx, client.ObjectKeyFromObject(mhc))
 		r.dropIndexUnless("")
 		return in, &clusterAPINotInstalledError{retry: r.clock.Now().Add(r.opts.ClusterAPIRecheckInterval)}
-	}
-	var kinds []schema.GroupVersionKind
-	for _, s := range steps {
-		if !slices.Contains(kinds, s.GVK) {
-			kinds = append(kinds, s.GVK)
-		}
 	}
 	if err := r.watchKinds(ctx, mhc, version, kinds); err != nil {
 		return in, err

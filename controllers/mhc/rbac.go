@@ -1,8 +1,9 @@
 package mhc
 
 // The MachineHealthCheck controller reads Cluster API Machines and Clusters and the Nodes, marks Machines
-// for remediation through their status (conditions only), and reads a workload cluster's kubeconfig
-// Secret with an uncached, namespaced Get (never list or watch) the first time it connects to it.
+// for remediation through their status (conditions only, with a merge patch: patch on machines/status),
+// and reads a workload cluster's kubeconfig Secret with an uncached, namespaced Get (never list or watch)
+// the first time it connects to it.
 // Remediation templates and requests of any kind are reached through the aggregated ClusterRole
 // ext-remediation (config/rbac/ext_remediation_role.yaml): a remediator grants get/list/watch on its
 // template kind and get/list/watch/create/patch/delete on its request kind there.
@@ -15,7 +16,7 @@ package mhc
 // +kubebuilder:rbac:groups=remediation.metalheal.io,resources=machinehealthchecks,verbs=get;list;watch
 // +kubebuilder:rbac:groups=remediation.metalheal.io,resources=machinehealthchecks/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;list;watch
-// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines/status,verbs=patch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch

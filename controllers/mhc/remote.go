@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/nodecache"
 )
 
 // The Cluster API convention for reaching a workload cluster: a Secret <clusterName>-kubeconfig in the
@@ -142,9 +143,10 @@ func (r *remoteClusters) connect(ctx context.Context, cluster types.NamespacedNa
 	log := ctrl.LoggerFrom(ctx).WithValues("cluster", cluster)
 	rc := &remoteCluster{}
 	c, err := cache.New(cfg, cache.Options{
-		Scheme:           remoteScheme,
-		ByObject:         map[client.Object]cache.ByObject{&corev1.Node{}: {}},
-		DefaultTransform: cache.TransformStripManagedFields(),
+		Scheme: remoteScheme,
+		// The same transform as the manager's own Node cache: a workload cluster's admin controls its
+		// Nodes' size, and the manager is shared by every workload cluster.
+		ByObject: map[client.Object]cache.ByObject{&corev1.Node{}: {Transform: nodecache.Slim}},
 		DefaultWatchErrorHandler: func(_ context.Context, _ *toolscache.Reflector, err error) {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 				return // a watch ending or expiring is routine

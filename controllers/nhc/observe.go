@@ -182,6 +182,9 @@ func (r *Reconciler) resolveSteps(ctx context.Context, check *v1alpha1.NodeHealt
 	if len(steps) == 0 {
 		return nil, &cause{Reason: v1alpha1.ReasonTemplateInvalid, Message: "Neither remediationTemplate nor escalatingRemediations is set"}, 0, nil
 	}
+	if c := refusedKinds(steps); c != nil {
+		return steps, c, 0, nil // nothing of the steps is resolved, read or watched
+	}
 	var first *cause
 	var retry time.Duration
 	for i := range steps {
@@ -197,6 +200,25 @@ func (r *Reconciler) resolveSteps(ctx context.Context, check *v1alpha1.NodeHealt
 		}
 	}
 	return steps, first, retry, nil
+}
+
+// refusedKinds is the cause that disables a check naming a kind that is not a remediation kind, or too
+// many distinct ones (template.CheckRemediationKinds); nil when its kinds may be watched.
+func refusedKinds(steps []step) *cause {
+	var kinds []schema.GroupVersionKind
+	for _, s := range steps {
+		gv, err := schema.ParseGroupVersion(s.Ref.APIVersion)
+		if err != nil {
+			continue // resolveStep says so
+		}
+		if emr, err := template.RemediationGVK(gv.WithKind(s.Ref.Kind)); err == nil {
+			kinds = append(kinds, emr)
+		}
+	}
+	if err := template.CheckRemediationKinds(kinds); err != nil {
+		return &cause{Reason: v1alpha1.ReasonRemediationKindRefused, Message: err.Error()}
+	}
+	return nil
 }
 
 // resolveStep fills in s's remediation kind and template, or says why it cannot be used; retry is set when

@@ -133,6 +133,9 @@ func (r *Reconciler) watchKinds(ctx context.Context, check *v1alpha1.NodeHealthC
 		if slices.ContainsFunc(kinds, func(k kindwatch.Kind) bool { return k.GVK == gvk }) {
 			return nil
 		}
+		if template.CheckRemediationKind(gvk) != nil {
+			return nil // never watched (resolveSteps says why)
+		}
 		if _, err := r.client.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
 			if meta.IsNoMatchError(err) {
 				return nil // not installed: nothing to watch (resolveStep says so)
@@ -142,7 +145,11 @@ func (r *Reconciler) watchKinds(ctx context.Context, check *v1alpha1.NodeHealthC
 		kinds = append(kinds, r.kindFor(gvk, role))
 		return nil
 	}
-	for _, s := range stepRefs(check.Spec) {
+	steps := stepRefs(check.Spec)
+	if refusedKinds(steps) != nil {
+		steps = nil // none of the steps' kinds is watched (resolveSteps says why)
+	}
+	for _, s := range steps {
 		gv, err := schema.ParseGroupVersion(s.Ref.APIVersion)
 		if err != nil {
 			continue // resolveStep says so

@@ -208,7 +208,7 @@ func markedByUs(node *corev1.Node, records ...[]string) bool {
 // that changed meanwhile is read again on the next reconcile, not overwritten. An update, not a patch: the
 // API server takes it in protobuf and stores it as it is, where a merge patch makes it encode the stored
 // Node to JSON, apply the patch and decode the result (half of what a taint cost it in a wave of power
-// cycles). The cached copy lacks what slimNode drops (managed fields, images, volumes): the API server
+// cycles). The cached copy lacks what nodecache.Slim drops (managed fields, images, volumes): the API server
 // keeps a Node's status and managed fields from the stored object when an update leaves them out.
 func (r *RemediationReconciler) writeTaints(ctx context.Context, s *scope, node *corev1.Node, taints []corev1.Taint) error {
 	node.Spec.Taints = taints

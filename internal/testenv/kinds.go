@@ -107,11 +107,13 @@ func Allowed(ctx context.Context, c client.Client, user, verb, group, resource s
 }
 
 // RequestLog records the requests a rest.Config's clients make, per API group: how many, and how many
-// watches are open now. Set it with rest.Config.WrapTransport = log.Wrap.
+// watches are open now; and per path (lists, watches and reads of one resource). Set it with
+// rest.Config.WrapTransport = log.Wrap.
 type RequestLog struct {
 	mu       sync.Mutex
 	requests map[string]int
 	open     map[string]int
+	byPath   map[string]int
 }
 
 // Wrap is a rest.Config.WrapTransport.
@@ -122,9 +124,10 @@ func (l *RequestLog) Wrap(rt http.RoundTripper) http.RoundTripper {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if l.requests == nil {
-			l.requests, l.open = map[string]int{}, map[string]int{}
+			l.requests, l.open, l.byPath = map[string]int{}, map[string]int{}, map[string]int{}
 		}
 		l.requests[group]++
+		l.byPath[req.URL.Path]++
 		if err == nil && req.URL.Query().Get("watch") == "true" && resp.StatusCode == http.StatusOK {
 			l.open[group]++
 			resp.Body = &closeHook{ReadCloser: resp.Body, onClose: func() {
@@ -142,6 +145,14 @@ func (l *RequestLog) Requests(group string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.requests[group]
+}
+
+// RequestsTo is how many requests were made to path exactly (e.g. /api/v1/nodes: the lists and watches
+// of every Node).
+func (l *RequestLog) RequestsTo(path string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.byPath[path]
 }
 
 // OpenWatches is how many watches of group's API are open now.

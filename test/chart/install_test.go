@@ -56,7 +56,12 @@ func TestChartInstallsTwoReleasesOnARealAPIServer(t *testing.T) {
 	if errs := install(t, true, "metalheal", releaseNamespace); len(errs) > 0 {
 		t.Fatalf("the default release: %d objects refused", len(errs))
 	}
-	// The second release's CRDs are the first's: Helm skips CRDs that exist, and so does this test.
+	// The second release's CRDs are the first's: Helm skips CRDs that exist, and so does this test. The
+	// namespace it trusts exists (the Clusters live there): the chart grants the manager delete on Machines
+	// in it.
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cluster-a"}}); err != nil {
+		t.Fatal(err)
+	}
 	errs := install(t, false, "prod", "ops", "leaseNamespace.create=false", "remediationNamespaces={cluster-a}",
 		"leaderElection.leaseDuration=60s", "leaderElection.renewDeadline=40s")
 	if len(errs) > 0 {

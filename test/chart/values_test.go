@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -227,6 +228,20 @@ func TestChartValues(t *testing.T) {
 			expect: func(t *testing.T, r rendered) {
 				if !slices.Contains(r.args(t), "--remediation-namespaces=cluster-a,cluster-b") {
 					t.Errorf("args %v lack --remediation-namespaces=cluster-a,cluster-b", r.args(t))
+				}
+				// The escalation deletes a trusted request's Machine: delete on Machines there, and only there.
+				for _, ns := range []string{"cluster-a", "cluster-b"} {
+					role := r.find("Role", ns, "metalheal-machine-deleter")
+					if role == nil {
+						t.Fatalf("no Role metalheal-machine-deleter in %s", ns)
+					}
+					rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+					if want := []any{map[string]any{"apiGroups": []any{"cluster.x-k8s.io"}, "resources": []any{"machines"}, "verbs": []any{"delete"}}}; !reflect.DeepEqual(rules, want) {
+						t.Errorf("Role metalheal-machine-deleter in %s grants %v, want %v", ns, rules, want)
+					}
+					if r.find("RoleBinding", ns, "metalheal-machine-deleter") == nil {
+						t.Errorf("no RoleBinding metalheal-machine-deleter in %s", ns)
+					}
 				}
 			},
 		},

@@ -2,6 +2,7 @@ package harness_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -10,11 +11,13 @@ import (
 
 	. "github.com/onsi/gomega"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,6 +56,7 @@ var (
 	admin     = user("bob")   // admin in teamNS
 	viewer    = user("carol") // view in teamNS
 	requester = user("dave")  // metalheal-remediation-requester in teamNS
+	author    = user("erin")  // metalheal-remediation-author in teamNS
 	manager   = serviceAccount("manager", harness.Namespace, "metalheal-manager")
 	capi      = serviceAccount("Cluster API's manager", "capi-system", "capi-manager")
 	medik8s   = serviceAccount("medik8s' NodeHealthCheck", "medik8s", "node-healthcheck-controller-manager")
@@ -118,6 +122,33 @@ func TestWhoMayDoWhatUnderDeployedRBAC(t *testing.T) {
 		}
 	}
 	inTeam := client.InNamespace(teamNS)
+	check := func(ns string) *v1alpha1.MachineHealthCheck {
+		return &v1alpha1.MachineHealthCheck{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rbac-check"},
+			Spec: v1alpha1.MachineHealthCheckSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}}}
+	}
+	// An editor's way to the same end as creating a check: make an existing template fence instead of reboot.
+	fence := func(ctx context.Context, c client.Client) error {
+		patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"template":{"spec":{"strategy":"power-off"}}}}`))
+		return c.Patch(ctx, template(teamNS), patch, dryRun)
+	}
+	// What the API server would allow the subject, asked as the subject (SelfSubjectAccessReview): for the
+	// rows whose object the world does not hold (Machines: no Cluster API here) or whose write a dry run
+	// cannot express (a status subresource of an object that does not exist). Forbidden when denied.
+	can := func(verb, group, resource, subresource, ns string) func(context.Context, client.Client) error {
+		return func(ctx context.Context, c client.Client) error {
+			ssar := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: group, Resource: resource,
+					Subresource: subresource, Namespace: ns}}}
+			if err := c.Create(ctx, ssar); err != nil {
+				return err
+			}
+			if !ssar.Status.Allowed {
+				return apierrors.NewForbidden(schema.GroupResource{Group: group, Resource: resource}, "", errors.New(ssar.Status.Reason))
+			}
+			return nil
+		}
+	}
+	const capiGroup, group = "cluster.x-k8s.io", "remediation.metalheal.io"
 
 	rows := []struct {
 		who  subject
@@ -131,10 +162,21 @@ func TestWhoMayDoWhatUnderDeployedRBAC(t *testing.T) {
 		{editor, false, "mark a PowerCycleRemediation timed out", annotate(probe)},
 		{editor, true, "read a PowerCycleRemediation in its namespace", get(probe.DeepCopy())},
 		{editor, true, "list BMCs in its namespace", list(&v1alpha1.BMCList{}, inTeam)},
-		{editor, true, "create a PowerCycleRemediationTemplate in its namespace", create(template(teamNS))},
-		{editor, true, "create a MachineHealthCheck in its namespace", create(&v1alpha1.MachineHealthCheck{
-			ObjectMeta: metav1.ObjectMeta{Namespace: teamNS, Name: "rbac-check"},
-			Spec:       v1alpha1.MachineHealthCheckSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}}})},
+		{editor, false, "create a MachineHealthCheck in its namespace", create(check(teamNS))},
+		{editor, false, "create a PowerCycleRemediationTemplate in its namespace", create(template(teamNS))},
+		{editor, false, "make a PowerCycleRemediationTemplate in its namespace fence", fence},
+		{editor, true, "read MachineHealthChecks and templates in its namespace", func(ctx context.Context, c client.Client) error {
+			if err := c.List(ctx, &v1alpha1.MachineHealthCheckList{}, inTeam); err != nil {
+				return err
+			}
+			return c.Get(ctx, client.ObjectKeyFromObject(template(teamNS)), template(teamNS))
+		}},
+		{admin, false, "create a MachineHealthCheck in its namespace", create(check(teamNS))},
+		{admin, false, "make a PowerCycleRemediationTemplate in its namespace fence", fence},
+		{author, true, "create a MachineHealthCheck where it is bound", create(check(teamNS))},
+		{author, true, "make a PowerCycleRemediationTemplate fence where it is bound", fence},
+		{author, false, "create a MachineHealthCheck elsewhere", create(check(harness.Namespace))},
+		{author, false, "create a PowerCycleRemediation", create(request(teamNS, "worker-1"))},
 		{admin, false, "create a PowerCycleRemediation in its namespace", create(request(teamNS, "worker-1"))},
 		{admin, false, "create a BMC in its namespace", create(bmc(teamNS))},
 		{admin, false, "delete a PowerCycleRemediation in its namespace", del(probe)},
@@ -167,6 +209,17 @@ func TestWhoMayDoWhatUnderDeployedRBAC(t *testing.T) {
 		{manager, false, "create a Namespace", create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rbac-probe"}})},
 		{manager, true, "create a PowerCycleRemediation (its health checks)", create(request(teamNS, "worker-1"))},
 		{manager, false, "create a BMC", create(bmc(harness.Namespace))},
+		{manager, false, "update a BMC", can("update", group, "bmcs", "", harness.Namespace)},
+		{manager, false, "patch a BMC", can("patch", group, "bmcs", "", harness.Namespace)},
+		{manager, true, "patch a BMC's status (the inventory)", can("patch", group, "bmcs", "status", harness.Namespace)},
+		{manager, false, "update a BMC's status", can("update", group, "bmcs", "status", harness.Namespace)},
+		{manager, true, "patch a Machine's status (OwnerRemediated)", can("patch", capiGroup, "machines", "status", teamNS)},
+		{manager, false, "update a Machine's status", can("update", capiGroup, "machines", "status", teamNS)},
+		{manager, true, "delete a Machine in a namespace it trusts (its own)", can("delete", capiGroup, "machines", "", harness.Namespace)},
+		{manager, false, "delete a Machine in a namespace it does not trust", can("delete", capiGroup, "machines", "", teamNS)},
+		{manager, true, "update a Node (the remediator's taints)", can("update", "", "nodes", "", "")},
+		{manager, false, "patch a Node", can("patch", "", "nodes", "", "")},
+		{manager, false, "create a MachineHealthCheck", create(check(teamNS))},
 		{manager, true, "review a token (its /metrics authentication)", func(ctx context.Context, c client.Client) error {
 			return c.Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: "not-a-token"}})
 		}},
@@ -249,6 +302,13 @@ func setUpSubjects(ctx context.Context, g Gomega, h *harness.Harness) {
 	bind("bob-admin", "RoleBinding", "admin", admin, teamNS)
 	bind("carol-view", "RoleBinding", "view", viewer, teamNS)
 	bind("dave-requests", "RoleBinding", "metalheal-remediation-requester", requester, teamNS)
+	bind("erin-authors", "RoleBinding", "metalheal-remediation-author", author, teamNS)
+	// A template an authorised author made, which the check of the namespace names.
+	g.Expect(h.Client.Create(ctx, &v1alpha1.PowerCycleRemediationTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: teamNS, Name: "rbac-template"},
+		Spec: v1alpha1.PowerCycleRemediationTemplateSpec{Template: v1alpha1.PowerCycleRemediationTemplateResource{
+			Spec: v1alpha1.PowerCycleRemediationSpec{Strategy: v1alpha1.StrategyReboot}}},
+	})).To(Succeed())
 	// The foreign checkers' own roles, as Cluster API and medik8s ship them: aggregated, by label.
 	for name, label := range map[string]string{"capi-manager": capiAggregationLabel, "medik8s-ext-remediation": medik8sAggregationLabel} {
 		g.Expect(h.Client.Create(ctx, &rbacv1.ClusterRole{

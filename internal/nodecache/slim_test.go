@@ -1,4 +1,4 @@
-package main
+package nodecache
 
 import (
 	"testing"
@@ -11,7 +11,7 @@ import (
 
 // The Node transform keeps everything a health check or the remediator reads (labels, annotations,
 // taints, conditions) and drops the rest of the bulk.
-func TestSlimNodeKeepsWhatControllersRead(t *testing.T) {
+func TestSlimKeepsWhatControllersRead(t *testing.T) {
 	g := NewWithT(t)
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
@@ -32,12 +32,12 @@ func TestSlimNodeKeepsWhatControllersRead(t *testing.T) {
 	want := node.DeepCopy()
 	want.ManagedFields, want.Status.Images, want.Status.VolumesAttached, want.Status.VolumesInUse, want.Status.Config = nil, nil, nil, nil, nil
 
-	got, err := slimNode(node)
+	got, err := Slim(node)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(got).To(Equal(want))
 
 	tombstone := cache.DeletedFinalStateUnknown{Key: "worker-1", Obj: node}
-	got, err = slimNode(tombstone)
+	got, err = Slim(tombstone)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(got).To(Equal(tombstone))
 }
