@@ -100,7 +100,7 @@ var _ = Describe("Cluster API versions", Ordered, func() {
 				clk := clocktesting.NewFakeClock(time.Now())
 				r, err := New(Options{Client: s.c, Reader: s.c, APIReader: s.c, Recorder: &recorder{}, Clock: clk, Discovery: s.disco})
 				Expect(err).NotTo(HaveOccurred())
-				DeferCleanup(func() { r.remotes.stopAll() })
+				DeferCleanup(func() { r.remotes.StopAll() })
 
 				node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ns + "-n"}}
 				Expect(s.c.Create(ctx, node)).To(Succeed())

@@ -28,6 +28,7 @@ import (
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/kindwatch"
 	"github.com/metalheal/metalheal/internal/template"
+	"github.com/metalheal/metalheal/internal/workload"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
@@ -63,6 +64,10 @@ type Options struct {
 	// KubeconfigRecheckInterval is how long a missing <clusterName>-kubeconfig Secret is remembered
 	// before it is looked up again. Default DefaultKubeconfigRecheckInterval.
 	KubeconfigRecheckInterval time.Duration
+	// WorkloadClusters are the connections to workload clusters, shared with the remediator (whoever
+	// makes them adds them to the manager). When nil, the check makes its own from the two options above,
+	// and SetupWithManager adds them.
+	WorkloadClusters *workload.Clusters
 	// KindSyncTimeout bounds the first sync of a remediation kind's watch. A kind not synced by then (the
 	// manager may not list it, typically) disables the checks that name it (condition Disabled, reason
 	// RemediationKindNotWatchable) and is tried again with a backoff (internal/kindwatch); no other check
@@ -95,8 +100,10 @@ type Reconciler struct {
 	recorder  events.EventRecorder
 	clock     clock.Clock
 	opts      Options
-	remotes   *remoteClusters
-	served    *servedVersion
+	remotes   *workload.Clusters
+	// ownRemotes: remotes were made here, not shared (SetupWithManager adds them to the manager).
+	ownRemotes bool
+	served     *servedVersion
 
 	// Set by SetupWithManager: dynamic watches on workload clusters' Nodes and on remediation kinds.
 	controller controller.Controller
@@ -136,10 +143,14 @@ func New(opts Options) (*Reconciler, error) {
 	r := &Reconciler{
 		client: opts.Client, reader: opts.Reader, apiReader: opts.APIReader, recorder: opts.Recorder,
 		clock: opts.Clock, opts: opts,
-		remotes: newRemoteClusters(opts.Clock, opts.WorkloadClusterSyncTimeout, opts.KubeconfigRecheckInterval),
+		remotes: opts.WorkloadClusters,
 		served:  &servedVersion{disco: opts.Discovery, clock: opts.Clock, recheck: opts.ClusterAPIRecheckInterval},
 	}
-	r.remotes.onConnect = r.watchRemoteNodes
+	if r.remotes == nil {
+		r.remotes, r.ownRemotes = workload.New(workload.Options{Clock: opts.Clock,
+			SyncTimeout: opts.WorkloadClusterSyncTimeout, Recheck: opts.KubeconfigRecheckInterval}), true
+	}
+	r.remotes.OnConnect(r.watchRemoteNodes)
 	return r, nil
 }
 
@@ -190,8 +201,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err := mgr.Add(poller); err != nil {
 		return fmt.Errorf("adding the Cluster API version poller to the manager: %w", err)
 	}
-	if err := mgr.Add(r.remotes); err != nil {
-		return fmt.Errorf("adding the workload cluster caches to the manager: %w", err)
+	if r.ownRemotes {
+		if err := mgr.Add(r.remotes); err != nil {
+			return fmt.Errorf("adding the workload cluster caches to the manager: %w", err)
+		}
 	}
 	return nil
 }
@@ -217,7 +230,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var pending *watchPendingError
 	var unwatchable *kindNotWatchableError
 	var noCAPI *clusterAPINotInstalledError
-	var noKubeconfig *kubeconfigForbiddenError
+	var noKubeconfig *workload.ForbiddenError
 	var refused *template.RefusedKindError
 	switch {
 	case errors.As(err, &refused):
@@ -227,7 +240,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	case errors.As(err, &noCAPI):
 		return r.notInstalled(ctx, mhc, noCAPI)
 	case errors.As(err, &noKubeconfig):
-		return r.kubeconfigForbidden(ctx, mhc, noKubeconfig)
+		// Disabled until the Role is granted; looked at again after the kubeconfig recheck interval.
+		return r.disableFor(ctx, mhc, v1alpha1.ReasonKubeconfigNotReadable, noKubeconfig.Error(), noKubeconfig.Retry)
 	case errors.As(err, &pending):
 		// Nothing is decided from a kind not watched yet; the kind watcher enqueues the check once it is.
 		return ctrl.Result{RequeueAfter: requeueAfter(pending.until, r.clock.Now())}, nil
@@ -260,7 +274,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // observeFailed reports why the check's inputs could not be read.
 func (r *Reconciler) observeFailed(mhc *v1alpha1.MachineHealthCheck, err error) error {
 	var spec *InvalidSpecError
-	var wc *WorkloadClusterError
+	var wc *workload.Error
 	switch {
 	case errors.As(err, &spec):
 		r.recorder.Eventf(mhc, nil, corev1.EventTypeWarning, EventRemediationFailed, actionCheck, "%s", err.Error())

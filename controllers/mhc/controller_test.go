@@ -20,6 +20,7 @@ import (
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/template"
+	"github.com/metalheal/metalheal/internal/workload"
 )
 
 var _ = Describe("Unhealthy criteria, with condition-based remediation", func() {
@@ -399,7 +400,7 @@ var _ = Describe("Workload clusters", func() {
 		// The same Node name exists in both clusters: healthy here, unhealthy in the workload cluster.
 		shared := w.nodeName("shared")
 		w.createNode(ctx, k8s, shared, corev1.ConditionTrue, time.Hour)
-		remoteNode := w.createNode(ctx, workload, shared, corev1.ConditionUnknown, time.Hour)
+		remoteNode := w.createNode(ctx, workloadK8s, shared, corev1.ConditionUnknown, time.Hour)
 		w.createCheck(ctx, "remote", func(mhc *v1alpha1.MachineHealthCheck) {
 			mhc.Spec.ClusterName = "wl"
 			mhc.Spec.Selector.MatchLabels = map[string]string{"pool": "r"}
@@ -418,10 +419,10 @@ var _ = Describe("Workload clusters", func() {
 				haveCondition(metav1.ConditionFalse, clusterv1.MachineOwnerRemediatedWaitingForRemediationReason), name)
 		}
 		key := types.NamespacedName{Namespace: w.ns, Name: "wl"}
-		Expect(w.r.remotes.connected(key)).To(BeTrue())
+		Expect(w.r.remotes.Connected(key)).To(BeTrue())
 
 		By("the workload cluster's Node recovers: read through the cache")
-		w.setReady(ctx, workload, remoteNode, corev1.ConditionTrue, 0)
+		w.setReady(ctx, workloadK8s, remoteNode, corev1.ConditionTrue, 0)
 		Eventually(func(g Gomega) {
 			w.reconcile(ctx, "remote")
 			g.Expect(condition(w.machine(ctx, "remote-m"), clusterv1.MachineHealthCheckSucceededCondition)).To(
@@ -435,7 +436,7 @@ var _ = Describe("Workload clusters", func() {
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
 		}).WithContext(ctx).WithTimeout(eventuallyTimeout).Should(Succeed())
 		w.reconcile(ctx, "remote")
-		Expect(w.r.remotes.connected(key)).To(BeFalse())
+		Expect(w.r.remotes.Connected(key)).To(BeFalse())
 	})
 
 	It("refuses a kubeconfig that points at local files or credential plugins", func(ctx SpecContext) {
@@ -454,7 +455,7 @@ current-context: x
 		w.createMachine(ctx, "m", withCluster("evil"), withNodeRef(w.nodeName("n")))
 
 		_, err := w.r.Reconcile(ctx, reconcileRequest(w.ns, "workers"))
-		Expect(err).To(MatchError(ErrUnsafeKubeconfig))
+		Expect(err).To(MatchError(workload.ErrUnsafeKubeconfig))
 		Expect(err.Error()).NotTo(ContainSubstring("serviceaccount"))
 		Expect(w.machine(ctx, "m").Status.Conditions).To(BeEmpty(), "nothing is decided without the workload cluster's Nodes")
 		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventWorkloadClusterUnreachable)))

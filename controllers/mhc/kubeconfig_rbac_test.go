@@ -61,11 +61,11 @@ var _ = Describe("The kubeconfig-readers component", Ordered, func() {
 		Expect(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: cluster + "-kubeconfig", Namespace: ns},
 			Data: map[string][]byte{"value": workloadEnv.KubeConfig}})).To(Succeed())
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rbac-" + suffix}}
-		Expect(workload.Create(ctx, node)).To(Succeed())
-		DeferCleanup(func(ctx context.Context) { Expect(client.IgnoreNotFound(workload.Delete(ctx, node))).To(Succeed()) })
+		Expect(workloadK8s.Create(ctx, node)).To(Succeed())
+		DeferCleanup(func(ctx context.Context) { Expect(client.IgnoreNotFound(workloadK8s.Delete(ctx, node))).To(Succeed()) })
 		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "Test",
 			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Hour))}}
-		Expect(workload.Status().Update(ctx, node)).To(Succeed())
+		Expect(workloadK8s.Status().Update(ctx, node)).To(Succeed())
 		m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m-" + suffix, Namespace: ns, Labels: map[string]string{"pool": suffix},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: clusterv1.GroupVersion.String(), Kind: "MachineSet", Name: "ms", UID: "ms-uid", Controller: ptr.To(true)}}},
 			Spec: clusterv1.MachineSpec{ClusterName: cluster, Bootstrap: clusterv1.Bootstrap{DataSecretName: ptr.To("b")},
@@ -88,7 +88,7 @@ var _ = Describe("The kubeconfig-readers component", Ordered, func() {
 		r, err := New(Options{Client: sa, Reader: sa, APIReader: sa, Recorder: &recorder{}, Discovery: saDisco,
 			Clock: clocktesting.NewFakeClock(time.Now()), ClusterNamespaces: clusterNamespaces})
 		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() { r.remotes.stopAll() })
+		DeferCleanup(func() { r.remotes.StopAll() })
 		_, err = r.Reconcile(ctx, reconcileRequest(ns, "check-"+suffix))
 		got := &v1alpha1.MachineHealthCheck{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "check-" + suffix}, got)).To(Succeed())

@@ -52,7 +52,7 @@ var _ = Describe("Running in a manager", func() {
 		Expect(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "wl-kubeconfig", Namespace: w.ns},
 			Data: map[string][]byte{"value": workloadEnv.KubeConfig}})).To(Succeed())
 		w.createTemplate(ctx, "reboot", "reboot")
-		remoteNode := w.createNode(ctx, workload, w.nodeName("r"), corev1.ConditionUnknown, time.Hour)
+		remoteNode := w.createNode(ctx, workloadK8s, w.nodeName("r"), corev1.ConditionUnknown, time.Hour)
 		w.createMachine(ctx, "remote-m", withCluster("wl"), withLabels("pool", "r"), withNodeRef(remoteNode.Name))
 		w.createCheck(ctx, "remote", func(mhc *v1alpha1.MachineHealthCheck) {
 			mhc.Spec.ClusterName = "wl"
@@ -90,7 +90,7 @@ var _ = Describe("Running in a manager", func() {
 		}).WithContext(ctx).WithTimeout(eventuallyTimeout).Should(Succeed())
 
 		By("the workload cluster's Node recovers (remote Node watch): the request is deleted")
-		w.setReady(ctx, workload, remoteNode, corev1.ConditionTrue, 0)
+		w.setReady(ctx, workloadK8s, remoteNode, corev1.ConditionTrue, 0)
 		Eventually(func(g Gomega) {
 			g.Expect(w.powerCycleRemediations(ctx)).To(BeEmpty())
 		}).WithContext(ctx).WithTimeout(eventuallyTimeout).Should(Succeed())

@@ -18,6 +18,7 @@ import (
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/template"
+	"github.com/metalheal/metalheal/internal/workload"
 )
 
 // nodeGetLimit: up to this many Nodes are read one by one; more are read with one List of the cache.
@@ -79,7 +80,7 @@ func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 		cluster, err := getCluster(ctx, r.reader, version, key)
 		switch {
 		case apierrors.IsNotFound(err):
-			r.remotes.forget(key)
+			r.remotes.Forget(key)
 		case err != nil:
 			return in, fmt.Errorf("reading Cluster %s: %w", key, err)
 		default:
@@ -88,21 +89,21 @@ func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 		switch {
 		case in.Cluster == nil:
 		case !cluster.DeletionTimestamp.IsZero():
-			r.remotes.forget(key)
+			r.remotes.Forget(key)
 			in.Paused = fmt.Sprintf("Cluster %s is being deleted", key.Name)
 		default:
 			if cluster.Spec.Paused != nil && *cluster.Spec.Paused && in.Paused == "" {
 				in.Paused = fmt.Sprintf("Cluster %s is paused", key.Name)
 			}
 			if ns := r.opts.ClusterNamespaces; len(ns) > 0 && !slices.Contains(ns, key.Namespace) {
-				return in, &kubeconfigForbiddenError{cluster: key, notListed: true, retry: r.clock.Now().Add(r.opts.KubeconfigRecheckInterval)}
+				return in, &workload.ForbiddenError{Cluster: key, NotListed: true, Retry: r.clock.Now().Add(r.opts.KubeconfigRecheckInterval)}
 			}
-			remote, isRemote, err := r.remotes.nodeReader(ctx, r.apiReader, key)
+			remote, isRemote, err := r.remotes.Get(ctx, r.apiReader, key)
 			if err != nil {
 				return in, err
 			}
 			if isRemote {
-				nodes = remote
+				nodes = remote.Nodes()
 			}
 		}
 	}

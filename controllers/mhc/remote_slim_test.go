@@ -25,16 +25,16 @@ var _ = Describe("A workload cluster's admin with large Nodes", func() {
 			Data: map[string][]byte{"value": workloadEnv.KubeConfig}})).To(Succeed())
 
 		name := w.nodeName("big")
-		node := w.createNode(ctx, workload, name, corev1.ConditionTrue, time.Hour)
+		node := w.createNode(ctx, workloadK8s, name, corev1.ConditionTrue, time.Hour)
 		node.Labels = map[string]string{v1alpha1.LabelExcludeFromRemediation: "false"}
-		Expect(workload.Update(ctx, node)).To(Succeed())
+		Expect(workloadK8s.Update(ctx, node)).To(Succeed())
 		for i := range 50 {
 			node.Status.Images = append(node.Status.Images, corev1.ContainerImage{
 				Names: []string{fmt.Sprintf("registry.example.com/tenant/image-%02d@sha256:%064d", i, i)}, SizeBytes: 1 << 30})
 		}
 		node.Status.VolumesInUse = []corev1.UniqueVolumeName{"kubernetes.io/csi/ebs^vol-1"}
 		node.Status.VolumesAttached = []corev1.AttachedVolume{{Name: "kubernetes.io/csi/ebs^vol-1", DevicePath: "/dev/xvdb"}}
-		Expect(workload.Status().Update(ctx, node)).To(Succeed())
+		Expect(workloadK8s.Status().Update(ctx, node)).To(Succeed())
 
 		w.createCheck(ctx, "big", func(mhc *v1alpha1.MachineHealthCheck) {
 			mhc.Spec.ClusterName = "big"
@@ -44,10 +44,11 @@ var _ = Describe("A workload cluster's admin with large Nodes", func() {
 		w.reconcile(ctx, "big")
 
 		key := types.NamespacedName{Namespace: w.ns, Name: "big"}
-		Expect(w.r.remotes.connected(key)).To(BeTrue())
-		nodes, remote, err := w.r.remotes.nodeReader(ctx, k8s, key)
+		Expect(w.r.remotes.Connected(key)).To(BeTrue())
+		c, remote, err := w.r.remotes.Get(ctx, k8s, key)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(remote).To(BeTrue())
+		nodes := c.Nodes()
 		Eventually(func(g Gomega) {
 			cached := &corev1.Node{}
 			g.Expect(nodes.Get(ctx, types.NamespacedName{Name: name}, cached)).To(Succeed())

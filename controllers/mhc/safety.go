@@ -172,7 +172,7 @@ func (r *Reconciler) observeSafety(ctx context.Context, in *planInput) error {
 
 // remoteNodes reports whether the check reads its Nodes from a workload cluster.
 func (r *Reconciler) remoteNodes(mhc *v1alpha1.MachineHealthCheck) bool {
-	return mhc.Spec.ClusterName != "" && r.remotes.connected(clusterKey(mhc))
+	return mhc.Spec.ClusterName != "" && r.remotes.Connected(clusterKey(mhc))
 }
 
 // listLeases reads the node leases in the lease namespace from the cache.

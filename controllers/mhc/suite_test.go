@@ -34,7 +34,7 @@ var (
 
 	mgmtEnv, workloadEnv *envtest.Environment
 	mgmtCfg              *rest.Config
-	k8s, workload        client.Client
+	k8s, workloadK8s     client.Client
 	mgmtDiscovery        Discovery
 )
 
@@ -64,7 +64,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	mgmtDiscovery, err = discovery.NewDiscoveryClientForConfig(mgmtCfg)
 	Expect(err).NotTo(HaveOccurred())
-	workload, err = client.New(wlCfg, client.Options{Scheme: scheme})
+	workloadK8s, err = client.New(wlCfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 })
 
@@ -129,7 +129,7 @@ func newWorld(ctx context.Context) *world {
 	var err error
 	w.r, err = New(Options{Client: k8s, Reader: k8s, APIReader: k8s, Recorder: w.rec, Clock: w.clock, Discovery: mgmtDiscovery})
 	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() { w.r.remotes.stopAll() })
+	DeferCleanup(func() { w.r.remotes.StopAll() })
 	return w
 }
 

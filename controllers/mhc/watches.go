@@ -25,6 +25,7 @@ import (
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/kindwatch"
+	"github.com/metalheal/metalheal/internal/workload"
 )
 
 // indexMachineByNodeName indexes Machines by status.nodeRef.name, to map a Node event to its Machine.
@@ -182,12 +183,12 @@ func (h clusterEvents) Delete(ctx context.Context, e event.DeleteEvent, q workqu
 	h.EventHandler.Delete(ctx, e, q)
 }
 
-// watchRemoteNodes starts watching a workload cluster's Nodes (called once per new Node cache).
-func (r *Reconciler) watchRemoteNodes(cluster types.NamespacedName, c cache.Cache) error {
+// watchRemoteNodes starts watching a workload cluster's Nodes (called once per new connection).
+func (r *Reconciler) watchRemoteNodes(cluster types.NamespacedName, c *workload.Cluster) error {
 	if r.controller == nil {
 		return nil
 	}
-	return r.controller.Watch(source.Kind(c, client.Object(&corev1.Node{}),
+	return r.controller.Watch(source.Kind(c.Cache(), client.Object(&corev1.Node{}),
 		handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.nodeToChecks(ctx, o, &cluster)
 		}), nodeHealthChanged()))
@@ -210,7 +211,7 @@ func (r *Reconciler) watchKinds(ctx context.Context, mhc *v1alpha1.MachineHealth
 		kindwatch.Kind{GVK: schema.FromAPIVersionAndKind(gv, "Machine"), Object: machine,
 			Handler: handler.EnqueueRequestsFromMapFunc(r.machineToChecks), Verbs: []string{"get", "list", "watch", "patch"}},
 		kindwatch.Kind{GVK: schema.FromAPIVersionAndKind(gv, "Cluster"), Object: cluster,
-			Handler: clusterEvents{EventHandler: handler.EnqueueRequestsFromMapFunc(r.clusterToChecks), forget: r.remotes.forget}})
+			Handler: clusterEvents{EventHandler: handler.EnqueueRequestsFromMapFunc(r.clusterToChecks), forget: r.remotes.Forget}})
 	for _, gvk := range gvks {
 		kinds = append(kinds, kindwatch.Kind{GVK: gvk, Handler: handler.EnqueueRequestsFromMapFunc(requestToCheck),
 			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}})

@@ -1,0 +1,337 @@
+package workload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/metalheal/metalheal/internal/nodecache"
+)
+
+// The Cluster API convention for reaching a workload cluster: a Secret <clusterName>-kubeconfig in the
+// Cluster's namespace whose key "value" holds a kubeconfig.
+const (
+	KubeconfigSecretSuffix = "-kubeconfig"
+	KubeconfigSecretKey    = "value"
+)
+
+// Defaults of Options.
+const (
+	DefaultSyncTimeout = 10 * time.Second
+	DefaultRecheck     = time.Minute
+)
+
+// Options tune Clusters.
+type Options struct {
+	// Clock stamps how long a missing Secret is remembered.
+	Clock clock.Clock
+	// SyncTimeout bounds the wait for a new connection's first list of Nodes. Default DefaultSyncTimeout.
+	SyncTimeout time.Duration
+	// Recheck is how long a missing Secret is remembered before it is looked up again. Default
+	// DefaultRecheck.
+	Recheck time.Duration
+}
+
+// Clusters keeps one connection per workload cluster. It is safe for concurrent use; share one between
+// every controller of a manager. It is a manager.Runnable: the connections stop with the manager.
+type Clusters struct {
+	opts Options
+
+	mu        sync.Mutex
+	clusters  map[types.NamespacedName]*Cluster
+	noSecret  map[types.NamespacedName]time.Time
+	onConnect []func(types.NamespacedName, *Cluster) error
+}
+
+// Cluster is one workload cluster's connection.
+type Cluster struct {
+	cache  cache.Cache
+	client client.Client
+	cancel context.CancelFunc
+	// broken is set when a watch fails for a reason other than the routine expiry of a watch.
+	broken atomic.Bool
+}
+
+// Nodes reads the workload cluster's Nodes from the cache (slimmed: no images, volumes, managed fields).
+func (c *Cluster) Nodes() client.Reader { return c.cache }
+
+// Cache is the Node cache, for a controller to watch the Nodes.
+func (c *Cluster) Cache() cache.Cache { return c.cache }
+
+// Client reads and writes the workload cluster straight through its API server (Nodes, Leases): for
+// writes, and for the reads that must not open an informer there.
+func (c *Cluster) Client() client.Client { return c.client }
+
+// New returns an empty set of connections.
+func New(opts Options) *Clusters {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.SyncTimeout <= 0 {
+		opts.SyncTimeout = DefaultSyncTimeout
+	}
+	if opts.Recheck <= 0 {
+		opts.Recheck = DefaultRecheck
+	}
+	return &Clusters{opts: opts, clusters: map[types.NamespacedName]*Cluster{}, noSecret: map[types.NamespacedName]time.Time{}}
+}
+
+// OnConnect registers fn, called with each new connection (a controller watches its Nodes). Register
+// before the first Get.
+func (r *Clusters) OnConnect(fn func(key types.NamespacedName, c *Cluster) error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onConnect = append(r.onConnect, fn)
+}
+
+// Get returns the workload cluster's connection when the Cluster follows the kubeconfig Secret
+// convention, and remote=false when it does not (the Secret or its "value" key is absent): its Nodes are
+// then the management cluster's. The Secret is read with apiReader (uncached), only when there is no
+// connection yet; a missing Secret is remembered for Options.Recheck. A Secret the manager may not read
+// is a *ForbiddenError, a cluster that cannot be reached an *Error.
+func (r *Clusters) Get(ctx context.Context, apiReader client.Reader, key types.NamespacedName) (_ *Cluster, remote bool, _ error) {
+	r.mu.Lock()
+	if c := r.clusters[key]; c != nil {
+		if !c.broken.Load() {
+			r.mu.Unlock()
+			return c, true, nil
+		}
+		delete(r.clusters, key)
+		c.cancel()
+	}
+	if until, ok := r.noSecret[key]; ok && r.opts.Clock.Now().Before(until) {
+		r.mu.Unlock()
+		return nil, false, nil
+	}
+	r.mu.Unlock()
+
+	secretName := key.Name + KubeconfigSecretSuffix
+	secret := &corev1.Secret{}
+	if err := apiReader.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: secretName}, secret); err != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			r.rememberNoSecret(key)
+			return nil, false, nil
+		case apierrors.IsForbidden(err):
+			return nil, false, &ForbiddenError{Cluster: key, Retry: r.opts.Clock.Now().Add(r.opts.Recheck)}
+		}
+		return nil, false, &Error{Cluster: key, Err: fmt.Errorf("reading Secret %s: %w", secretName, err)}
+	}
+	data := secret.Data[KubeconfigSecretKey]
+	if len(data) == 0 {
+		r.rememberNoSecret(key)
+		return nil, false, nil
+	}
+	cfg, err := restConfig(data)
+	if err != nil {
+		return nil, false, &Error{Cluster: key, Err: fmt.Errorf("secret %s: %w", secretName, err)}
+	}
+	c, err := r.connect(ctx, key, cfg)
+	if err != nil {
+		return nil, false, &Error{Cluster: key, Err: err}
+	}
+
+	r.mu.Lock()
+	if other := r.clusters[key]; other != nil && !other.broken.Load() {
+		// Another worker connected meanwhile: keep one.
+		r.mu.Unlock()
+		c.cancel()
+		return other, true, nil
+	}
+	r.clusters[key] = c
+	delete(r.noSecret, key)
+	subscribers := r.onConnect
+	r.mu.Unlock()
+	for _, fn := range subscribers {
+		if err := fn(key, c); err != nil {
+			return nil, false, &Error{Cluster: key, Err: fmt.Errorf("watching Nodes: %w", err)}
+		}
+	}
+	ctrl.LoggerFrom(ctx).Info("Connected to workload cluster", "cluster", key)
+	return c, true, nil
+}
+
+func (r *Clusters) rememberNoSecret(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.noSecret[key] = r.opts.Clock.Now().Add(r.opts.Recheck)
+}
+
+// connect starts a Node cache for the workload cluster and waits (at most Options.SyncTimeout) for its
+// first list. The cache runs until Forget or StopAll cancels it: its context is detached from ctx, which
+// only lives as long as one reconcile.
+func (r *Clusters) connect(ctx context.Context, key types.NamespacedName, cfg *rest.Config) (*Cluster, error) {
+	log := ctrl.LoggerFrom(ctx).WithValues("cluster", key)
+	c := &Cluster{}
+	nodes, err := cache.New(cfg, cache.Options{
+		Scheme: scheme,
+		// The same transform as the manager's own Node cache: a workload cluster's admin controls its
+		// Nodes' size, and the manager is shared by every workload cluster.
+		ByObject: map[client.Object]cache.ByObject{&corev1.Node{}: {Transform: nodecache.Slim}},
+		DefaultWatchErrorHandler: func(_ context.Context, _ *toolscache.Reflector, err error) {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				return // a watch ending or expiring is routine
+			}
+			if !c.broken.Swap(true) {
+				log.Info("Lost the workload cluster's Node watch; reconnecting at the next use", "error", err.Error())
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating a Node cache: %w", err)
+	}
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("creating a client: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c.cache, c.client, c.cancel = nodes, direct, cancel
+	go func() {
+		if err := nodes.Start(runCtx); err != nil {
+			log.Error(err, "Workload cluster Node cache stopped")
+		}
+	}()
+	waitCtx, cancelWait := context.WithTimeout(ctx, r.opts.SyncTimeout)
+	defer cancelWait()
+	if _, err := nodes.GetInformer(waitCtx, &corev1.Node{}); err != nil {
+		cancel()
+		return nil, fmt.Errorf("nodes not listed within %s: %w", r.opts.SyncTimeout, err)
+	}
+	if !nodes.WaitForCacheSync(waitCtx) {
+		cancel()
+		return nil, fmt.Errorf("nodes not listed within %s", r.opts.SyncTimeout)
+	}
+	return c, nil
+}
+
+// Forget drops the workload cluster's connection, if any: the Cluster went away.
+func (r *Clusters) Forget(key types.NamespacedName) {
+	r.mu.Lock()
+	c := r.clusters[key]
+	delete(r.clusters, key)
+	delete(r.noSecret, key)
+	r.mu.Unlock()
+	if c != nil {
+		c.cancel()
+	}
+}
+
+// Connected reports whether a connection to the workload cluster is held.
+func (r *Clusters) Connected(key types.NamespacedName) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.clusters[key] != nil
+}
+
+// StopAll stops every connection.
+func (r *Clusters) StopAll() {
+	r.mu.Lock()
+	all := r.clusters
+	r.clusters = map[types.NamespacedName]*Cluster{}
+	r.mu.Unlock()
+	for _, c := range all {
+		c.cancel()
+	}
+}
+
+// Start implements manager.Runnable: the connections are stopped when the manager stops.
+func (r *Clusters) Start(ctx context.Context) error {
+	<-ctx.Done()
+	r.StopAll()
+	return nil
+}
+
+// NeedLeaderElection: the connections serve whichever controllers run, leader or not.
+func (r *Clusters) NeedLeaderElection() bool { return false }
+
+// scheme knows the kinds read and written in workload clusters: Nodes and node leases.
+var scheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := corev1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := coordinationv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+// ErrUnsafeKubeconfig is returned for a kubeconfig that would make the manager run a command or read a
+// local file (its own service account token, for one): a Secret writer must not gain that.
+var ErrUnsafeKubeconfig = errors.New("kubeconfig refers to local files or credential plugins; only inline credentials are accepted")
+
+// restConfig parses a kubeconfig from a Secret. It never includes the kubeconfig's content in an error.
+func restConfig(data []byte) (*rest.Config, error) {
+	cfg, err := clientcmd.Load(data)
+	if err != nil {
+		return nil, errors.New("value is not a valid kubeconfig")
+	}
+	for _, a := range cfg.AuthInfos {
+		if a.Exec != nil || a.AuthProvider != nil || a.ClientCertificate != "" || a.ClientKey != "" || a.TokenFile != "" {
+			return nil, ErrUnsafeKubeconfig
+		}
+	}
+	for _, c := range cfg.Clusters {
+		if c.CertificateAuthority != "" {
+			return nil, ErrUnsafeKubeconfig
+		}
+	}
+	rc, err := clientcmd.NewDefaultClientConfig(*cfg, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, errors.New("value is not a usable kubeconfig (no current context, cluster or user)")
+	}
+	rc.UserAgent = "metalheal"
+	return rc, nil
+}
+
+// Error reports that a workload cluster could not be reached through its kubeconfig Secret. It never
+// includes the kubeconfig.
+type Error struct {
+	// Cluster is the Cluster's namespace and name.
+	Cluster types.NamespacedName
+	// Err is the cause.
+	Err error
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("workload cluster %s: %v", e.Cluster, e.Err) }
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ForbiddenError says that the manager may not read a Cluster's kubeconfig Secret: its namespace is not
+// among those the manager was given (--cluster-namespaces and the kubeconfig-readers component). The
+// message names the Role that would let it.
+type ForbiddenError struct {
+	Cluster types.NamespacedName
+	// NotListed: the namespace is not in --cluster-namespaces (nothing was asked of the API server).
+	NotListed bool
+	// Retry is when to look again.
+	Retry time.Time
+}
+
+func (e *ForbiddenError) Error() string {
+	why := "may not read"
+	if e.NotListed {
+		why = "does not read (its namespace is not in --cluster-namespaces)"
+	}
+	return fmt.Sprintf("the manager %s Secret %s/%s%s (the Cluster's kubeconfig): it needs a Role in namespace %s "+
+		"granting get on secrets (apiGroups [\"\"], resources [secrets], verbs [get]) bound to its ServiceAccount; "+
+		"add %s to --cluster-namespaces and to the kubeconfig-readers component (config/components/kubeconfig-readers)",
+		why, e.Cluster.Namespace, e.Cluster.Name, KubeconfigSecretSuffix, e.Cluster.Namespace, e.Cluster.Namespace)
+}
