@@ -40,6 +40,7 @@ import (
 	"github.com/metalheal/metalheal/internal/logging"
 	"github.com/metalheal/metalheal/internal/metricsauth"
 	"github.com/metalheal/metalheal/internal/nodecache"
+	"github.com/metalheal/metalheal/internal/workload"
 	"github.com/metalheal/metalheal/pkg/bmc"
 )
 
@@ -216,7 +217,13 @@ func run(cfg config) error {
 		return fmt.Errorf("indexing BMCs: %w", err)
 	}
 
-	deps := &dependencies{cfg: cfg, clock: clock.RealClock{}, access: access}
+	// One connection per Cluster API workload cluster, for the MachineHealthCheck and the remediator.
+	workloads := workload.New(workload.Options{Clock: clock.RealClock{}})
+	if err := mgr.Add(workloads); err != nil {
+		return fmt.Errorf("adding the workload cluster connections: %w", err)
+	}
+
+	deps := &dependencies{cfg: cfg, clock: clock.RealClock{}, access: access, workloads: workloads}
 	for _, name := range enabled {
 		if err := setups[name](ctx, mgr, deps); err != nil {
 			return fmt.Errorf("setting up the %s controller: %w", name, err)
@@ -257,6 +264,8 @@ type dependencies struct {
 	cfg    config
 	clock  clock.Clock
 	access *bmcaccess.Access
+	// workloads reach Cluster API workload clusters (the MachineHealthCheck's Nodes, the remediator's).
+	workloads *workload.Clusters
 	// remediator is the power-cycle remediator, when it runs: the BMC inventory leaves the BMCs of the
 	// hosts it is power-cycling to it.
 	remediator *powercycle.RemediationReconciler
@@ -352,6 +361,7 @@ func setupPowerCycle(ctx context.Context, mgr ctrl.Manager, deps *dependencies) 
 		ManagerNodeName:         deps.cfg.nodeName,
 		ManagerNamespace:        deps.cfg.namespace,
 		TrustedNamespaces:       trusted,
+		WorkloadClusters:        deps.workloads,
 	})
 	if err != nil {
 		return err
@@ -404,7 +414,7 @@ func setupMHC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
 	}
 	r, err := mhc.New(mhc.Options{Clock: deps.clock, MaxConcurrentReconciles: 4, Discovery: d,
 		ClusterAPIRecheckInterval: deps.cfg.clusterAPIRecheckInterval, ClusterNamespaces: clusterNamespaces,
-		LeaseNamespace: deps.cfg.leaseNamespace, LeaseDuration: deps.cfg.leaseDuration})
+		LeaseNamespace: deps.cfg.leaseNamespace, LeaseDuration: deps.cfg.leaseDuration, WorkloadClusters: deps.workloads})
 	if err != nil {
 		return err
 	}

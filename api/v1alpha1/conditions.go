@@ -16,6 +16,9 @@ const (
 	ConditionLeaseAcquired = "LeaseAcquired"
 	// ConditionBMCReady is True when the node's BMC and its credentials were found and a driver built.
 	ConditionBMCReady = "BMCReady"
+	// ConditionWorkloadClusterReachable (PowerCycleRemediation) is False while the Cluster API workload
+	// cluster that holds the request's Node cannot be reached; set only for such a request.
+	ConditionWorkloadClusterReachable = "WorkloadClusterReachable"
 
 	// ConditionReachable (BMC) is True when the BMC answered the last check.
 	ConditionReachable = "Reachable"
@@ -78,6 +81,9 @@ const (
 	// remediator's own cluster is not the Machine's; it was refused without touching a host, a Node or a
 	// lease.
 	ReasonNodeNotInThisCluster = "NodeNotInThisCluster"
+	// ReasonWorkloadClusterUnreachable (WorkloadClusterReachable=False on a PowerCycleRemediation): the
+	// workload cluster of the request's Node does not answer, or its kubeconfig Secret cannot be used.
+	ReasonWorkloadClusterUnreachable = "WorkloadClusterUnreachable"
 	// ReasonRemediationKindNotWatchable (Disabled): the manager cannot watch a template or remediation
 	// kind the check names (typically no ClusterRole grants it get, list and watch); the message says which
 	// and how to grant it. The kind is tried again with a backoff.

@@ -177,6 +177,14 @@ type PowerCycleRemediationStatus struct {
 	// +kubebuilder:validation:MaxLength=253
 	NodeName string `json:"nodeName,omitempty"`
 
+	// clusterName is the Cluster API Cluster, in the request's namespace, whose workload cluster holds
+	// the Node, as found from the request's Machine before anything was done; empty: the Node is one of
+	// the cluster the remediator runs in. Cordon, taints, the wait for Ready and the node lease are in the
+	// Node's own cluster.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	ClusterName string `json:"clusterName,omitempty"`
+
 	// bmcName is the BMC object used to reach the host.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
@@ -235,6 +243,7 @@ type PowerCycleRemediationStatus struct {
 // +kubebuilder:resource:path=powercycleremediations,shortName=pcr,categories=metalheal
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.status.clusterName`,priority=1
 // +kubebuilder:printcolumn:name="Power",type=string,JSONPath=`.status.powerState`
 // +kubebuilder:printcolumn:name="Retries",type=integer,JSONPath=`.status.retryCount`
 // +kubebuilder:printcolumn:name="Succeeded",type=string,JSONPath=`.status.conditions[?(@.type=="Succeeded")].status`

@@ -51,9 +51,10 @@ type BMCReconcilerOptions struct {
 	MaxConcurrentReconciles int
 }
 
-// NodeRemediations tells whether a remediation is at work on a node. *RemediationReconciler is one.
+// NodeRemediations tells whether a remediation is at work on a host (bmcaccess.Host's spelling).
+// *RemediationReconciler is one.
 type NodeRemediations interface {
-	Remediating(ctx context.Context, nodeName string) bool
+	Remediating(ctx context.Context, host string) bool
 }
 
 // BMCReconciler is the BMC inventory: it checks every BMC in the Access's namespace (reachability,
@@ -195,9 +196,7 @@ func (r *BMCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{RequeueAfter: next.Sub(now)}, nil
 	}
 
-	// The remediator acts on Nodes of this cluster only: a remediation of this cluster's Node of that name
-	// is another host's when the BMC names a workload cluster.
-	if r.Remediations != nil && bmcKnownGood(last, cur, b) && b.Spec.Cluster == nil && r.Remediations.Remediating(ctx, b.Spec.NodeName) {
+	if r.Remediations != nil && bmcKnownGood(last, cur, b) && r.Remediations.Remediating(ctx, bmcaccess.HostOf(b).String()) {
 		BMCChecks.WithLabelValues(bmcCheckSkippedRemediating).Inc()
 		return r.planNext(req.NamespacedName, b, cur, true, now), nil
 	}

@@ -32,4 +32,7 @@ const (
 	// EventNodeNotInThisCluster (Warning): a request whose Machine's Node lives in a workload cluster was
 	// refused; nothing was done to the same-named Node of this cluster or its host.
 	EventNodeNotInThisCluster = "NodeNotInThisCluster"
+	// EventWorkloadClusterUnreachable (Warning): the workload cluster of the request's Node cannot be
+	// reached; the request waits, doing nothing to the host.
+	EventWorkloadClusterUnreachable = "WorkloadClusterUnreachable"
 )

@@ -30,7 +30,7 @@ func (r *RemediationReconciler) poweringOff(ctx context.Context, s *scope) (ctrl
 		// that enters PoweringOff, for a request that is ready) and added right after it.
 		taints: []corev1.Taint{remediationTaint()},
 		beforeRequest: func() {
-			if r.opts.ManagerNodeName != "" && r.opts.ManagerNodeName == s.status().NodeName {
+			if r.opts.ManagerNodeName != "" && r.opts.ManagerNodeName == s.status().NodeName && s.status().ClusterName == "" {
 				r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeWarning, EventPoweringOffManagerNode, ActionPowerCycle,
 					"Powering off node %s, where this manager runs: the next manager resumes from this remediation's status", s.status().NodeName)
 			}

@@ -45,7 +45,7 @@ func classify(err error, fromDriver bool) error {
 
 // driverFor returns the driver of the node's BMC and records which BMC it is.
 func (r *RemediationReconciler) driverFor(ctx context.Context, s *scope) (bmc.Driver, error) {
-	b, d, err := r.opts.Drivers.ForHost(ctx, bmcaccess.Host{Node: s.status().NodeName})
+	b, d, err := r.opts.Drivers.ForHost(ctx, hostOf(s.pcr))
 	if b != nil {
 		s.status().BMCName = b.Name
 	}

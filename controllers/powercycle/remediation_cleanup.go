@@ -120,15 +120,19 @@ func (r *RemediationReconciler) letGo(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// readNodeLive reads the request's node from the API server (APIReader) and keeps it for the rest of the
+// readNodeLive reads the request's node from its cluster's API server and keeps it for the rest of the
 // reconcile; nil when it is gone.
 func (r *RemediationReconciler) readNodeLive(ctx context.Context, s *scope) (*corev1.Node, error) {
 	name := s.status().NodeName
 	if name == "" {
 		return nil, nil
 	}
+	nc, err := r.nodeClusterOf(ctx, s)
+	if err != nil {
+		return nil, err
+	}
 	node := &corev1.Node{}
-	err := r.opts.APIReader.Get(ctx, client.ObjectKey{Name: name}, node)
+	err = nc.live.Get(ctx, client.ObjectKey{Name: name}, node)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("reading node %s: %w", name, err)
 	}

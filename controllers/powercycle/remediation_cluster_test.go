@@ -6,16 +6,21 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/testenv"
+	"github.com/metalheal/metalheal/internal/workload"
+	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // A management cluster whose healthy worker-1 shares its name with a hung worker-1 of a Cluster API
@@ -30,6 +35,7 @@ func testNodeOfAnotherCluster(t *testing.T, api *apiServer) {
 		kubeconfig  bool   // the Machine's cluster has a <cluster>-kubeconfig Secret
 		nodeID      string // the providerID of this cluster's Node of the Machine's node name
 		unreadable  bool   // the manager may not read Secrets in the Machine's namespace
+		reach       bool   // the remediator reaches workload clusters, and the kubeconfig is this cluster's own
 		wantRefused bool
 	}{
 		"our MachineHealthCheck's request for a workload cluster's Node": {
@@ -44,6 +50,8 @@ func testNodeOfAnotherCluster(t *testing.T, api *apiServer) {
 			kubeconfig: true, nodeID: "metal3://workload-worker-1"},
 		"the kubeconfig Secret not readable, and the Node carries the Machine's providerID": {
 			annotated: true, kubeconfig: true, nodeID: "metal3://workload-worker-1", unreadable: true},
+		"a self-hosted management cluster whose kubeconfig reaches this very Node, without providerIDs": {
+			annotated: true, kubeconfig: true, reach: true},
 		"no kubeconfig Secret: the Machine's Nodes are in this cluster": {
 			annotated: true, nodeID: "metal3://management-worker-1"},
 	} {
@@ -53,6 +61,13 @@ func testNodeOfAnotherCluster(t *testing.T, api *apiServer) {
 			if tc.unreadable {
 				w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.APIReader = w.secretsForbidden() }
 			}
+			kubeconfig := []byte("apiVersion: v1\nkind: Config\n")
+			if tc.reach {
+				clusters := workload.New(workload.Options{Clock: w.clock})
+				t.Cleanup(clusters.StopAll)
+				w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.WorkloadClusters = clusters }
+				kubeconfig = api.kubeconfig
+			}
 			node := w.fakeHost("worker-1", nil)
 			n := w.getNode(node)
 			n.Spec.ProviderID = tc.nodeID
@@ -61,7 +76,7 @@ func testNodeOfAnotherCluster(t *testing.T, api *apiServer) {
 			if tc.kubeconfig {
 				w.must(w.c.Create(w.ctx, &corev1.Secret{
 					ObjectMeta: metav1.ObjectMeta{Name: "workload-kubeconfig", Namespace: w.ns},
-					Data:       map[string][]byte{"value": []byte("apiVersion: v1\nkind: Config\n")},
+					Data:       map[string][]byte{"value": kubeconfig},
 				}))
 			}
 			machine := &clusterv1.Machine{
@@ -89,6 +104,7 @@ func testNodeOfAnotherCluster(t *testing.T, api *apiServer) {
 				p := w.get(key)
 				g.Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonNodeReady, metav1.ConditionTrue))
 				g.Expect(powerOps(host)).To(Equal([]string{"Off", "On"}), "the Machine's own host was power-cycled")
+				g.Expect(p.Status.ClusterName).To(BeEmpty(), "the Node is this cluster's")
 				g.Expect(w.countEvents("Warning " + EventNodeNotInThisCluster)).To(BeZero())
 				return
 			}
@@ -112,7 +128,7 @@ func testNodeOfAnotherCluster(t *testing.T, api *apiServer) {
 			g.Expect(conditionOf(p, v1alpha1.ConditionProcessing)).To(MatchFields(v1alpha1.ReasonNodeNotInThisCluster, metav1.ConditionFalse))
 			g.Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonNodeNotInThisCluster, metav1.ConditionFalse))
 			g.Expect(conditionOf(p, v1alpha1.ConditionProcessing).Message).To(And(
-				ContainSubstring("workload"), ContainSubstring(machine.Name), ContainSubstring(node), ContainSubstring("nothing was done")))
+				ContainSubstring("workload"), ContainSubstring(machine.Name), ContainSubstring(node), ContainSubstring("Nothing was done")))
 			events := w.drainEvents()
 			g.Expect(events).To(HaveLen(1), "one warning, and nothing else announced")
 			g.Expect(events[0]).To(HavePrefix("Warning " + EventNodeNotInThisCluster + " "))
@@ -141,4 +157,169 @@ func (w *world) secretsForbidden() client.Reader {
 			return c.Get(ctx, key, obj, opts...)
 		},
 	})
+}
+
+// workloadAPIServer is a second, bare API server: a Cluster API workload cluster, with the lease
+// namespace, reached through the kubeconfig it returns.
+func workloadAPIServer(t *testing.T) (client.Client, []byte) {
+	t.Helper()
+	env, cfg, err := testenv.Start(testenv.Options{SkipCRDs: true})
+	if err != nil {
+		t.Fatalf("starting the workload cluster's API server: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(cfg, client.Options{Scheme: remediationScheme()})
+	if err != nil {
+		t.Fatalf("creating a client: %v", err)
+	}
+	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leases.DefaultNamespace}}); err != nil {
+		t.Fatalf("creating the lease namespace: %v", err)
+	}
+	return c, env.KubeConfig
+}
+
+// A Cluster API management cluster whose Machine's Node, worker-1, lives in workload cluster edge-a,
+// beside a healthy worker-1 of the management cluster itself: the remediator reaches edge-a through its
+// kubeconfig Secret and acts there. The BMC that names edge-a's worker-1 powers that host off and on;
+// the out-of-service taint comes and goes on edge-a's Node, and the node lease is held in edge-a; the
+// management cluster's worker-1, its host and its lease namespace are never touched. When edge-a's API
+// server cannot be reached the request says so and waits, without a second power request; it goes on
+// when the cluster answers.
+func testNodeInAWorkloadCluster(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	wl, kubeconfig := workloadAPIServer(t)
+	w, hosts := fakeHosts(t, api)
+	clusters := workload.New(workload.Options{Clock: w.clock})
+	t.Cleanup(clusters.StopAll)
+	w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.WorkloadClusters = clusters }
+
+	// The management cluster's own worker-1: healthy, with a BMC that names no cluster.
+	node := w.fakeHost("worker-1", nil)
+	mgmtNode := w.getNode(node)
+	mgmtNode.Spec.ProviderID = "metal3://management-worker-1"
+	w.must(w.c.Update(w.ctx, mgmtNode))
+	w.setReady(node, corev1.ConditionTrue)
+	mgmtHost := hosts.Driver(fakeAddress(node))
+
+	// edge-a's worker-1: hung; its BMC names the cluster.
+	edge := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}, Spec: corev1.NodeSpec{ProviderID: "metal3://edge-a-worker-1"}}
+	w.must(wl.Create(w.ctx, edge))
+	long := metav1.NewTime(epoch.Add(-time.Hour))
+	edge.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastHeartbeatTime: long, LastTransitionTime: long}}
+	w.must(wl.Status().Update(w.ctx, edge))
+	edgeAddress := fakeAddress("edge-a-" + node)
+	b := &v1alpha1.BMC{
+		ObjectMeta: metav1.ObjectMeta{Name: "edge-a-" + node, Namespace: w.ns},
+		Spec: v1alpha1.BMCSpec{NodeName: node, Cluster: &v1alpha1.ClusterReference{Namespace: w.ns, Name: "edge-a"},
+			Address: edgeAddress, CredentialsSecretRef: v1alpha1.SecretReference{Name: "edge-a-" + node + "-bmc-credentials"}},
+	}
+	w.must(w.c.Create(w.ctx, b))
+	w.secret(b.Spec.CredentialsSecretRef.Name, credentials)
+	w.waitCached(b, func(client.Object) bool { return true })
+	edgeHost := hosts.Driver(edgeAddress)
+
+	w.must(w.c.Create(w.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "edge-a-kubeconfig", Namespace: w.ns},
+		Data: map[string][]byte{"value": kubeconfig}}))
+	machine := &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Name: "edge-a-md-0-x7k2p", Namespace: w.ns},
+		Spec: clusterv1.MachineSpec{ClusterName: "edge-a", ProviderID: "metal3://edge-a-worker-1",
+			Bootstrap:         clusterv1.Bootstrap{DataSecretName: new("bootstrap-data")},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "Metal3Machine", Name: "edge-a-md-0-x7k2p"}},
+	}
+	w.must(w.c.Create(w.ctx, machine))
+	machine.Status.NodeRef = clusterv1.MachineNodeReference{Name: node}
+	w.must(w.c.Status().Update(w.ctx, machine))
+	key := w.remediation(machine.Name, spec(reboot, 1), map[string]string{v1alpha1.AnnotationNodeName: node},
+		metav1.OwnerReference{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Name: machine.Name, UID: machine.UID})
+
+	edgeTaints := func() []string { // the remediation taints of edge-a's worker-1
+		n := &corev1.Node{}
+		w.must(wl.Get(w.ctx, client.ObjectKey{Name: node}, n))
+		var keys []string
+		for _, t := range n.Spec.Taints {
+			if _, ours := taintEffects[t.Key]; ours {
+				keys = append(keys, t.Key)
+			}
+		}
+		return keys
+	}
+	edgeLease := func() *coordinationv1.Lease {
+		l := &coordinationv1.Lease{}
+		if err := wl.Get(w.ctx, client.ObjectKey{Namespace: leases.DefaultNamespace, Name: leases.LeaseName(node)}, l); apierrors.IsNotFound(err) {
+			return nil
+		} else {
+			w.must(err)
+		}
+		return l
+	}
+	r := w.reconciler()
+
+	// Fenced: the out-of-service taint is on edge-a's worker-1, and edge-a holds the lease.
+	w.drive(key, same(r), nil, untilPhase(v1alpha1.PhasePoweringOn))
+	p := w.get(key)
+	g.Expect(p.Status.ClusterName).To(Equal("edge-a"))
+	g.Expect(p.Status.BMCName).To(Equal(b.Name))
+	g.Expect(edgeTaints()).To(ContainElement(corev1.TaintNodeOutOfService))
+	l := edgeLease()
+	g.Expect(l).NotTo(BeNil(), "the lease is held in the Node's cluster")
+	g.Expect(*l.Spec.HolderIdentity).To(Equal("PowerCycleRemediation-" + machine.Name))
+
+	// The workload cluster's API server does not answer: the request says so and waits.
+	clusters.StopAll()
+	w.must(w.c.Delete(w.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "edge-a-kubeconfig", Namespace: w.ns}}))
+	before := powerOps(edgeHost)
+	for range 3 {
+		res, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(res.RequeueAfter).To(BeNumerically(">", 0))
+		w.clock.Step(res.RequeueAfter)
+	}
+	p = w.get(key)
+	g.Expect(conditionOf(p, v1alpha1.ConditionWorkloadClusterReachable)).To(MatchFields(v1alpha1.ReasonWorkloadClusterUnreachable, metav1.ConditionFalse))
+	g.Expect(powerOps(edgeHost)).To(Equal(before), "no power request while the Node cannot be seen")
+	g.Expect(w.countEvents("Warning "+EventWorkloadClusterUnreachable)).To(Equal(1), "one warning for the change")
+
+	// It answers again: the host comes back, edge-a's Node is Ready, its taints and lease go.
+	w.must(w.c.Create(w.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "edge-a-kubeconfig", Namespace: w.ns},
+		Data: map[string][]byte{"value": kubeconfig}}))
+	kubelet := func(p *v1alpha1.PowerCycleRemediation) {
+		if p.Status.Phase != v1alpha1.PhaseWaitingForNode {
+			return
+		}
+		n := &corev1.Node{}
+		w.must(wl.Get(w.ctx, client.ObjectKey{Name: node}, n))
+		if n.Status.Conditions[0].Status == corev1.ConditionTrue {
+			return
+		}
+		w.clock.Step(20 * time.Second) // the boot
+		now := metav1.NewTime(w.clock.Now())
+		n.Status.Conditions[0].Status, n.Status.Conditions[0].LastHeartbeatTime, n.Status.Conditions[0].LastTransitionTime = corev1.ConditionTrue, now, now
+		w.must(wl.Status().Update(w.ctx, n))
+		c, _, err := clusters.Get(w.ctx, w.c, types.NamespacedName{Namespace: w.ns, Name: "edge-a"})
+		w.must(err)
+		g.Eventually(func() corev1.ConditionStatus {
+			cached := &corev1.Node{}
+			w.must(c.Nodes().Get(w.ctx, client.ObjectKey{Name: node}, cached))
+			return cached.Status.Conditions[0].Status
+		}).WithTimeout(10 * time.Second).WithPolling(10 * time.Millisecond).Should(Equal(corev1.ConditionTrue))
+	}
+	w.drive(key, same(r), kubelet, untilTerminal)
+	p = w.get(key)
+	g.Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonNodeReady, metav1.ConditionTrue))
+	g.Expect(conditionOf(p, v1alpha1.ConditionWorkloadClusterReachable)).To(MatchFields(v1alpha1.ReasonAsExpected, metav1.ConditionTrue))
+	g.Expect(powerOps(edgeHost)).To(Equal([]string{"Off", "On"}), "edge-a's worker-1 was power-cycled once")
+	g.Expect(edgeTaints()).To(BeEmpty())
+
+	w.must(w.c.Delete(w.ctx, p))
+	steps := w.drive(key, same(r), nil, untilSettled)
+	g.Expect(steps[len(steps)-1].gone).To(BeTrue())
+	if l := edgeLease(); l != nil {
+		g.Expect(l.Spec.HolderIdentity).To(Or(BeNil(), HaveValue(BeEmpty())), "the lease was released in edge-a")
+	}
+
+	// The management cluster's worker-1 was never touched.
+	g.Expect(mgmtHost.Calls()).To(BeEmpty())
+	g.Expect(w.taintKeys(node)).To(BeEmpty())
+	g.Expect(w.lease(node)).To(BeNil())
+	g.Expect(powerOps(edgeHost)).To(Equal([]string{"Off", "On"}))
 }

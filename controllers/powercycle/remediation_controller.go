@@ -23,6 +23,7 @@ import (
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/bmcaccess"
+	"github.com/metalheal/metalheal/internal/workload"
 	"github.com/metalheal/metalheal/pkg/bmc"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
@@ -94,6 +95,10 @@ type RemediationReconcilerOptions struct {
 	// it is the one being powered off, a warning event says so; the power-off is recorded in status
 	// before it is sent, like every power-off, so the replacement manager resumes from there.
 	ManagerNodeName string
+	// WorkloadClusters reach the Cluster API workload clusters that hold the Nodes of Machine-owned
+	// requests (shared with the MachineHealthCheck). Nil: the remediator acts only on Nodes of its own
+	// cluster, and refuses a request whose Node lives in a workload cluster (NodeNotInThisCluster).
+	WorkloadClusters *workload.Clusters
 }
 
 // RemediationReconciler reconciles PowerCycleRemediations: the bundled external remediation
@@ -151,10 +156,11 @@ func NewRemediationReconciler(opts RemediationReconcilerOptions) (*RemediationRe
 // remediation without a list of all of them.
 const remediationNodeIndex = "metalheal.powercycle.node"
 
-// remediationNodeKey is the node a remediation acts on: the one it resolved, else the one it names.
+// remediationNodeKey is the host a remediation acts on, as bmcaccess.Host spells it (the node's name, for
+// a Node of this cluster): the one it resolved, else the Node it names.
 func remediationNodeKey(pcr *v1alpha1.PowerCycleRemediation) string {
 	if pcr.Status.NodeName != "" {
-		return pcr.Status.NodeName
+		return hostOf(pcr).String()
 	}
 	if n := pcr.Annotations[v1alpha1.AnnotationNodeName]; n != "" {
 		return n
@@ -172,7 +178,7 @@ func (r *RemediationReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 	if err := indexRemediationsByNode(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	c, err := ctrl.NewControllerManagedBy(mgr).
 		Named(RemediationControllerName).
 		For(&v1alpha1.PowerCycleRemediation{}).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.remediationsOfNode),
@@ -183,7 +189,14 @@ func (r *RemediationReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 		Watches(&v1alpha1.PowerCycleRemediation{}, handler.EnqueueRequestsFromMapFunc(r.remediationsBesides),
 			builder.WithPredicates(handOverChangePredicate())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).
-		Complete(r)
+		Build(r)
+	if err != nil {
+		return fmt.Errorf("building the power-cycle remediator: %w", err)
+	}
+	if r.opts.WorkloadClusters != nil {
+		r.opts.WorkloadClusters.OnConnect(r.watchWorkloadNodes(c))
+	}
+	return nil
 }
 
 // indexRemediationsByNode registers remediationNodeIndex.
@@ -208,7 +221,7 @@ func (r *RemediationReconciler) remediationsOfBMC(ctx context.Context, o client.
 	if !ok {
 		return nil
 	}
-	return r.remediationsFor(ctx, b.Spec.NodeName, nil)
+	return r.remediationsFor(ctx, bmcaccess.HostOf(b).String(), nil)
 }
 
 // actsOn reports whether the remediator acts, or may yet act, on request p: p is in a namespace it
@@ -244,10 +257,11 @@ func (r *RemediationReconciler) remediationsFor(ctx context.Context, nodeName st
 	return reqs
 }
 
-// Remediating reports whether a PowerCycleRemediation is at work on the node: not finished yet, or
-// being cleaned up (which may power the host on). It reads the cache's index, without copying.
-func (r *RemediationReconciler) Remediating(ctx context.Context, nodeName string) bool {
-	items := r.remediationsOn(ctx, nodeName)
+// Remediating reports whether a PowerCycleRemediation is at work on the host (as bmcaccess.Host spells
+// it: the node's name for a Node of this cluster): not finished yet, or being cleaned up (which may power
+// the host on). It reads the cache's index, without copying.
+func (r *RemediationReconciler) Remediating(ctx context.Context, host string) bool {
+	items := r.remediationsOn(ctx, host)
 	for i := range items {
 		p := &items[i]
 		if !terminal(p.Status.Phase) || (!p.DeletionTimestamp.IsZero() && slices.Contains(p.Finalizers, v1alpha1.FinalizerPowerCycle)) {

@@ -52,10 +52,12 @@ func remediationScheme() *runtime.Scheme {
 // apiServer is a real kube-apiserver and etcd with metalheal's and Cluster API's CRDs, a direct client,
 // and a cache that the BMC access layer reads BMCs and Secrets from (as it does in the manager).
 type apiServer struct {
-	cfg    *rest.Config
-	scheme *runtime.Scheme
-	client client.Client
-	cache  cache.Cache
+	// kubeconfig is an admin kubeconfig of the API server, with inline credentials.
+	kubeconfig []byte
+	cfg        *rest.Config
+	scheme     *runtime.Scheme
+	client     client.Client
+	cache      cache.Cache
 }
 
 // startAPIServer starts one for the duration of t.
@@ -105,7 +107,7 @@ func startAPIServer(t *testing.T) *apiServer {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leases.DefaultNamespace}}); err != nil {
 		t.Fatalf("creating the lease namespace: %v", err)
 	}
-	return &apiServer{cfg: cfg, scheme: scheme, client: c, cache: ca}
+	return &apiServer{kubeconfig: env.KubeConfig, cfg: cfg, scheme: scheme, client: c, cache: ca}
 }
 
 var loggingOnce sync.Once

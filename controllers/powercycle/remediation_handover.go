@@ -251,7 +251,7 @@ func (r *RemediationReconciler) holdOwnLease(ctx context.Context, s *scope) (ctr
 	if nodeName == "" {
 		return ctrl.Result{}, nil
 	}
-	m, err := r.leaseManager(s.pcr)
+	m, err := r.leaseManager(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

@@ -29,14 +29,19 @@ const reasonLeaseHeldByOwner = "LeaseHeldByOwner"
 // the lease over from the remediator of its own request by that identity), with the request's namespace
 // recorded beside it on the Lease (leases.AnnotationHolderNamespace), which only the remediator reads: two
 // requests of one name in two namespaces are two holders, so only one of them acts on the host.
-func (r *RemediationReconciler) leaseManager(pcr *v1alpha1.PowerCycleRemediation) (*leases.Manager, error) {
-	return r.leaseManagerAs(leases.Holder{Identity: leases.HolderIdentity(remediationKind, pcr.Name), Namespace: pcr.Namespace})
+// The lease lives in the Node's own cluster (see nodeClusterOf), in the lease namespace.
+func (r *RemediationReconciler) leaseManager(ctx context.Context, s *scope) (*leases.Manager, error) {
+	return r.leaseManagerAs(ctx, s, leases.Holder{Identity: leases.HolderIdentity(remediationKind, s.pcr.Name), Namespace: s.pcr.Namespace})
 }
 
 // leaseManagerAs is the node lease manager acting as holder (a request this one takes the node over from).
-func (r *RemediationReconciler) leaseManagerAs(holder leases.Holder) (*leases.Manager, error) {
-	return leases.NewManager(r.opts.LeaseClient, holder.Identity, r.opts.Clock, leases.WithNamespace(r.opts.LeaseNamespace),
-		leases.WithLiveReader(r.opts.APIReader), leases.WithHolderNamespace(holder.Namespace))
+func (r *RemediationReconciler) leaseManagerAs(ctx context.Context, s *scope, holder leases.Holder) (*leases.Manager, error) {
+	nc, err := r.nodeClusterOf(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	return leases.NewManager(nc.leases, holder.Identity, r.opts.Clock, leases.WithNamespace(r.opts.LeaseNamespace),
+		leases.WithLiveReader(nc.leaseLive), leases.WithHolderNamespace(holder.Namespace))
 }
 
 // heldByText names the holder of a lease for a condition or an event: its identity, and "of another
@@ -85,7 +90,7 @@ func (r *RemediationReconciler) awaitOwnerLease(ctx context.Context, s *scope) (
 	if s.now.Before(s.pcr.CreationTimestamp.Time) || !s.now.Before(deadline) {
 		return 0, nil
 	}
-	m, err := r.leaseManager(s.pcr)
+	m, err := r.leaseManager(ctx, s)
 	if err != nil {
 		return 0, err
 	}
@@ -120,7 +125,7 @@ func (r *RemediationReconciler) remediationsAwaitingLease(ctx context.Context, o
 // warns once, and returns how long to wait (until the lease runs out, at most the backoff's max). The
 // lease is renewed only once less than half of it is left; s.leaseRecheck says when that will be.
 func (r *RemediationReconciler) acquireLease(ctx context.Context, s *scope, node *corev1.Node) (ok bool, wait time.Duration, err error) {
-	m, err := r.leaseManager(s.pcr)
+	m, err := r.leaseManager(ctx, s)
 	if err != nil {
 		return false, 0, err
 	}
@@ -203,7 +208,7 @@ func (r *RemediationReconciler) releaseLease(ctx context.Context, s *scope) erro
 	if nodeName == "" {
 		return nil
 	}
-	m, err := r.leaseManager(s.pcr)
+	m, err := r.leaseManager(ctx, s)
 	if err != nil {
 		return err
 	}
@@ -212,7 +217,7 @@ func (r *RemediationReconciler) releaseLease(ctx context.Context, s *scope) erro
 		return fmt.Errorf("reading the node lease of %s: %w", nodeName, err)
 	}
 	if holder.Identity != "" && !m.Holds(holder) && len(r.leaseTakeOver(ctx, s, holder)) > 0 {
-		if m, err = r.leaseManagerAs(holder); err != nil {
+		if m, err = r.leaseManagerAs(ctx, s, holder); err != nil {
 			return err
 		}
 	}

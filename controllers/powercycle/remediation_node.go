@@ -212,7 +212,11 @@ func markedByUs(node *corev1.Node, records ...[]string) bool {
 // keeps a Node's status and managed fields from the stored object when an update leaves them out.
 func (r *RemediationReconciler) writeTaints(ctx context.Context, s *scope, node *corev1.Node, taints []corev1.Taint) error {
 	node.Spec.Taints = taints
-	if err := r.opts.Client.Update(ctx, node); err != nil {
+	nc, err := r.nodeClusterOf(ctx, s)
+	if err != nil {
+		return err
+	}
+	if err := nc.writer.Update(ctx, node); err != nil {
 		s.nodeRead = false // read it again next time
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/template"
+	"github.com/metalheal/metalheal/internal/workload"
 )
 
 // Reconcile is the shell of the state machine: fetch the request, take the step its phase is due,
@@ -94,6 +95,12 @@ func (r *RemediationReconciler) step(ctx context.Context, s *scope) (ctrl.Result
 func (r *RemediationReconciler) record(ctx context.Context, s *scope, res ctrl.Result, err error) (ctrl.Result, error) {
 	if !s.abandoned {
 		err = errors.Join(err, r.persist(ctx, s))
+	}
+	if unreachable := (*workload.Error)(nil); errors.As(err, &unreachable) {
+		res, err = r.clusterUnreachable(s, unreachable), nil
+		if !s.abandoned {
+			err = r.persist(ctx, s)
+		}
 	}
 	res = s.capRequeue(res)
 	if stale := (*staleObjectError)(nil); errors.As(err, &stale) {

@@ -27,6 +27,8 @@ type scope struct {
 	node      *corev1.Node // read once, on demand
 	nodeRead  bool
 	nodeError error
+	// cluster is where the Node lives, reached once per reconcile (see nodeClusterOf).
+	cluster *nodeCluster
 
 	// leaseRecheck, when positive, is when the node lease must be looked at again (renewed).
 	leaseRecheck time.Duration
@@ -91,13 +93,18 @@ func (s *scope) phaseStart() time.Time {
 	return s.now
 }
 
-// getNode reads the remediation's node once per reconcile. A missing node is an error for which
-// apierrors.IsNotFound is true.
+// getNode reads the remediation's node, in its cluster, once per reconcile. A missing node is an error
+// for which apierrors.IsNotFound is true; a workload cluster that cannot be reached a *workload.Error.
 func (r *RemediationReconciler) getNode(ctx context.Context, s *scope) (*corev1.Node, error) {
 	if !s.nodeRead {
 		s.nodeRead = true
+		nc, err := r.nodeClusterOf(ctx, s)
+		if err != nil {
+			s.nodeError = err
+			return nil, err
+		}
 		node := &corev1.Node{}
-		if err := r.opts.Client.Get(ctx, client.ObjectKey{Name: s.pcr.Status.NodeName}, node); err != nil {
+		if err := nc.nodes.Get(ctx, client.ObjectKey{Name: s.pcr.Status.NodeName}, node); err != nil {
 			s.nodeError = err
 		} else {
 			s.node = node

@@ -72,6 +72,7 @@ func TestRemediation(t *testing.T) {
 		"WritesOfOneRemediation":            testWritesOfOneRemediation,
 		"RemediatingNodes":                  testRemediatingNodes,
 		"NodeOfAnotherClusterIsRefused":     testNodeOfAnotherCluster,
+		"NodeInAWorkloadCluster":            testNodeInAWorkloadCluster,
 	} {
 		t.Run(name, func(t *testing.T) { scenario(t, api) })
 	}
