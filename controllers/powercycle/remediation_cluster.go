@@ -192,6 +192,21 @@ func (r *RemediationReconciler) locate(ctx context.Context, s *scope, ref *metav
 	return "", nil
 }
 
+// ensureLeaseNamespace makes the lease namespace in the request's workload cluster, where the node
+// leases of its Nodes live: a workload cluster made by Cluster API does not have it.
+func (r *RemediationReconciler) ensureLeaseNamespace(ctx context.Context, s *scope) error {
+	nc, err := r.nodeClusterOf(ctx, s)
+	if err != nil {
+		return err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.opts.LeaseNamespace}}
+	if err := nc.writer.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s in workload cluster %s: %w", r.opts.LeaseNamespace, nc.key, err)
+	}
+	s.log.Info("Made the node lease namespace in the workload cluster", "cluster", nc.key, "namespace", r.opts.LeaseNamespace)
+	return nil
+}
+
 // sameNode reports whether the workload cluster's Node of that name is node itself (the same object,
 // by UID): the workload cluster is the management cluster.
 func sameNode(ctx context.Context, c *workload.Cluster, node *corev1.Node) bool {

@@ -159,8 +159,8 @@ func (w *world) secretsForbidden() client.Reader {
 	})
 }
 
-// workloadAPIServer is a second, bare API server: a Cluster API workload cluster, with the lease
-// namespace, reached through the kubeconfig it returns.
+// workloadAPIServer is a second, bare API server: a Cluster API workload cluster (without the lease
+// namespace, as Cluster API makes one), reached through the kubeconfig it returns.
 func workloadAPIServer(t *testing.T) (client.Client, []byte) {
 	t.Helper()
 	env, cfg, err := testenv.Start(testenv.Options{SkipCRDs: true})
@@ -171,9 +171,6 @@ func workloadAPIServer(t *testing.T) (client.Client, []byte) {
 	c, err := client.New(cfg, client.Options{Scheme: remediationScheme()})
 	if err != nil {
 		t.Fatalf("creating a client: %v", err)
-	}
-	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leases.DefaultNamespace}}); err != nil {
-		t.Fatalf("creating the lease namespace: %v", err)
 	}
 	return c, env.KubeConfig
 }
@@ -261,7 +258,7 @@ func testNodeInAWorkloadCluster(t *testing.T, api *apiServer) {
 	g.Expect(p.Status.BMCName).To(Equal(b.Name))
 	g.Expect(edgeTaints()).To(ContainElement(corev1.TaintNodeOutOfService))
 	l := edgeLease()
-	g.Expect(l).NotTo(BeNil(), "the lease is held in the Node's cluster")
+	g.Expect(l).NotTo(BeNil(), "the lease is held in the Node's cluster (its namespace made there on first use)")
 	g.Expect(*l.Spec.HolderIdentity).To(Equal("PowerCycleRemediation-" + machine.Name))
 
 	// The workload cluster's API server does not answer: the request says so and waits.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -153,7 +154,14 @@ func (r *RemediationReconciler) acquireLease(ctx context.Context, s *scope, node
 		}
 	}
 
-	err = m.RequestLeaseFromHolders(ctx, node, r.opts.LeaseDuration, r.leaseTakeOver(ctx, s, holder)...)
+	from := r.leaseTakeOver(ctx, s, holder)
+	err = m.RequestLeaseFromHolders(ctx, node, r.opts.LeaseDuration, from...)
+	if apierrors.IsNotFound(err) && s.status().ClusterName != "" {
+		// A workload cluster without the lease namespace: made there on first use.
+		if err = r.ensureLeaseNamespace(ctx, s); err == nil {
+			err = m.RequestLeaseFromHolders(ctx, node, r.opts.LeaseDuration, from...)
+		}
+	}
 	var held *leases.AlreadyHeldError
 	if errors.As(err, &held) && heldByOwner(s.pcr, held.Holder) {
 		// The owner took it a moment ago and our cache has not shown it yet (a health check may create
