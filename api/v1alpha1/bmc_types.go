@@ -122,13 +122,15 @@ type BMCSpec struct {
 	// redfish://host[:port]/redfish/v1/Systems/ID (also redfish+http, redfish+https, idrac-redfish,
 	// ilo5-redfish; https unless the scheme says http), ipmi://host[:port] (port 623 by default; a bare
 	// host or host:port also means IPMI), or ironic://host:6385/NODE-UUID (ironic+https for TLS).
-	// IPv6 hosts go in brackets: redfish://[fd00::5]/redfish/v1/Systems/1.
+	// IPv6 hosts go in brackets: redfish://[fd00::5]/redfish/v1/Systems/1. A hostname is looked up as
+	// written, as an absolute name, never under the cluster's DNS search domains; a final dot
+	// (bmc-7.example.com.) may be written and changes nothing.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="!self.contains('://') || self.matches('^(redfish|redfish\\\\+http|redfish\\\\+https|idrac-redfish|idrac-redfish\\\\+http|idrac-redfish\\\\+https|ilo5-redfish|ilo5-redfish\\\\+http|ilo5-redfish\\\\+https|ipmi|ironic|ironic\\\\+http|ironic\\\\+https)://')",message="address scheme must be one of redfish, redfish+http, redfish+https, idrac-redfish, ilo5-redfish, ipmi, ironic, ironic+https"
-	// +kubebuilder:validation:XValidation:rule="!self.contains('://') || self.matches('^[a-z0-9+-]+://(\\\\[[0-9A-Fa-f:.]+\\\\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?)(:[0-9]{1,5})?(/.*)?$')",message="address must name a host, e.g. redfish://10.0.0.5/redfish/v1/Systems/1 or ipmi://bmc-7.example.com:623"
-	// +kubebuilder:validation:XValidation:rule="self.contains('://') || self.matches('^(\\\\[[0-9A-Fa-f:.]+\\\\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?)(:[0-9]{1,5})?$')",message="an address without a scheme must be an IPMI host or host:port, e.g. 10.0.0.5 or 10.0.0.5:623"
+	// +kubebuilder:validation:XValidation:rule="!self.contains('://') || self.matches('^[a-z0-9+-]+://(\\\\[[0-9A-Fa-f:.]+\\\\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?\\\\.?)(:[0-9]{1,5})?(/.*)?$')",message="address must name a host, e.g. redfish://10.0.0.5/redfish/v1/Systems/1 or ipmi://bmc-7.example.com:623"
+	// +kubebuilder:validation:XValidation:rule="self.contains('://') || self.matches('^(\\\\[[0-9A-Fa-f:.]+\\\\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?\\\\.?)(:[0-9]{1,5})?$')",message="an address without a scheme must be an IPMI host or host:port, e.g. 10.0.0.5 or 10.0.0.5:623"
 	Address string `json:"address"`
 
 	// credentialsSecretRef names the Secret, in this namespace, holding the keys username and password.

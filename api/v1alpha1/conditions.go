@@ -24,6 +24,11 @@ const (
 	ConditionReachable = "Reachable"
 	// ConditionCredentialsValid (BMC) is True when the BMC accepted the credentials at the last check.
 	ConditionCredentialsValid = "CredentialsValid"
+	// ConditionCredentialsProtected (BMC) is False when the BMC's credentials travel where anyone on the
+	// network path can take them: in clear (plain HTTP: redfish+http, ironic without +https), or over TLS
+	// to whoever answers (certificate verification disabled). It says how the address and spec send them,
+	// whatever the last check found, and does not stop the BMC from being used: it is the admin's warning.
+	ConditionCredentialsProtected = "CredentialsProtected"
 
 	// ConditionRemediationAllowed (health checks) is False while the unhealthy budget short-circuits.
 	ConditionRemediationAllowed = "RemediationAllowed"
@@ -71,6 +76,19 @@ const (
 	ReasonStormCooldown        = "StormCooldown"
 	ReasonNoStorm              = "NoStorm"
 	ReasonAsExpected           = "AsExpected"
+
+	// Reasons of a BMC's CredentialsProtected condition.
+	//
+	// ReasonPlainHTTP (False): the address's scheme is plain HTTP (redfish+http, ironic, ironic+http): the
+	// Redfish login or basic-auth header, or Ironic's basic auth, crosses the network readable.
+	ReasonPlainHTTP = "PlainHTTP"
+	// ReasonCertificateNotVerified (False): HTTPS with spec.disableCertificateVerification: encrypted, but
+	// to whoever answers at the BMC's address.
+	ReasonCertificateNotVerified = "CertificateNotVerified"
+	// ReasonTLSVerified (True): HTTPS, with the BMC's certificate verified.
+	ReasonTLSVerified = "TLSVerified"
+	// ReasonIPMISession (True): IPMI over an RMCP+ session: the password itself is never sent.
+	ReasonIPMISession = "IPMISession"
 
 	// ReasonNamespaceNotTrusted (Processing=False, Succeeded=False on a PowerCycleRemediation): the
 	// request is in a namespace the remediator was not told to act in (--remediation-namespaces); it was

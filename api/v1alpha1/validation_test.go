@@ -214,6 +214,7 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 		// BMC
 		{"bmc unknown scheme", with(t, validBMC, "spec.address", "ftp://10.0.0.1/"), []string{"spec.address", "scheme must be one of"}},
 		{"bmc no host", with(t, validBMC, "spec.address", "redfish:///redfish/v1/Systems/1"), []string{"spec.address", "must name a host"}},
+		{"bmc two final dots", with(t, validBMC, "spec.address", "redfish://bmc-7.example.com../"), []string{"spec.address", "must name a host"}},
 		{"bmc bare address with path", with(t, validBMC, "spec.address", "10.0.0.1/redfish"), []string{"spec.address", "IPMI host or host:port"}},
 		{"bmc missing credentials ref", with(t, validBMC, "spec.credentialsSecretRef", nil), []string{"spec.credentialsSecretRef", "Required value"}},
 		{"bmc empty credentials name", with(t, validBMC, "spec.credentialsSecretRef.name", ""), []string{"spec.credentialsSecretRef.name"}},
@@ -304,6 +305,10 @@ func TestValidAddressesAreAccepted(t *testing.T) {
 		"bmc-9.example.com:623",
 		"ironic://ironic.example.com:6385/2b5f1c9e-7b7e-4b5e-9a43-6f1e0d3c1a11",
 		"ironic+https://ironic.example.com:6385/2b5f1c9e-7b7e-4b5e-9a43-6f1e0d3c1a11",
+		// Absolute names: the final dot changes nothing (every name is looked up absolute).
+		"redfish://bmc-7.example.com./redfish/v1/Systems/1",
+		"ipmi://bmc-7.example.com.:623",
+		"bmc-7.example.com.",
 	} {
 		t.Run(addr, func(t *testing.T) {
 			obj := with(t, validBMC, "spec.address", addr)

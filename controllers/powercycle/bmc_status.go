@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -156,7 +157,10 @@ func bmcReportedStatus(old v1alpha1.BMCStatus, generation int64, a bmcAssessment
 	checkedAt := metav1.NewTime(now)
 	st.PowerState = a.power
 	st.ObservedGeneration = generation
-	for _, c := range []metav1.Condition{a.reachable, a.credentials} {
+	for _, c := range []metav1.Condition{a.reachable, a.credentials, a.protection} {
+		if c.Type == "" {
+			continue // an assessment that says nothing of it
+		}
 		c.ObservedGeneration, c.LastTransitionTime = generation, checkedAt
 		if meta.SetStatusCondition(&st.Conditions, c) {
 			changed = true
@@ -185,6 +189,8 @@ type bmcAssessment struct {
 	power       v1alpha1.PowerState
 	reachable   metav1.Condition
 	credentials metav1.Condition
+	// protection is CredentialsProtected: how the spec sends the credentials, whatever the check found.
+	protection metav1.Condition
 }
 
 // healthy says whether the check found the BMC answering and accepting its credentials.
@@ -269,7 +275,38 @@ func bmcAssess(b *v1alpha1.BMC, state bmc.PowerState, err error, timeout time.Du
 		a.reachable = reachable(metav1.ConditionFalse, v1alpha1.ReasonBMCUnreachable, "The BMC did not answer (%s)", cause)
 		a.credentials = notChecked(v1alpha1.ReasonBMCUnreachable, "the BMC did not answer")
 	}
+	a.protection = bmcCredentialsProtection(b)
 	return a
+}
+
+// bmcCredentialsProtection is the BMC's CredentialsProtected condition: whether its address and spec send
+// the credentials where only the BMC can read them. Plain HTTP sends the Redfish login or basic-auth header
+// and Ironic's basic auth readable to anyone on the path (and to whoever answers for the BMC's name);
+// HTTPS without certificate verification sends them encrypted, to whoever answers.
+func bmcCredentialsProtection(b *v1alpha1.BMC) metav1.Condition {
+	cond := func(s metav1.ConditionStatus, reason, format string, args ...any) metav1.Condition {
+		return bmcCondition(v1alpha1.ConditionCredentialsProtected, s, reason, fmt.Sprintf(format, args...))
+	}
+	addr, err := bmc.ParseAddress(b.Spec.Address)
+	switch {
+	case err != nil:
+		return cond(metav1.ConditionUnknown, v1alpha1.ReasonInvalidAddress, "Not known: spec.address is invalid")
+	case addr.Transport == "":
+		return cond(metav1.ConditionTrue, v1alpha1.ReasonIPMISession,
+			"IPMI authenticates in an RMCP+ session: the password itself is not sent")
+	case addr.Transport == bmc.TransportHTTP:
+		secure := strings.TrimSuffix(addr.Scheme, "+http") + "+https"
+		return cond(metav1.ConditionFalse, v1alpha1.ReasonPlainHTTP,
+			"The credentials in Secret %q are sent over plain HTTP (%s://), readable by anyone on the network path: "+
+				"use %s:// if the BMC serves HTTPS", b.Spec.CredentialsSecretRef.Name, addr.Scheme, secure)
+	case b.Spec.DisableCertificateVerification:
+		return cond(metav1.ConditionFalse, v1alpha1.ReasonCertificateNotVerified,
+			"The credentials in Secret %q are sent over TLS to whoever answers at the BMC's address: its certificate is not "+
+				"verified (spec.disableCertificateVerification); set spec.caBundleRef to the authority that signed it instead",
+			b.Spec.CredentialsSecretRef.Name)
+	default:
+		return cond(metav1.ConditionTrue, v1alpha1.ReasonTLSVerified, "The credentials are sent over TLS to the BMC whose certificate was verified")
+	}
 }
 
 // bmcCertificateAdvice says how to fix a BMC whose certificate did not verify: name the authority that

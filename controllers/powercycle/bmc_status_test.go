@@ -289,8 +289,12 @@ func TestBMCReportedStatus(t *testing.T) {
 			g.Expect(st.LastChecked.Time).To(BeTemporally("==", tc.now))
 			g.Expect(st.PowerState).To(Equal(tc.a.power))
 			g.Expect(st.ObservedGeneration).To(Equal(int64(2)))
-			g.Expect(st.Conditions).To(HaveLen(2))
-			for _, want := range []metav1.Condition{tc.a.reachable, tc.a.credentials} {
+			wantConditions := []metav1.Condition{tc.a.reachable, tc.a.credentials}
+			if tc.a.protection.Type != "" {
+				wantConditions = append(wantConditions, tc.a.protection)
+			}
+			g.Expect(st.Conditions).To(HaveLen(len(wantConditions)))
+			for _, want := range wantConditions {
 				c := meta.FindStatusCondition(st.Conditions, want.Type)
 				g.Expect(c).NotTo(BeNil())
 				g.Expect(c.Status).To(Equal(want.Status))
@@ -528,4 +532,57 @@ func TestBMCReconcilerSetupNeedsItsDependencies(t *testing.T) {
 	g := NewWithT(t)
 	err := (&BMCReconciler{}).SetupWithManager(context.Background(), nil)
 	g.Expect(err).To(MatchError(ContainSubstring("needs a Client, an Access, a Recorder and a Clock")))
+}
+
+// TestBMCCredentialsProtection: seen from anyone on the network path between the manager and a BMC. An
+// address that sends the credentials in clear (redfish+http, ironic:// without TLS), or over TLS to
+// whoever answers (verification disabled), hands them to that person; the BMC's conditions must say so,
+// whatever the check found, beside Reachable and CredentialsValid.
+func TestBMCCredentialsProtection(t *testing.T) {
+	tests := map[string]struct {
+		address    string
+		insecure   bool
+		err        error
+		wantStatus metav1.ConditionStatus
+		wantReason string
+		wantInMsg  string
+	}{
+		"redfish over plain http": {address: "redfish+http://10.0.0.5/redfish/v1/Systems/1",
+			wantStatus: metav1.ConditionFalse, wantReason: v1alpha1.ReasonPlainHTTP, wantInMsg: "redfish+https"},
+		"idrac-redfish over plain http": {address: "idrac-redfish+http://10.0.0.5",
+			wantStatus: metav1.ConditionFalse, wantReason: v1alpha1.ReasonPlainHTTP},
+		"ironic, http by default": {address: "ironic://ironic.example.com:6385/2b5f1c9e-7b7e-4b5e-9a43-6f1e0d3c1a11",
+			wantStatus: metav1.ConditionFalse, wantReason: v1alpha1.ReasonPlainHTTP, wantInMsg: "ironic+https"},
+		"ironic, http by default, the BMC unreachable": {address: "ironic://ironic.example.com/node-1",
+			err:        &bmc.Error{Driver: "ironic", Operation: "PowerState", Kind: bmc.ErrUnreachable, Err: errors.New("connection refused")},
+			wantStatus: metav1.ConditionFalse, wantReason: v1alpha1.ReasonPlainHTTP},
+		"redfish over https, certificate not verified": {address: "redfish://10.0.0.5/redfish/v1/Systems/1", insecure: true,
+			wantStatus: metav1.ConditionFalse, wantReason: v1alpha1.ReasonCertificateNotVerified, wantInMsg: "caBundleRef"},
+		"redfish over https, verified": {address: "redfish://10.0.0.5/redfish/v1/Systems/1",
+			wantStatus: metav1.ConditionTrue, wantReason: v1alpha1.ReasonTLSVerified},
+		"ironic over https, verified": {address: "ironic+https://ironic.example.com/node-1",
+			wantStatus: metav1.ConditionTrue, wantReason: v1alpha1.ReasonTLSVerified},
+		"ipmi": {address: "ipmi://10.0.0.5",
+			wantStatus: metav1.ConditionTrue, wantReason: v1alpha1.ReasonIPMISession},
+		"an address that does not parse": {address: "redfish://10.0.0.256/", err: errors.New("invalid"),
+			wantStatus: metav1.ConditionUnknown, wantReason: v1alpha1.ReasonInvalidAddress},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			b := &v1alpha1.BMC{
+				ObjectMeta: metav1.ObjectMeta{Name: "bmc-1", Namespace: "metalheal-system", Generation: 2},
+				Spec: v1alpha1.BMCSpec{NodeName: "worker-1", Address: tc.address, DisableCertificateVerification: tc.insecure,
+					CredentialsSecretRef: v1alpha1.SecretReference{Name: "bmc-1-creds"}},
+			}
+			st, write := bmcReportedStatus(v1alpha1.BMCStatus{}, 2, bmcAssess(b, bmc.PowerStateOn, tc.err, time.Minute), bmcT0, time.Hour)
+			g.Expect(write).To(BeTrue())
+			c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionCredentialsProtected)
+			g.Expect(c).NotTo(BeNil(), "the BMC's conditions say nothing of how its credentials travel")
+			g.Expect(c.Status).To(Equal(tc.wantStatus))
+			g.Expect(c.Reason).To(Equal(tc.wantReason))
+			g.Expect(c.Message).To(ContainSubstring(tc.wantInMsg))
+			g.Expect(c.ObservedGeneration).To(Equal(int64(2)))
+		})
+	}
 }

@@ -1,5 +1,12 @@
 package powercycle
 
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+)
+
 // Event reasons of the powercycle package's controllers. Events are emitted on transitions only.
 const (
 	// EventBMCUnreachable (Warning): a BMC stopped answering, or timed out.
@@ -36,3 +43,12 @@ const (
 	// reached; the request waits, doing nothing to the host.
 	EventWorkloadClusterUnreachable = "WorkloadClusterUnreachable"
 )
+
+// boundedNotes is an event recorder whose notes are at most bmcMaxNote bytes, cut on a rune boundary. The
+// remediator's events quote BMC errors, and a BMC (or whoever answers in its place) chooses what its
+// errors say: events.k8s.io refuses a note over 1024 bytes, and the event would be lost.
+type boundedNotes struct{ events.EventRecorder }
+
+func (r boundedNotes) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	r.EventRecorder.Eventf(regarding, related, eventtype, reason, action, "%s", truncateUTF8(fmt.Sprintf(note, args...), bmcMaxNote))
+}

@@ -2,6 +2,7 @@ package powercycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -35,6 +36,7 @@ func TestRemediationTrustAndBounds(t *testing.T) {
 		"FinishedPowerOffLeaseLivesWithTheRequest": testFinishedPowerOffLease,
 		"AmbiguousPowerAnswer":                     testAmbiguousPowerAnswer,
 		"UnansweredPowerOnWaitsForATransition":     testUnansweredPowerOn,
+		"HugeBMCErrorMakesBoundedEvents":           testHugeBMCError,
 	} {
 		t.Run(name, func(t *testing.T) { scenario(t, api) })
 	}
@@ -448,4 +450,29 @@ func testUnansweredPowerOn(t *testing.T, api *apiServer) {
 	g.Expect(onAt).To(HaveLen(2))
 	g.Expect(onAt[1].Sub(onAt[0])).To(And(BeNumerically(">=", time.Minute), BeNumerically("<", time.Minute+5*time.Second)),
 		"sent again once a transition's time passed with the host still off")
+}
+
+// A BMC (or whoever answers for it) can say anything in an error: a Redfish error message of 64 KiB, an
+// ipmitool output, an Ironic error body. The remediation's events quote BMC errors; each event's note must
+// stay within what events.k8s.io accepts (1024 bytes: a longer one is refused, and the event lost), while
+// the warning is still emitted and names the node.
+func testHugeBMCError(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.fakeHost("worker-9", nil)
+	host := hosts.Driver(fakeAddress(node))
+	huge := strings.Repeat("The BMC's error body goes on. ", 2200) // 66,000 bytes
+	host.FailAlways(bmc.OperationPowerOff, &bmc.Error{Driver: "fake", Operation: bmc.OperationPowerOff, Kind: bmc.ErrUnreachable,
+		Err: errors.New(huge)})
+	key := w.nhcRemediation(node, spec(escalate, 1))
+
+	w.drive(key, same(w.reconciler()), nil, untilSettled)
+
+	evs := w.drainEvents()
+	g.Expect(evs).To(ContainElement(HavePrefix("Warning "+EventBMCNotReady+" Node "+node)), "the BMC's failure is reported")
+	for _, e := range evs {
+		kind, rest, _ := strings.Cut(e, " ")
+		_, note, _ := strings.Cut(rest, " ")
+		g.Expect(len(note)).To(BeNumerically("<=", 1024), "%s event note of %d bytes: %.200s...", kind, len(note), note)
+	}
 }

@@ -126,6 +126,7 @@ func NewRemediationReconciler(opts RemediationReconcilerOptions) (*RemediationRe
 	case opts.ManagerNamespace == "":
 		return nil, errors.New("the power-cycle remediator needs the manager's namespace: requests are trusted only there and in the namespaces listed")
 	}
+	opts.Recorder = boundedNotes{opts.Recorder}
 	if opts.APIReader == nil {
 		opts.APIReader = opts.Client
 	}

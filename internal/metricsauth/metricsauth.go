@@ -10,11 +10,18 @@
 // every 15 s costs the API server one TokenReview and one SubjectAccessReview a minute, not one of each per
 // scrape. No token, a token the API server does not accept, or a caller it does not authorize gets 401
 // or 403 and nothing else; the token never appears in a log line or an answer.
+//
+// Anyone who can reach the metrics port can send tokens, and every review is a request in the manager's
+// own API priority level, beside its power-cycle writes and lease renewals. So a refused token is
+// remembered (by its hash) for half a minute, and at most maxReviews reviews are in flight at once: a
+// caller who would need one more is answered 429 at once rather than queued. A reader whose answers are
+// cached needs no review, and is served whatever the flood.
 package metricsauth
 
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -40,7 +47,11 @@ const (
 	authnTTL      = time.Minute
 	allowTTL      = 5 * time.Minute
 	denyTTL       = 30 * time.Second
+	refuseTTL     = 30 * time.Second
 	reviewTimeout = 10 * time.Second
+	// maxReviews bounds the reviews (TokenReviews and SubjectAccessReviews) in flight at once, whoever
+	// calls: a flood of made-up tokens holds at most this many of the manager's requests to the API server.
+	maxReviews = 4
 	// maxCached bounds each cache: a flood of made-up tokens empties it rather than growing it.
 	maxCached = 1024
 )
@@ -87,9 +98,14 @@ type guard struct {
 	access func(context.Context, authzv1.SubjectAccessReviewSpec) (authzv1.SubjectAccessReviewStatus, error)
 	now    func() time.Time
 
-	users   ttlCache[[sha256.Size]byte, authnv1.UserInfo] // by token hash; only accepted tokens
+	users   ttlCache[[sha256.Size]byte, authnv1.UserInfo] // by token hash; accepted tokens
+	refused ttlCache[[sha256.Size]byte, struct{}]         // by token hash; tokens the API server refused
 	allowed ttlCache[string, bool]                        // by user and request
+	slots   slots                                         // the reviews in flight
 }
+
+// errBusy: maxReviews reviews are in flight already.
+var errBusy = errors.New("too many reviews in flight")
 
 func (g *guard) wrap(log logr.Logger, next http.Handler) (http.Handler, error) {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -101,6 +117,10 @@ func (g *guard) wrap(log logr.Logger, next http.Handler) (http.Handler, error) {
 			return
 		}
 		user, ok, err := g.authenticate(ctx, token)
+		if errors.Is(err, errBusy) {
+			busy(log, w)
+			return
+		}
 		if err != nil {
 			log.Error(err, "Reviewing a metrics caller's token failed")
 			http.Error(w, "Authentication failed", http.StatusInternalServerError)
@@ -112,6 +132,10 @@ func (g *guard) wrap(log logr.Logger, next http.Handler) (http.Handler, error) {
 			return
 		}
 		allowed, err := g.authorize(ctx, user, strings.ToLower(req.Method), req.URL.Path)
+		if errors.Is(err, errBusy) {
+			busy(log, w)
+			return
+		}
 		if err != nil {
 			log.Error(err, "Authorizing a metrics caller failed", "user", user.Username)
 			http.Error(w, "Authorization failed for user "+user.Username, http.StatusInternalServerError)
@@ -124,6 +148,13 @@ func (g *guard) wrap(log logr.Logger, next http.Handler) (http.Handler, error) {
 		}
 		next.ServeHTTP(w, req)
 	}), nil
+}
+
+// busy turns a caller away while maxReviews reviews are in flight.
+func busy(log logr.Logger, w http.ResponseWriter) {
+	log.V(4).Info("Metrics caller turned away: too many reviews in flight")
+	w.Header().Set("Retry-After", "1")
+	http.Error(w, "Too many requests", http.StatusTooManyRequests)
 }
 
 // bearer reads the request's bearer token.
@@ -139,11 +170,19 @@ func (g *guard) authenticate(ctx context.Context, token string) (authnv1.UserInf
 	if user, hit := g.users.get(key, g.now()); hit {
 		return user, true, nil
 	}
+	if _, hit := g.refused.get(key, g.now()); hit {
+		return authnv1.UserInfo{}, false, nil
+	}
+	if !g.slots.take() {
+		return authnv1.UserInfo{}, false, errBusy
+	}
 	st, err := g.review(ctx, token)
+	g.slots.give()
 	if err != nil {
 		return authnv1.UserInfo{}, false, fmt.Errorf("TokenReview: %w", err)
 	}
 	if !st.Authenticated {
+		g.refused.put(key, struct{}{}, g.now().Add(refuseTTL))
 		return authnv1.UserInfo{}, false, nil
 	}
 	g.users.put(key, st.User, g.now().Add(authnTTL))
@@ -160,10 +199,14 @@ func (g *guard) authorize(ctx context.Context, user authnv1.UserInfo, verb, path
 	for k, v := range user.Extra {
 		extra[k] = authzv1.ExtraValue(v)
 	}
+	if !g.slots.take() {
+		return false, errBusy
+	}
 	st, err := g.access(ctx, authzv1.SubjectAccessReviewSpec{
 		User: user.Username, UID: user.UID, Groups: user.Groups, Extra: extra,
 		NonResourceAttributes: &authzv1.NonResourceAttributes{Path: path, Verb: verb},
 	})
+	g.slots.give()
 	if err != nil {
 		return false, fmt.Errorf("SubjectAccessReview: %w", err)
 	}
@@ -184,6 +227,31 @@ func authzKey(user authnv1.UserInfo, verb, path string) string {
 	}
 	slices.Sort(extra)
 	return strings.Join([]string{user.UID, user.Username, strings.Join(user.Groups, ","), strings.Join(extra, ";"), verb, path}, "\x00")
+}
+
+// slots counts the reviews in flight, at most maxReviews. A caller who finds none free is not queued: a
+// flood would hold the manager's goroutines and, once they are let through, its API requests.
+type slots struct {
+	mu sync.Mutex
+	n  int
+}
+
+// take claims a slot, and says whether one was free.
+func (s *slots) take() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n >= maxReviews {
+		return false
+	}
+	s.n++
+	return true
+}
+
+// give frees a slot taken.
+func (s *slots) give() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n--
 }
 
 // ttlCache keeps answers until a time each, at most maxCached of them: a flood of made-up keys empties it

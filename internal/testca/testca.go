@@ -60,6 +60,12 @@ func New(name string) (*CA, error) {
 // ServerCertificate makes a leaf certificate for localhost and the loopback addresses (not a CA itself),
 // signed by the CA.
 func (ca *CA) ServerCertificate() (tls.Certificate, error) {
+	return ca.ServerCertificateFor("localhost")
+}
+
+// ServerCertificateFor makes a leaf certificate for the DNS names given and the loopback addresses (not a
+// CA itself), signed by the CA.
+func (ca *CA) ServerCertificateFor(dnsNames ...string) (tls.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, err
@@ -75,7 +81,7 @@ func (ca *CA) ServerCertificate() (tls.Certificate, error) {
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{"localhost"},
+		DNSNames:     dnsNames,
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)

@@ -169,7 +169,7 @@ func ParseAddress(s string) (Address, error) {
 		return fail("query parameters and fragments are not supported")
 	}
 
-	addr := Address{Driver: sch.driver, Scheme: name, Host: u.Hostname(), Transport: sch.transport}
+	addr := Address{Driver: sch.driver, Scheme: name, Host: withoutFinalDot(u.Host, u.Hostname()), Transport: sch.transport}
 	if reason := checkHost(u.Host, addr.Host); reason != "" {
 		return fail("%s", reason)
 	}
@@ -198,6 +198,21 @@ func splitScheme(raw string) (name, rest string) {
 		return strings.ToLower(raw[:i]), raw[i+1:]
 	}
 	return DriverIPMI, raw
+}
+
+// withoutFinalDot returns the hostname host (from the URL authority hostport) without the final dot of an
+// absolute name ("bmc-7.example.com."). Drivers look every hostname up as an absolute name (see
+// AbsoluteName), so the dot changes nothing and is dropped: one spelling per host, in the Host header and
+// the TLS server name as well. An IP address is never written with one, and keeps it (to be refused).
+func withoutFinalDot(hostport, host string) string {
+	name, ok := strings.CutSuffix(host, ".")
+	if !ok || strings.HasPrefix(hostport, "[") {
+		return host
+	}
+	if _, err := netip.ParseAddr(name); err == nil {
+		return host
+	}
+	return name
 }
 
 // dnsLabel is an RFC 1123 label.

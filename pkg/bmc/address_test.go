@@ -93,6 +93,14 @@ func TestParseAddress(t *testing.T) {
 		{name: "ipv6 zone", address: "ipmi://[fe80::1%25eth0]:623", wantErr: "zones are not supported"},
 		{name: "ipv6 without port", address: "[fe80::1]", want: ipmi("ipmi", "fe80::1", "623")},
 		{name: "out of range ipv4", address: "192.168.1.256", wantErr: "not a valid IPv4 address"},
+		// An absolute hostname: the final dot is dropped (every name is looked up absolute; see AbsoluteName).
+		{name: "absolute hostname", address: "redfish://bmc-7.example.com./redfish/v1/Systems/1", want: redfish("redfish", "https", "bmc-7.example.com", "443", "/redfish/v1/Systems/1")},
+		{name: "absolute hostname with port", address: "ipmi://bmc-7.example.com.:6233", want: ipmi("ipmi", "bmc-7.example.com", "6233")},
+		{name: "bare absolute hostname", address: "bmc-7.example.com.", want: ipmi("ipmi", "bmc-7.example.com", "623")},
+		{name: "bare absolute hostname and port", address: "bmc-7.example.com.:6233", want: ipmi("ipmi", "bmc-7.example.com", "6233")},
+		{name: "two final dots", address: "redfish://bmc-7.example.com../", wantErr: "not a valid hostname"},
+		{name: "a dot alone", address: "redfish://./", wantErr: "the host is missing"},
+		{name: "ipv4 with a final dot", address: "redfish://10.0.0.1./", wantErr: "not a valid"},
 		{name: "underscore in hostname", address: "ipmi://bmc_1.example.com", wantErr: "not a valid hostname"},
 		{name: "label longer than 63", address: "ipmi://" + strings.Repeat("a", 64) + ".example.com", wantErr: "not a valid hostname"},
 
@@ -219,4 +227,20 @@ func FuzzParseAddress(f *testing.F) {
 			t.Fatalf("ParseAddress(%q) = %+v, re-parsed from %q as %+v", s, a, a.String(), again)
 		}
 	})
+}
+
+func TestAbsoluteName(t *testing.T) {
+	for _, tc := range []struct{ host, want string }{
+		{"bmc-7.example.com", "bmc-7.example.com."},
+		{"bmc-7.example.com.", "bmc-7.example.com."},
+		{"bmc7", "bmc7."},
+		{"10.0.0.5", "10.0.0.5"},
+		{"fd00::5", "fd00::5"},
+		{"[fd00::5]", "[fd00::5]"},
+		{"", ""},
+	} {
+		t.Run(tc.host, func(t *testing.T) {
+			NewWithT(t).Expect(AbsoluteName(tc.host)).To(Equal(tc.want))
+		})
+	}
 }

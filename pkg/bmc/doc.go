@@ -18,5 +18,10 @@
 // certificate. A certificate that does not verify is an ErrUnreachable wrapping a *CertificateError, whose
 // message names the two ways out (a CA bundle, or no verification). IPMI has no certificates.
 //
+// A BMC's hostname is looked up as written, as an absolute name, never under the search domains of the
+// pod's resolver (ClusterFirst, ndots 5), where anyone who may create a namespace could answer for it:
+// HTTP transports dial through DialContext, IPMI gives ipmitool an address from LookupHost. The TLS server
+// name and the Host header keep the name as the address has it.
+//
 // Drivers never see Kubernetes: they report noteworthy things through a plain func(reason, message string).
 package bmc

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os/exec"
 	"strings"
 
@@ -20,9 +21,10 @@ var errNoIpmitool = errors.New("ipmitool not found in PATH; install the ipmitool
 
 // Driver controls a host's power over IPMI LAN.
 type Driver struct {
-	conn     *ipmitool.Conn
-	hostport string
-	password string
+	host     string // a hostname or an IP address, as the address has it
+	port     string
+	ipmitool string // the binary's path
+	creds    bmc.Credentials
 	opts     bmc.Options
 }
 
@@ -39,17 +41,29 @@ func New(addr bmc.Address, creds bmc.Credentials, opts bmc.Options) (bmc.Driver,
 	if err != nil {
 		return nil, &bmc.Error{Driver: bmc.DriverIPMI, Operation: "New", Kind: bmc.ErrUnsupported, Err: errNoIpmitool}
 	}
-	host := addr.Host
-	if strings.Contains(host, ":") {
+	return &Driver{host: addr.Host, port: addr.Port, ipmitool: path, creds: creds, opts: opts}, nil
+}
+
+// conn returns the ipmitool connection of one call, to the BMC's address looked up now. ipmitool would
+// look a hostname up itself, with libc and the resolver's search domains (see bmc.AbsoluteName); given
+// the absolute name instead, libc would no longer find it in /etc/hosts (a pod's hostAliases). So the name
+// is looked up here, as written (bmc.LookupHost), and ipmitool is given the address.
+func (d *Driver) conn(ctx context.Context, operation string) (*ipmitool.Conn, error) {
+	ip, err := bmc.LookupHost(ctx, d.host)
+	if err != nil {
+		return nil, &bmc.Error{Driver: bmc.DriverIPMI, Operation: operation, Kind: bmc.ErrUnreachable, Err: err}
+	}
+	host := ip.String()
+	if ip.Is6() {
 		host = "[" + host + "]" // bmclib joins host and port with a bare ":" and splits them again
 	}
-	conn, err := ipmitool.New(host, creds.Username, creds.Password,
-		ipmitool.WithPort(addr.Port), ipmitool.WithCipherSuite(cipherSuite), ipmitool.WithIpmitoolPath(path))
+	conn, err := ipmitool.New(host, d.creds.Username, d.creds.Password,
+		ipmitool.WithPort(d.port), ipmitool.WithCipherSuite(cipherSuite), ipmitool.WithIpmitoolPath(d.ipmitool))
 	if err != nil {
-		return nil, &bmc.Error{Driver: bmc.DriverIPMI, Operation: "New", Kind: bmc.ErrUnsupported,
-			Err: bmc.Redact(err, creds.Password)}
+		return nil, &bmc.Error{Driver: bmc.DriverIPMI, Operation: operation, Kind: bmc.ErrUnsupported,
+			Err: bmc.Redact(err, d.creds.Password)}
 	}
-	return &Driver{conn: conn, hostport: addr.HostPort(), password: creds.Password, opts: opts}, nil
+	return conn, nil
 }
 
 // PowerState reads the chassis power state.
@@ -60,7 +74,11 @@ func (d *Driver) PowerState(ctx context.Context) (bmc.PowerState, error) {
 }
 
 func (d *Driver) powerState(ctx context.Context) (bmc.PowerState, error) {
-	out, err := d.conn.PowerStateGet(ctx)
+	conn, err := d.conn(ctx, bmc.OperationPowerState)
+	if err != nil {
+		return "", err
+	}
+	out, err := conn.PowerStateGet(ctx)
 	if err != nil {
 		return "", d.wrap(ctx, bmc.OperationPowerState, err)
 	}
@@ -101,7 +119,11 @@ func (d *Driver) PowerOff(ctx context.Context, force bool) error {
 func (d *Driver) Close(context.Context) error { return nil }
 
 func (d *Driver) set(ctx context.Context, operation, state string) error {
-	ok, err := d.conn.PowerSet(ctx, state)
+	conn, err := d.conn(ctx, operation)
+	if err != nil {
+		return err
+	}
+	ok, err := conn.PowerSet(ctx, state)
 	if err != nil {
 		return d.wrap(ctx, operation, err)
 	}
@@ -121,12 +143,12 @@ func (d *Driver) wrap(ctx context.Context, operation string, err error) error {
 		return fmt.Errorf("ipmi %s: %w", operation, ctxErr)
 	}
 	// ipmitool's output, on one line, with the password redacted should it ever appear.
-	msg := strings.ReplaceAll(strings.TrimSpace(bmc.Redact(err, d.password).Error()), "\n", "; ")
+	msg := strings.ReplaceAll(strings.TrimSpace(bmc.Redact(err, d.creds.Password).Error()), "\n", "; ")
 	kind := classify(msg)
 	if kind == nil && strings.Contains(msg, "Unable to establish") {
 		// Wrong credentials, or nobody answering? A BMC that answers a ping refused our credentials.
 		kind = bmc.ErrUnreachable
-		if Ping(ctx, d.hostport) == nil {
+		if Ping(ctx, net.JoinHostPort(d.host, d.port)) == nil {
 			kind = bmc.ErrAuthentication
 			msg = "the BMC answers but refused the session (wrong username or password?): " + msg
 		}

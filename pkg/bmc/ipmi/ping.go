@@ -4,8 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"time"
+
+	"github.com/metalheal/metalheal/pkg/bmc"
 )
 
 // pingTimeout bounds a Ping when ctx allows longer.
@@ -23,8 +24,7 @@ var pongPrefix = []byte{0x06, 0x00, 0xff, 0x06, 0x00, 0x00, 0x11, 0xbe, 0x40, 0x
 func Ping(ctx context.Context, hostport string) error {
 	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	var dialer net.Dialer
-	conn, err := dialer.DialContext(ctx, "udp", hostport)
+	conn, err := bmc.DialContext(ctx, "udp", hostport)
 	if err != nil {
 		return err
 	}

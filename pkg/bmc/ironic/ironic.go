@@ -83,6 +83,7 @@ func newDriver(addr bmc.Address, creds bmc.Credentials, opts bmc.Options, clk cl
 		}
 		d.transport = http.DefaultTransport.(*http.Transport).Clone()
 		d.transport.TLSClientConfig = tlsConfig
+		d.transport.DialContext = bmc.DialContext // Ironic's name looked up as written, never under search domains
 		rt = d.transport
 	}
 	// Requests go to Ironic's origin only (gophercloud puts the basic credentials in every request, and Go

@@ -61,6 +61,7 @@ func sharedTransport(opts bmc.Options) (*http.Transport, error) {
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.TLSClientConfig = cfg
+	t.DialContext = bmc.DialContext // the BMC's name looked up as written, never under search domains
 	t.IdleConnTimeout = idleConnTimeout
 	t.MaxIdleConns = maxIdleConns
 	t.MaxIdleConnsPerHost = maxIdleConns
