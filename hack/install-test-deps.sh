@@ -4,6 +4,7 @@
 #   openipmi            ipmi_sim, a real IPMI BMC simulator
 #   redfishtool, python3-sushy-cli   third-party Redfish clients that check our Redfish mock
 #   prometheus          promtool (checks and unit-tests config/prometheus' rules) and a real Prometheus for e2e
+#   util-linux, iproute2   unshare and ip: the DNS test runs in its own user and network namespace
 # Runs apt-get as root, or through sudo when available.
 set -euo pipefail
 need=()
@@ -12,6 +13,8 @@ command -v ipmi_sim >/dev/null || need+=(openipmi)
 command -v redfishtool >/dev/null || need+=(redfishtool)
 command -v sushycli >/dev/null || need+=(python3-sushy-cli)
 command -v promtool >/dev/null || need+=(prometheus)
+command -v unshare >/dev/null || need+=(util-linux)
+command -v ip >/dev/null || need+=(iproute2)
 [ ${#need[@]} -eq 0 ] && exit 0
 echo "installing test dependencies: ${need[*]}"
 sudo=""

@@ -42,17 +42,19 @@ func Inside() bool { return os.Getenv(envInside) == "1" }
 
 // Rerun runs the top-level test t again in a child process whose /etc/resolv.conf is resolvConf, with
 // its own network namespace (loopback up), and fails t when the child fails. The child's output is
-// logged. It skips t when user namespaces (unshare) or ip(8) are not available. Call it from a
+// logged. It fails t, saying what is missing, when user namespaces (unshare) or ip(8) are not available:
+// the test cannot prove anything without them. Call it from a
 // top-level test when Inside is false, and return.
 func Rerun(t *testing.T, resolvConf string) {
 	t.Helper()
 	for _, tool := range []string{"unshare", "ip"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s(1) is needed to give the test a resolv.conf of its own: %v", tool, err)
+			t.Fatalf("%s(1) is needed to give the test a resolv.conf of its own (Debian: util-linux, iproute2): %v", tool, err)
 		}
 	}
 	if out, err := exec.Command("unshare", "--user", "--map-root-user", "--mount", "--net", "true").CombinedOutput(); err != nil {
-		t.Skipf("user namespaces are not available, so the test cannot have a resolv.conf of its own: %v: %s", err, out)
+		t.Fatalf("user namespaces are not available, so the test cannot have a resolv.conf of its own "+
+			"(allow them: sysctl kernel.unprivileged_userns_clone=1, or run as root): %v: %s", err, out)
 	}
 	path := filepath.Join(t.TempDir(), "resolv.conf")
 	if err := os.WriteFile(path, []byte(resolvConf), 0o644); err != nil {
