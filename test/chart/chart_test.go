@@ -29,9 +29,20 @@ const (
 
 var chartDir = filepath.Join(testenv.RepoRoot(), "charts", "metalheal")
 
-// tool runs a binary of ./bin and returns its standard output. A missing binary fails the test: `make
-// test` builds it, and a skipped test would let the chart drift unseen.
+// tool runs a binary of ./bin and returns its standard output; it fails the test if the binary fails.
 func tool(t *testing.T, name string, args ...string) []byte {
+	t.Helper()
+	stdout, err := run(t, nil, name, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stdout
+}
+
+// run runs a binary of ./bin with env added to the test's environment, and returns its standard output,
+// or an error carrying both outputs. A missing binary fails the test: `make test` builds it, and a skipped
+// test would let the chart drift unseen.
+func run(t *testing.T, env []string, name string, args ...string) ([]byte, error) {
 	t.Helper()
 	bin := filepath.Join(testenv.RepoRoot(), "bin", name)
 	if _, err := os.Stat(bin); err != nil {
@@ -40,11 +51,12 @@ func tool(t *testing.T, name string, args ...string) []byte {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = testenv.RepoRoot()
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s %s: %v\n%s%s", name, strings.Join(args, " "), err, stdout.String(), stderr.String())
+		return nil, fmt.Errorf("%s %s: %w\n%s%s", name, strings.Join(args, " "), err, stdout.String(), stderr.String())
 	}
-	return stdout.Bytes()
+	return stdout.Bytes(), nil
 }
 
 // objects decodes a multi-document YAML stream; empty documents are dropped.
@@ -97,12 +109,14 @@ func key(u *unstructured.Unstructured) string {
 
 func TestChartLints(t *testing.T) {
 	tests := map[string][]string{
-		"default values":          nil,
-		"with monitoring":         {"--set", "monitoring.enabled=true"},
-		"with alert rules":        {"--set", "monitoring.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.prometheusRule.labels.release=kube-prometheus-stack"},
-		"every value changed":     {"--set", "remediationNamespaces={a,b},leaseNamespace.name=leases,leaseNamespace.create=false,leaderElection.leaseDuration=60s,metrics.secure=false,podDisruptionBudget.enabled=false,flowSchemas.enabled=false,replicas=3"},
-		"another namespace":       {"--namespace", "ops"},
-		"without leader election": {"--set", "leaderElection.enabled=false,replicas=1"},
+		"default values":                  nil,
+		"with monitoring":                 {"--set", "monitoring.enabled=true"},
+		"with alert rules":                {"--set", "monitoring.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.prometheusRule.labels.release=kube-prometheus-stack"},
+		"every value changed":             {"--set", "remediationNamespaces={a,b},leaseNamespace.name=leases,leaseNamespace.create=false,leaderElection.leaseDuration=60s,metrics.secure=false,podDisruptionBudget.enabled=false,flowSchemas.enabled=false,replicas=3"},
+		"another namespace":               {"--namespace", "ops"},
+		"without leader election":         {"--set", "leaderElection.enabled=false,replicas=1"},
+		"Cluster API":                     {"--set", "clusterAPI.enabled=true"},
+		"Cluster API, several namespaces": {"--set", "clusterAPI.enabled=true,clusterAPI.clusterNamespaces={clusters-prod,clusters-dev},remediationNamespaces={team-a}"},
 	}
 	for name, args := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -145,59 +159,74 @@ var chartDifferences = []struct {
 	},
 }}
 
-// The chart with default values deploys what `kustomize build config/default` deploys: the same objects,
-// field for field, labels included, but for chartDifferences.
-func TestChartRendersWhatConfigDefaultDeploys(t *testing.T) {
-	k := objects(t, tool(t, "kustomize", "build", "config/default"))
-	h := helmTemplate(t, release, releaseNamespace)
-	for _, d := range chartDifferences {
-		k, h = d.apply(k, h)
-	}
-	kustomized, templated := map[string]*unstructured.Unstructured{}, map[string]*unstructured.Unstructured{}
-	for _, u := range k {
-		kustomized[key(u)] = u
-	}
-	for _, u := range h {
-		if _, dup := templated[key(u)]; dup {
-			t.Errorf("the chart renders %s twice", key(u))
-		}
-		templated[key(u)] = u
-	}
-	var keys []string
-	for k := range kustomized {
-		keys = append(keys, k)
-	}
-	for k := range templated {
-		if _, ok := kustomized[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		want, got := kustomized[k], templated[k]
-		switch {
-		case got == nil:
-			t.Errorf("config/default deploys %s; the chart does not", k)
-		case want == nil:
-			t.Errorf("the chart renders %s; config/default does not", k)
-		default:
-			for _, d := range diff("", want.Object, got.Object) {
-				t.Errorf("%s: %s", k, d)
+// The chart deploys what kustomize deploys, for each variant config/ offers: with default values what
+// `kustomize build config/default` renders, and with clusterAPI.enabled what config/cluster-api renders
+// (config/default and the kubeconfig-readers component, for the Clusters' namespace "default"). The same
+// objects, field for field, labels included, but for chartDifferences.
+func TestChartRendersWhatConfigDeploys(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v.config, func(t *testing.T) {
+			k := objects(t, tool(t, "kustomize", "build", v.config))
+			h := helmTemplate(t, release, releaseNamespace, v.sets...)
+			for _, d := range chartDifferences {
+				k, h = d.apply(k, h)
 			}
-		}
-	}
-	if len(kustomized) < 20 {
-		t.Errorf("config/default rendered only %d objects: is the comparison looking at the right output?", len(kustomized))
+			kustomized, templated := map[string]*unstructured.Unstructured{}, map[string]*unstructured.Unstructured{}
+			for _, u := range k {
+				kustomized[key(u)] = u
+			}
+			for _, u := range h {
+				if _, dup := templated[key(u)]; dup {
+					t.Errorf("the chart renders %s twice", key(u))
+				}
+				templated[key(u)] = u
+			}
+			var keys []string
+			for k := range kustomized {
+				keys = append(keys, k)
+			}
+			for k := range templated {
+				if _, ok := kustomized[k]; !ok {
+					keys = append(keys, k)
+				}
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				want, got := kustomized[k], templated[k]
+				switch {
+				case got == nil:
+					t.Errorf("%s deploys %s; the chart does not", v.config, k)
+				case want == nil:
+					t.Errorf("the chart renders %s; %s does not", k, v.config)
+				default:
+					for _, d := range diff("", want.Object, got.Object) {
+						t.Errorf("%s: %s", k, d)
+					}
+				}
+			}
+			if len(kustomized) < 20 {
+				t.Errorf("%s rendered only %d objects: is the comparison looking at the right output?", v.config, len(kustomized))
+			}
+		})
 	}
 }
 
-// diff lists the paths where got differs from want (kustomize's object and the chart's).
+// variants are the deployments config/ offers and the chart values that render each.
+var variants = []struct {
+	config string
+	sets   []string
+}{
+	{config: "config/default"},
+	{config: "config/cluster-api", sets: []string{"clusterAPI.enabled=true"}},
+}
+
+// diff lists the paths where got (the chart's object) differs from want (kustomize's, say).
 func diff(path string, want, got any) []string {
 	switch w := want.(type) {
 	case map[string]any:
 		g, ok := got.(map[string]any)
 		if !ok {
-			return []string{fmt.Sprintf("%s: config/default has %v, the chart %v", path, want, got)}
+			return []string{fmt.Sprintf("%s: want %v, the chart %v", path, want, got)}
 		}
 		var out []string
 		names := map[string]bool{}
@@ -219,7 +248,7 @@ func diff(path string, want, got any) []string {
 	case []any:
 		g, ok := got.([]any)
 		if !ok || len(g) != len(w) {
-			return []string{fmt.Sprintf("%s: config/default has %v, the chart %v", path, want, got)}
+			return []string{fmt.Sprintf("%s: want %v, the chart %v", path, want, got)}
 		}
 		var out []string
 		for i := range w {
@@ -228,7 +257,7 @@ func diff(path string, want, got any) []string {
 		return out
 	default:
 		if !reflect.DeepEqual(want, got) {
-			return []string{fmt.Sprintf("%s: config/default has %v, the chart %v", path, want, got)}
+			return []string{fmt.Sprintf("%s: want %v, the chart %v", path, want, got)}
 		}
 		return nil
 	}

@@ -245,6 +245,62 @@ func TestChartValues(t *testing.T) {
 				}
 			},
 		},
+		"Cluster API, the Clusters in several namespaces": {
+			sets: []string{"clusterAPI.enabled=true,clusterAPI.clusterNamespaces={clusters-prod,clusters-dev,clusters-prod},remediationNamespaces={team-a,clusters-dev}"},
+			expect: func(t *testing.T, r rendered) {
+				args := r.args(t)
+				for _, a := range []string{"--cluster-namespaces=clusters-prod,clusters-dev", "--remediation-namespaces=team-a,clusters-dev,clusters-prod"} {
+					if !slices.Contains(args, a) {
+						t.Errorf("args %v lack %s", args, a)
+					}
+				}
+				// The kubeconfig Secrets are read in the Clusters' namespaces only, with get only.
+				for _, ns := range []string{"clusters-prod", "clusters-dev"} {
+					role := r.find("Role", ns, "metalheal-kubeconfig-reader")
+					if role == nil {
+						t.Fatalf("no Role metalheal-kubeconfig-reader in %s", ns)
+					}
+					rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+					if want := []any{map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "verbs": []any{"get"}}}; !reflect.DeepEqual(rules, want) {
+						t.Errorf("Role metalheal-kubeconfig-reader in %s grants %v, want %v", ns, rules, want)
+					}
+					if r.find("RoleBinding", ns, "metalheal-kubeconfig-reader") == nil {
+						t.Errorf("no RoleBinding metalheal-kubeconfig-reader in %s", ns)
+					}
+				}
+				// Machines may be deleted in every trusted namespace, once each.
+				var deleters []string
+				for _, role := range r.ofKind("Role") {
+					if role.GetName() == "metalheal-machine-deleter" {
+						deleters = append(deleters, role.GetNamespace())
+					}
+				}
+				if want := []string{"team-a", "clusters-dev", "clusters-prod"}; !slices.Equal(deleters, want) {
+					t.Errorf("Roles metalheal-machine-deleter in %v, want %v", deleters, want)
+				}
+				if n := len(r.ofKind("Role")); n != 3+3+2 {
+					t.Errorf("%d Roles, want the manager's 3 (its own, the leases', leader election), 3 machine deleters and 2 kubeconfig readers", n)
+				}
+				if r.find("Role", "default", "metalheal-kubeconfig-reader") != nil {
+					t.Error("a kubeconfig reader in default, which clusterAPI.clusterNamespaces does not list")
+				}
+			},
+		},
+		"Cluster API namespaces without clusterAPI.enabled": {
+			sets: []string{"clusterAPI.clusterNamespaces={clusters-prod}"},
+			expect: func(t *testing.T, r rendered) {
+				for _, a := range r.args(t) {
+					if strings.HasPrefix(a, "--cluster-namespaces") || strings.HasPrefix(a, "--remediation-namespaces") {
+						t.Errorf("%s without clusterAPI.enabled", a)
+					}
+				}
+				for _, role := range r.ofKind("Role") {
+					if role.GetNamespace() == "clusters-prod" {
+						t.Errorf("Role %s in clusters-prod without clusterAPI.enabled", role.GetName())
+					}
+				}
+			},
+		},
 		"leader election timing": {
 			sets: []string{"leaderElection.leaseDuration=60s,leaderElection.renewDeadline=40s,leaderElection.retryPeriod=5s"},
 			expect: func(t *testing.T, r rendered) {
@@ -359,6 +415,16 @@ func TestChartValues(t *testing.T) {
 			expectConsistent(t, r)
 			tt.expect(t, r)
 		})
+	}
+}
+
+// clusterAPI.enabled with no namespace is refused with a message naming the value: the manager would
+// otherwise try every namespace and be refused by RBAC in each.
+func TestChartRefusesClusterAPIWithoutNamespaces(t *testing.T) {
+	_, err := run(t, nil, "helm", "template", release, chartDir, "--namespace", releaseNamespace,
+		"--set", "clusterAPI.enabled=true", "--set", "clusterAPI.clusterNamespaces=null")
+	if err == nil || !strings.Contains(err.Error(), "clusterAPI.enabled needs clusterAPI.clusterNamespaces") {
+		t.Errorf("helm template with clusterAPI.enabled and no namespace: %v, want the chart's refusal", err)
 	}
 }
 

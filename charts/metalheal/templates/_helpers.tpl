@@ -61,3 +61,27 @@ serviceAccountSubject is the manager's service account as a binding's subject.
   name: {{ include "metalheal.serviceAccountName" . }}
   namespace: {{ .Release.Namespace }}
 {{- end }}
+
+{{/*
+clusterNamespaces are the namespaces whose Clusters' kubeconfig Secrets the manager reads
+(--cluster-namespaces), as a JSON list: clusterAPI.clusterNamespaces with clusterAPI.enabled, else none.
+*/}}
+{{- define "metalheal.clusterNamespaces" -}}
+{{- if .Values.clusterAPI.enabled }}
+{{- if not .Values.clusterAPI.clusterNamespaces }}
+{{- fail "clusterAPI.enabled needs clusterAPI.clusterNamespaces: the namespaces where your Clusters live" }}
+{{- end }}
+{{- .Values.clusterAPI.clusterNamespaces | uniq | toJson }}
+{{- else }}
+{{- list | toJson }}
+{{- end }}
+{{- end }}
+
+{{/*
+remediationNamespaces are the namespaces besides the release's whose requests the remediator acts on
+(--remediation-namespaces), as a JSON list: remediationNamespaces, then the clusterNamespaces not in it.
+*/}}
+{{- define "metalheal.remediationNamespaces" -}}
+{{- $clusters := include "metalheal.clusterNamespaces" . | fromJsonArray }}
+{{- concat (default list .Values.remediationNamespaces) $clusters | uniq | toJson }}
+{{- end }}
