@@ -332,6 +332,7 @@ func (e *ForbiddenError) Error() string {
 	}
 	return fmt.Sprintf("the manager %s Secret %s/%s%s (the Cluster's kubeconfig): it needs a Role in namespace %s "+
 		"granting get on secrets (apiGroups [\"\"], resources [secrets], verbs [get]) bound to its ServiceAccount; "+
-		"add %s to --cluster-namespaces and to the kubeconfig-readers component (config/components/kubeconfig-readers)",
+		"add %s to --cluster-namespaces and to the kubeconfig-readers component (config/components/kubeconfig-readers), "+
+		"or to the Helm chart's clusterAPI.clusterNamespaces",
 		why, e.Cluster.Namespace, e.Cluster.Name, KubeconfigSecretSuffix, e.Cluster.Namespace, e.Cluster.Namespace)
 }
