@@ -262,6 +262,10 @@ func (r *Reconciler) takeLease(ctx context.Context, lm *leases.Manager, mhc *v1a
 		t.Create = nil
 		r.skipped(ctx, nil, mhc, t, p, blockedLeaseHeld, fmt.Sprintf("The node's lease is held by %q", held.Holder))
 		return nil
+	case errors.As(err, &held) && t.MarkedForOwner:
+		t.keepFromOwner()
+		r.skipped(ctx, nil, mhc, t, p, blockedLeaseHeld, fmt.Sprintf("The node's lease is held by %q", held.Holder))
+		return nil
 	case errors.As(err, &held):
 		r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventLeaseNotRenewed, actionRemediate,
 			"The Machine is being remediated but the lease of node %s is now held by %q", t.Lease.Node.Name, held.Holder)
@@ -271,6 +275,7 @@ func (r *Reconciler) takeLease(ctx context.Context, lm *leases.Manager, mhc *v1a
 		dropRecord(&p.Status, t.Machine.Name, t.Create.Step)
 		t.Create = nil // the lease first, always
 	}
+	t.keepFromOwner()
 	return fmt.Errorf("taking the lease of node %s: %w", t.Lease.Node.Name, err)
 }
 

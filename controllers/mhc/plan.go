@@ -159,7 +159,8 @@ type targetPlan struct {
 	NewlyUnhealthy bool
 	// Conditions is the Machine's new status.conditions when they change; nil when they do not.
 	Conditions []metav1.Condition
-	// MarkedForOwner: OwnerRemediated becomes False, asking the owner to replace the Machine.
+	// MarkedForOwner: OwnerRemediated becomes False, asking the owner to replace the Machine (once its
+	// Node's lease is taken: see keepFromOwner).
 	MarkedForOwner bool
 	// Create asks for a remediation request.
 	Create *createRequest
@@ -724,4 +725,18 @@ func earliest(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// keepFromOwner takes back the plan to hand the Machine to its owner: its Node's lease could not be
+// taken. The Machine's OwnerRemediated condition stays as it was.
+func (t *targetPlan) keepFromOwner() {
+	if !t.MarkedForOwner {
+		return
+	}
+	t.MarkedForOwner = false
+	if was := meta.FindStatusCondition(t.Machine.Status.Conditions, clusterv1.MachineOwnerRemediatedCondition); was != nil {
+		meta.SetStatusCondition(&t.Conditions, *was)
+	} else {
+		meta.RemoveStatusCondition(&t.Conditions, clusterv1.MachineOwnerRemediatedCondition)
+	}
 }

@@ -133,3 +133,75 @@ func entryOfStatus(st v1alpha1.MachineHealthCheckStatus, name string) *v1alpha1.
 	}
 	return nil
 }
+
+// TestOwnerRemediationHoldsTheNodeLease: a Machine handed to its owner for replacement is a remediation of
+// its Node like any other, so the check holds the Node's lease for it: taken before the Machine is
+// marked, renewed at half-time while the owner replaces it, released once it is no longer handed over.
+// A NodeHealthCheck's control-plane rule (and node maintenance) reads that lease.
+func TestOwnerRemediationHoldsTheNodeLease(t *testing.T) {
+	const self = "MachineHealthCheck.remediation.metalheal.io-check"
+	handed := func(m *clusterv1.Machine) {
+		m.Status.Conditions = []metav1.Condition{{Type: clusterv1.MachineOwnerRemediatedCondition, Status: metav1.ConditionFalse}}
+	}
+	tests := []struct {
+		name        string
+		target      observedTarget
+		leases      map[string]gates.Lease
+		wantMarked  bool
+		wantLease   bool // the plan takes or renews the lease
+		wantRelease bool
+		wantNext    time.Time
+	}{
+		{
+			name:       "handed to its owner: the lease is taken first",
+			target:     unhealthyTarget("a"),
+			leases:     map[string]gates.Lease{},
+			wantMarked: true, wantLease: true,
+		},
+		{
+			name:   "its owner replaces it: the lease is kept, renewed at half-time",
+			target: unhealthyTarget("a", handed),
+			leases: map[string]gates.Lease{"node-a": {Holder: self, Until: t0.Add(time.Minute)}},
+			// With the default 10m lease, a minute left is past half-time.
+			wantLease: true,
+		},
+		{
+			name:     "its owner replaces it, the lease fresh: nothing to write until half-time",
+			target:   unhealthyTarget("a", handed),
+			leases:   map[string]gates.Lease{"node-a": {Holder: self, Until: t0.Add(9 * time.Minute)}},
+			wantNext: t0.Add(4 * time.Minute),
+		},
+		{
+			name:        "healthy and not handed over: the lease is released",
+			target:      healthyTarget("a"),
+			leases:      map[string]gates.Lease{"node-a": {Holder: self, Until: t0.Add(9 * time.Minute)}},
+			wantRelease: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			mhc := unitCheck(func(c *v1alpha1.MachineHealthCheck) { c.CreationTimestamp = metav1.NewTime(t0.Add(-time.Minute)) })
+			p, err := planChecks(planInput{Check: mhc, Spec: checkSpecFor(mhc), Machines: []observedTarget{tt.target}, Now: t0,
+				Safety: safetyInput{Holder: self, Leases: tt.leases, LeaseDuration: 10 * time.Minute}})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(p.Targets).To(HaveLen(1))
+			tp := p.Targets[0]
+			g.Expect(tp.MarkedForOwner).To(Equal(tt.wantMarked))
+			if tt.wantLease {
+				g.Expect(tp.Lease).NotTo(BeNil())
+				g.Expect(tp.Lease.Node.Name).To(Equal("node-a"))
+			} else {
+				g.Expect(tp.Lease).To(BeNil())
+			}
+			if tt.wantRelease {
+				g.Expect(p.Release).To(ConsistOf("node-a"))
+			} else {
+				g.Expect(p.Release).To(BeEmpty())
+			}
+			if !tt.wantNext.IsZero() {
+				g.Expect(p.NextCheck).To(Equal(tt.wantNext))
+			}
+		})
+	}
+}

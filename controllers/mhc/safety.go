@@ -288,7 +288,7 @@ func remediating(o observedTarget) bool {
 			return true
 		}
 	}
-	return meta.IsStatusConditionFalse(o.Machine.Status.Conditions, clusterv1.MachineOwnerRemediatedCondition)
+	return ownerReplacing(o.Machine)
 }
 
 // gate decides whether a new remediation (a first request, the next escalation step, or the owner's
@@ -345,11 +345,14 @@ func (s *safety) owner(o observedTarget, now time.Time) string {
 	return gates.Owner(gates.Contender{Name: self.Name, Created: self.CreationTimestamp.Time, Claims: true}, contenders)
 }
 
-// leasePlan decides the check's node leases for one Machine: keep (renew, retake, take over from our own
-// request's remediator) while a request of ours lives, at the lease's half-time.
+// keepLease decides the check's node lease for one Machine: keep it (renew, retake, take over from our
+// own request's remediator) at the lease's half-time while a request of ours lives, or while the
+// Machine's owner replaces it (OwnerRemediated=False): every remediation of a Node, whoever carries it
+// out, holds the Node's lease for as long as it acts, so that every checker (a NodeHealthCheck's
+// control-plane rule, say) and every outside actor sees it.
 func (s *safety) keepLease(t *targetPlan, o observedTarget, now time.Time) time.Time {
 	node := o.Machine.Status.NodeRef.Name
-	if s.in.Safety.Leases == nil || node == "" || o.Node == nil || len(o.Requests) == 0 {
+	if s.in.Safety.Leases == nil || node == "" || o.Node == nil || (len(o.Requests) == 0 && !ownerReplacing(o.Machine)) {
 		return time.Time{}
 	}
 	var from []string
@@ -373,13 +376,13 @@ func (s *safety) releaseLeases(p *plan) []string {
 	for _, o := range s.in.Machines {
 		if n := o.Machine.Status.NodeRef.Name; n != "" {
 			mine[n] = true
-			if len(o.Requests) > 0 {
+			if len(o.Requests) > 0 || ownerReplacing(o.Machine) {
 				keep[n] = true
 			}
 		}
 	}
 	for _, t := range p.Targets {
-		if n := t.Machine.Status.NodeRef.Name; n != "" && t.Create != nil {
+		if n := t.Machine.Status.NodeRef.Name; n != "" && (t.Create != nil || t.MarkedForOwner) {
 			keep[n] = true
 		}
 	}
@@ -426,14 +429,25 @@ func planStorm(p *plan, mhc *v1alpha1.MachineHealthCheck, d budget.Decision, now
 }
 
 // applyGate applies the safety gates to a Machine about to be handed to its owner (condition-based
-// remediation) and returns when to look again.
+// remediation) and returns when to look again. An admitted one takes its Node's lease first, as a
+// request would: the owner's replacement is a remediation of the Node too.
 func applyGate(s *safety, t *targetPlan, entry *v1alpha1.UnhealthyMachine, o observedTarget, now time.Time) time.Time {
 	b, msg, retry := s.gate(o, remediating(o), now)
 	if b != notBlocked {
 		t.Blocked, t.SkipMessage = b, msg
 		entry.SkipReason, entry.SkipMessage = string(b), msg
+		return retry
+	}
+	if s.in.Safety.Leases != nil && o.Node != nil {
+		t.Lease = &leaseAction{Node: o.Node, Fresh: true}
 	}
 	return retry
+}
+
+// ownerReplacing reports whether the Machine was handed to its owner for replacement
+// (OwnerRemediated=False) and is not gone yet.
+func ownerReplacing(m *clusterv1.Machine) bool {
+	return meta.IsStatusConditionFalse(m.Status.Conditions, clusterv1.MachineOwnerRemediatedCondition)
 }
 
 // gateCreate applies the safety gates to the request escalate wants to create: a skipped one is not
