@@ -30,4 +30,11 @@
 // record), and the node lease passes from a request that let go of the Node to the next in one update.
 // A request the remediator refused is no remediation of its Node (actsOn). See remediation_handover.go
 // and docs/powercycle.md.
+//
+// Two clusters, one name: the Node of a request owned by a Cluster API Machine may live in a workload
+// cluster, where node names repeat. Before it acts the request is placed (remediation_cluster.go): this
+// cluster's Node when it is the Machine's, else the workload cluster's, recorded in status.clusterName
+// and reached through internal/workload; the taints, the wait for Ready and the node lease are then on
+// that Node, the BMC is the one naming that cluster, and the host of the management cluster's same-named
+// Node is never touched. A host is always known by cluster and node together (bmcaccess.Host).
 package powercycle
