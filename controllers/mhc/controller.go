@@ -32,10 +32,10 @@ import (
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
-// Defaults for Options.
+// Defaults for Options: those of the workload cluster connections.
 const (
-	DefaultWorkloadClusterSyncTimeout = 10 * time.Second
-	DefaultKubeconfigRecheckInterval  = time.Minute
+	DefaultWorkloadClusterSyncTimeout = workload.DefaultSyncTimeout
+	DefaultKubeconfigRecheckInterval  = workload.DefaultRecheck
 )
 
 // Options configure the Reconciler. SetupWithManager fills what is left empty from the manager; a test
