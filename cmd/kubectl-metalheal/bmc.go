@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
@@ -39,12 +41,13 @@ var errCheckFailed = errors.New("the BMC check failed")
 func newBMCCommand(o *options) *cobra.Command {
 	bmcCmd := &cobra.Command{Use: "bmc", Short: "Look at BMCs"}
 	timeout := 30 * time.Second
+	var cluster string
 	check := &cobra.Command{
 		Use:   "check NODE",
 		Short: "Read NODE's host power state through its BMC, as the manager would: tests its address and credentials",
-		Long: `check reads the BMC object naming NODE (spec.nodeName) and its credentials Secret in the manager's
-namespace (-n; metalheal-system by default) with your kubeconfig, builds the driver the manager builds for it
-and reads the host's power state. It changes nothing. It exits non-zero when the BMC cannot be read, saying why
+		Long: `check reads the BMC object naming NODE (spec.nodeName; with --cluster, of that Cluster API workload
+cluster: spec.cluster) and its credentials Secret in the manager's namespace (-n; metalheal-system by
+default) with your kubeconfig, builds the driver the manager builds for it and reads the host's power state. It changes nothing. It exits non-zero when the BMC cannot be read, saying why
 in the manager's words (AuthenticationFailed: the BMC rejected the Secret's username and password). No
 credential is ever printed.`,
 		Args: cobra.ExactArgs(1),
@@ -60,7 +63,15 @@ credential is ever printed.`,
 			if err != nil {
 				return err
 			}
-			res, err := checkBMC(cmd.Context(), c, ns, args[0], timeout)
+			host := bmcaccess.Host{Node: args[0]}
+			if cluster != "" {
+				clusterNS, clusterName, ok := strings.Cut(cluster, "/")
+				if !ok || clusterNS == "" || clusterName == "" {
+					return fmt.Errorf("--cluster %q: must be NAMESPACE/NAME of a Cluster API Cluster", cluster)
+				}
+				host.Cluster = types.NamespacedName{Namespace: clusterNS, Name: clusterName}
+			}
+			res, err := checkBMC(cmd.Context(), c, ns, host, timeout)
 			if err != nil {
 				return err
 			}
@@ -74,27 +85,36 @@ credential is ever printed.`,
 		},
 	}
 	check.Flags().DurationVar(&timeout, "timeout", timeout, "Bound on the BMC's answer")
+	check.Flags().StringVar(&cluster, "cluster", "", "NAMESPACE/NAME of the Cluster API Cluster whose workload cluster holds NODE (the BMC's spec.cluster); empty: a Node of the manager's cluster")
 	bmcCmd.AddCommand(check)
 	return bmcCmd
 }
 
-// checkBMC finds node's BMC in ns and reads its power state through the manager's driver code. A failure
-// of the BMC (or of its object or Secret) is in the result; only a failure to read the API is an error.
-func checkBMC(ctx context.Context, c client.Reader, ns, node string, timeout time.Duration) (*BMCCheck, error) {
-	res := &BMCCheck{Node: node, Namespace: ns}
+// checkBMC finds host's BMC in ns (the one the remediator would use: same node and cluster) and reads its
+// power state through the manager's driver code. A failure of the BMC (or of its object or Secret) is in
+// the result; only a failure to read the API is an error.
+func checkBMC(ctx context.Context, c client.Reader, ns string, host bmcaccess.Host, timeout time.Duration) (*BMCCheck, error) {
+	res := &BMCCheck{Node: host.String(), Namespace: ns}
 	var list v1alpha1.BMCList
 	if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
 		return nil, fmt.Errorf("listing BMCs in namespace %q: %w", ns, err)
 	}
 	var found []v1alpha1.BMC
 	for _, b := range list.Items {
-		if b.Spec.NodeName == node {
+		if bmcaccess.HostOf(&b) == host {
 			found = append(found, b)
 		}
 	}
 	if len(found) != 1 {
 		res.Reason = v1alpha1.ReasonBMCNotFound
-		res.Error = fmt.Sprintf("%d BMCs in namespace %q have spec.nodeName %q; exactly one must", len(found), ns, node)
+		if len(found) > 1 {
+			res.Reason = v1alpha1.ReasonBMCAmbiguous
+		}
+		where := "of the manager's cluster (no spec.cluster)"
+		if host.Cluster.Name != "" {
+			where = "of cluster " + host.Cluster.String()
+		}
+		res.Error = fmt.Sprintf("%d BMCs in namespace %q power node %q %s; exactly one must", len(found), ns, host.Node, where)
 		return res, nil
 	}
 	b := &found[0]
