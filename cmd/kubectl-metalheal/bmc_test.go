@@ -37,8 +37,8 @@ func TestCheckBMCPicksTheHostsBMC(t *testing.T) {
 			host: bmcaccess.Host{Node: "worker-1"}, wantBMC: "mgmt", wantReason: v1alpha1.ReasonSecretNotFound,
 		},
 		"edge-a's worker-1": {
-			bmcs: []*v1alpha1.BMC{bmcFor("mgmt", nil), bmcFor("edge-a", edgeA)},
-			host: bmcaccess.Host{Cluster: types.NamespacedName{Namespace: "fleet", Name: "edge-a"}, Node: "worker-1"},
+			bmcs:    []*v1alpha1.BMC{bmcFor("mgmt", nil), bmcFor("edge-a", edgeA)},
+			host:    bmcaccess.Host{Cluster: types.NamespacedName{Namespace: "fleet", Name: "edge-a"}, Node: "worker-1"},
 			wantBMC: "edge-a", wantReason: v1alpha1.ReasonSecretNotFound,
 		},
 		"only another cluster's BMC names the node": {
@@ -46,8 +46,8 @@ func TestCheckBMCPicksTheHostsBMC(t *testing.T) {
 			host: bmcaccess.Host{Node: "worker-1"}, wantReason: v1alpha1.ReasonBMCNotFound,
 		},
 		"two BMCs for one host": {
-			bmcs: []*v1alpha1.BMC{bmcFor("edge-a", edgeA), bmcFor("edge-a-2", edgeA)},
-			host: bmcaccess.Host{Cluster: types.NamespacedName{Namespace: "fleet", Name: "edge-a"}, Node: "worker-1"},
+			bmcs:       []*v1alpha1.BMC{bmcFor("edge-a", edgeA), bmcFor("edge-a-2", edgeA)},
+			host:       bmcaccess.Host{Cluster: types.NamespacedName{Namespace: "fleet", Name: "edge-a"}, Node: "worker-1"},
 			wantReason: v1alpha1.ReasonBMCAmbiguous,
 		},
 	}
