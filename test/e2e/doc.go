@@ -11,6 +11,11 @@
 // state of every object and every simulated host: no remediation request left, no taint, no node lease,
 // no finalizer, every host powered on, every node Ready — unless the scenario says otherwise.
 //
+// The Cluster API fleet scenario adds, for its duration, workload clusters of its own (each its own
+// control plane and simulated kubelets, hosts in the same Redfish mock, Node names repeating the
+// management cluster's), described in the management cluster as Cluster API would, and asserts per host:
+// which cluster's Node, which Redfish system, which lease namespace.
+//
 // Two instruments make the assertions precise:
 //
 //   - a timeline records, as they happen, every power change of every simulated host (the Redfish mock's

@@ -56,9 +56,9 @@ const groupLabel = "e2e.metalheal.io/group"
 
 // managerArgs tune the manager to the world's timings: power transitions checked every second, BMC
 // calls bounded at 3s, BMCs checked every 10s. Logs at V(2) for the failure reports. The Cluster API
-// scenario's namespace is trusted with remediation requests, as an admin lists their cluster namespaces.
+// scenarios' namespaces are trusted with remediation requests, as an admin lists their cluster namespaces.
 var managerArgs = []string{
-	"--remediation-namespaces=e2e-mhc",
+	"--remediation-namespaces=e2e-mhc," + fleetNamespace,
 	"--power-poll-interval=1s",
 	"--bmc-call-timeout=3s",
 	"--bmc-check-interval=10s",
@@ -117,7 +117,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 
 	By("recording power changes and what the watches see")
 	h.Mock.OnPowerChange(func(id string, _, to redfishmock.PowerState) {
-		node := harness.WorkerPrefix + "-" + id
+		node := h.HostOfSystem(id)
 		tl.record("power/"+node, string(to))
 		if fn, ok := powerHooks.Load(node); ok {
 			fn.(func(redfishmock.PowerState))(to)

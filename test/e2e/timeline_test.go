@@ -36,7 +36,8 @@ type timeline struct {
 // event is one thing that happened to one object.
 type event struct {
 	At time.Time
-	// Object is "power/<node>", "node/<name>", "pod/<ns>/<name>", "pcr/<ns>/<name>" or "machine/<ns>/<name>".
+	// Object is "power/<node>", "node/<name>", "pod/<ns>/<name>", "pcr/<ns>/<name>" or "machine/<ns>/<name>";
+	// a host and Node of a workload cluster is "<ns>/<cluster>/<node>" ("power/e2e-fleet/fleet-a/worker-1").
 	Object string
 	// What happened: "Off", "On" (power); "Ready=Unknown", "taint+<key>", "taint-<key>" (node); "created",
 	// "deleting", "deleted" (pod, pcr, machine); "phase=<phase>", "<condition>=<status>" such as
@@ -207,8 +208,11 @@ func (t *timeline) watch(ctx context.Context, c ctrlcache.Cache) error {
 	return nil
 }
 
-func (t *timeline) nodeChanged(old, cur *corev1.Node) {
-	key := "node/" + cur.Name
+func (t *timeline) nodeChanged(old, cur *corev1.Node) { t.nodeChangedAs("node/"+cur.Name, old, cur) }
+
+// nodeChangedAs records a Node's change under key: "node/<name>" in the management cluster,
+// "node/<namespace>/<cluster>/<name>" in a workload cluster.
+func (t *timeline) nodeChangedAs(key string, old, cur *corev1.Node) {
 	if was, is := nodeReady(old), nodeReady(cur); was != is {
 		t.recordStored(key, "Ready="+is, cur)
 	}

@@ -23,7 +23,7 @@ import (
 )
 
 // A fresh world with Cluster API v1.10 (v1beta1 only) and a Cluster whose kubeconfig Secret names the
-// world itself, set up as README and docs/machinehealthcheck.md say: the RBAC of config/cluster-api
+// world itself (a self-hosted management cluster), set up as README and docs/machinehealthcheck.md say: the RBAC of config/cluster-api
 // (config/default plus the kubeconfig-readers component, for namespace "default") and the manager flags
 // its Deployment carries. Nothing else is granted. A Machine whose Node hangs is power-cycled through a
 // MachineHealthCheck's PowerCycleRemediation and comes back; the check then deletes its request.
@@ -61,6 +61,15 @@ func TestMachineHealthCheckRemediatesUnderClusterAPIConfig(t *testing.T) {
 	} {
 		g.Expect(h.Client.Create(ctx, o)).To(Succeed())
 	}
+	// The cluster is self-hosted (its kubeconfig Secret names itself): its Node carries its Machine's
+	// providerID, as Cluster API's Machine controller sees it; the remediator refuses a Machine's request
+	// when the Node of that name here does not (NodeNotInThisCluster).
+	const providerID = "metal3://workers-1"
+	n := &corev1.Node{}
+	g.Expect(h.Client.Get(ctx, client.ObjectKey{Name: node}, n)).To(Succeed())
+	patch := client.MergeFrom(n.DeepCopy())
+	n.Spec.ProviderID = providerID
+	g.Expect(h.Client.Patch(ctx, n, patch)).To(Succeed())
 	// A real owner: the garbage collector would delete a Machine whose owner does not exist.
 	infra := map[string]any{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3Machine", "name": "workers-1"}
 	machineSet := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "MachineSet",
@@ -73,7 +82,8 @@ func TestMachineHealthCheckRemediatesUnderClusterAPIConfig(t *testing.T) {
 		"metadata": map[string]any{"name": "workers-1", "namespace": ns, "labels": map[string]any{"pool": "workers"},
 			"ownerReferences": []any{map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "MachineSet", "name": "workers",
 				"uid": string(machineSet.GetUID()), "controller": true}}},
-		"spec": map[string]any{"clusterName": "wl", "bootstrap": map[string]any{"dataSecretName": "b"}, "infrastructureRef": infra},
+		"spec": map[string]any{"clusterName": "wl", "bootstrap": map[string]any{"dataSecretName": "b"}, "infrastructureRef": infra,
+			"providerID": providerID},
 	}}
 	g.Expect(h.Client.Create(ctx, machine)).To(Succeed())
 	g.Expect(unstructured.SetNestedMap(machine.Object, map[string]any{"kind": "Node", "apiVersion": "v1", "name": node}, "status", "nodeRef")).To(Succeed())

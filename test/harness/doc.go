@@ -12,4 +12,10 @@
 //	h.Mock.SetPowerState("2", redfishmock.PowerOff)
 //	body, err := m.Metrics(ctx)            // its Prometheus metrics, over HTTPS with a scraper's token
 //	m.Kill()                               // SIGKILL, mid-remediation if you like
+//
+// StartWorkloadClusters adds Cluster API workload clusters, each its own control plane and node
+// simulator, whose hosts are systems of the same Redfish mock and whose Node names repeat across
+// clusters; the management cluster (the harness's world) gets their Clusters, kubeconfig Secrets,
+// Machines and BMCs, as Cluster API and an admin would make them. GrantClusterNamespace gives the manager
+// what config/cluster-api grants in the Clusters' namespace.
 package harness

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
@@ -108,13 +110,17 @@ type Harness struct {
 	opts     Options
 	cancel   context.CancelFunc
 	managers []*Manager
+
+	mu        sync.Mutex
+	workloads []*WorkloadCluster // see StartWorkloadClusters
 }
 
-// Scheme knows metalheal's kinds and Kubernetes' built-ins.
+// Scheme knows metalheal's kinds, Cluster API's (v1beta2) and Kubernetes' built-ins.
 func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
 	_ = v1alpha1.AddToScheme(s)
+	_ = clusterv1.AddToScheme(s)
 	return s
 }
 
@@ -199,23 +205,17 @@ func SystemID(node string) string { return strings.TrimPrefix(node, WorkerPrefix
 
 // createBMCs makes one Secret and one BMC per worker, pointing at its system in the mock.
 func (h *Harness) createBMCs(ctx context.Context) error {
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "bmc-credentials", Namespace: Namespace},
-		StringData: map[string]string{"username": BMCUsername, "password": BMCPassword},
-	}
-	if err := h.Client.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := h.ensureBMCCredentials(ctx); err != nil {
 		return err
 	}
-	base := strings.Replace(h.Mock.URL(), "http://", "redfish+http://", 1)
-	base = strings.Replace(base, "https://", "redfish+https://", 1)
 	for i := 1; i <= h.opts.Workers; i++ {
 		node := NodeName(i)
 		b := &v1alpha1.BMC{
 			ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: Namespace},
 			Spec: v1alpha1.BMCSpec{
 				NodeName:             node,
-				Address:              base + h.Mock.SystemPath(SystemID(node)),
-				CredentialsSecretRef: v1alpha1.SecretReference{Name: secret.Name},
+				Address:              h.bmcAddress(SystemID(node)),
+				CredentialsSecretRef: v1alpha1.SecretReference{Name: bmcCredentials},
 			},
 		}
 		if err := h.Client.Create(ctx, b); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -225,29 +225,69 @@ func (h *Harness) createBMCs(ctx context.Context) error {
 	return nil
 }
 
-// installRBAC applies what `kustomize build config/default` (or Options.Kustomization) renders, except the Deployment (the
-// manager runs as a local process), and binds the manager's roles to ManagerUser: the manager runs
-// with exactly the permissions a deployment gives it.
+// bmcCredentials is the Secret, in Namespace, holding every simulated BMC's credentials.
+const bmcCredentials = "bmc-credentials"
+
+// ensureBMCCredentials creates the Secret bmcCredentials unless it exists.
+func (h *Harness) ensureBMCCredentials(ctx context.Context) error {
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: bmcCredentials, Namespace: Namespace},
+		StringData: map[string]string{"username": BMCUsername, "password": BMCPassword},
+	}
+	if err := h.Client.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// bmcAddress is the BMC address of a system of the mock.
+func (h *Harness) bmcAddress(systemID string) string {
+	base := strings.Replace(h.Mock.URL(), "http://", "redfish+http://", 1)
+	base = strings.Replace(base, "https://", "redfish+https://", 1)
+	return base + h.Mock.SystemPath(systemID)
+}
+
+// installRBAC applies what `kustomize build config/default` (or Options.Kustomization) renders, except the
+// Deployment (the manager runs as a local process) and the CRDs, and binds the manager's roles to
+// ManagerUser: the manager runs with exactly the permissions a deployment gives it.
 func (h *Harness) installRBAC(ctx context.Context) error {
+	objs, err := render(ctx, h.opts.Kustomization)
+	if err != nil {
+		return err
+	}
+	return h.apply(ctx, objs)
+}
+
+// render returns what `kustomize build dir` (relative to the repository) renders, except the Deployment
+// and the CRDs.
+func render(ctx context.Context, dir string) ([]*unstructured.Unstructured, error) {
 	root := testenv.RepoRoot()
-	cmd := exec.CommandContext(ctx, filepath.Join(root, "bin", "kustomize"), "build", filepath.Join(root, h.opts.Kustomization))
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "bin", "kustomize"), "build", filepath.Join(root, dir))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return fmt.Errorf("kustomize build %s (run `make tools`): %w: %s", h.opts.Kustomization, err, stderr.String())
+		return nil, fmt.Errorf("kustomize build %s (run `make tools`): %w: %s", dir, err, stderr.String())
 	}
+	var objs []*unstructured.Unstructured
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
 	for {
 		u := &unstructured.Unstructured{}
 		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-			break
+			return objs, nil
 		} else if err != nil {
-			return err
+			return nil, err
 		}
 		if len(u.Object) == 0 || u.GetKind() == "Deployment" || u.GetKind() == "CustomResourceDefinition" {
 			continue
 		}
+		objs = append(objs, u)
+	}
+}
+
+// apply server-side applies objects as the harness.
+func (h *Harness) apply(ctx context.Context, objs []*unstructured.Unstructured) error {
+	for _, u := range objs {
 		if err := h.Client.Patch(ctx, u, client.Apply, client.FieldOwner("harness"), client.ForceOwnership); err != nil {
 			return fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
 		}
@@ -255,10 +295,16 @@ func (h *Harness) installRBAC(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops every manager, the simulator, the mock and the world.
+// Stop stops every manager, the workload clusters, the simulator, the mock and the world.
 func (h *Harness) Stop() {
 	for _, m := range h.managers {
 		m.Kill()
+	}
+	h.mu.Lock()
+	workloads := h.workloads
+	h.mu.Unlock()
+	for _, c := range workloads {
+		_ = c.stopProcesses()
 	}
 	if h.cancel != nil {
 		h.cancel()

@@ -215,7 +215,7 @@ func (s *Simulator) nodeObject(t task, now time.Time) *corev1.Node {
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Labels: labels, Annotations: annotations},
-		Spec:       corev1.NodeSpec{Taints: spec.Taints},
+		Spec:       corev1.NodeSpec{Taints: spec.Taints, ProviderID: spec.ProviderID},
 		Status: corev1.NodeStatus{
 			Capacity:    capacity,
 			Allocatable: capacity,

@@ -119,6 +119,9 @@ type NodeSpec struct {
 	Addresses []corev1.NodeAddress
 	// Taints are the node's taints at registration (the kubelet's --register-with-taints).
 	Taints []corev1.Taint
+	// ProviderID is the node's spec.providerID at registration (the kubelet's --provider-id): what ties a
+	// Cluster API Machine to its Node. Empty: none.
+	ProviderID string
 }
 
 // Nodes names n nodes prefix-1 … prefix-n (the Redfish mock's system IDs are 1 … n too), with labels.

@@ -355,6 +355,28 @@ func TestStopsWithItsContext(t *testing.T) {
 	g.Expect(errors.Is(sim.AddNodes(t.Context(), nodesim.Nodes("other", 1, nil)...), nodesim.ErrStopped)).To(BeTrue())
 }
 
+// A node registers with the providerID its spec gives (the kubelet's --provider-id), the one a Cluster
+// API Machine names; a node given none registers without.
+func TestRegistersProviderID(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	w := sharedWorld(t)
+	cs, err := nodesim.NewClient(w.RESTConfig(), "provider")
+	g.Expect(err).NotTo(HaveOccurred())
+	sim := nodesim.New(cs, nodesim.Options{Name: "provider", LeaseInterval: leaseInterval})
+	g.Expect(sim.Start(t.Context())).To(Succeed())
+	t.Cleanup(func() { _ = sim.RemoveAll(context.WithoutCancel(t.Context())) })
+	g.Expect(sim.AddNodes(t.Context(), nodesim.NodeSpec{Name: "provider-1", ProviderID: "nodesim://fleet-a/provider-1"},
+		nodesim.NodeSpec{Name: "provider-2"})).To(Succeed())
+
+	n, err := cs.CoreV1().Nodes().Get(t.Context(), "provider-1", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(n.Spec.ProviderID).To(Equal("nodesim://fleet-a/provider-1"))
+	n, err = cs.CoreV1().Nodes().Get(t.Context(), "provider-2", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(n.Spec.ProviderID).To(BeEmpty())
+}
+
 // readyStatus is the status of a node's Ready condition, "" without one.
 func readyStatus(n *corev1.Node) corev1.ConditionStatus {
 	for _, c := range n.Status.Conditions {

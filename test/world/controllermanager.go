@@ -99,10 +99,18 @@ func (w *World) controllerManagerArgs(kubeconfig string, port int) []string {
 		"--node-startup-grace-period=" + o.NodeStartupGracePeriod.String(),
 		"--kube-api-qps=" + strconv.Itoa(o.ControllerManagerQPS),
 		"--kube-api-burst=" + strconv.Itoa(o.ControllerManagerBurst),
-		"--cluster-name=metalheal-world",
+		"--cluster-name=" + w.clusterName(),
 		"--v=2",
 	}
 	return append(args, o.ControllerManagerArgs...)
+}
+
+// clusterName is the controller-manager's --cluster-name: the world's name, or "metalheal-world".
+func (w *World) clusterName() string {
+	if w.opts.Name != "" {
+		return w.opts.Name
+	}
+	return "metalheal-world"
 }
 
 // launchControllerManager starts the process.

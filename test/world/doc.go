@@ -19,4 +19,6 @@
 //	path := w.Kubeconfig()  // kubectl --kubeconfig=path get nodes
 //
 // The context bounds start-up only; the world lives until Stop. Process logs are in w.Dir()/logs.
+// Several worlds may run side by side (a Cluster API management cluster and its workload clusters, see
+// test/harness): Options.Name tells their directories apart, and each lists only its own Processes.
 package world

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,10 +29,23 @@ type Process struct {
 
 // Processes lists the world's running processes, so benchmarks can read their CPU and memory with
 // ProcessUsage. Linux only: etcd and kube-apiserver are found in /proc as this process's children running
-// the world's binaries.
+// the world's binaries and serving (etcd) or using (kube-apiserver) the world's etcd address: worlds
+// started side by side (a management cluster and its workload clusters) share binaries and a parent.
 func (w *World) Processes() ([]Process, error) {
 	var procs []Process
 	self := os.Getpid()
+	own := map[string]string{ // binary → an argument only this world's process has
+		"etcd":           "--listen-client-urls=" + w.EtcdURL(),
+		"kube-apiserver": "--etcd-servers=" + w.EtcdURL(),
+	}
+	exes := map[string]string{} // binary → its path as /proc/PID/exe shows it (a bin directory of symlinks is common)
+	for name := range own {
+		path := filepath.Join(w.binDir, name)
+		if resolved, err := filepath.EvalSymlinks(path); err == nil {
+			path = resolved
+		}
+		exes[name] = path
+	}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, fmt.Errorf("listing processes: %w", err)
@@ -48,8 +62,8 @@ func (w *World) Processes() ([]Process, error) {
 		if err != nil {
 			continue
 		}
-		for _, name := range []string{"etcd", "kube-apiserver"} {
-			if exe == filepath.Join(w.binDir, name) {
+		for name, arg := range own {
+			if exe == exes[name] && hasArg(pid, arg) {
 				procs = append(procs, Process{Name: name, PID: pid})
 			}
 		}
@@ -58,6 +72,15 @@ func (w *World) Processes() ([]Process, error) {
 		procs = append(procs, Process{Name: "kube-controller-manager", PID: w.kcm.cmd.Process.Pid})
 	}
 	return procs, nil
+}
+
+// hasArg reports whether a process's command line holds arg.
+func hasArg(pid int, arg string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	return slices.Contains(strings.Split(string(b), "\x00"), arg)
 }
 
 // Usage is what a process has consumed so far.

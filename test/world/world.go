@@ -31,6 +31,11 @@ const (
 	// rate limits (Kubernetes' defaults are 20 and 30: too few to mark thousands of nodes Unknown quickly).
 	DefaultControllerManagerQPS   = 100
 	DefaultControllerManagerBurst = 200
+	// DefaultWatchTerminationGracePeriod is how long kube-apiserver, stopping, waits for the watches still
+	// open to drain (--shutdown-watch-termination-grace-period). Kubernetes' default, 0, does not end
+	// them, and the API server then waits for its clients: a world whose API server another process
+	// watches (a manager reading a workload cluster) would take envtest's whole stop timeout to stop.
+	DefaultWatchTerminationGracePeriod = time.Second
 	// KeepEnv, when set to a non-empty value in the environment, keeps every world's directory (logs,
 	// kubeconfigs) after Stop, as Options.KeepDir does.
 	KeepEnv = "METALHEAL_KEEP_WORLD"
@@ -50,6 +55,10 @@ var DefaultControllers = []string{
 
 // Options configure a world. The zero value is a good world for tests.
 type Options struct {
+	// Name tells worlds apart when a test runs several (a management cluster and its workload clusters):
+	// it is in the world's directory name (metalheal-world-NAME-*) and the controller-manager's
+	// --cluster-name. Default: none, and cluster name "metalheal-world".
+	Name string
 	// BinDir holds etcd, kube-apiserver and kube-controller-manager. Default: $KUBEBUILDER_ASSETS, else
 	// the repository's ./bin.
 	BinDir string
@@ -144,7 +153,11 @@ func Start(ctx context.Context, opts Options) (_ *World, err error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp(opts.Dir, "metalheal-world-")
+	prefix := "metalheal-world-"
+	if opts.Name != "" {
+		prefix += opts.Name + "-"
+	}
+	dir, err := os.MkdirTemp(opts.Dir, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("making the world's directory: %w", err)
 	}
@@ -221,6 +234,7 @@ func (w *World) startAPIServer() error {
 	// envtest's binary lookup prefers $KUBEBUILDER_ASSETS over BinaryAssetsDirectory: name them outright.
 	api.Path = filepath.Join(w.binDir, "kube-apiserver")
 	w.env.ControlPlane.Etcd.Path = filepath.Join(w.binDir, "etcd")
+	api.Configure().Set("shutdown-watch-termination-grace-period", DefaultWatchTerminationGracePeriod.String())
 	for name, values := range w.opts.APIServerArgs {
 		api.Configure().Set(name, values...)
 	}

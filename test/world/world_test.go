@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -133,12 +134,17 @@ func TestWorld(t *testing.T) {
 		})
 	})
 
-	// Stop ends every process and removes the directory.
+	// Stop ends every process and removes the directory, within seconds even while a client watches.
 	procs, err := w.Processes()
 	g.Expect(err).NotTo(HaveOccurred())
 	dir := w.Dir()
 	g.Expect(filepath.Join(w.LogDir(), "kube-controller-manager.log")).To(BeARegularFile())
+	watch, err := cs.CoreV1().Nodes().Watch(t.Context(), metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer watch.Stop()
+	stopping := time.Now()
 	g.Expect(w.Stop()).To(Succeed())
+	g.Expect(time.Since(stopping)).To(BeNumerically("<", 15*time.Second), "a watching client holds the API server")
 	for _, p := range procs {
 		_, err := world.ProcessUsage(p.PID)
 		g.Expect(errors.Is(err, world.ErrNoProcess)).To(BeTrue(), "%s (pid %d) still runs after Stop", p.Name, p.PID)
@@ -148,6 +154,41 @@ func TestWorld(t *testing.T) {
 		g.Expect(os.IsNotExist(err)).To(BeTrue(), "the world's directory is left after Stop")
 	}
 	g.Expect(w.Stop()).To(Succeed(), "a second Stop")
+}
+
+// Worlds started side by side (a management cluster and its workload clusters) share binaries and a
+// parent process, yet each is its own: named directories, its own processes.
+func TestWorldsSideBySide(t *testing.T) {
+	g := NewWithT(t)
+	worlds := make([]*world.World, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, name := range []string{"left", "right"} {
+		wg.Go(func() { worlds[i], errs[i] = world.Start(t.Context(), world.Options{Name: name, SkipCRDs: true}) })
+	}
+	wg.Wait()
+	for i, w := range worlds {
+		if w != nil {
+			t.Cleanup(func() { _ = w.Stop() })
+		}
+		g.Expect(errs[i]).NotTo(HaveOccurred())
+	}
+
+	pids := map[int]string{}
+	for i, name := range []string{"left", "right"} {
+		w := worlds[i]
+		g.Expect(filepath.Base(w.Dir())).To(HavePrefix("metalheal-world-"+name+"-"), "a world's directory says its name")
+		procs, err := w.Processes()
+		g.Expect(err).NotTo(HaveOccurred())
+		var names []string
+		for _, p := range procs {
+			g.Expect(pids).NotTo(HaveKey(p.PID), "%s's %s is the other world's", name, p.Name)
+			pids[p.PID] = name
+			names = append(names, p.Name)
+		}
+		slices.Sort(names)
+		g.Expect(names).To(Equal([]string{"etcd", "kube-apiserver", "kube-controller-manager"}), name)
+	}
 }
 
 func TestStartWithoutBinaries(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,6 +121,30 @@ func (m *Mock) WithSystems(n int) *Mock {
 		m.ids = append(m.ids, id)
 	}
 	return m
+}
+
+// AddSystems adds systems with the given IDs, all powered on, before or after Start: a test that grows
+// its world (another cluster's hosts, say) keeps one service, one record of requests and one set of
+// power hooks for every host. An ID that is empty, holds a slash or is served already is refused, and
+// then nothing is added. Added systems answer to the service's account.
+func (m *Mock) AddSystems(ids ...string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seen := map[string]bool{}
+	for _, id := range ids {
+		switch {
+		case id == "" || strings.Contains(id, "/"):
+			return fmt.Errorf("system ID %q: want a non-empty path segment", id)
+		case m.systems[id] != nil || seen[id]:
+			return fmt.Errorf("system %q exists already", id)
+		}
+		seen[id] = true
+	}
+	for _, id := range ids {
+		m.systems[id] = &system{id: id, power: PowerOn}
+		m.ids = append(m.ids, id)
+	}
+	return nil
 }
 
 // WithCredentials sets the service's account: the one that logs in and reaches every system that has no

@@ -157,6 +157,38 @@ func TestSessions(t *testing.T) {
 		HaveField("Path", "/redfish/v1/Systems/1"), HaveField("System", "1"), HaveField("Auth", redfishmock.AuthSession))))
 }
 
+// Systems added to a running mock are served, reset, recorded and heard like the first ones; an ID
+// that is taken, repeated or not a path segment adds nothing.
+func TestAddSystems(t *testing.T) {
+	g := NewWithT(t)
+	m := start(t, redfishmock.New().WithSystems(1))
+	heard := make(chan string, 10)
+	m.OnPowerChange(func(id string, _, to redfishmock.PowerState) { heard <- id + " " + string(to) })
+
+	g.Expect(m.AddSystems("a-worker-1", "b-worker-1")).To(Succeed())
+	g.Expect(m.SystemIDs()).To(Equal([]string{"1", "a-worker-1", "b-worker-1"}))
+	sys := send(t, http.DefaultClient, m.URL(), admin("GET", m.SystemPath("b-worker-1"), ""))
+	g.Expect(sys.status).To(Equal(http.StatusOK))
+	g.Expect(sys.json).To(And(HaveKeyWithValue("Id", "b-worker-1"), HaveKeyWithValue("PowerState", "On")))
+	reset := send(t, http.DefaultClient, m.URL(), admin("POST", m.SystemPath("b-worker-1")+"/Actions/ComputerSystem.Reset", resetBody("ForceOff")))
+	g.Expect(reset.status).To(Equal(http.StatusNoContent))
+	g.Expect(m.Resets("b-worker-1")).To(Equal([]string{"ForceOff"}))
+	g.Expect(m.Resets("a-worker-1")).To(BeEmpty())
+	g.Expect(m.Requests()).To(ContainElement(HaveField("System", "b-worker-1")))
+	g.Eventually(heard).Should(Receive(Equal("b-worker-1 Off")))
+	g.Consistently(heard).ShouldNot(Receive())
+
+	for name, ids := range map[string][]string{
+		"taken":              {"c", "a-worker-1"},
+		"repeated":           {"c", "c"},
+		"empty":              {""},
+		"not a path segment": {"c/d"},
+	} {
+		g.Expect(m.AddSystems(ids...)).NotTo(Succeed(), name)
+	}
+	g.Expect(m.SystemIDs()).To(HaveLen(3), "a refused call adds nothing")
+}
+
 func TestRequestRecord(t *testing.T) {
 	g := NewWithT(t)
 	clk := fakeClock()

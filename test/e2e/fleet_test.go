@@ -1,0 +1,353 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/test/harness"
+	"github.com/metalheal/metalheal/test/nodesim"
+)
+
+// fleetNamespace holds, in the management cluster, the fleet scenario's Clusters, Machines, health
+// checks and remediation requests. The manager trusts it (managerArgs' --remediation-namespaces) and the
+// scenario grants it there what config/cluster-api grants in the Clusters' namespace.
+const fleetNamespace = "e2e-fleet"
+
+// fleetPool labels the Machines of every workload cluster: the health checks select them.
+var fleetPool = map[string]string{"pool": "workers"}
+
+// Today the remediator acts only on Nodes of the cluster it runs in, so a request for a workload Node is
+// refused before anything is touched (issue 32's first step). Once it reaches workload clusters, the same
+// world and helpers assert the remedy instead: only the hung host's record is powerCycledOnce
+// (expectPowerRecord), taintEvents come and go on that workload Node only, leaseIn that workload cluster
+// holds the lease while it acts, and every other host of the same name keeps an empty record.
+var _ = Describe("A Cluster API fleet", func() {
+	It("refuses to power-cycle a hung workload host it cannot reach, touching no host, taint or lease in any cluster", func(ctx SpecContext) {
+		mgrs.ensure(ctx)
+		start := time.Now()
+		// The name every cluster repeats: a management Node of the pool, and a Node of each workload
+		// cluster. worker-0 is only in the workload clusters: the checks find it only if they read them.
+		shared := pool.take(ctx, "fleet", 1)[0]
+		reportOnFailure(start, shared, "worker-0")
+		f := startFleet(ctx, []string{shared, "worker-0"}, "fleet-a", "fleet-b")
+		a, b := f.workload("fleet-a"), f.workload("fleet-b")
+		createTemplate(ctx, fleetNamespace, "power-cycle", remediation())
+		for _, c := range f.workloads {
+			createMachineHealthCheck(ctx, c, "power-cycle")
+		}
+
+		By("the kubelet of " + shared + " in fleet-a hangs")
+		f.breakHost(a, shared, nodesim.FaultTransient)
+
+		By("our MachineHealthCheck reads it Unknown in fleet-a and asks for a power cycle of its Machine")
+		key := client.ObjectKey{Namespace: fleetNamespace, Name: a.wc.MachineName(shared)}
+		pcr := waitRequestOf(ctx, key, a.wc.MachineName(shared))
+
+		By("the remediator refuses it, with a Warning: its Node is not in the management cluster")
+		Eventually(func(g Gomega) {
+			p, err := getPCR(ctx, key)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(p).NotTo(BeNil())
+			for _, condType := range []string{v1alpha1.ConditionProcessing, v1alpha1.ConditionSucceeded} {
+				g.Expect(conditionOf(p, condType)).To(And(HaveField("Status", metav1.ConditionFalse),
+					HaveField("Reason", v1alpha1.ReasonNodeNotInThisCluster), HaveField("Message", ContainSubstring("workload cluster fleet-a (Secret fleet-a-kubeconfig"))), condType)
+			}
+			g.Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseFailed))
+			g.Expect(p.Finalizers).To(BeEmpty())
+			g.Expect(eventsOn(ctx, g, p)).To(ContainElement(And(HaveField("Type", corev1.EventTypeWarning),
+				HaveField("Reason", v1alpha1.ReasonNodeNotInThisCluster))))
+		}).WithContext(ctx).WithTimeout(settledWait).WithPolling(poll).Should(Succeed())
+
+		By("and touches nothing: no power change on any host named " + shared + ", no taint, no cordon, no lease, in any cluster")
+		Consistently(func(g Gomega) {
+			for _, c := range f.clusters() {
+				for _, node := range []string{shared, "worker-0"} {
+					if c.wc == nil && node == "worker-0" {
+						continue
+					}
+					g.Expect(f.powerRecord(c, node)).To(BeEmpty(), "the host of %s", c.host(node))
+					g.Expect(taintsOn(ctx, g, c, node)).NotTo(ContainElements(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService), c.host(node))
+					g.Expect(cordoned(ctx, g, c, node)).To(BeFalse(), c.host(node))
+					g.Expect(leaseIn(ctx, g, c, node)).To(BeNil(), c.host(node))
+				}
+			}
+		}).WithContext(ctx).WithTimeout(5 * time.Second).WithPolling(poll).Should(Succeed())
+		for _, c := range f.clusters() {
+			f.expectPowerRecord(c, shared)
+			f.expectNoTaintEvents(c, shared)
+		}
+		Expect(b.sim.State(shared)).To(Equal(nodesim.StateRunning), "fleet-b's host of the same name")
+
+		By("the kubelet recovers: the check deletes its request")
+		Expect(a.sim.ClearFault(shared)).To(Succeed())
+		waitGone(ctx, client.ObjectKeyFromObject(pcr), settledWait)
+		for _, c := range f.clusters() {
+			f.expectPowerRecord(c, shared)
+		}
+	}, SpecTimeout(scenarioMax))
+})
+
+// fleet is the fleet scenario's world: the suite's management cluster and workload clusters started for
+// the scenario, whose Node names repeat across clusters.
+type fleet struct {
+	mgmt      *fleetCluster
+	workloads []*fleetCluster
+	start     time.Time
+	// resetsBefore counts, per Redfish system, the resets it had accepted when the fleet started: the
+	// management hosts have a history.
+	resetsBefore map[string]int
+}
+
+// fleetCluster is one cluster as the scenario sees it: the management cluster (wc nil) or a workload
+// cluster. A host is a cluster and a node name.
+type fleetCluster struct {
+	name   string
+	client client.Client
+	sim    *nodesim.Simulator
+	wc     *harness.WorkloadCluster
+}
+
+// systemID is the Redfish system of a node's host.
+func (c *fleetCluster) systemID(node string) string {
+	if c.wc == nil {
+		return harness.SystemID(node)
+	}
+	return c.wc.SystemID(node)
+}
+
+// host spells a node's host as the timeline (and metalheal) does: "worker-1" in the management cluster,
+// "<namespace>/<cluster>/worker-1" in a workload cluster.
+func (c *fleetCluster) host(node string) string {
+	if c.wc == nil {
+		return node
+	}
+	return c.wc.Host(node)
+}
+
+// startFleet starts workload clusters named names, each with Nodes nodes, described in fleetNamespace
+// (which it creates, granting the manager what config/cluster-api grants there), their Nodes' changes
+// recorded in the timeline. Everything is removed when the scenario ends.
+func startFleet(ctx context.Context, nodes []string, names ...string) *fleet {
+	GinkgoHelper()
+	namespace(ctx, fleetNamespace)
+	Expect(h.GrantClusterNamespace(ctx, fleetNamespace)).To(Succeed())
+	opts := harness.FleetOptions{Namespace: fleetNamespace, MachineLabels: fleetPool}
+	for _, name := range names {
+		opts.Clusters = append(opts.Clusters, harness.Workload{Name: name, Nodes: nodes})
+	}
+	f := &fleet{mgmt: &fleetCluster{name: "management", client: k8s, sim: h.Sim}, start: time.Now(), resetsBefore: map[string]int{}}
+	for _, id := range h.Mock.SystemIDs() {
+		r, err := h.Mock.Resets(id)
+		Expect(err).NotTo(HaveOccurred())
+		f.resetsBefore[id] = len(r)
+	}
+	began := time.Now()
+	clusters, err := h.StartWorkloadClusters(ctx, opts)
+	Expect(err).NotTo(HaveOccurred())
+	fmt.Fprintf(GinkgoWriter, "started %d workload clusters in %s\n", len(clusters), time.Since(began).Round(time.Millisecond))
+	watchCtx, stopWatching := context.WithCancel(context.Background())
+	for _, wc := range clusters {
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(wc.Stop(ctx)).To(Succeed())
+		})
+		AddReportEntry("workload cluster "+wc.Name, fmt.Sprintf("kubectl --kubeconfig=%s (logs in %s)", wc.World.Kubeconfig(), wc.World.LogDir()))
+		f.workloads = append(f.workloads, &fleetCluster{name: wc.Name, client: wc.Client, sim: wc.Sim, wc: wc})
+		Expect(watchNodes(watchCtx, wc)).To(Succeed())
+	}
+	DeferCleanup(stopWatching) // before the clusters stop
+	return f
+}
+
+// watchNodes records a workload cluster's Node changes in the timeline as "node/<host>" (see
+// fleetCluster.host): readiness, taints.
+func watchNodes(ctx context.Context, wc *harness.WorkloadCluster) error {
+	c, err := ctrlcache.New(wc.World.RESTConfig(), ctrlcache.Options{Scheme: harness.Scheme()})
+	if err != nil {
+		return err
+	}
+	inf, err := c.GetInformer(ctx, &corev1.Node{})
+	if err != nil {
+		return err
+	}
+	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{UpdateFunc: func(o, n any) {
+		cur := n.(*corev1.Node)
+		tl.nodeChangedAs("node/"+wc.Host(cur.Name), o.(*corev1.Node), cur)
+	}})
+	if err != nil {
+		return err
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		return fmt.Errorf("the Node watch of workload cluster %s did not sync", wc.Name)
+	}
+	return nil
+}
+
+// workload returns the workload cluster of a name.
+func (f *fleet) workload(name string) *fleetCluster {
+	GinkgoHelper()
+	i := slices.IndexFunc(f.workloads, func(c *fleetCluster) bool { return c.name == name })
+	Expect(i).NotTo(BeNumerically("<", 0), "no workload cluster %s", name)
+	return f.workloads[i]
+}
+
+// clusters lists the management cluster and the workload clusters.
+func (f *fleet) clusters() []*fleetCluster {
+	return append([]*fleetCluster{f.mgmt}, f.workloads...)
+}
+
+// breakHost gives a node's host in a cluster a fault (see nodesim.Fault).
+func (f *fleet) breakHost(c *fleetCluster, node string, fault nodesim.Fault) {
+	GinkgoHelper()
+	Expect(c.sim.InjectFault(node, fault)).To(Succeed())
+}
+
+// powerRecord is what the Redfish mock recorded of a node's host in a cluster since the fleet started:
+// the resets its system accepted, oldest first.
+func (f *fleet) powerRecord(c *fleetCluster, node string) []string {
+	GinkgoHelper()
+	r, err := h.Mock.Resets(c.systemID(node))
+	Expect(err).NotTo(HaveOccurred())
+	return r[f.resetsBefore[c.systemID(node)]:]
+}
+
+// expectPowerRecord asserts the resets a node's host in a cluster accepted since the fleet started (e.g.
+// powerCycledOnce...; none: never reset, and then no power change was heard either).
+func (f *fleet) expectPowerRecord(c *fleetCluster, node string, want ...string) {
+	GinkgoHelper()
+	if len(want) == 0 {
+		Expect(f.powerRecord(c, node)).To(BeEmpty(), "the host of %s was reset", c.host(node))
+		Expect(tl.all("power/"+c.host(node), f.start)).To(BeEmpty(), "the host of %s changed power", c.host(node))
+		return
+	}
+	Expect(f.powerRecord(c, node)).To(Equal(want), "the resets of the host of %s:\n%s", c.host(node), tl.dump(f.start, c.host(node)))
+}
+
+// taintEvents lists metalheal's taints coming ("taint+<key>") and going ("taint-<key>") on a Node of a
+// cluster since the fleet started, as the watches saw them, oldest first.
+func (f *fleet) taintEvents(c *fleetCluster, node string) []string {
+	var out []string
+	for _, e := range tl.all("node/"+c.host(node), f.start) {
+		for _, taint := range []string{v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService} {
+			if e.What == "taint+"+taint || e.What == "taint-"+taint {
+				out = append(out, e.What)
+			}
+		}
+	}
+	return out
+}
+
+// expectNoTaintEvents asserts that metalheal's taints never came to a Node of a cluster since the fleet
+// started, however briefly.
+func (f *fleet) expectNoTaintEvents(c *fleetCluster, node string) {
+	GinkgoHelper()
+	Expect(f.taintEvents(c, node)).To(BeEmpty(), "%s was tainted:\n%s", c.host(node), tl.dump(f.start, c.host(node)))
+}
+
+// nodeIn reads a Node of a cluster.
+func nodeIn(ctx context.Context, g Gomega, c *fleetCluster, node string) *corev1.Node {
+	n := &corev1.Node{}
+	g.Expect(c.client.Get(ctx, client.ObjectKey{Name: node}, n)).To(Succeed(), "node %s", c.host(node))
+	return n
+}
+
+// taintsOn lists the keys of a Node's taints in a cluster.
+func taintsOn(ctx context.Context, g Gomega, c *fleetCluster, node string) []string {
+	var keys []string
+	for _, t := range nodeIn(ctx, g, c, node).Spec.Taints {
+		keys = append(keys, t.Key)
+	}
+	return keys
+}
+
+// cordoned reports whether a Node of a cluster is unschedulable.
+func cordoned(ctx context.Context, g Gomega, c *fleetCluster, node string) bool {
+	return nodeIn(ctx, g, c, node).Spec.Unschedulable
+}
+
+// leaseIn is a Node's maintenance lease in its own cluster (node-<node> in medik8s-leases, where the
+// docs put it), or nil.
+func leaseIn(ctx context.Context, g Gomega, c *fleetCluster, node string) *coordinationv1.Lease {
+	lease := &coordinationv1.Lease{}
+	err := c.client.Get(ctx, client.ObjectKey{Namespace: harness.LeaseNamespace, Name: "node-" + node}, lease)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	g.Expect(err).NotTo(HaveOccurred())
+	return lease
+}
+
+// createMachineHealthCheck creates our MachineHealthCheck of a workload cluster's Machines (fleetPool),
+// remediating with a template of fleetNamespace, and waits until it reads every Node of the cluster
+// healthy (through the Cluster's kubeconfig Secret). It is deleted, and gone, when the scenario ends.
+func createMachineHealthCheck(ctx context.Context, c *fleetCluster, template string) *v1alpha1.MachineHealthCheck {
+	GinkgoHelper()
+	mhc := &v1alpha1.MachineHealthCheck{
+		ObjectMeta: metav1.ObjectMeta{Namespace: fleetNamespace, Name: c.name},
+		Spec: v1alpha1.MachineHealthCheckSpec{
+			ClusterName: c.name,
+			Selector:    metav1.LabelSelector{MatchLabels: fleetPool},
+			UnhealthyConditions: []v1alpha1.MachineUnhealthyCondition{
+				{Type: "Ready", Status: "Unknown", Timeout: metav1.Duration{Duration: conditionDuration}},
+				{Type: "Ready", Status: "False", Timeout: metav1.Duration{Duration: conditionDuration}},
+			},
+			RemediationTemplate: &v1alpha1.TemplateReference{
+				APIVersion: v1alpha1.GroupVersion.String(), Kind: "PowerCycleRemediationTemplate", Name: template},
+		},
+	}
+	Expect(k8s.Create(ctx, mhc)).To(Succeed())
+	DeferCleanup(func(ctx SpecContext) {
+		Expect(client.IgnoreNotFound(k8s.Delete(ctx, mhc))).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(mhc), &v1alpha1.MachineHealthCheck{}))
+		}).WithContext(ctx).WithTimeout(settledWait).WithPolling(poll).Should(BeTrue())
+	})
+	Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(mhc), mhc)).To(Succeed())
+		g.Expect(mhc.Status.ExpectedMachines).To(HaveValue(BeEquivalentTo(len(c.wc.Nodes()))))
+		g.Expect(mhc.Status.CurrentHealthy).To(HaveValue(BeEquivalentTo(len(c.wc.Nodes()))))
+	}).WithContext(ctx).WithTimeout(settledWait).WithPolling(poll).Should(Succeed())
+	return mhc
+}
+
+// waitRequestOf waits for a remediation request to exist, owned by the Machine of a name, and returns it.
+func waitRequestOf(ctx context.Context, key client.ObjectKey, machine string) *v1alpha1.PowerCycleRemediation {
+	GinkgoHelper()
+	var pcr *v1alpha1.PowerCycleRemediation
+	Eventually(func(g Gomega) {
+		var err error
+		pcr, err = getPCR(ctx, key)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pcr).NotTo(BeNil(), "no remediation request %s yet", key)
+		g.Expect(pcr.OwnerReferences).To(ContainElement(And(HaveField("Kind", "Machine"), HaveField("Name", machine))))
+	}).WithContext(ctx).WithTimeout(detectWait).WithPolling(poll).Should(Succeed())
+	return pcr
+}
+
+// eventsOn lists the events recorded about an object.
+func eventsOn(ctx context.Context, g Gomega, o client.Object) []corev1.Event {
+	var list corev1.EventList
+	g.Expect(k8s.List(ctx, &list, client.InNamespace(o.GetNamespace()))).To(Succeed())
+	var out []corev1.Event
+	for _, e := range list.Items {
+		if e.InvolvedObject.UID == o.GetUID() {
+			out = append(out, e)
+		}
+	}
+	return out
+}
