@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -123,7 +124,8 @@ func (r *RemediationReconciler) refuseNodeElsewhere(ctx context.Context, s *scop
 // (its Nodes are then read here, as the MachineHealthCheck reads them), or when that kubeconfig reaches
 // this very Node (same UID: it is this cluster's own). Otherwise the Node lives in that
 // workload cluster, reached through the Secret. Refused: a workload cluster the manager does not reach,
-// or whose Secret it may not read, when the same-named Node here is another host. Nothing shows
+// or whose Secret it may not read while its Cluster exists, when the same-named Node here is another host
+// (without the Cluster, its Machines' Nodes are this cluster's, as the MachineHealthCheck reads them). Nothing shows
 // otherwise for a Machine that is gone, or a Node not found here while the Secret cannot be read: the
 // request goes on here, and pending waits for the Node as for any request.
 func (r *RemediationReconciler) locate(ctx context.Context, s *scope, ref *metav1.OwnerReference) (string, error) {
@@ -181,6 +183,9 @@ func (r *RemediationReconciler) locate(ctx context.Context, s *scope, ref *metav
 		if node == nil {
 			return "", nil
 		}
+		if exists, err := r.clusterExists(ctx, ref.APIVersion, key); err != nil || !exists {
+			return "", err // no Cluster: its Machines' Nodes are read here, as the MachineHealthCheck reads them
+		}
 		return fmt.Sprintf("node %s of this cluster is not the Node of Machine %s/%s (providerID %q, the Machine's %q), "+
 			"and the Machine's cluster %s may be a workload cluster: %v",
 			st.NodeName, s.pcr.Namespace, ref.Name, providerIDOf(node), providerID, cluster, forbidden), nil
@@ -205,6 +210,22 @@ func (r *RemediationReconciler) ensureLeaseNamespace(ctx context.Context, s *sco
 	}
 	s.log.Info("Made the node lease namespace in the workload cluster", "cluster", nc.key, "namespace", r.opts.LeaseNamespace)
 	return nil
+}
+
+// clusterExists reports whether the Cluster API Cluster key exists, read in the version of the Machine's
+// owner reference (apiVersion).
+func (r *RemediationReconciler) clusterExists(ctx context.Context, apiVersion string, key types.NamespacedName) (bool, error) {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(apiVersion)
+	u.SetKind("Cluster")
+	err := r.opts.APIReader.Get(ctx, key, u)
+	switch {
+	case apierrors.IsNotFound(err), meta.IsNoMatchError(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading Cluster %s: %w", key, err)
+	}
+	return true, nil
 }
 
 // sameNode reports whether the workload cluster's Node of that name is node itself (the same object,

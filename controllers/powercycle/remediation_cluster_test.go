@@ -36,6 +36,7 @@ func testNodeOfAnotherCluster(t *testing.T, api *apiServer) {
 		nodeID      string // the providerID of this cluster's Node of the Machine's node name
 		unreadable  bool   // the manager may not read Secrets in the Machine's namespace
 		reach       bool   // the remediator reaches workload clusters, and the kubeconfig is this cluster's own
+		noCluster   bool   // the Machine's Cluster object does not exist
 		wantRefused bool
 	}{
 		"our MachineHealthCheck's request for a workload cluster's Node": {
@@ -48,6 +49,8 @@ func testNodeOfAnotherCluster(t *testing.T, api *apiServer) {
 			annotated: true, kubeconfig: true, nodeID: "metal3://management-worker-1", unreadable: true, wantRefused: true},
 		"a self-hosted management cluster: the Node carries the Machine's providerID": {
 			kubeconfig: true, nodeID: "metal3://workload-worker-1"},
+		"the kubeconfig Secret not readable, and no Cluster: the Machine's Nodes are this cluster's": {
+			annotated: true, kubeconfig: true, nodeID: "metal3://management-worker-1", unreadable: true, noCluster: true},
 		"the kubeconfig Secret not readable, and the Node carries the Machine's providerID": {
 			annotated: true, kubeconfig: true, nodeID: "metal3://workload-worker-1", unreadable: true},
 		"a self-hosted management cluster whose kubeconfig reaches this very Node, without providerIDs": {
@@ -78,6 +81,11 @@ func testNodeOfAnotherCluster(t *testing.T, api *apiServer) {
 					ObjectMeta: metav1.ObjectMeta{Name: "workload-kubeconfig", Namespace: w.ns},
 					Data:       map[string][]byte{"value": kubeconfig},
 				}))
+			}
+			if !tc.noCluster {
+				w.must(w.c.Create(w.ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "workload", Namespace: w.ns},
+					Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+						APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "Metal3Cluster", Name: "workload"}}}))
 			}
 			machine := &clusterv1.Machine{
 				ObjectMeta: metav1.ObjectMeta{Name: "workload-md-0-x7k2p", Namespace: w.ns},

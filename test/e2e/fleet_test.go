@@ -31,13 +31,13 @@ const fleetNamespace = "e2e-fleet"
 // fleetPool labels the Machines of every workload cluster: the health checks select them.
 var fleetPool = map[string]string{"pool": "workers"}
 
-// Today the remediator acts only on Nodes of the cluster it runs in, so a request for a workload Node is
-// refused before anything is touched (issue 32's first step). Once it reaches workload clusters, the same
-// world and helpers assert the remedy instead: only the hung host's record is powerCycledOnce
-// (expectPowerRecord), taintEvents come and go on that workload Node only, leaseIn that workload cluster
-// holds the lease while it acts, and every other host of the same name keeps an empty record.
+// A management cluster and two workload clusters whose Nodes share a name (and a management Node of that
+// name too): a hung kubelet in fleet-a. Only fleet-a's host of that name is powered off and on (the
+// Redfish mock's record), metalheal's taints come and go on fleet-a's Node only, the node lease is held in
+// fleet-a while the remediator acts, and the same-named hosts of fleet-b and of the management cluster
+// are never touched.
 var _ = Describe("A Cluster API fleet", func() {
-	It("refuses to power-cycle a hung workload host it cannot reach, touching no host, taint or lease in any cluster", func(ctx SpecContext) {
+	It("power-cycles only the hung workload host, in its own cluster, never a same-named host of another", func(ctx SpecContext) {
 		mgrs.ensure(ctx)
 		start := time.Now()
 		// The name every cluster repeats: a management Node of the pool, and a Node of each workload
@@ -58,47 +58,47 @@ var _ = Describe("A Cluster API fleet", func() {
 		key := client.ObjectKey{Namespace: fleetNamespace, Name: a.wc.MachineName(shared)}
 		pcr := waitRequestOf(ctx, key, a.wc.MachineName(shared))
 
-		By("the remediator refuses it, with a Warning: its Node is not in the management cluster")
+		By("the remediator places it in fleet-a and holds the node lease there while it acts")
+		var holder string
 		Eventually(func(g Gomega) {
 			p, err := getPCR(ctx, key)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(p).NotTo(BeNil())
-			for _, condType := range []string{v1alpha1.ConditionProcessing, v1alpha1.ConditionSucceeded} {
-				g.Expect(conditionOf(p, condType)).To(And(HaveField("Status", metav1.ConditionFalse),
-					HaveField("Reason", v1alpha1.ReasonNodeNotInThisCluster), HaveField("Message", ContainSubstring("workload cluster fleet-a (Secret fleet-a-kubeconfig"))), condType)
-			}
-			g.Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseFailed))
-			g.Expect(p.Finalizers).To(BeEmpty())
-			g.Expect(eventsOn(ctx, g, p)).To(ContainElement(And(HaveField("Type", corev1.EventTypeWarning),
-				HaveField("Reason", v1alpha1.ReasonNodeNotInThisCluster))))
+			g.Expect(p.Status.ClusterName).To(Equal("fleet-a"))
+			g.Expect(p.Status.BMCName).To(Equal(a.wc.BMCName(shared)))
+			l := leaseIn(ctx, g, a, shared)
+			g.Expect(l).NotTo(BeNil(), "the lease of %s in its own cluster", a.host(shared))
+			g.Expect(l.Spec.HolderIdentity).NotTo(BeNil())
+			holder = *l.Spec.HolderIdentity
 		}).WithContext(ctx).WithTimeout(settledWait).WithPolling(poll).Should(Succeed())
+		Expect(holder).To(Equal("PowerCycleRemediation-" + pcr.Name))
 
-		By("and touches nothing: no power change on any host named " + shared + ", no taint, no cordon, no lease, in any cluster")
-		Consistently(func(g Gomega) {
-			for _, c := range f.clusters() {
-				for _, node := range []string{shared, "worker-0"} {
-					if c.wc == nil && node == "worker-0" {
-						continue
-					}
-					g.Expect(f.powerRecord(c, node)).To(BeEmpty(), "the host of %s", c.host(node))
-					g.Expect(taintsOn(ctx, g, c, node)).NotTo(ContainElements(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService), c.host(node))
-					g.Expect(cordoned(ctx, g, c, node)).To(BeFalse(), c.host(node))
-					g.Expect(leaseIn(ctx, g, c, node)).To(BeNil(), c.host(node))
-				}
-			}
-		}).WithContext(ctx).WithTimeout(5 * time.Second).WithPolling(poll).Should(Succeed())
-		for _, c := range f.clusters() {
+		By("fleet-a's host is power-cycled once, its Node comes back Ready; the check deletes the request")
+		waitGone(ctx, client.ObjectKeyFromObject(pcr), remedyWait)
+		f.expectPowerRecord(a, shared, powerCycledOnce...)
+		Eventually(func(g Gomega) {
+			n := nodeIn(ctx, g, a, shared)
+			g.Expect(n.Spec.Taints).NotTo(ContainElement(HaveField("Key", v1alpha1.TaintOutOfService)))
+			g.Expect(n.Spec.Taints).NotTo(ContainElement(HaveField("Key", v1alpha1.TaintRemediation)))
+			g.Expect(leaseIn(ctx, g, a, shared)).To(Or(BeNil(), HaveField("Spec.HolderIdentity", Or(BeNil(), HaveValue(BeEmpty())))),
+				"the lease is released in fleet-a")
+		}).WithContext(ctx).WithTimeout(settledWait).WithPolling(poll).Should(Succeed())
+		Expect(f.taintEvents(a, shared)).To(ContainElements("taint+"+v1alpha1.TaintOutOfService, "taint-"+v1alpha1.TaintOutOfService),
+			"the out-of-service taint came and went on fleet-a's Node")
+
+		By("the same-named hosts of fleet-b and of the management cluster, and every worker-0, were never touched")
+		for _, c := range []*fleetCluster{b, f.mgmt} {
 			f.expectPowerRecord(c, shared)
 			f.expectNoTaintEvents(c, shared)
+			Eventually(func(g Gomega) {
+				g.Expect(leaseIn(ctx, g, c, shared)).To(BeNil(), c.host(shared))
+				g.Expect(cordoned(ctx, g, c, shared)).To(BeFalse(), c.host(shared))
+			}).WithContext(ctx).WithTimeout(poll * 4).WithPolling(poll).Should(Succeed())
+		}
+		for _, c := range f.workloads {
+			f.expectPowerRecord(c, "worker-0")
 		}
 		Expect(b.sim.State(shared)).To(Equal(nodesim.StateRunning), "fleet-b's host of the same name")
-
-		By("the kubelet recovers: the check deletes its request")
-		Expect(a.sim.ClearFault(shared)).To(Succeed())
-		waitGone(ctx, client.ObjectKeyFromObject(pcr), settledWait)
-		for _, c := range f.clusters() {
-			f.expectPowerRecord(c, shared)
-		}
 	}, SpecTimeout(scenarioMax))
 })
 
