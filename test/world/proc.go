@@ -49,7 +49,7 @@ func (w *World) Processes() ([]Process, error) {
 			continue
 		}
 		for _, name := range []string{"etcd", "kube-apiserver"} {
-			if exe == filepath.Join(w.binDir, name) {
+			if exe == binary(w.binDir, name) {
 				procs = append(procs, Process{Name: name, PID: pid})
 			}
 		}
@@ -58,6 +58,16 @@ func (w *World) Processes() ([]Process, error) {
 		procs = append(procs, Process{Name: "kube-controller-manager", PID: w.kcm.cmd.Process.Pid})
 	}
 	return procs, nil
+}
+
+// binary is the file a process of dir/name runs, as /proc/<pid>/exe names it: the symbolic links (a bin
+// directory linked from another checkout, say) resolved.
+func binary(dir, name string) string {
+	path := filepath.Join(dir, name)
+	if resolved, err := filepath.EvalSymlinks(path); err == nil {
+		return resolved
+	}
+	return path
 }
 
 // Usage is what a process has consumed so far.
