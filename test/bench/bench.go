@@ -99,10 +99,15 @@ func run(ctx context.Context, cfg config, command string) (err error) {
 	b.addWorldMeters()
 	go b.track.run(trackCtx)
 
+	// Before the set-up: a peer started before its Machines were created must not outlive a failed set-up.
+	defer func() {
+		if b.ctrl != nil {
+			_ = b.ctrl.stop()
+		}
+	}()
 	if err := b.setUpCheck(ctx); err != nil {
 		return err
 	}
-	defer func() { _ = b.ctrl.stop() }()
 	defer func() {
 		if b.emrs != nil {
 			b.emrs.stop() // a process of its own: it would outlive the bench
