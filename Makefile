@@ -124,6 +124,10 @@ bench: envtest-bins $(KUSTOMIZE) ## Measure the 5,000-node world: cost targets, 
 bench-small: envtest-bins $(KUSTOMIZE) ## Measure the 1,000-node world: the detection latency targets (BENCHMARKS.md).
 	$(GO) run ./test/bench --nodes=1000 --out=bin/bench-small.json $(ARGS)
 
+.PHONY: bench-peers
+bench-peers: envtest-bins $(KUSTOMIZE) build-peers ## The checkers side by side, interleaved: metalheal's and medik8s' NodeHealthCheck, metalheal's and Cluster API's MachineHealthCheck, 1,000 nodes, 3 runs each (ARGS="--nodes=100 --runs=1" for a smoke test).
+	$(GO) run ./test/bench peers $(ARGS)
+
 ##@ Deployment
 
 .PHONY: install

@@ -77,9 +77,13 @@ type request struct {
 	latency time.Duration
 }
 
-// readAudit reads the requests of user from the audit log, once each (a watch is logged when it starts
+// readAudit reads the requests of users from the audit log, once each (a watch is logged when it starts
 // and when it ends).
-func readAudit(path, user string) ([]request, error) {
+func readAudit(path string, users ...string) ([]request, error) {
+	of := map[string]bool{}
+	for _, u := range users {
+		of[u] = true
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening the audit log: %w", err)
@@ -94,7 +98,7 @@ func readAudit(path, user string) ([]request, error) {
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			return nil, fmt.Errorf("reading the audit log: %w", err)
 		}
-		if e.User.Username != user {
+		if !of[e.User.Username] {
 			continue
 		}
 		if seen[e.AuditID] {

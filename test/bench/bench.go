@@ -52,7 +52,11 @@ type bench struct {
 	watcherPID atomic.Int64
 	track      *tracker
 	ctrl       *controller
-	report     *Report
+	// checker is the health checker measured (--checker); its zero value is metalheal's manager as a
+	// plain run has it. peerSetup is what its world needs beyond metalheal's.
+	checker   checker
+	peerSetup *peerSetup
+	report    *Report
 	// powerLog hears the Redfish mock's power changes and the hosts' boots, for the power cycles' BMC view;
 	// ends keeps what its last steps need until the audit log is read.
 	powerLog powerLog
@@ -72,6 +76,8 @@ func run(ctx context.Context, cfg config, command string) (err error) {
 	if b.work, err = os.MkdirTemp("", "metalheal-bench-"); err != nil {
 		return err
 	}
+	b.checker, _ = findChecker(cfg.checker)
+	b.report.Checker = cfg.checker
 	defer func() {
 		if !cfg.keepWorld {
 			_ = os.RemoveAll(b.work)
@@ -93,15 +99,15 @@ func run(ctx context.Context, cfg config, command string) (err error) {
 	b.addWorldMeters()
 	go b.track.run(trackCtx)
 
-	if !cfg.peer() {
-		if err := b.createCheck(ctx); err != nil {
-			return err
+	// Before the set-up: a peer started before its Machines were created must not outlive a failed set-up.
+	defer func() {
+		if b.ctrl != nil {
+			_ = b.ctrl.stop()
 		}
-	}
-	if err := b.startController(ctx); err != nil {
+	}()
+	if err := b.setUpCheck(ctx); err != nil {
 		return err
 	}
-	defer func() { _ = b.ctrl.stop() }()
 	defer func() {
 		if b.emrs != nil {
 			b.emrs.stop() // a process of its own: it would outlive the bench
@@ -119,7 +125,7 @@ func run(ctx context.Context, cfg config, command string) (err error) {
 		logf("stopping the controller: %v", err)
 	}
 	time.Sleep(2 * time.Second) // the audit log is flushed every second
-	reqs, aerr := readAudit(b.auditLog, b.ctrl.user)
+	reqs, aerr := readAudit(b.auditLog, append([]string{b.ctrl.user}, b.ctrl.users...)...)
 	if aerr != nil {
 		logf("reading the audit log: %v", aerr)
 	}
@@ -138,6 +144,40 @@ func run(ctx context.Context, cfg config, command string) (err error) {
 		return errors.New(b.report.Error)
 	}
 	return nil
+}
+
+// setUpCheck creates the health check and starts the controller under test, in the order each needs:
+// metalheal's manager finds its check and its world in place; a peer's webhooks must answer before its
+// objects (Cluster API's Machines among them) are created.
+func (b *bench) setUpCheck(ctx context.Context) error {
+	switch {
+	case b.cfg.peer():
+		return b.startController(ctx)
+	case b.cfg.checker == "":
+		if err := b.createCheck(ctx); err != nil {
+			return err
+		}
+		return b.startController(ctx)
+	case b.checker.peer == nil:
+		if b.checker.machines {
+			if err := b.machineWorld(ctx); err != nil {
+				return err
+			}
+		}
+		if err := b.createCheckerCheck(ctx); err != nil {
+			return err
+		}
+		return b.startController(ctx)
+	}
+	if err := b.startBuiltinPeer(ctx); err != nil {
+		return err
+	}
+	if b.checker.machines {
+		if err := b.machineWorld(ctx); err != nil {
+			return err
+		}
+	}
+	return b.createCheckerCheck(ctx)
 }
 
 // phases runs the measured phases in order.
@@ -188,7 +228,20 @@ func (b *bench) phases(ctx context.Context) error {
 // startWorld starts the control plane (with the audit log), the Redfish mock, the simulated nodes, the
 // BMCs and metalheal's RBAC.
 func (b *bench) startWorld(ctx context.Context) error {
-	apiArgs, logPath, err := writeAuditPolicy(b.work, harness.ManagerUser, peerUser)
+	users := []string{harness.ManagerUser, peerUser}
+	var extraCRDs []string
+	kustomization := ""
+	if b.cfg.checker != "" {
+		s, u, err := b.prepareChecker()
+		if err != nil {
+			return fmt.Errorf("preparing %s: %w", b.cfg.checker, err)
+		}
+		b.peerSetup, users, extraCRDs = s, u, s.extraCRDPaths(b.checker)
+		if b.checker.machines {
+			kustomization = "config/cluster-api" // the kubeconfig-readers component, as the docs deploy it
+		}
+	}
+	apiArgs, logPath, err := writeAuditPolicy(b.work, users...)
 	if err != nil {
 		return err
 	}
@@ -197,6 +250,7 @@ func (b *bench) startWorld(ctx context.Context) error {
 		NodeMonitorGracePeriod: b.cfg.gracePeriod,
 		APIServerArgs:          apiArgs,
 		KeepDir:                b.cfg.keepWorld,
+		ExtraCRDPaths:          extraCRDs,
 	}
 	for _, p := range strings.Split(b.cfg.extraCRDs, ",") {
 		if p = strings.TrimSpace(p); p != "" {
@@ -217,6 +271,7 @@ func (b *bench) startWorld(ctx context.Context) error {
 		RedfishRequestLimit: 200000,
 		OnBoot:              b.powerLog.booted,
 		Log:                 logWriter{},
+		Kustomization:       kustomization,
 	})
 	if err != nil {
 		return fmt.Errorf("starting the world: %w", err)
@@ -322,8 +377,10 @@ func (b *bench) createCheck(ctx context.Context) error {
 
 // controller is the process under test.
 type controller struct {
-	name       string
-	user       string
+	name string
+	user string
+	// users are other users whose requests are the controller's too (a workload cluster's kubeconfig).
+	users      []string
 	meter      *meter
 	metricsURL string // metalheal's manager only
 	pprofAddr  string // metalheal's manager with --pprof-dir only
@@ -362,6 +419,9 @@ func (b *bench) startController(ctx context.Context) error {
 			return err
 		}
 	}
+	if b.cfg.checker != "" {
+		args = append(args, b.checker.metalhealManagerArgs()...)
+	}
 	args = append(args, strings.Fields(b.cfg.managerArgs)...)
 	b.track.begin("startup")
 	logf("starting metalheal's manager %s", strings.Join(args, " "))
@@ -370,8 +430,12 @@ func (b *bench) startController(ctx context.Context) error {
 		return err
 	}
 	pid := m.PID()
+	name := "metalheal-manager"
+	if b.cfg.checker != "" {
+		name = b.cfg.checker
+	}
 	b.ctrl = &controller{
-		name: "metalheal-manager", user: harness.ManagerUser, metricsURL: m.MetricsURL, pprofAddr: pprofAddr, logPath: m.LogPath,
+		name: name, user: harness.ManagerUser, metricsURL: m.MetricsURL, pprofAddr: pprofAddr, logPath: m.LogPath,
 		meter:  &meter{name: controllerMeter, pids: func() []int { return []int{pid} }},
 		stopFn: m.Stop,
 	}
@@ -485,7 +549,12 @@ func (b *bench) startPeer(ctx context.Context) error {
 func (b *bench) waitStartup(ctx context.Context) error {
 	start := time.Now()
 	b.profile(ctx, "startup", 30*time.Second) // not waited for: it may run on into the next phase
-	if b.cfg.peer() {
+	if b.cfg.peer() || b.checker.peer != nil {
+		if b.checker.peer != nil {
+			if err := b.waitCheckerReady(ctx); err != nil {
+				return err
+			}
+		}
 		if err := waitQuiet(ctx, b.ctrl.meter, 10*time.Second, 5, b.cfg.startupTimeout); err != nil {
 			return err
 		}
@@ -538,15 +607,21 @@ func (b *bench) waitManagerSynced(ctx context.Context) error {
 			return fmt.Errorf("waiting for the manager's start-up (last: %s): %w", last, ctx.Err())
 		case <-tick.C:
 		}
-		var check v1alpha1.NodeHealthCheck
-		if err := b.h.Client.Get(ctx, client.ObjectKey{Name: checkName}, &check); err != nil {
-			last = err.Error()
-			continue
-		}
-		observed := ptr.Deref(check.Status.ObservedNodes, 0)
-		if int(observed) != b.cfg.nodes {
-			last = fmt.Sprintf("NodeHealthCheck observes %d nodes", observed)
-			continue
+		if b.cfg.checker != "" {
+			if last = b.checkerReady(ctx); last != "" {
+				continue
+			}
+		} else {
+			var check v1alpha1.NodeHealthCheck
+			if err := b.h.Client.Get(ctx, client.ObjectKey{Name: checkName}, &check); err != nil {
+				last = err.Error()
+				continue
+			}
+			observed := ptr.Deref(check.Status.ObservedNodes, 0)
+			if int(observed) != b.cfg.nodes {
+				last = fmt.Sprintf("NodeHealthCheck observes %d nodes", observed)
+				continue
+			}
 		}
 		m, err := scrape(ctx, b.ctrl.metricsURL)
 		if err != nil {
@@ -554,7 +629,7 @@ func (b *bench) waitManagerSynced(ctx context.Context) error {
 			continue
 		}
 		reconciled := m.sum("controller_runtime_reconcile_total", `controller="bmc"`)
-		depth := m.sum("workqueue_depth", `name="bmc"`) + m.sum("workqueue_depth", `name="nodehealthcheck"`)
+		depth := m.sum("workqueue_depth", `name="bmc"`) + m.sum("workqueue_depth", `name="nodehealthcheck"`) + m.sum("workqueue_depth", `name="machinehealthcheck"`)
 		if int(reconciled) < bmcs || depth > 0 {
 			last = fmt.Sprintf("%d of %d BMCs reconciled, %d queued", int(reconciled), bmcs, int(depth))
 			continue

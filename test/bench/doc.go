@@ -38,6 +38,15 @@
 // first write after it, and the Succeeded status stored and seen. For metalheal they add the
 // remediator's queue waits and the reconciles that waited for its cache (from the manager's metrics).
 //
+// Peers: --checker measures one of four health checkers in the world its kind checks, with no BMC objects
+// and no power cycles (every checker asks for the same PowerCycleRemediation, from one template, and the
+// bench heals the node once it sees the request): metalheal-nhc and metalheal-mhc (metalheal's manager
+// running that controller alone), medik8s-nhc and capi-mhc (node-healthcheck-operator's and Cluster API's
+// managers from `make build-peers`, each under its own config/default RBAC, test/peers). The
+// MachineHealthChecks' world adds a Cluster whose kubeconfig Secret is a kubeconfig of the world itself and
+// one Machine per Node. "bench peers" (`make bench-peers`) runs each checker --runs times, interleaved, a
+// fresh world per run, and prints the medians, ranges and ratios side by side (peerstable.go).
+//
 // Output: a table on stdout, ending with the targets (MET, MISSED, or reported for a world the target is
 // not for: latency targets are for 1,000 nodes, cost targets and the wave guard for 5,000), and a JSON
 // file (--out). `make bench` runs 5,000 nodes and `make bench-small` 1,000; BENCHMARKS.md records the

@@ -30,6 +30,7 @@ type config struct {
 	bmcs              bool
 	out               string
 	controllerCmd     string
+	checker           string
 	remediationKind   string
 	extraCRDs         string
 	managerArgs       string
@@ -67,6 +68,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.out, "out", "bin/bench.json", "Where to write the JSON results.")
 	fs.StringVar(&c.controllerCmd, "controller-cmd", "", "Peer mode: a shell command to run as the controller under test instead of metalheal's manager. "+
 		"It runs with KUBECONFIG (a user in system:masters named "+peerUser+") and BENCH_* variables (see BENCHMARKS.md), and must set up its own objects.")
+	fs.StringVar(&c.checker, "checker", "", "Measure one health checker as `bench peers` does, in the world its kind checks, with no BMC objects and no power cycles: "+
+		strings.Join(checkerNames(), ", ")+" (the peers' managers from `make build-peers`, as their config/default ships them).")
 	fs.StringVar(&c.remediationKind, "remediation-kind", defaultRemediationKind, "group/version/Kind of the remediation requests to watch for (named after, or annotated with, the node).")
 	fs.StringVar(&c.extraCRDs, "extra-crds", "", "Comma-separated CRD files or directories to install when the world starts (a peer's kinds).")
 	fs.StringVar(&c.managerArgs, "manager-args", "", "Extra flags for metalheal's manager, space-separated.")
@@ -81,6 +84,21 @@ func parseFlags(args []string) (config, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if c.checker != "" {
+		ch, ok := findChecker(c.checker)
+		if !ok {
+			return c, fmt.Errorf("--checker %q: want one of %s", c.checker, strings.Join(checkerNames(), ", "))
+		}
+		if ch.machines && 2*c.failures > c.nodes-1 {
+			return c, fmt.Errorf("--failures must be at most half of the worker Machines (%d) for %s: the first Node's Machine is the control plane's", (c.nodes-1)/2, ch.name)
+		}
+		if c.controllerCmd != "" {
+			return c, errors.New("--checker and --controller-cmd exclude each other")
+		}
+		// Every checker makes the same requests, which nothing remediates: the bench heals the nodes.
+		c.bmcs, c.cycles, c.remediationKind = false, 0, defaultRemediationKind
+		set["cycles"] = true
+	}
 	if !set["cycles"] {
 		c.cycles = min(c.cycles, c.nodes) // a small world cycles every node
 		if !c.bmcs || c.controllerCmd != "" {
@@ -128,6 +146,19 @@ func main() {
 		defer stop()
 		if err := runRequestWatcher(ctx, os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "bench request watcher:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == peersCommand {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		err := runPeers(ctx, os.Args[2:])
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench peers:", err)
 			os.Exit(1)
 		}
 		return

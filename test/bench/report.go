@@ -16,8 +16,10 @@ import (
 
 // Report is everything a run measured; it is written as JSON and printed as tables.
 type Report struct {
-	Date         time.Time      `json:"date"`
-	Command      string         `json:"command"`
+	Date    time.Time `json:"date"`
+	Command string    `json:"command"`
+	// Checker is the --checker measured; empty for a plain run.
+	Checker      string         `json:"checker,omitempty"`
 	Machine      Machine        `json:"machine"`
 	Config       ConfigInfo     `json:"config"`
 	Controller   ControllerInfo `json:"controller"`
@@ -57,6 +59,8 @@ type ConfigInfo struct {
 	NodeMonitorGraceSecond float64 `json:"nodeMonitorGracePeriodSeconds"`
 	BMCs                   bool    `json:"bmcs"`
 	RemediationKind        string  `json:"remediationKind"`
+	// DetectTimeoutSeconds bounds the wait for a failed node's request after the last expiry.
+	DetectTimeoutSeconds float64 `json:"detectTimeoutSeconds"`
 }
 
 // ControllerInfo is the controller under test.
@@ -129,7 +133,7 @@ func newReport(cfg config, command string) *Report {
 			BMCLatencyMs: float64(cfg.bmcLatency.Milliseconds()), PowerDelaySeconds: cfg.powerDelay.Seconds(),
 			BootDelaySeconds: cfg.bootDelay.Seconds(), LeaseIntervalSeconds: cfg.leaseInterval.Seconds(),
 			StatusIntervalSeconds: (5 * time.Minute).Seconds(), NodeMonitorGraceSecond: cfg.gracePeriod.Seconds(),
-			BMCs: cfg.bmcs && !cfg.peer(), RemediationKind: cfg.remediationKind,
+			BMCs: cfg.bmcs && !cfg.peer(), RemediationKind: cfg.remediationKind, DetectTimeoutSeconds: cfg.detectTimeout.Seconds(),
 		},
 		Method: []string{
 			"Detection delay: the bench hangs a node's simulated kubelet, waits 300ms, then posts Ready=False with a whole-second lastTransitionTime T; expiry = T + unhealthy duration; delay = local arrival time of the remediation request's ADDED event on the bench's own watch minus expiry (an upper bound of expiry-to-creation: it includes the watch's delivery).",

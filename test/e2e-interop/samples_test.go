@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/internal/testenv"
+	"github.com/metalheal/metalheal/test/peers"
 )
 
 var _ = Describe("The samples for Cluster API and medik8s users", func() {
@@ -20,7 +21,7 @@ var _ = Describe("The samples for Cluster API and medik8s users", func() {
 		for _, f := range []string{"powercycleremediationtemplate.yaml", "clusterapi-machinehealthcheck.yaml", "medik8s-nodehealthcheck.yaml"} {
 			raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "samples", f))
 			Expect(err).NotTo(HaveOccurred())
-			objs, err := decodeAll(raw)
+			objs, err := peers.DecodeAll(raw)
 			Expect(err).NotTo(HaveOccurred())
 			for _, o := range objs {
 				if o.GetKind() == "PowerCycleRemediationTemplate" {

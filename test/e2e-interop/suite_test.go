@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"github.com/metalheal/metalheal/internal/testenv"
 	"github.com/metalheal/metalheal/pkg/leases"
 	"github.com/metalheal/metalheal/test/harness"
+	"github.com/metalheal/metalheal/test/peers"
 	"github.com/metalheal/metalheal/test/redfish-mock/redfishmock"
 	"github.com/metalheal/metalheal/test/world"
 )
@@ -60,7 +60,7 @@ const (
 )
 
 // medik8sWebhookPort is where node-healthcheck-operator serves its webhook: its main fixes 9443.
-const medik8sWebhookPort = 9443
+const medik8sWebhookPort = peers.Medik8sWebhookPort
 
 var (
 	h    *harness.Harness
@@ -68,8 +68,8 @@ var (
 	pool = &nodePool{size: workers}
 
 	metalheal *harness.Manager
-	capi      *peerProcess
-	nhc       *peerProcess
+	capi      *peers.Process
+	nhc       *peers.Process
 	// peerNamespaces are where the peers run (from their config/default): Cluster API's and medik8s'.
 	capiSystem, nhcSystem string
 )
@@ -81,20 +81,20 @@ func TestInterop(t *testing.T) {
 
 var _ = BeforeSuite(func(ctx SpecContext) {
 	By("reading the peers' config/default and pointing their webhooks at local processes")
-	pki, err := newWebhookPKI(time.Now())
+	pki, err := peers.NewWebhookPKI(time.Now())
 	Expect(err).NotTo(HaveOccurred())
-	capiWebhookPort, err := freePort()
+	capiWebhookPort, err := peers.FreePort()
 	Expect(err).NotTo(HaveOccurred())
-	Expect(portFree(medik8sWebhookPort)).To(BeTrue(), "node-healthcheck-operator serves its webhook on 127.0.0.1:%d, which is taken", medik8sWebhookPort)
-	capiM, err := loadPeer(clusterAPI, capiWebhookPort, pki.caPEM)
+	Expect(peers.PortFree(medik8sWebhookPort)).To(BeTrue(), "node-healthcheck-operator serves its webhook on 127.0.0.1:%d, which is taken", medik8sWebhookPort)
+	capiM, err := peers.Load(peers.ClusterAPI, capiWebhookPort, pki.CAPEM)
 	Expect(err).NotTo(HaveOccurred())
-	nhcM, err := loadPeer(medik8s, medik8sWebhookPort, pki.caPEM)
+	nhcM, err := peers.Load(peers.Medik8s, medik8sWebhookPort, pki.CAPEM)
 	Expect(err).NotTo(HaveOccurred())
 	crdDir, err := os.MkdirTemp("", "interop-crds-")
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(os.RemoveAll, crdDir)
-	Expect(writeCRDs(crdDir, "capi", capiM.crds)).To(Succeed())
-	Expect(writeCRDs(crdDir, "nhc", nhcM.crds)).To(Succeed())
+	Expect(peers.WriteCRDs(crdDir, "capi", capiM.CRDs)).To(Succeed())
+	Expect(peers.WriteCRDs(crdDir, "nhc", nhcM.CRDs)).To(Succeed())
 
 	By("building the metalheal manager")
 	bin, err := harness.BuildManager(ctx)
@@ -130,13 +130,13 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	}
 
 	By("installing each peer's own RBAC and webhooks, as its config/default ships them")
-	Expect(apply(ctx, k8s, capiM.install)).To(Succeed())
-	Expect(apply(ctx, k8s, nhcM.install)).To(Succeed())
+	Expect(peers.Apply(ctx, k8s, fieldOwner, capiM.Install)).To(Succeed())
+	Expect(peers.Apply(ctx, k8s, fieldOwner, nhcM.Install)).To(Succeed())
 	rbac, err := os.ReadFile(filepath.Join(testdata(), "rbac.yaml"))
 	Expect(err).NotTo(HaveOccurred())
-	remediatorRoles, err := decodeAll(rbac)
+	remediatorRoles, err := peers.DecodeAll(rbac)
 	Expect(err).NotTo(HaveOccurred())
-	Expect(apply(ctx, k8s, remediatorRoles)).To(Succeed())
+	Expect(peers.Apply(ctx, k8s, fieldOwner, remediatorRoles)).To(Succeed())
 
 	By("starting Cluster API's core manager as its service account")
 	capiSystem, capi = startClusterAPI(ctx, capiM, pki, capiWebhookPort)
@@ -152,7 +152,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	}
 	metalheal, err = h.StartManager(ctx, args...)
 	Expect(err).NotTo(HaveOccurred())
-	fmt.Fprintf(GinkgoWriter, "metalheal manager log: %s\ncapi log: %s\nnhc log: %s\n", metalheal.LogPath, capi.logPath, nhc.logPath)
+	fmt.Fprintf(GinkgoWriter, "metalheal manager log: %s\ncapi log: %s\nnhc log: %s\n", metalheal.LogPath, capi.LogPath, nhc.LogPath)
 
 	// medik8s labels its own manager role for the ext-remediation aggregation, which metalheal's
 	// ext-remediation role aggregates too: whatever any project labels flows to every checker.
@@ -166,65 +166,50 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		fmt.Sprintf("allowed=%v (%s)", sar.Status.Allowed, sar.Status.Reason))
 }, NodeTimeout(suiteSetup))
 
-// startClusterAPI runs Cluster API's core manager with its Deployment's flags (clusterctl's defaults), as
-// its service account; only what a pod gives it differs: no leader election (a single process, outside a
-// pod it could not find its namespace), the webhook server on a free port with the suite's certificate,
-// the health probe on a free port, metrics off.
-func startClusterAPI(ctx context.Context, m *peerManifests, pki *webhookPKI, webhookPort int) (string, *peerProcess) {
+// startClusterAPI runs Cluster API's core manager as its service account, with its Deployment's flags
+// (peers.ClusterAPIArgs says the few that differ from a pod's).
+func startClusterAPI(ctx context.Context, m *peers.Manifests, pki *peers.WebhookPKI, webhookPort int) (string, *peers.Process) {
 	GinkgoHelper()
-	ns, user, err := runsAs(m.deployment)
+	ns, user, err := peers.RunsAs(m.Deployment)
 	Expect(err).NotTo(HaveOccurred())
-	u, err := h.World.AddUser(user, []string{"system:serviceaccounts", "system:serviceaccounts:" + ns}, nil)
+	u, err := h.World.AddUser(user, peers.ServiceAccountGroups(ns), nil)
 	Expect(err).NotTo(HaveOccurred())
 	certDir := filepath.Join(h.World.Dir(), "capi-certs")
-	Expect(pki.writeServingCert(certDir)).To(Succeed())
-	health, err := freePort()
+	Expect(pki.WriteServingCert(certDir)).To(Succeed())
+	health, err := peers.FreePort()
 	Expect(err).NotTo(HaveOccurred())
-	args, err := deploymentArgs(m.deployment, "--leader-elect", "--diagnostics-address")
+	args, env, err := peers.ClusterAPIArgs(m, certDir, webhookPort, health)
 	Expect(err).NotTo(HaveOccurred())
-	args = append(args,
-		"--diagnostics-address=0",
-		"--health-addr=127.0.0.1:"+strconv.Itoa(health),
-		"--webhook-port="+strconv.Itoa(webhookPort),
-		"--webhook-cert-dir="+certDir,
-	)
-	p, err := startPeer(ctx, "capi-manager", clusterAPI.binPath(), u.Kubeconfig, h.World.LogDir(),
-		fmt.Sprintf("http://127.0.0.1:%d/readyz", health), args,
-		[]string{"POD_NAMESPACE=" + ns, "POD_NAME=capi-controller-manager-0", "POD_UID=interop"})
+	p, err := peers.Start(ctx, "capi-manager", peers.ClusterAPI.BinPath(), u.Kubeconfig, h.World.LogDir(),
+		fmt.Sprintf("http://127.0.0.1:%d/readyz", health), args, env)
 	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(p.kill)
+	DeferCleanup(p.Kill)
 	return ns, p
 }
 
-// startMedik8s runs node-healthcheck-operator with its Deployment's flags and environment, as its service
-// account. Differences from a pod: no leader election (outside a pod it could not find its namespace),
-// metrics off (its HTTPS metrics would need a port of their own), the health probe on a free port, and the
-// webhook certificate where controller-runtime looks by default ($TMPDIR/k8s-webhook-server/serving-certs:
-// its main only overrides that for OLM's injected certificates); its webhook port is fixed at 9443.
-func startMedik8s(ctx context.Context, m *peerManifests, pki *webhookPKI) (string, *peerProcess) {
+// startMedik8s runs node-healthcheck-operator as its service account, with its Deployment's flags and
+// environment (peers.Medik8sArgs says the few that differ from a pod's).
+func startMedik8s(ctx context.Context, m *peers.Manifests, pki *peers.WebhookPKI) (string, *peers.Process) {
 	GinkgoHelper()
-	ns, user, err := runsAs(m.deployment)
+	ns, user, err := peers.RunsAs(m.Deployment)
 	Expect(err).NotTo(HaveOccurred())
-	u, err := h.World.AddUser(user, []string{"system:serviceaccounts", "system:serviceaccounts:" + ns}, nil)
+	u, err := h.World.AddUser(user, peers.ServiceAccountGroups(ns), nil)
 	Expect(err).NotTo(HaveOccurred())
 	tmp := filepath.Join(h.World.Dir(), "nhc-tmp")
-	Expect(pki.writeServingCert(filepath.Join(tmp, "k8s-webhook-server", "serving-certs"))).To(Succeed())
-	health, err := freePort()
+	Expect(pki.WriteServingCert(peers.Medik8sCertDir(tmp))).To(Succeed())
+	health, err := peers.FreePort()
 	Expect(err).NotTo(HaveOccurred())
-	args, err := deploymentArgs(m.deployment, "--leader-elect", "--metrics-bind-address", "--health-probe-bind-address")
+	args, env, err := peers.Medik8sArgs(m, tmp, health)
 	Expect(err).NotTo(HaveOccurred())
-	args = append(args,
-		"--leader-elect=false",
-		"--metrics-bind-address=0",
-		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(health),
-	)
-	p, err := startPeer(ctx, "nhc-manager", medik8s.binPath(), u.Kubeconfig, h.World.LogDir(),
-		fmt.Sprintf("http://127.0.0.1:%d/readyz", health), args,
-		[]string{"DEPLOYMENT_NAMESPACE=" + ns, "POD_NAME=node-healthcheck-controller-manager-0", "TMPDIR=" + tmp})
+	p, err := peers.Start(ctx, "nhc-manager", peers.Medik8s.BinPath(), u.Kubeconfig, h.World.LogDir(),
+		fmt.Sprintf("http://127.0.0.1:%d/readyz", health), args, env)
 	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(p.kill)
+	DeferCleanup(p.Kill)
 	return ns, p
 }
+
+// fieldOwner is the suite's name in server-side applies.
+const fieldOwner = "interop-suite"
 
 var anyFailed bool
 
@@ -256,11 +241,11 @@ var _ = AfterSuite(func(ctx SpecContext) {
 		metalheal.Kill()
 		logs = append(logs, logged{metalheal.Name, metalheal.LogPath, false})
 	}
-	for _, p := range []*peerProcess{capi, nhc} {
+	for _, p := range []*peers.Process{capi, nhc} {
 		if p != nil {
-			Expect(p.running()).To(BeTrue(), "%s exited during the suite; see %s", p.name, p.logPath)
-			p.kill()
-			logs = append(logs, logged{p.name, p.logPath, true})
+			Expect(p.Running()).To(BeTrue(), "%s exited during the suite; see %s", p.Name, p.LogPath)
+			p.Kill()
+			logs = append(logs, logged{p.Name, p.LogPath, true})
 		}
 	}
 	for _, l := range logs {
