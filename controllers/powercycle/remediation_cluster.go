@@ -248,11 +248,12 @@ func providerIDOf(node *corev1.Node) string {
 // to the host meanwhile; what the request had done stays recorded, and it goes on from there once the
 // cluster answers (the phase's own deadlines apply then).
 func (r *RemediationReconciler) clusterUnreachable(s *scope, err error) ctrl.Result {
-	since := s.now
+	since, down := s.now, false
 	if c := s.condition(v1alpha1.ConditionWorkloadClusterReachable); c != nil && c.Status == metav1.ConditionFalse {
-		since = c.LastTransitionTime.Time
+		since, down = c.LastTransitionTime.Time, true
 	}
-	if s.setCondition(v1alpha1.ConditionWorkloadClusterReachable, metav1.ConditionFalse, v1alpha1.ReasonWorkloadClusterUnreachable, err.Error()) {
+	s.setCondition(v1alpha1.ConditionWorkloadClusterReachable, metav1.ConditionFalse, v1alpha1.ReasonWorkloadClusterUnreachable, err.Error())
+	if !down {
 		r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeWarning, EventWorkloadClusterUnreachable, ActionPowerCycle,
 			"Node %s: %s", s.status().NodeName, truncate(err.Error(), maxAttemptMessage))
 	}

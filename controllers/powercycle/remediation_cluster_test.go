@@ -2,6 +2,11 @@ package powercycle
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,7 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -190,11 +195,13 @@ func workloadAPIServer(t *testing.T) (client.Client, []byte) {
 // management cluster's worker-1, its host and its lease namespace are never touched. When edge-a's API
 // server cannot be reached the request says so and waits, without a second power request; it goes on
 // when the cluster answers.
-func testNodeInAWorkloadCluster(t *testing.T, api *apiServer) {
+func testNodeInAWorkloadCluster(t *testing.T, apiServer *apiServer) {
 	g := NewWithT(t)
-	wl, kubeconfig := workloadAPIServer(t)
-	w, hosts := fakeHosts(t, api)
-	clusters := workload.New(workload.Options{Clock: w.clock})
+	wl, direct := workloadAPIServer(t)
+	api := newAPIProxy(t, direct) // the manager reaches edge-a through it: cut, edge-a's API server is gone
+	kubeconfig := api.kubeconfig(t, direct)
+	w, hosts := fakeHosts(t, apiServer)
+	clusters := workload.New(workload.Options{Clock: w.clock, SyncTimeout: 2 * time.Second})
 	t.Cleanup(clusters.StopAll)
 	w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.WorkloadClusters = clusters }
 
@@ -259,8 +266,9 @@ func testNodeInAWorkloadCluster(t *testing.T, api *apiServer) {
 	}
 	r := w.reconciler()
 
-	// Fenced: the out-of-service taint is on edge-a's worker-1, and edge-a holds the lease.
-	w.drive(key, same(r), nil, untilPhase(v1alpha1.PhasePoweringOn))
+	// Fenced and powered on again: the out-of-service taint is on edge-a's worker-1 until it is Ready, and
+	// edge-a holds the lease.
+	w.drive(key, same(r), nil, untilPhase(v1alpha1.PhaseWaitingForNode))
 	p := w.get(key)
 	g.Expect(p.Status.ClusterName).To(Equal("edge-a"))
 	g.Expect(p.Status.BMCName).To(Equal(b.Name))
@@ -269,46 +277,36 @@ func testNodeInAWorkloadCluster(t *testing.T, api *apiServer) {
 	g.Expect(l).NotTo(BeNil(), "the lease is held in the Node's cluster (its namespace made there on first use)")
 	g.Expect(*l.Spec.HolderIdentity).To(Equal("PowerCycleRemediation-" + machine.Name))
 
-	// The workload cluster's API server does not answer: the request says so and waits.
-	clusters.StopAll()
-	w.must(w.c.Delete(w.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "edge-a-kubeconfig", Namespace: w.ns}}))
+	// The workload cluster's API server stops answering while the host boots: the request says so and
+	// waits, past its powerOnTimeoutSeconds, with no power request.
+	api.cut()
 	before := powerOps(edgeHost)
-	for range 3 {
+	g.Eventually(func(g Gomega) {
+		_, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(conditionOf(w.get(key), v1alpha1.ConditionWorkloadClusterReachable)).To(
+			MatchFields(v1alpha1.ReasonWorkloadClusterUnreachable, metav1.ConditionFalse))
+	}).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+	w.clock.Step(10 * time.Minute)
+	for range 2 {
 		res, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(res.RequeueAfter).To(BeNumerically(">", 0))
 		w.clock.Step(res.RequeueAfter)
 	}
 	p = w.get(key)
-	g.Expect(conditionOf(p, v1alpha1.ConditionWorkloadClusterReachable)).To(MatchFields(v1alpha1.ReasonWorkloadClusterUnreachable, metav1.ConditionFalse))
+	g.Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseWaitingForNode), "nothing is decided of a Node that cannot be seen")
 	g.Expect(powerOps(edgeHost)).To(Equal(before), "no power request while the Node cannot be seen")
 	g.Expect(w.countEvents("Warning "+EventWorkloadClusterUnreachable)).To(Equal(1), "one warning for the change")
 
-	// It answers again: the host comes back, edge-a's Node is Ready, its taints and lease go.
-	w.must(w.c.Create(w.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "edge-a-kubeconfig", Namespace: w.ns},
-		Data: map[string][]byte{"value": kubeconfig}}))
-	kubelet := func(p *v1alpha1.PowerCycleRemediation) {
-		if p.Status.Phase != v1alpha1.PhaseWaitingForNode {
-			return
-		}
-		n := &corev1.Node{}
-		w.must(wl.Get(w.ctx, client.ObjectKey{Name: node}, n))
-		if n.Status.Conditions[0].Status == corev1.ConditionTrue {
-			return
-		}
-		w.clock.Step(20 * time.Second) // the boot
-		now := metav1.NewTime(w.clock.Now())
-		n.Status.Conditions[0].Status, n.Status.Conditions[0].LastHeartbeatTime, n.Status.Conditions[0].LastTransitionTime = corev1.ConditionTrue, now, now
-		w.must(wl.Status().Update(w.ctx, n))
-		c, _, err := clusters.Get(w.ctx, w.c, types.NamespacedName{Namespace: w.ns, Name: "edge-a"})
-		w.must(err)
-		g.Eventually(func() corev1.ConditionStatus {
-			cached := &corev1.Node{}
-			w.must(c.Nodes().Get(w.ctx, client.ObjectKey{Name: node}, cached))
-			return cached.Status.Conditions[0].Status
-		}).WithTimeout(10 * time.Second).WithPolling(10 * time.Millisecond).Should(Equal(corev1.ConditionTrue))
-	}
-	w.drive(key, same(r), kubelet, untilTerminal)
+	// It answers again, the host having booted: edge-a's Node is Ready, its taints and lease go.
+	api.restore()
+	n := &corev1.Node{}
+	w.must(wl.Get(w.ctx, client.ObjectKey{Name: node}, n))
+	now := metav1.NewTime(w.clock.Now())
+	n.Status.Conditions[0].Status, n.Status.Conditions[0].LastHeartbeatTime, n.Status.Conditions[0].LastTransitionTime = corev1.ConditionTrue, now, now
+	w.must(wl.Status().Update(w.ctx, n))
+	w.drive(key, same(r), nil, untilTerminal)
 	p = w.get(key)
 	g.Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonNodeReady, metav1.ConditionTrue))
 	g.Expect(conditionOf(p, v1alpha1.ConditionWorkloadClusterReachable)).To(MatchFields(v1alpha1.ReasonAsExpected, metav1.ConditionTrue))
@@ -327,4 +325,105 @@ func testNodeInAWorkloadCluster(t *testing.T, api *apiServer) {
 	g.Expect(w.taintKeys(node)).To(BeEmpty())
 	g.Expect(w.lease(node)).To(BeNil())
 	g.Expect(powerOps(edgeHost)).To(Equal([]string{"Off", "On"}))
+}
+
+// apiProxy forwards TCP connections to an API server until it is cut: then it closes those open and
+// refuses new ones, as an API server that stopped does; restored, it listens at the same address again.
+type apiProxy struct {
+	target string
+	addr   string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  []net.Conn
+}
+
+// newAPIProxy forwards to the API server of kubeconfig (its current cluster's server) until t ends.
+func newAPIProxy(t *testing.T, kubeconfig []byte) *apiProxy {
+	t.Helper()
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(cfg.Clusters[cfg.Contexts[cfg.CurrentContext].Cluster].Server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &apiProxy{target: u.Host}
+	if err := p.listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.cut)
+	return p
+}
+
+// kubeconfig is kubeconfig with its server the proxy (TLS passes through it: the certificates hold).
+func (p *apiProxy) kubeconfig(t *testing.T, kubeconfig []byte) []byte {
+	t.Helper()
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = "https://" + p.addr
+	}
+	out, err := clientcmd.Write(*cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func (p *apiProxy) listen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.ln, p.addr = ln, ln.Addr().String()
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.forward(c)
+		}
+	}()
+	return nil
+}
+
+func (p *apiProxy) forward(c net.Conn) {
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		_ = c.Close()
+		return
+	}
+	p.mu.Lock()
+	p.conns = append(p.conns, c, up)
+	p.mu.Unlock()
+	go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+	_, _ = io.Copy(c, up)
+	_ = c.Close()
+}
+
+// cut stops the proxy: the connections through it are closed, new ones refused.
+func (p *apiProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		_ = p.ln.Close()
+		p.ln = nil
+	}
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+// restore listens again, at the same address.
+func (p *apiProxy) restore() {
+	if err := p.listen(p.addr); err != nil {
+		panic(fmt.Sprintf("restoring the API server proxy at %s: %v", p.addr, err))
+	}
 }

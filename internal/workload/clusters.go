@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/metalheal/metalheal/internal/nodecache"
 )
@@ -62,6 +63,7 @@ type Clusters struct {
 
 // Cluster is one workload cluster's connection.
 type Cluster struct {
+	key    types.NamespacedName
 	cache  cache.Cache
 	client client.Client
 	cancel context.CancelFunc
@@ -76,8 +78,45 @@ func (c *Cluster) Nodes() client.Reader { return c.cache }
 func (c *Cluster) Cache() cache.Cache { return c.cache }
 
 // Client reads and writes the workload cluster straight through its API server (Nodes, Leases): for
-// writes, and for the reads that must not open an informer there.
+// writes, and for the reads that must not open an informer there. A call the API server does not answer
+// (no API status: it is down, or unreachable) fails with an *Error and drops the connection, so that
+// the next Get connects again rather than reading a cache that no longer follows the cluster.
 func (c *Cluster) Client() client.Client { return c.client }
+
+// guard turns a call's error that the API server did not answer into an *Error, and marks the
+// connection broken.
+func (c *Cluster) guard(err error) error {
+	var status apierrors.APIStatus
+	if err == nil || errors.As(err, &status) {
+		return err
+	}
+	c.broken.Store(true)
+	return &Error{Cluster: c.key, Err: err}
+}
+
+// guarded wraps a client's calls in guard.
+func (c *Cluster) guarded(direct client.WithWatch) client.Client {
+	return interceptor.NewClient(direct, interceptor.Funcs{
+		Get: func(ctx context.Context, w client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			return c.guard(w.Get(ctx, key, obj, opts...))
+		},
+		List: func(ctx context.Context, w client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			return c.guard(w.List(ctx, list, opts...))
+		},
+		Create: func(ctx context.Context, w client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			return c.guard(w.Create(ctx, obj, opts...))
+		},
+		Update: func(ctx context.Context, w client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			return c.guard(w.Update(ctx, obj, opts...))
+		},
+		Patch: func(ctx context.Context, w client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			return c.guard(w.Patch(ctx, obj, patch, opts...))
+		},
+		Delete: func(ctx context.Context, w client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			return c.guard(w.Delete(ctx, obj, opts...))
+		},
+	})
+}
 
 // New returns an empty set of connections.
 func New(opts Options) *Clusters {
@@ -179,7 +218,7 @@ func (r *Clusters) rememberNoSecret(key types.NamespacedName) {
 // only lives as long as one reconcile.
 func (r *Clusters) connect(ctx context.Context, key types.NamespacedName, cfg *rest.Config) (*Cluster, error) {
 	log := ctrl.LoggerFrom(ctx).WithValues("cluster", key)
-	c := &Cluster{}
+	c := &Cluster{key: key}
 	nodes, err := cache.New(cfg, cache.Options{
 		Scheme: scheme,
 		// The same transform as the manager's own Node cache: a workload cluster's admin controls its
@@ -197,12 +236,12 @@ func (r *Clusters) connect(ctx context.Context, key types.NamespacedName, cfg *r
 	if err != nil {
 		return nil, fmt.Errorf("creating a Node cache: %w", err)
 	}
-	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	direct, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, fmt.Errorf("creating a client: %w", err)
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	c.cache, c.client, c.cancel = nodes, direct, cancel
+	c.cache, c.client, c.cancel = nodes, c.guarded(direct), cancel
 	go func() {
 		if err := nodes.Start(runCtx); err != nil {
 			log.Error(err, "Workload cluster Node cache stopped")
