@@ -63,9 +63,6 @@ func (r *RemediationReconciler) nodeClusterOf(ctx context.Context, s *scope) (*n
 		return s.cluster, nil
 	}
 	key := types.NamespacedName{Namespace: s.pcr.Namespace, Name: name}
-	if r.opts.WorkloadClusters == nil {
-		return nil, &workload.Error{Cluster: key, Err: errors.New("this manager reaches no workload cluster")}
-	}
 	c, remote, err := r.opts.WorkloadClusters.Get(ctx, r.opts.APIReader, key)
 	switch {
 	case err != nil:
@@ -94,7 +91,7 @@ func hostOf(pcr *v1alpha1.PowerCycleRemediation) bmcaccess.Host {
 // refuseNodeElsewhere places a request owned by a Cluster API Machine (see locate) while it has not acted
 // yet (Pending), each time it is looked at until it is placed, and refuses it for good when its Node is
 // not the Node of that name here and its workload cluster cannot be known (NodeNotInThisCluster): acting
-// on the same-named Node here would cordon, taint and power-cycle a healthy host of the wrong cluster.
+// on the same-named Node here would taint and power-cycle a healthy host of the wrong cluster.
 func (r *RemediationReconciler) refuseNodeElsewhere(ctx context.Context, s *scope) (refused bool, err error) {
 	if c := s.condition(v1alpha1.ConditionSucceeded); c != nil && c.Reason == v1alpha1.ReasonNodeNotInThisCluster {
 		_, err := r.refuse(ctx, s, c.Reason, c.Message) // stays refused: nothing to write unless it changed
@@ -119,15 +116,15 @@ func (r *RemediationReconciler) refuseNodeElsewhere(ctx context.Context, s *scop
 
 // locate decides in which cluster the Node of a Machine-owned request lives, recording a workload
 // cluster in status.clusterName, or tells why the request must be refused. The Node here is the
-// Machine's when it carries the Machine's providerID (Cluster API matches a Machine to its Node by it:
-// a self-hosted management cluster), when the Machine's cluster has no <cluster>-kubeconfig Secret
-// (its Nodes are then read here, as the MachineHealthCheck reads them), or when that kubeconfig reaches
-// this very Node (same UID: it is this cluster's own). Otherwise the Node lives in that
-// workload cluster, reached through the Secret. Refused: a workload cluster the manager does not reach,
-// or whose Secret it may not read while its Cluster exists, when the same-named Node here is another host
-// (without the Cluster, its Machines' Nodes are this cluster's, as the MachineHealthCheck reads them). Nothing shows
-// otherwise for a Machine that is gone, or a Node not found here while the Secret cannot be read: the
-// request goes on here, and pending waits for the Node as for any request.
+// Machine's when it carries the Machine's providerID (Cluster API matches a Machine to its Node by it: a
+// self-hosted management cluster), when the Machine's Cluster has no <cluster>-kubeconfig Secret (its
+// Nodes are then read here, as the MachineHealthCheck reads them), or when that kubeconfig reaches this
+// very Node (same UID: it is this cluster's own). Otherwise the Node lives in that workload cluster,
+// reached through the Secret; one that cannot be reached is a *workload.Error (see clusterUnreachable).
+// Refused: a Secret the manager may not read, of a Cluster that exists, when the same-named Node here is
+// another host (without the Cluster, its Machines' Nodes are this cluster's). Nothing shows otherwise for
+// a Machine that is gone, or a Node not found here while the Secret cannot be read: the request goes on
+// here, and pending waits for the Node as for any request.
 func (r *RemediationReconciler) locate(ctx context.Context, s *scope, ref *metav1.OwnerReference) (string, error) {
 	machine, err := r.getMachine(ctx, s.pcr.Namespace, ref)
 	if err != nil || machine == nil {
@@ -147,48 +144,23 @@ func (r *RemediationReconciler) locate(ctx context.Context, s *scope, ref *metav
 		return "", nil
 	}
 	key := types.NamespacedName{Namespace: s.pcr.Namespace, Name: cluster}
-	secret := cluster + workload.KubeconfigSecretSuffix
-	var remote *workload.Cluster
+	remote, isRemote, err := r.opts.WorkloadClusters.Get(ctx, r.opts.APIReader, key)
 	var forbidden *workload.ForbiddenError
-	if r.opts.WorkloadClusters != nil {
-		c, isRemote, err := r.opts.WorkloadClusters.Get(ctx, r.opts.APIReader, key)
-		switch {
-		case errors.As(err, &forbidden):
-		case err != nil:
-			return "", err
-		case !isRemote:
-			return "", nil
-		default:
-			remote = c
-		}
-		if remote != nil && node != nil && sameNode(ctx, remote, node) {
-			return "", nil // the kubeconfig is this cluster's own: a self-hosted management cluster
-		}
-	} else {
-		err := r.opts.APIReader.Get(ctx, client.ObjectKey{Namespace: s.pcr.Namespace, Name: secret}, &corev1.Secret{})
-		switch {
-		case apierrors.IsNotFound(err):
-			return "", nil
-		case apierrors.IsForbidden(err):
-			forbidden = &workload.ForbiddenError{Cluster: key}
-		case err != nil:
-			return "", fmt.Errorf("reading Secret %s/%s: %w", s.pcr.Namespace, secret, err)
-		default:
-			return fmt.Sprintf("the Node of Machine %s/%s is in Cluster API workload cluster %s (Secret %s holds its kubeconfig), "+
-				"which this manager does not reach, and node %s of this cluster is not it (providerID %q, the Machine's %q)",
-				s.pcr.Namespace, ref.Name, cluster, secret, st.NodeName, providerIDOf(node), providerID), nil
-		}
-	}
-	if forbidden != nil {
+	switch {
+	case errors.As(err, &forbidden):
 		if node == nil {
 			return "", nil
 		}
 		if exists, err := r.clusterExists(ctx, ref.APIVersion, key); err != nil || !exists {
-			return "", err // no Cluster: its Machines' Nodes are read here, as the MachineHealthCheck reads them
+			return "", err
 		}
 		return fmt.Sprintf("node %s of this cluster is not the Node of Machine %s/%s (providerID %q, the Machine's %q), "+
 			"and the Machine's cluster %s may be a workload cluster: %v",
 			st.NodeName, s.pcr.Namespace, ref.Name, providerIDOf(node), providerID, cluster, forbidden), nil
+	case err != nil:
+		return "", err
+	case !isRemote, node != nil && sameNode(ctx, remote, node):
+		return "", nil
 	}
 	st.ClusterName = cluster
 	s.cluster = remoteCluster(key, remote)

@@ -29,39 +29,42 @@ import (
 )
 
 // A management cluster whose healthy worker-1 shares its name with a hung worker-1 of a Cluster API
-// workload cluster: a request for the workload Machine never acts on the management host. It is refused
-// before anything is touched (no BMC call, no taint, no lease, no finalizer), with the conditions and one
-// warning event saying why, whether our MachineHealthCheck (node-name annotation) or Cluster API's (only
-// the owning Machine) created it. A self-hosted management cluster, whose Nodes carry their Machines'
-// providerIDs, is served as before.
+// workload cluster: a request for the workload Machine never acts on the management host, whether our
+// MachineHealthCheck (node-name annotation) or Cluster API's (only the owning Machine) created it. When
+// the workload cluster cannot be reached (here: its kubeconfig is unusable) the request waits, saying so;
+// when the manager may not read the kubeconfig Secret of an existing Cluster it is refused for good. Either
+// way nothing is touched (no BMC call, no taint, no lease, no finalizer), and one warning event says why.
+// A self-hosted management cluster (Nodes carrying their Machines' providerIDs, or a kubeconfig reaching
+// the very same Node) is served as before, as is a Machine without Cluster or kubeconfig.
 func testNodeOfAnotherCluster(t *testing.T, api *apiServer) {
 	for name, tc := range map[string]struct {
-		annotated   bool   // the request names its node (our MachineHealthCheck), or only its Machine (Cluster API)
-		kubeconfig  bool   // the Machine's cluster has a <cluster>-kubeconfig Secret
-		nodeID      string // the providerID of this cluster's Node of the Machine's node name
-		unreadable  bool   // the manager may not read Secrets in the Machine's namespace
-		reach       bool   // the remediator reaches workload clusters, and the kubeconfig is this cluster's own
-		noCluster   bool   // the Machine's Cluster object does not exist
-		wantRefused bool
+		annotated  bool   // the request names its node (our MachineHealthCheck), or only its Machine (Cluster API)
+		kubeconfig bool   // the Machine's cluster has a <cluster>-kubeconfig Secret
+		nodeID     string // the providerID of this cluster's Node of the Machine's node name
+		unreadable bool   // the manager may not read Secrets in the Machine's namespace
+		reach      bool   // the remediator reaches workload clusters, and the kubeconfig is this cluster's own
+		noCluster  bool   // the Machine's Cluster object does not exist
+		// want is what happens: served (here), waiting (the workload cluster unreachable) or refused.
+		want string
 	}{
-		"our MachineHealthCheck's request for a workload cluster's Node": {
-			annotated: true, kubeconfig: true, nodeID: "metal3://management-worker-1", wantRefused: true},
-		"Cluster API's request for a workload cluster's Node": {
-			kubeconfig: true, nodeID: "metal3://management-worker-1", wantRefused: true},
-		"a Node here without a providerID": {
-			annotated: true, kubeconfig: true, wantRefused: true},
+		"our MachineHealthCheck's request for a workload cluster's Node, which cannot be reached": {
+			annotated: true, kubeconfig: true, nodeID: "metal3://management-worker-1", want: "waiting"},
+		"Cluster API's request for a workload cluster's Node, which cannot be reached": {
+			kubeconfig: true, nodeID: "metal3://management-worker-1", want: "waiting"},
+		"a Node here without a providerID, the workload cluster unreachable": {
+			annotated: true, kubeconfig: true, want: "waiting"},
 		"the kubeconfig Secret not readable, and the providerIDs differ": {
-			annotated: true, kubeconfig: true, nodeID: "metal3://management-worker-1", unreadable: true, wantRefused: true},
+			annotated: true, kubeconfig: true, nodeID: "metal3://management-worker-1", unreadable: true, want: "refused"},
 		"a self-hosted management cluster: the Node carries the Machine's providerID": {
-			kubeconfig: true, nodeID: "metal3://workload-worker-1"},
+			kubeconfig: true, nodeID: "metal3://workload-worker-1", want: "served"},
 		"the kubeconfig Secret not readable, and no Cluster: the Machine's Nodes are this cluster's": {
-			annotated: true, kubeconfig: true, nodeID: "metal3://management-worker-1", unreadable: true, noCluster: true},
+			annotated: true, kubeconfig: true, nodeID: "metal3://management-worker-1", unreadable: true, noCluster: true, want: "served"},
 		"the kubeconfig Secret not readable, and the Node carries the Machine's providerID": {
-			annotated: true, kubeconfig: true, nodeID: "metal3://workload-worker-1", unreadable: true},
+			annotated: true, kubeconfig: true, nodeID: "metal3://workload-worker-1", unreadable: true, want: "served"},
 		"a self-hosted management cluster whose kubeconfig reaches this very Node, without providerIDs": {
-			annotated: true, kubeconfig: true, reach: true},
+			annotated: true, kubeconfig: true, reach: true, want: "served"},
 		"no kubeconfig Secret: the Machine's Nodes are in this cluster": {
-			annotated: true, nodeID: "metal3://management-worker-1"},
+			annotated: true, nodeID: "metal3://management-worker-1", want: "served"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -112,7 +115,7 @@ func testNodeOfAnotherCluster(t *testing.T, api *apiServer) {
 				APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Name: machine.Name, UID: machine.UID})
 			host := hosts.Driver(fakeAddress(node))
 
-			if !tc.wantRefused {
+			if tc.want == "served" {
 				w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilTerminal)
 				p := w.get(key)
 				g.Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonNodeReady, metav1.ConditionTrue))
@@ -136,17 +139,28 @@ func testNodeOfAnotherCluster(t *testing.T, api *apiServer) {
 			g.Expect(w.lease(node)).To(BeNil())
 			p := w.get(key)
 			g.Expect(p.Finalizers).NotTo(ContainElement(v1alpha1.FinalizerPowerCycle))
-			g.Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseFailed))
 			g.Expect(p.Status.Attempts).To(BeEmpty())
-			g.Expect(conditionOf(p, v1alpha1.ConditionProcessing)).To(MatchFields(v1alpha1.ReasonNodeNotInThisCluster, metav1.ConditionFalse))
-			g.Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonNodeNotInThisCluster, metav1.ConditionFalse))
-			g.Expect(conditionOf(p, v1alpha1.ConditionProcessing).Message).To(And(
-				ContainSubstring("workload"), ContainSubstring(machine.Name), ContainSubstring(node), ContainSubstring("Nothing was done")))
+			g.Expect(r.Remediating(w.ctx, node)).To(BeFalse(), "it holds no host of this cluster")
 			events := w.drainEvents()
 			g.Expect(events).To(HaveLen(1), "one warning, and nothing else announced")
-			g.Expect(events[0]).To(HavePrefix("Warning " + EventNodeNotInThisCluster + " "))
-			g.Expect(r.Remediating(w.ctx, node)).To(BeFalse(), "a refused request holds no host")
-			g.Expect(results).To(HaveEach(ctrl.Result{}), "nothing to come back for")
+			if tc.want == "waiting" {
+				g.Expect(conditionOf(p, v1alpha1.ConditionWorkloadClusterReachable)).To(
+					MatchFields(v1alpha1.ReasonWorkloadClusterUnreachable, metav1.ConditionFalse))
+				g.Expect(conditionOf(p, v1alpha1.ConditionWorkloadClusterReachable).Message).To(ContainSubstring("workload"))
+				g.Expect(conditionOf(p, v1alpha1.ConditionSucceeded).Status).To(BeEmpty(), "not refused: it waits for the cluster")
+				g.Expect(events[0]).To(HavePrefix("Warning " + EventWorkloadClusterUnreachable + " "))
+				for _, res := range results {
+					g.Expect(res.RequeueAfter).To(BeNumerically(">", 0), "it looks again")
+				}
+			} else {
+				g.Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseFailed))
+				g.Expect(conditionOf(p, v1alpha1.ConditionProcessing)).To(MatchFields(v1alpha1.ReasonNodeNotInThisCluster, metav1.ConditionFalse))
+				g.Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonNodeNotInThisCluster, metav1.ConditionFalse))
+				g.Expect(conditionOf(p, v1alpha1.ConditionProcessing).Message).To(And(
+					ContainSubstring("workload"), ContainSubstring(machine.Name), ContainSubstring(node), ContainSubstring("Nothing was done")))
+				g.Expect(events[0]).To(HavePrefix("Warning " + EventNodeNotInThisCluster + " "))
+				g.Expect(results).To(HaveEach(ctrl.Result{}), "nothing to come back for")
+			}
 
 			// Deleted, it goes at once: no clean-up touches the host.
 			w.must(w.c.Delete(w.ctx, p))

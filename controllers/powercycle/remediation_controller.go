@@ -96,8 +96,8 @@ type RemediationReconcilerOptions struct {
 	// before it is sent, like every power-off, so the replacement manager resumes from there.
 	ManagerNodeName string
 	// WorkloadClusters reach the Cluster API workload clusters that hold the Nodes of Machine-owned
-	// requests (shared with the MachineHealthCheck). Nil: the remediator acts only on Nodes of its own
-	// cluster, and refuses a request whose Node lives in a workload cluster (NodeNotInThisCluster).
+	// requests: share the MachineHealthCheck's. Defaults to connections of the remediator's own, stopped
+	// with the manager (SetupWithManager).
 	WorkloadClusters *workload.Clusters
 }
 
@@ -110,6 +110,9 @@ type RemediationReconciler struct {
 	memory memory
 	// trusted are the namespaces whose requests are acted on: ManagerNamespace and TrustedNamespaces.
 	trusted map[string]bool
+	// ownWorkloads: the workload cluster connections were made here, not shared (SetupWithManager adds
+	// them to the manager).
+	ownWorkloads bool
 }
 
 // NewRemediationReconciler checks and defaults opts and returns the remediator.
@@ -148,7 +151,11 @@ func NewRemediationReconciler(opts RemediationReconcilerOptions) (*RemediationRe
 	if opts.PowerPollInterval <= 0 {
 		opts.PowerPollInterval = DefaultPowerPollInterval
 	}
-	r := &RemediationReconciler{opts: opts, trusted: trustedNamespaces(opts.ManagerNamespace, opts.TrustedNamespaces)}
+	ownWorkloads := opts.WorkloadClusters == nil
+	if ownWorkloads {
+		opts.WorkloadClusters = workload.New(workload.Options{Clock: opts.Clock})
+	}
+	r := &RemediationReconciler{opts: opts, trusted: trustedNamespaces(opts.ManagerNamespace, opts.TrustedNamespaces), ownWorkloads: ownWorkloads}
 	r.phases = r.phaseHandlers()
 	return r, nil
 }
@@ -194,8 +201,11 @@ func (r *RemediationReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 	if err != nil {
 		return fmt.Errorf("building the power-cycle remediator: %w", err)
 	}
-	if r.opts.WorkloadClusters != nil {
-		r.opts.WorkloadClusters.OnConnect(r.watchWorkloadNodes(c))
+	r.opts.WorkloadClusters.OnConnect(r.watchWorkloadNodes(c))
+	if r.ownWorkloads {
+		if err := mgr.Add(r.opts.WorkloadClusters); err != nil {
+			return fmt.Errorf("adding the workload cluster connections to the manager: %w", err)
+		}
 	}
 	return nil
 }
