@@ -47,7 +47,17 @@ func workloadCluster(ctx context.Context, namespace, name, cpNode string) {
 		Type: clusterv1.ClusterSecretType,
 		Data: map[string][]byte{"value": kubeconfig},
 	})
-	api, err := url.Parse(h.World.RESTConfig().Host)
+	key := standInCluster(ctx, namespace, name, h.World.RESTConfig().Host)
+	machine(ctx, namespace, name, name+"-cp", cpNode, map[string]string{clusterv1.MachineControlPlaneLabel: ""})
+	waitControlPlaneInitialized(ctx, key)
+}
+
+// standInCluster creates a Cluster API Cluster whose infrastructure is a stand-in InteropCluster,
+// provisioned, its control-plane endpoint the API server at apiServer (a URL). The Cluster's kubeconfig
+// Secret is the caller's. At the end of the scenario the Cluster is torn down (teardownCluster).
+func standInCluster(ctx context.Context, namespace, name, apiServer string) client.ObjectKey {
+	GinkgoHelper()
+	api, err := url.Parse(apiServer)
 	Expect(err).NotTo(HaveOccurred())
 	port, err := strconv.Atoi(api.Port())
 	Expect(err).NotTo(HaveOccurred())
@@ -62,17 +72,23 @@ func workloadCluster(ctx context.Context, namespace, name, cpNode string) {
 	}
 	Expect(k8s.Create(ctx, cluster)).To(Succeed())
 	DeferCleanup(teardownCluster, client.ObjectKeyFromObject(cluster))
-	machine(ctx, namespace, name, name+"-cp", cpNode, map[string]string{clusterv1.MachineControlPlaneLabel: ""})
+	return client.ObjectKeyFromObject(cluster)
+}
+
+// waitControlPlaneInitialized waits for Cluster API to see a Cluster's control plane initialized: its
+// cluster cache connected, a control-plane Machine's nodeRef set.
+func waitControlPlaneInitialized(ctx context.Context, key client.ObjectKey) {
+	GinkgoHelper()
+	cluster := &clusterv1.Cluster{}
 	Eventually(func(g Gomega) {
-		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), cluster)).To(Succeed())
+		g.Expect(k8s.Get(ctx, key, cluster)).To(Succeed())
 		g.Expect(meta.IsStatusConditionTrue(cluster.Status.Conditions, clusterv1.ClusterControlPlaneInitializedCondition)).To(BeTrue(),
 			"Cluster API sees the control plane initialized: %v", cluster.Status.Conditions)
 	}).WithContext(ctx).WithTimeout(settledWait).WithPolling(poll).Should(Succeed())
 }
 
-// machine creates a Machine of the cluster on node, through Cluster API's real flow: the Node gets a
-// providerID, a stand-in infrastructure machine reports it provisioned with that providerID, and Cluster
-// API's Machine controller finds the Node and sets the Machine's nodeRef (waited for).
+// machine creates a Machine of the cluster on node, a Node of the world itself, through Cluster API's
+// real flow: the Node gets a providerID, and machineOf does the rest.
 func machine(ctx context.Context, namespace, cluster, name, node string, labels map[string]string) *clusterv1.Machine {
 	GinkgoHelper()
 	providerID := "interop://" + node
@@ -84,7 +100,15 @@ func machine(ctx context.Context, namespace, cluster, name, node string, labels 
 		Expect(k8s.Patch(ctx, n, patch)).To(Succeed())
 	}
 	Expect(n.Spec.ProviderID).To(Equal(providerID), "node %s is used by one Machine only", node)
+	return machineOf(ctx, namespace, cluster, name, node, providerID, labels)
+}
 
+// machineOf creates a Machine of the cluster for the Node that carries providerID, in whichever cluster
+// the Cluster's kubeconfig Secret reaches, through Cluster API's real flow: a stand-in infrastructure
+// machine reports it provisioned with that providerID, and Cluster API's Machine controller finds the
+// Node through its cluster cache and sets the Machine's nodeRef (waited for).
+func machineOf(ctx context.Context, namespace, cluster, name, node, providerID string, labels map[string]string) *clusterv1.Machine {
+	GinkgoHelper()
 	infra := object(interopMachineGVK, namespace, name)
 	Expect(unstructured.SetNestedField(infra.Object, providerID, "spec", "providerID")).To(Succeed())
 	Expect(unstructured.SetNestedField(infra.Object, true, "status", "initialization", "provisioned")).To(Succeed())

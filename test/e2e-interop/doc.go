@@ -14,8 +14,10 @@
 // with one metalheal template; (3) medik8s escalating between two metalheal templates on a host that never
 // comes back; (4) metalheal's and medik8s' NodeHealthChecks side by side → SelfNodeRemediation, compared
 // field by field, and one lease holder per node; (5) metalheal's and Cluster API's MachineHealthChecks side
-// by side → Metal3Remediation, compared field by field; and the samples for Cluster API and medik8s users
-// accepted by the peers' CRDs and webhooks.
+// by side → Metal3Remediation, compared field by field; (6) Cluster API's and metalheal's
+// MachineHealthChecks → PowerCycleRemediation for hosts of a separate workload cluster (its own API
+// server, test/harness's fleet) whose Node names repeat the management cluster's; and the samples for
+// Cluster API and medik8s users accepted by the peers' CRDs and webhooks.
 //
 // The suite is guarded by the interop build tag:
 //

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/metalheal/metalheal/internal/testenv"
 	"github.com/metalheal/metalheal/pkg/leases"
@@ -34,7 +35,7 @@ const (
 	leaseInterval = 2 * time.Second
 	bootDelay     = 3 * time.Second
 	powerDelay    = time.Second
-	workers       = 12
+	workers       = 14
 )
 
 // Waits. Every wait is an Eventually bounded by one of these.
@@ -57,6 +58,7 @@ const (
 	capiNamespace   = "interop-capi"   // scenario 1: Cluster API's MachineHealthCheck → PowerCycleRemediation
 	metal3Namespace = "interop-metal3" // scenario 5: both MachineHealthChecks → Metal3Remediation
 	snrNamespace    = "interop-snr"    // scenario 4: both NodeHealthChecks → SelfNodeRemediation
+	fleetNamespace  = "interop-fleet"  // scenario 6: both MachineHealthChecks → PowerCycleRemediation, Nodes in a workload cluster
 )
 
 // medik8sWebhookPort is where node-healthcheck-operator serves its webhook: its main fixes 9443.
@@ -80,6 +82,8 @@ func TestInterop(t *testing.T) {
 }
 
 var _ = BeforeSuite(func(ctx SpecContext) {
+	// The suite's own watches (controller-runtime caches) log as the spec does.
+	ctrllog.SetLogger(GinkgoLogr)
 	By("reading the peers' config/default and pointing their webhooks at local processes")
 	pki, err := peers.NewWebhookPKI(time.Now())
 	Expect(err).NotTo(HaveOccurred())
@@ -125,7 +129,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	k8s, err = client.New(h.World.RESTConfig(), client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(ignoreAlreadyExists(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leaseNS}}))).To(Succeed())
-	for _, ns := range []string{capiNamespace, metal3Namespace, snrNamespace, snrPeerNamespace} {
+	for _, ns := range []string{capiNamespace, metal3Namespace, snrNamespace, snrPeerNamespace, fleetNamespace} {
 		Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
 	}
 
@@ -148,7 +152,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	// Requests are trusted only in the namespaces the admin lists (issue 23); until that flag exists in the
 	// manager, every namespace is.
 	if managerSupports(bin, "remediation-namespaces") {
-		args = append(args, "--remediation-namespaces="+strings.Join([]string{harness.Namespace, capiNamespace, metal3Namespace, snrNamespace}, ","))
+		args = append(args, "--remediation-namespaces="+strings.Join([]string{harness.Namespace, capiNamespace, metal3Namespace, snrNamespace, fleetNamespace}, ","))
 	}
 	metalheal, err = h.StartManager(ctx, args...)
 	Expect(err).NotTo(HaveOccurred())

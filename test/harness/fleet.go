@@ -53,6 +53,12 @@ type FleetOptions struct {
 	MachineLabels map[string]string
 	// NodeLabels are added to every workload Node (node-role.kubernetes.io/worker is always set).
 	NodeLabels map[string]string
+	// SkipClusterObjects describes each cluster by its kubeconfig Secret and its BMCs only: no Cluster,
+	// MachineSet or Machines. For a management cluster where Cluster API's own controllers and webhooks
+	// run: the caller creates the Cluster (with the infrastructure reference Cluster API's webhook
+	// requires) and the Machines (an infrastructure machine reporting ProviderID(node)), and Cluster API
+	// sets their nodeRefs. MachineLabels is then unused.
+	SkipClusterObjects bool
 	// World configures every workload cluster's control plane. Its name is the Cluster's; it serves no
 	// metalheal or Cluster API kinds (SkipCRDs, ExtraCRDPaths are overridden); the node monitor timings
 	// default to the management world's.
@@ -63,7 +69,8 @@ type FleetOptions struct {
 // kube-controller-manager (whose node lifecycle controller marks its silent Nodes Unknown), simulated
 // kubelets whose hosts are systems of the harness's Redfish mock, and, in the management cluster, its
 // Cluster, <cluster>-kubeconfig Secret, a MachineSet with one Machine per Node (providerID and nodeRef
-// set) and one BMC per host (spec.nodeName and spec.cluster).
+// set; none of these with FleetOptions.SkipClusterObjects) and one BMC per host (spec.nodeName and
+// spec.cluster).
 type WorkloadCluster struct {
 	// Name and Namespace are the Cluster's in the management cluster.
 	Name, Namespace string
@@ -134,7 +141,7 @@ func (h *Harness) StartWorkloadClusters(ctx context.Context, opts FleetOptions) 
 		return nil, err
 	}
 	for _, c := range clusters {
-		if err := c.describe(ctx, opts.MachineLabels); err != nil {
+		if err := c.describe(ctx, opts); err != nil {
 			return nil, fmt.Errorf("describing workload cluster %s to the management cluster: %w", c.Name, err)
 		}
 	}
@@ -199,9 +206,9 @@ func (c *WorkloadCluster) start(ctx context.Context, opts FleetOptions) error {
 }
 
 // describe creates the cluster's objects in the management cluster: kubeconfig Secret first (the
-// MachineHealthCheck remembers a missing one for a minute), then the Cluster, its MachineSet, the
-// Machines (nodeRef in status) and the BMCs.
-func (c *WorkloadCluster) describe(ctx context.Context, machineLabels map[string]string) error {
+// MachineHealthCheck remembers a missing one for a minute), then, unless opts.SkipClusterObjects, the
+// Cluster, its MachineSet and the Machines (nodeRef in status), and the BMCs.
+func (c *WorkloadCluster) describe(ctx context.Context, opts FleetOptions) error {
 	mgmt := c.h.Client
 	kubeconfig, err := os.ReadFile(c.World.Kubeconfig())
 	if err != nil {
@@ -213,6 +220,35 @@ func (c *WorkloadCluster) describe(ctx context.Context, machineLabels map[string
 		Type: clusterv1.ClusterSecretType,
 		Data: map[string][]byte{"value": kubeconfig},
 	}
+	if err := mgmt.Create(ctx, secret); err != nil {
+		return err
+	}
+	if !opts.SkipClusterObjects {
+		if err := c.describeCluster(ctx, opts.MachineLabels); err != nil {
+			return err
+		}
+	}
+	for _, node := range c.nodes {
+		b := &v1alpha1.BMC{
+			ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: c.BMCName(node)},
+			Spec: v1alpha1.BMCSpec{
+				NodeName:             node,
+				Cluster:              &v1alpha1.ClusterReference{Namespace: c.Namespace, Name: c.Name},
+				Address:              c.h.bmcAddress(c.SystemID(node)),
+				CredentialsSecretRef: v1alpha1.SecretReference{Name: bmcCredentials},
+			},
+		}
+		if err := mgmt.Create(ctx, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// describeCluster creates the Cluster, its MachineSet and one Machine per Node, its nodeRef in status as
+// Cluster API's Machine controller would set it.
+func (c *WorkloadCluster) describeCluster(ctx context.Context, machineLabels map[string]string) error {
+	mgmt := c.h.Client
 	api, err := url.Parse(c.World.RESTConfig().Host)
 	if err != nil {
 		return err
@@ -224,6 +260,9 @@ func (c *WorkloadCluster) describe(ctx context.Context, machineLabels map[string
 	cluster := &clusterv1.Cluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name},
 		Spec:       clusterv1.ClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: api.Hostname(), Port: int32(port)}},
+	}
+	if err := mgmt.Create(ctx, cluster); err != nil {
+		return err
 	}
 	labels := map[string]string{clusterv1.ClusterNameLabel: c.Name}
 	maps.Copy(labels, machineLabels)
@@ -239,10 +278,8 @@ func (c *WorkloadCluster) describe(ctx context.Context, machineLabels map[string
 			},
 		},
 	}
-	for _, o := range []client.Object{secret, cluster, set} {
-		if err := mgmt.Create(ctx, o); err != nil {
-			return err
-		}
+	if err := mgmt.Create(ctx, set); err != nil {
+		return err
 	}
 	for _, node := range c.nodes {
 		m := &clusterv1.Machine{
@@ -258,18 +295,6 @@ func (c *WorkloadCluster) describe(ctx context.Context, machineLabels map[string
 		}
 		m.Status.NodeRef = clusterv1.MachineNodeReference{Name: node}
 		if err := mgmt.Status().Update(ctx, m); err != nil {
-			return err
-		}
-		b := &v1alpha1.BMC{
-			ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: c.BMCName(node)},
-			Spec: v1alpha1.BMCSpec{
-				NodeName:             node,
-				Cluster:              &v1alpha1.ClusterReference{Namespace: c.Namespace, Name: c.Name},
-				Address:              c.h.bmcAddress(c.SystemID(node)),
-				CredentialsSecretRef: v1alpha1.SecretReference{Name: bmcCredentials},
-			},
-		}
-		if err := mgmt.Create(ctx, b); err != nil {
 			return err
 		}
 	}
