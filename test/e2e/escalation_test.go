@@ -108,6 +108,9 @@ var _ = Describe("A host that never comes back", func() {
 		broken := pool.take(ctx, group, 1)[0]
 		reportOnFailure(start, broken, "workers-0")
 		ns := namespace(ctx, "e2e-mhc")
+		// What an admin grants in a Cluster's namespace the remediator trusts (docs/operations.md): the
+		// escalation deletes the request's Machine there.
+		Expect(h.GrantClusterNamespace(ctx, ns)).To(Succeed())
 		createTemplate(ctx, ns, "escalate", remediation(escalateAfterTwo))
 
 		By("a MachineSet's Machine runs on the node")
