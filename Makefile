@@ -124,6 +124,10 @@ bench: envtest-bins $(KUSTOMIZE) ## Measure the 5,000-node world: cost targets, 
 bench-small: envtest-bins $(KUSTOMIZE) ## Measure the 1,000-node world: the detection latency targets (BENCHMARKS.md).
 	$(GO) run ./test/bench --nodes=1000 --out=bin/bench-small.json $(ARGS)
 
+.PHONY: bench-fleet
+bench-fleet: envtest-bins $(KUSTOMIZE) ## The fleet world: 4 workload clusters x 50 nodes, each its own API server, one MachineHealthCheck each: the manager's cost per cluster connected, detection across clusters (BENCHMARKS.md).
+	$(GO) run ./test/bench --world=fleet --clusters=4 --nodes-per-cluster=50 --failures=40 --steady=60s --out=bin/bench-fleet.json $(ARGS)
+
 .PHONY: bench-peers
 bench-peers: envtest-bins $(KUSTOMIZE) build-peers ## The checkers side by side, interleaved: metalheal's and medik8s' NodeHealthCheck, metalheal's and Cluster API's MachineHealthCheck, 1,000 nodes, 3 runs each (ARGS="--nodes=100 --runs=1" for a smoke test).
 	$(GO) run ./test/bench peers $(ARGS)

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/testenv"
 	"github.com/metalheal/metalheal/test/harness"
 	"github.com/metalheal/metalheal/test/nodesim"
 	"github.com/metalheal/metalheal/test/world"
@@ -56,7 +57,9 @@ type bench struct {
 	// plain run has it. peerSetup is what its world needs beyond metalheal's.
 	checker   checker
 	peerSetup *peerSetup
-	report    *Report
+	// fleet is the fleet world's workload clusters (--world=fleet); nil in the single-cluster world.
+	fleet  *fleet
+	report *Report
 	// powerLog hears the Redfish mock's power changes and the hosts' boots, for the power cycles' BMC view;
 	// ends keeps what its last steps need until the audit log is read.
 	powerLog powerLog
@@ -91,6 +94,11 @@ func run(ctx context.Context, cfg config, command string) (err error) {
 		return err
 	}
 	defer b.h.Stop()
+	if cfg.fleet() {
+		if err := b.startFleet(ctx); err != nil {
+			return err
+		}
+	}
 	b.report.SetupSeconds = time.Since(setupStart).Seconds()
 	logf("world ready in %.0fs: %d nodes; kubectl --kubeconfig=%s", b.report.SetupSeconds, cfg.nodes, b.h.World.Kubeconfig())
 
@@ -134,6 +142,9 @@ func run(ctx context.Context, cfg config, command string) (err error) {
 	decompose(b.report.Detection, reqs, b.emrGVR.Resource)
 	b.finishSteps(reqs)
 	b.report.Phases = phases
+	if b.fleet != nil {
+		b.report.Fleet = summarizeFleet(cfg.clusters, cfg.nodesPerCluster, phases, b.report.Detection)
+	}
 	b.report.finish()
 	b.report.print(os.Stdout)
 	if werr := b.report.write(cfg.out); werr != nil {
@@ -152,6 +163,11 @@ func run(ctx context.Context, cfg config, command string) (err error) {
 func (b *bench) setUpCheck(ctx context.Context) error {
 	switch {
 	case b.cfg.peer():
+		return b.startController(ctx)
+	case b.fleet != nil:
+		if err := b.setUpFleetChecks(ctx); err != nil {
+			return err
+		}
 		return b.startController(ctx)
 	case b.cfg.checker == "":
 		if err := b.createCheck(ctx); err != nil {
@@ -185,7 +201,11 @@ func (b *bench) phases(ctx context.Context) error {
 	if err := b.waitStartup(ctx); err != nil {
 		return err
 	}
-	if b.cfg.steady > 0 {
+	if b.fleet != nil {
+		if err := b.fleetRest(ctx); err != nil {
+			return err
+		}
+	} else if b.cfg.steady > 0 {
 		if err := b.waitPeriodicChecks(ctx); err != nil {
 			return err
 		}
@@ -202,6 +222,9 @@ func (b *bench) phases(ctx context.Context) error {
 	}
 	if b.cfg.failures > 0 {
 		spread, burst := b.detectionNodes()
+		if b.fleet != nil {
+			spread, burst = b.fleetDetectionNodes()
+		}
 		d, err := b.detect(ctx, "spread", spread, b.cfg.spreadOver)
 		b.report.Detection = append(b.report.Detection, d)
 		if err != nil {
@@ -252,6 +275,16 @@ func (b *bench) startWorld(ctx context.Context) error {
 		KeepDir:                b.cfg.keepWorld,
 		ExtraCRDPaths:          extraCRDs,
 	}
+	workers, skipBMCs := b.cfg.nodes, b.cfg.peer() || !b.cfg.bmcs
+	if b.cfg.fleet() {
+		// One management Node, no BMC of its own: the fleet's hosts are the workload clusters'.
+		workers, skipBMCs = 1, true
+		capi, err := testenv.ClusterAPICRDs()
+		if err != nil {
+			return err
+		}
+		wopts.ExtraCRDPaths = append(wopts.ExtraCRDPaths, capi)
+	}
 	for _, p := range strings.Split(b.cfg.extraCRDs, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			wopts.ExtraCRDPaths = append(wopts.ExtraCRDPaths, p)
@@ -260,12 +293,12 @@ func (b *bench) startWorld(ctx context.Context) error {
 	logf("starting a world of %d nodes (lease every %s, grace %s, boot %s, power change %s)",
 		b.cfg.nodes, b.cfg.leaseInterval, b.cfg.gracePeriod, b.cfg.bootDelay, b.cfg.powerDelay)
 	b.h, err = harness.Start(ctx, harness.Options{
-		Workers:       b.cfg.nodes,
+		Workers:       workers,
 		World:         wopts,
 		LeaseInterval: b.cfg.leaseInterval,
 		BootDelay:     b.cfg.bootDelay,
 		PowerDelay:    b.cfg.powerDelay,
-		SkipBMCs:      b.cfg.peer() || !b.cfg.bmcs,
+		SkipBMCs:      skipBMCs,
 		// The power cycles' BMC view reads a whole batch's requests (about 15 per cycle, and the periodic
 		// checks): the default record of 10,000 would drop the start of a batch of 500.
 		RedfishRequestLimit: 200000,
@@ -280,20 +313,20 @@ func (b *bench) startWorld(ctx context.Context) error {
 	if b.kube, err = nodesim.NewClient(b.h.World.RESTConfig(), "bench"); err != nil {
 		return err
 	}
-	return b.waitNodesLabelled(ctx)
+	return waitNodesLabelled(ctx, b.kube)
 }
 
 // waitNodesLabelled waits until the node lifecycle controller has given every node the legacy
 // beta.kubernetes.io/{os,arch} labels, as it does once per node after registration: until then the
 // Nodes' labels change at the controller-manager's pace (minutes at 5,000 nodes), and a health check
 // reacts to label changes, so no measured phase would be steady.
-func (b *bench) waitNodesLabelled(ctx context.Context) error {
+func waitNodesLabelled(ctx context.Context, kube kubernetes.Interface) error {
 	const selector = "!beta.kubernetes.io/os"
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	start := time.Now()
 	for {
-		list, err := b.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
+		list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
 		if err == nil && len(list.Items) == 0 {
 			logf("the controller-manager has labelled every node (%.0fs)", time.Since(start).Seconds())
 			return nil
@@ -421,6 +454,10 @@ func (b *bench) startController(ctx context.Context) error {
 	}
 	if b.cfg.checker != "" {
 		args = append(args, b.checker.metalhealManagerArgs()...)
+	}
+	if b.fleet != nil {
+		// As config/cluster-api's Deployment carries them, for the fleet's namespace.
+		args = append(args, "--cluster-namespaces="+fleetNamespace, "--remediation-namespaces="+fleetNamespace)
 	}
 	args = append(args, strings.Fields(b.cfg.managerArgs)...)
 	b.track.begin("startup")
@@ -607,7 +644,11 @@ func (b *bench) waitManagerSynced(ctx context.Context) error {
 			return fmt.Errorf("waiting for the manager's start-up (last: %s): %w", last, ctx.Err())
 		case <-tick.C:
 		}
-		if b.cfg.checker != "" {
+		if b.fleet != nil {
+			if last = b.fleetReady(ctx); last != "" {
+				continue
+			}
+		} else if b.cfg.checker != "" {
 			if last = b.checkerReady(ctx); last != "" {
 				continue
 			}

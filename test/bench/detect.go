@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/metalheal/metalheal/test/harness"
 	"github.com/metalheal/metalheal/test/nodesim"
@@ -130,7 +131,7 @@ func (b *bench) detect(ctx context.Context, name string, nodes []string, over ti
 			case <-time.After(time.Until(start.Add(time.Duration(i) * interval))):
 			}
 			wg.Go(func() {
-				if err := b.sim().InjectFault(st.f.Node, nodesim.FaultTransient); err != nil {
+				if err := b.simOf(st.f.Node).InjectFault(st.f.Node, nodesim.FaultTransient); err != nil {
 					st.setError(err)
 					return
 				}
@@ -142,7 +143,7 @@ func (b *bench) detect(ctx context.Context, name string, nodes []string, over ti
 	} else {
 		logf("%s: failing %d nodes at once", name, len(nodes))
 		for _, st := range states {
-			if err := b.sim().InjectFault(st.f.Node, nodesim.FaultTransient); err != nil {
+			if err := b.simOf(st.f.Node).InjectFault(st.f.Node, nodesim.FaultTransient); err != nil {
 				st.setError(err)
 			}
 		}
@@ -248,7 +249,38 @@ func (b *bench) detect(ctx context.Context, name string, nodes []string, over ti
 	return d, nil
 }
 
-func (b *bench) sim() *nodesim.Simulator { return b.h.Sim }
+// simOf is the simulator running a node's kubelet: the management cluster's, or in the fleet world its
+// workload cluster's.
+func (b *bench) simOf(node string) *nodesim.Simulator {
+	if h, ok := b.fleetHost(node); ok {
+		return h.sim
+	}
+	return b.h.Sim
+}
+
+// nodesOf is a client of the API server that holds a node.
+func (b *bench) nodesOf(node string) kubernetes.Interface {
+	if h, ok := b.fleetHost(node); ok {
+		return h.kube
+	}
+	return b.kube
+}
+
+// systemOf is the Redfish mock's system of a node's host.
+func (b *bench) systemOf(node string) string {
+	if h, ok := b.fleetHost(node); ok {
+		return h.system
+	}
+	return harness.SystemID(node)
+}
+
+func (b *bench) fleetHost(node string) (fleetHost, bool) {
+	if b.fleet == nil {
+		return fleetHost{}, false
+	}
+	h, ok := b.fleet.hosts[node]
+	return h, ok
+}
 
 // countNearbyBMCRequests sets each failure's BMCRequestsNear from the BMC simulator's record (kept since
 // the world started; the power cycles reset it).
@@ -284,7 +316,7 @@ func (b *bench) holdNotReady(ctx context.Context, st *failureState, transition t
 			return
 		case <-time.After(time.Second):
 		}
-		node, err := b.kube.CoreV1().Nodes().Get(ctx, st.f.Node, metav1.GetOptions{})
+		node, err := b.nodesOf(st.f.Node).CoreV1().Nodes().Get(ctx, st.f.Node, metav1.GetOptions{})
 		if err != nil {
 			continue
 		}
@@ -317,7 +349,7 @@ func (b *bench) postNotReady(ctx context.Context, st *failureState, transition t
 		st.setError(err)
 		return
 	}
-	_, err = b.kube.CoreV1().Nodes().Patch(ctx, st.f.Node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	_, err = b.nodesOf(st.f.Node).CoreV1().Nodes().Patch(ctx, st.f.Node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	posted := time.Now()
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -352,7 +384,7 @@ func (b *bench) onRemediation(s sighting) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		node, err := b.kube.CoreV1().Nodes().Get(ctx, s.Node, metav1.GetOptions{})
+		node, err := b.nodesOf(s.Node).CoreV1().Nodes().Get(ctx, s.Node, metav1.GetOptions{})
 		if err == nil {
 			want := st.get().Transition
 			for _, c := range node.Status.Conditions {
@@ -364,7 +396,7 @@ func (b *bench) onRemediation(s sighting) {
 			}
 		}
 		if b.benchHeals() {
-			if err := b.sim().ClearFault(s.Node); err != nil {
+			if err := b.simOf(s.Node).ClearFault(s.Node); err != nil {
 				logf("healing %s: %v", s.Node, err)
 			}
 		}
@@ -384,7 +416,7 @@ func (b *bench) waitRecovered(ctx context.Context, nodes []string, timeout time.
 			if present[n] {
 				continue
 			}
-			node, err := b.kube.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+			node, err := b.nodesOf(n).CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
 			if err != nil {
 				continue
 			}
@@ -412,9 +444,9 @@ func (b *bench) waitRecovered(ctx context.Context, nodes []string, timeout time.
 // fleet whatever the remediator did.
 func (b *bench) forceHeal(nodes []string) {
 	for _, n := range nodes {
-		_ = b.sim().ClearFault(n)
-		if st, err := b.h.Mock.PowerState(harness.SystemID(n)); err == nil && st != redfishmock.PowerOn {
-			_ = b.h.Mock.SetPowerState(harness.SystemID(n), redfishmock.PowerOn)
+		_ = b.simOf(n).ClearFault(n)
+		if st, err := b.h.Mock.PowerState(b.systemOf(n)); err == nil && st != redfishmock.PowerOn {
+			_ = b.h.Mock.SetPowerState(b.systemOf(n), redfishmock.PowerOn)
 		}
 	}
 }

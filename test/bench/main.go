@@ -41,7 +41,19 @@ type config struct {
 	recoverTimeout    time.Duration
 	floorRounds       int
 	powerTimeout      time.Duration
+	world             string
+	clusters          int
+	nodesPerCluster   int
 }
+
+// The worlds (--world).
+const (
+	worldSingle = "single"
+	worldFleet  = "fleet"
+)
+
+// fleet reports whether the run is in the fleet world: workload clusters of their own.
+func (c config) fleet() bool { return c.world == worldFleet }
 
 // peer reports whether the controller under test is another command rather than metalheal's manager.
 func (c config) peer() bool { return c.controllerCmd != "" }
@@ -79,11 +91,32 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.detectTimeout, "detect-timeout", 10*time.Minute, "Bound on waiting for every failed node's remediation request, after its expiry.")
 	fs.DurationVar(&c.recoverTimeout, "recover-timeout", 5*time.Minute, "Bound on waiting for the failed nodes to be Ready and their requests gone.")
 	fs.DurationVar(&c.powerTimeout, "power-timeout", 20*time.Minute, "Bound on a power-cycle phase.")
+	fs.StringVar(&c.world, "world", worldSingle, "The world: "+worldSingle+" (one cluster of --nodes, metalheal's NodeHealthCheck) or "+worldFleet+
+		" (a management cluster and --clusters workload clusters of --nodes-per-cluster, each its own API server, one MachineHealthCheck per cluster; "+
+		"measures the manager at rest with one and with all clusters connected, each for --steady, then detection across the clusters).")
+	fs.IntVar(&c.clusters, "clusters", 4, "Fleet world: workload clusters (each control plane costs about 400 MiB).")
+	fs.IntVar(&c.nodesPerCluster, "nodes-per-cluster", 50, "Fleet world: simulated nodes per workload cluster.")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch c.world {
+	case worldSingle:
+	case worldFleet:
+		if c.clusters < 1 || c.nodesPerCluster < 1 {
+			return c, errors.New("--clusters and --nodes-per-cluster must be at least 1")
+		}
+		if set["nodes"] || c.checker != "" || c.controllerCmd != "" {
+			return c, errors.New("--world=fleet sets the nodes from --clusters and --nodes-per-cluster, and measures metalheal's manager: no --nodes, --checker or --controller-cmd")
+		}
+		// The fleet's hosts are power-cycled by the remediator after detection; the floor and the
+		// power-cycle phases are the single world's.
+		c.nodes, c.cycles, c.floorRounds = c.clusters*c.nodesPerCluster, 0, 0
+		set["cycles"] = true
+	default:
+		return c, fmt.Errorf("--world %q: want %s or %s", c.world, worldSingle, worldFleet)
+	}
 	if c.checker != "" {
 		ch, ok := findChecker(c.checker)
 		if !ok {

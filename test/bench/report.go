@@ -28,9 +28,11 @@ type Report struct {
 	Detection    []Detection    `json:"detection,omitempty"`
 	Floor        *Floor         `json:"floor,omitempty"`
 	PowerCycles  *PowerCycles   `json:"powerCycles,omitempty"`
-	Targets      []Target       `json:"targets"`
-	Method       []string       `json:"method"`
-	Error        string         `json:"error,omitempty"`
+	// Fleet is the fleet world's summary (--world=fleet).
+	Fleet   *FleetSummary `json:"fleet,omitempty"`
+	Targets []Target      `json:"targets"`
+	Method  []string      `json:"method"`
+	Error   string        `json:"error,omitempty"`
 }
 
 // Machine is where the run happened.
@@ -424,6 +426,9 @@ func (r *Report) print(out io.Writer) {
 		w.Flush()
 	}
 
+	if r.Fleet != nil {
+		r.Fleet.print(out, c.Failures, c.SpreadOverSeconds)
+	}
 	fmt.Fprintf(out, "\nTARGETS\n")
 	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	for _, t := range r.Targets {
