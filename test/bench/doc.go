@@ -47,6 +47,13 @@
 // one Machine per Node. "bench peers" (`make bench-peers`) runs each checker --runs times, interleaved, a
 // fresh world per run, and prints the medians, ranges and ratios side by side (peerstable.go).
 //
+// Fleet: --world=fleet (`make bench-fleet`) runs a management cluster and --clusters workload clusters of
+// --nodes-per-cluster, each its own control plane (harness.StartWorkloadClusters), with one
+// MachineHealthCheck per cluster (fleet.go). It measures the manager at rest with one cluster connected,
+// then with all, each for --steady (the difference, per cluster added, is what a connection costs), then
+// the spread and the burst with the failed hosts round-robin across the clusters; no floor, no power-cycle
+// phases.
+//
 // Output: a table on stdout, ending with the targets (MET, MISSED, or reported for a world the target is
 // not for: latency targets are for 1,000 nodes, cost targets and the wave guard for 5,000), and a JSON
 // file (--out). `make bench` runs 5,000 nodes and `make bench-small` 1,000; BENCHMARKS.md records the
