@@ -125,7 +125,7 @@ bench-small: envtest-bins $(KUSTOMIZE) ## Measure the 1,000-node world: the dete
 	$(GO) run ./test/bench --nodes=1000 --out=bin/bench-small.json $(ARGS)
 
 .PHONY: bench-fleet
-bench-fleet: envtest-bins $(KUSTOMIZE) ## The fleet world: 4 workload clusters x 50 nodes, each its own API server, one MachineHealthCheck each: the manager's cost per cluster connected, detection across clusters (BENCHMARKS.md).
+bench-fleet: envtest-bins $(KUSTOMIZE) ## The fleet world: 4 workload clusters x 50 nodes (at 8 the two cores saturate), each its own API server, one MachineHealthCheck each: the manager's cost per cluster connected, detection across clusters (BENCHMARKS.md).
 	$(GO) run ./test/bench --world=fleet --clusters=4 --nodes-per-cluster=50 --failures=40 --steady=60s --out=bin/bench-fleet.json $(ARGS)
 
 .PHONY: bench-peers

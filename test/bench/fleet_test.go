@@ -110,3 +110,43 @@ func TestFleetSummaryPrint(t *testing.T) {
 		t.Errorf("table:\n%s\nwant its row %q", out.String(), want)
 	}
 }
+
+// --world=fleet sizes the world from its clusters, measures metalheal's manager only, and leaves out the
+// single world's floor and power-cycle phases.
+func TestParseFlagsFleet(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		nodes   int
+		wantErr string
+	}{
+		{name: "defaults", args: []string{"--world=fleet"}, nodes: 200},
+		{name: "sized", args: []string{"--world=fleet", "--clusters=2", "--nodes-per-cluster=30", "--failures=10"}, nodes: 60},
+		{name: "the single world is unchanged", args: []string{"--nodes=100", "--failures=10"}, nodes: 100},
+		{name: "no --nodes in a fleet", args: []string{"--world=fleet", "--nodes=100"}, wantErr: "--world=fleet"},
+		{name: "no peer in a fleet", args: []string{"--world=fleet", "--checker=capi-mhc"}, wantErr: "--world=fleet"},
+		{name: "at least one cluster", args: []string{"--world=fleet", "--clusters=0"}, wantErr: "--clusters"},
+		{name: "failures fit the fleet", args: []string{"--world=fleet", "--clusters=1", "--nodes-per-cluster=10"}, wantErr: "--failures"},
+		{name: "unknown world", args: []string{"--world=moon"}, wantErr: `--world "moon"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := parseFlags(tt.args)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("got %v, want an error naming %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.nodes != tt.nodes {
+				t.Errorf("nodes %d, want %d", c.nodes, tt.nodes)
+			}
+			if c.fleet() && (c.cycles != 0 || c.floorRounds != 0) {
+				t.Errorf("a fleet with %d cycles and %d floor rounds", c.cycles, c.floorRounds)
+			}
+		})
+	}
+}
