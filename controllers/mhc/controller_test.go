@@ -357,7 +357,7 @@ var _ = Describe("Template-based remediation", func() {
 		Expect(w.powerCycleRemediations(ctx)).To(HaveLen(2), "both requests stay until the Machine is healthy")
 	})
 
-	It("marks a request timed out when the remediator gives up, and says so when no step is left", func(ctx SpecContext) {
+	It("leaves the last step's request unmarked when the remediator gives up, and says no step is left", func(ctx SpecContext) {
 		w := newWorld(ctx)
 		w.createTemplate(ctx, "reboot", "reboot")
 		w.createCheck(ctx, "workers", func(mhc *v1alpha1.MachineHealthCheck) { mhc.Spec.RemediationTemplate = ptr.To(templateRef("reboot")) })
@@ -371,8 +371,11 @@ var _ = Describe("Template-based remediation", func() {
 
 		w.reconcile(ctx, "workers")
 		emrs := w.powerCycleRemediations(ctx)
-		Expect(emrs).To(HaveLen(1), "kept for the remediator to clean up")
-		Expect(emrs[0].GetAnnotations()).To(HaveKey(template.AnnotationTimedOut))
+		Expect(emrs).To(HaveLen(1), "kept until the Machine is healthy")
+		Expect(emrs[0].GetAnnotations()).NotTo(HaveKey(template.AnnotationTimedOut),
+			"nothing takes the host over: the request stays as its remediator left it")
+		Expect(w.check(ctx, "workers").Status.UnhealthyMachines).To(ConsistOf(HaveField("Remediations",
+			ConsistOf(HaveField("TimedOut", Not(BeNil()))))), "the step has ended in status")
 		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventRemediationsExhausted)))
 	})
 

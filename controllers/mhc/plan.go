@@ -20,6 +20,7 @@ import (
 	"github.com/metalheal/metalheal/internal/backoff"
 	"github.com/metalheal/metalheal/internal/budget"
 	"github.com/metalheal/metalheal/internal/conditions"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/template"
 )
 
@@ -258,7 +259,7 @@ func planChecks(in planInput) (plan, error) {
 		o := observed[i]
 		status.Targets = append(status.Targets, t.Machine.Name)
 		prevEntry := prev[t.Machine.Name]
-		records := mergeRecords(prevEntry, o.Requests)
+		records := mergeRecords(prevEntry, o.Requests, now)
 		t.Blocked = blockerFor(o, in.Paused, decision.Allowed)
 		if t.Blocked == notBlocked && storm.Active() {
 			t.Blocked = blockedStormCooldown
@@ -470,128 +471,95 @@ type escalation struct {
 	Overdue []*unstructured.Unstructured
 }
 
-// escalate walks the remediation steps for the unhealthy Machine named machine. records are the requests
-// created so far (oldest first), requests the ones that exist. The current step is the last record; it
-// ends when its timeout passes or its request reports Succeeded=False, and the next step without a record
-// starts once the ended steps' requests are finished with the host (waitForHandOver): one hand per host.
-// A later step whose request would have the same name as an earlier one's (same kind) gets a name of its
-// own (template.RequestName); the earlier request is not deleted, it may still hold the host.
+// escalate walks the remediation steps of the unhealthy Machine named machine (engine.Escalate). records
+// are the requests created so far (oldest first), requests the ones that exist. The request it asks for
+// is recorded at once (execute drops the record if the create fails).
 func escalate(steps []step, machine string, records []v1alpha1.MachineRemediationRequest, requests []*unstructured.Unstructured,
 	now time.Time) escalation {
-	out := escalation{Records: slices.Clone(records)}
-	ended := false
-	if n := len(out.Records); n > 0 && out.Records[n-1].TimedOut == nil {
-		rec := &out.Records[n-1]
-		i := slices.IndexFunc(steps, func(s step) bool { return s.matches(*rec) })
-		req := findRequest(requests, *rec)
-		timedOut := i < 0 // its step was removed from the spec: give up on it
-		if i >= 0 && steps[i].Timeout > 0 && !now.Before(rec.Started.Add(steps[i].Timeout)) {
-			timedOut = true
+	qs, byRef := engineRequests(requests)
+	objects := func(refs []engine.Ref) []*unstructured.Unstructured {
+		var out []*unstructured.Unstructured
+		for _, ref := range refs {
+			out = append(out, byRef[ref])
 		}
-		if req != nil && requestFailed(req) {
-			timedOut = true
-		}
-		switch {
-		case timedOut:
-			rec.TimedOut = ptr.To(metav1.NewTime(now))
-			if req != nil && req.GetDeletionTimestamp() == nil {
-				out.TimeOut = append(out.TimeOut, req)
-			}
-			ended = true
-		case req == nil:
-			// Gone (deleted by someone else) or not in the cache yet: ask again; AlreadyExists is fine.
-			out.Create = &createRequest{Step: steps[i], Name: requestName(steps, i, machine)}
-			return out
-		default:
-			return out // in progress; a deleting request is waited for
-		}
-	}
-	next := slices.IndexFunc(steps, func(s step) bool {
-		return !slices.ContainsFunc(out.Records, func(r v1alpha1.MachineRemediationRequest) bool { return s.matches(r) })
-	})
-	if next < 0 {
-		out.Exhausted = ended
 		return out
 	}
-	if out.waitForHandOver(requests, now) {
-		return out
-	}
-	name := requestName(steps, next, machine)
-	for _, r := range requests {
-		if r.GroupVersionKind().GroupKind() == steps[next].GVK.GroupKind() && r.GetName() == name {
-			// Only a spec change leads here (a later step's name depends on the steps before it): an ended
-			// step's request holds the name the next step wants. It is finished with the host (above), so
-			// it goes first, and the next step starts once it is gone (its deletion brings the check back).
-			if r.GetDeletionTimestamp() == nil {
-				out.Delete = append(out.Delete, r)
-			}
-			out.Overdue = nil
-			return out
+	walk := engine.Escalate(engineSteps(steps), machine, engineRecords(records), qs, now)
+	out := escalation{Records: machineRecords(walk.Records), TimeOut: objects(walk.TimeOut), Delete: objects(walk.Delete),
+		Exhausted: walk.Exhausted && walk.Ended != nil, WaitingFor: walk.WaitingFor, WaitCheck: walk.WaitCheck,
+		WaitUntil: walk.WaitUntil, Overdue: objects(walk.Overdue)}
+	if c := walk.Create; c != nil {
+		out.Create = &createRequest{Step: steps[c.Step], Name: c.Name, First: c.First}
+		if !c.Again {
+			out.Records = append(out.Records, v1alpha1.MachineRemediationRequest{
+				APIVersion: steps[c.Step].GVK.GroupVersion().String(), Kind: steps[c.Step].GVK.Kind,
+				TemplateName: steps[c.Step].Template.Name, Started: metav1.NewTime(now)})
 		}
 	}
-	out.Create = &createRequest{Step: steps[next], Name: name, First: len(out.Records) == 0}
-	out.Records = append(out.Records, v1alpha1.MachineRemediationRequest{
-		APIVersion: steps[next].GVK.GroupVersion().String(), Kind: steps[next].GVK.Kind,
-		TemplateName: steps[next].Template.Name, Started: metav1.NewTime(now)})
 	return out
 }
 
-// waitForHandOver holds the next step back while the request of an ended step is still acting on the
-// host: it is finished with the host once it is gone, reports Processing=False, or has no Processing
-// condition at all; one that does neither is waited for template.HandOverBound after its timed-out mark,
-// then reported overdue. It reports whether the next step waits.
-func (out *escalation) waitForHandOver(requests []*unstructured.Unstructured, now time.Time) bool {
+// engineRequests are a Machine's requests as the engine reads them, and each by its reference.
+func engineRequests(requests []*unstructured.Unstructured) ([]engine.Request, map[engine.Ref]*unstructured.Unstructured) {
+	byRef := make(map[engine.Ref]*unstructured.Unstructured, len(requests))
+	qs := make([]engine.Request, 0, len(requests))
 	for _, r := range requests {
-		markedAt, ended := endedAt(out.Records, r)
-		if !ended {
-			continue
-		}
-		switch state, deadline := template.HandOver(template.ProcessingStatus(r), markedAt, now); state {
-		case template.Holding:
-			if out.WaitingFor == "" {
-				out.WaitingFor = requestRef(r)
-			}
-			out.WaitCheck = earliest(out.WaitCheck, deadline)
-			if deadline.After(out.WaitUntil) {
-				out.WaitUntil = deadline
-			}
-		case template.Overdue:
-			out.Overdue = append(out.Overdue, r)
-		}
+		ref := engine.RefOf(r)
+		byRef[ref] = r
+		qs = append(qs, engine.RequestOf(ref, r))
 	}
-	if out.WaitingFor == "" {
-		return false
-	}
-	out.Overdue = nil
-	return true
+	return qs, byRef
 }
 
-// endedAt tells whether request r has ended (its step timed out or failed: its record says so, or it
-// carries the timed-out mark) and when: the record's time, else the mark's, else the request's creation
-// (a malformed mark: the wait for it is bounded all the same).
-func endedAt(records []v1alpha1.MachineRemediationRequest, r *unstructured.Unstructured) (time.Time, bool) {
-	for _, rec := range records {
-		if rec.TimedOut != nil && findRequest([]*unstructured.Unstructured{r}, rec) != nil {
-			return rec.TimedOut.Time, true
-		}
+// mergeRecords returns the Machine's remediation records: those in status, completed with the requests
+// that exist but are not recorded (engine.Adopt).
+func mergeRecords(prev *v1alpha1.UnhealthyMachine, requests []*unstructured.Unstructured, now time.Time) []v1alpha1.MachineRemediationRequest {
+	var records []v1alpha1.MachineRemediationRequest
+	if prev != nil {
+		records = prev.Remediations
 	}
-	at, timedOut, _ := template.TimedOut(r)
-	switch {
-	case !timedOut:
-		return time.Time{}, false
-	case at.IsZero():
-		return r.GetCreationTimestamp().Time, true
-	}
-	return at, true
+	qs, _ := engineRequests(requests)
+	return machineRecords(engine.Adopt(engineRecords(records), qs, now))
 }
 
-// requestName is the name of the request step i creates for machine (template.RequestName).
-func requestName(steps []step, i int, machine string) string {
-	keys := make([]template.StepKey, len(steps))
-	for j, s := range steps {
-		keys[j] = template.StepKey{Kind: s.GVK.GroupKind(), Namespace: s.Template.Namespace, Template: s.Template.Name}
+// engineSteps are the steps as the engine takes them.
+func engineSteps(steps []step) []engine.Step {
+	out := make([]engine.Step, 0, len(steps))
+	for _, s := range steps {
+		out = append(out, engine.Step{GVK: s.GVK, Namespace: s.Template.Namespace, Template: s.Template.Name, Timeout: s.Timeout})
 	}
-	return template.RequestName(machine, keys, i)
+	return out
+}
+
+// engineRecords are a Machine's status records as the engine keeps them (a Machine's record names no
+// request: the request is found by kind and template).
+func engineRecords(records []v1alpha1.MachineRemediationRequest) []engine.Record {
+	out := make([]engine.Record, 0, len(records))
+	for _, r := range records {
+		rec := engine.Record{APIVersion: r.APIVersion, Kind: r.Kind, TemplateName: r.TemplateName, Started: r.Started.Time}
+		if r.TimedOut != nil {
+			rec.Ended = r.TimedOut.Time
+		}
+		out = append(out, rec)
+	}
+	return out
+}
+
+// machineRecords are the engine's records as status.unhealthyMachines[].remediations.
+func machineRecords(records []engine.Record) []v1alpha1.MachineRemediationRequest {
+	if len(records) == 0 {
+		return nil
+	}
+	out := make([]v1alpha1.MachineRemediationRequest, 0, len(records))
+	for _, r := range records {
+		rec := v1alpha1.MachineRemediationRequest{APIVersion: r.APIVersion, Kind: r.Kind, TemplateName: r.TemplateName,
+			Started: metav1.NewTime(r.Started)}
+		if !r.Ended.IsZero() {
+			rec.TimedOut = ptr.To(metav1.NewTime(r.Ended))
+		}
+		out = append(out, rec)
+	}
+	return out
 }
 
 // requestRef names a request as "Kind namespace/name".
@@ -611,70 +579,6 @@ func nextEscalation(steps []step, records []v1alpha1.MachineRemediationRequest, 
 		return time.Time{}
 	}
 	return records[n-1].Started.Add(steps[i].Timeout)
-}
-
-// mergeRecords returns the Machine's remediation records: those in status, completed with the requests
-// that exist but are not recorded (status lost, e.g. a conflict after the create), oldest first.
-func mergeRecords(prev *v1alpha1.UnhealthyMachine, requests []*unstructured.Unstructured) []v1alpha1.MachineRemediationRequest {
-	var out []v1alpha1.MachineRemediationRequest
-	if prev != nil {
-		out = slices.Clone(prev.Remediations)
-		for i := range out {
-			out[i] = *out[i].DeepCopy()
-		}
-	}
-	sorted := slices.Clone(requests)
-	slices.SortFunc(sorted, func(a, b *unstructured.Unstructured) int {
-		return a.GetCreationTimestamp().Compare(b.GetCreationTimestamp().Time)
-	})
-	for _, r := range sorted {
-		rec := recordOf(r)
-		i := slices.IndexFunc(out, func(o v1alpha1.MachineRemediationRequest) bool {
-			return o.APIVersion == rec.APIVersion && o.Kind == rec.Kind && o.TemplateName == rec.TemplateName
-		})
-		if i < 0 {
-			out = append(out, rec)
-			continue
-		}
-		if out[i].TimedOut == nil && rec.TimedOut != nil {
-			out[i].TimedOut = rec.TimedOut
-		}
-	}
-	return out
-}
-
-// recordOf describes an existing request as a status record.
-func recordOf(r *unstructured.Unstructured) v1alpha1.MachineRemediationRequest {
-	rec := v1alpha1.MachineRemediationRequest{
-		APIVersion: r.GetAPIVersion(), Kind: r.GetKind(),
-		TemplateName: r.GetAnnotations()[template.AnnotationTemplateName],
-		Started:      r.GetCreationTimestamp(),
-	}
-	if at, timedOut, _ := template.TimedOut(r); timedOut {
-		if at.IsZero() {
-			at = r.GetCreationTimestamp().Time
-		}
-		rec.TimedOut = ptr.To(metav1.NewTime(at))
-	}
-	return rec
-}
-
-// findRequest returns the existing request a record describes, or nil.
-func findRequest(requests []*unstructured.Unstructured, rec v1alpha1.MachineRemediationRequest) *unstructured.Unstructured {
-	for _, r := range requests {
-		if r.GetAPIVersion() == rec.APIVersion && r.GetKind() == rec.Kind {
-			if name, ok := r.GetAnnotations()[template.AnnotationTemplateName]; !ok || name == rec.TemplateName {
-				return r
-			}
-		}
-	}
-	return nil
-}
-
-// requestFailed reports whether the remediator gave up on a request (Succeeded=False).
-func requestFailed(r *unstructured.Unstructured) bool {
-	c, err := template.FindCondition(r, template.ConditionSucceeded)
-	return err == nil && c != nil && c.Status == metav1.ConditionFalse
 }
 
 // setCheckConditions sets the check's RemediationAllowed and Paused conditions and returns the events

@@ -18,6 +18,7 @@ import (
 	"github.com/metalheal/metalheal/internal/backoff"
 	"github.com/metalheal/metalheal/internal/budget"
 	"github.com/metalheal/metalheal/internal/conditions"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/gates"
 	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/pkg/leases"
@@ -108,6 +109,9 @@ type createAction struct {
 	ExpiredAt time.Time
 	// Why says why the Node is unhealthy, e.g. "Ready=Unknown for 5m0s".
 	Why string
+	// Again: the request of the Node's current step vanished and is asked for again; status keeps its
+	// record (and the step's start).
+	Again bool
 }
 
 // at makes sure the plan looks again no later than t.
@@ -153,6 +157,7 @@ type decider struct {
 	old     map[string]*v1alpha1.UnhealthyNode
 	work    map[string]*nodeWork
 	hold    bool
+	steps   []engine.Step
 	cands   []candidate
 	creates map[string]bool
 }
@@ -172,7 +177,9 @@ type candidate struct {
 	request string // the request's name
 	// overdue are requests of ended steps that did not hand the host over within the bound: the step
 	// starts without them, with a warning.
-	overdue   []remediationObject
+	overdue []emrRef
+	// again: the current step's request vanished and is asked for again (its record is kept).
+	again     bool
 	expiredAt time.Time
 	why       string
 	entry     *v1alpha1.UnhealthyNode
@@ -186,6 +193,9 @@ func decide(in observed, now time.Time) plan {
 	p := &plan{Entries: map[string]*v1alpha1.UnhealthyNode{}, Disabled: in.Disabled, Paused: in.Check.Spec.PauseRequests}
 	d := &decider{in: in, now: now, p: p, old: map[string]*v1alpha1.UnhealthyNode{}, work: map[string]*nodeWork{},
 		creates: map[string]bool{}}
+	for _, st := range in.Steps {
+		d.steps = append(d.steps, engine.Step{GVK: st.EMR, Namespace: st.Ref.Namespace, Template: st.Ref.Name, Timeout: st.Timeout})
+	}
 	for i := range in.Check.Status.UnhealthyNodes {
 		u := &in.Check.Status.UnhealthyNodes[i]
 		d.old[u.Name] = u
@@ -360,7 +370,7 @@ func (d *decider) decideNode(name string) {
 		e.Remediations = slices.Clone(prev.Remediations)
 		e.ConditionsHealthyTimestamp = prev.ConditionsHealthyTimestamp
 	}
-	e.Remediations = syncRemediations(name, e.Remediations, ours, d.now)
+	e.Remediations = nodeRemediations(engine.Adopt(recordsOf(name, e.Remediations), ours, d.now))
 	switch {
 	case w.node == nil:
 		d.nodeGone(e, ours)
@@ -421,91 +431,47 @@ func (d *decider) deleteAll(node string, ours []remediationObject) bool {
 	return asked
 }
 
-// nodeUnhealthy runs the escalation of an unhealthy Node: end the current step on timeout or
-// Succeeded=False, then start the next step once the ended steps' requests are finished with the host
-// (one hand per host: see waitForHandOver), unless something else holds it back.
+// nodeUnhealthy runs the escalation of an unhealthy Node (engine.Escalate: end the current step on
+// timeout or Succeeded=False, start the next once the ended steps' requests are finished with the host),
+// then applies the gates to the request it asks for.
 func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ours []remediationObject) {
-	node, now := w.node, d.now
+	node := w.node
 	e.ConditionsHealthyTimestamp = nil
 	if !w.selected && len(e.Remediations) == 0 {
 		return // no longer selected and never remediated: not ours
 	}
 	d.p.Entries[e.Name] = e
-	for _, o := range ours {
-		if o.Deleting && !o.TimedOut {
-			d.keepLease(node) // deleted (by someone) before it ended: wait until it is gone, then start over
-			return
-		}
-	}
-
-	marked := false
-	if i, obj := activeRemediation(e.Name, e.Remediations, ours); i >= 0 {
-		r := &e.Remediations[i]
-		si := stepOf(d.in.Steps, *r)
-		var timeout time.Duration
-		if si >= 0 {
-			timeout = d.in.Steps[si].Timeout
-		}
-		switch {
-		case obj.Failed && si >= 0 && si == len(d.in.Steps)-1:
-			// The last step gave up. Marking it timed out would make the remediator undo what it left
-			// behind (a host left powered off and fenced, say) with nothing to take over: the step ends in
-			// status only, and the request stays as the remediator left it until the Node is healthy.
-			r.TimedOut = &metav1.Time{Time: now}
-			d.p.Events = append(d.p.Events, warning(EventRemediationFailed, actionTimeout, e.Name,
-				fmt.Sprintf("%s reported Succeeded=False: it was the last step, so it is left as the remediator left it", obj.Ref)))
-		case obj.Failed:
-			d.markTimedOut(e.Name, r, obj)
-			d.p.Events = append(d.p.Events, warning(EventRemediationFailed, actionTimeout, e.Name,
-				fmt.Sprintf("%s reported Succeeded=False: marked timed out", obj.Ref)))
-		case timeout > 0 && !now.Before(r.Started.Add(timeout)):
-			d.markTimedOut(e.Name, r, obj)
-			d.p.Events = append(d.p.Events, warning(EventRemediationTimedOut, actionTimeout, e.Name,
-				fmt.Sprintf("%s did not succeed within %s: marked timed out", obj.Ref, timeout)))
-		default:
-			if timeout > 0 {
-				d.p.at(r.Started.Add(timeout))
-			}
-			d.keepLease(node)
-			return
-		}
-		marked = true
-	}
-
-	next := nextStep(d.in.Steps, e.Remediations)
-	if next >= len(d.in.Steps) {
-		if marked {
-			d.p.Events = append(d.p.Events, warning(EventRemediationsExhausted, actionTimeout, e.Name,
-				fmt.Sprintf("Node %s is still unhealthy and every remediation step has ended", e.Name)))
-		}
-		if len(ours) > 0 {
-			d.keepLease(node)
-		}
-		return
-	}
-	st := d.in.Steps[next]
-	name := requestName(d.in.Steps, next, e.Name)
-	key := emrRef{APIVersion: st.EMR.GroupVersion().String(), Kind: st.EMR.Kind, Namespace: st.Ref.Namespace, Name: name}
 	if len(ours) > 0 {
 		d.keepLease(node)
 	}
-	overdue, waiting := d.waitForHandOver(e, prev, ours, next)
-	if waiting {
-		return
+	walk := engine.Escalate(d.steps, e.Name, recordsOf(e.Name, e.Remediations), ours, d.now)
+	e.Remediations = nodeRemediations(walk.Records)
+	d.p.at(walk.Next())
+	for _, ref := range walk.TimeOut {
+		d.p.timeOut(ref, e.Name)
 	}
-	if i := slices.IndexFunc(ours, func(o remediationObject) bool { return o.Ref == key }); i >= 0 {
-		// Only a spec change leads here (a later step's name depends on the steps before it): an ended
-		// step's request holds the name the next step wants. It is finished with the host (above), so it
-		// goes first, and the next step starts once it is gone.
-		if !ours[i].Deleting {
-			d.p.delete(key, e.Name)
+	for _, ref := range walk.Delete {
+		d.p.delete(ref, e.Name)
+	}
+	if end := walk.Ended; end != nil {
+		d.p.Events = append(d.p.Events, endEvent(e.Name, end))
+		if walk.Exhausted {
+			d.p.Events = append(d.p.Events, warning(EventRemediationsExhausted, actionTimeout, e.Name,
+				fmt.Sprintf("Node %s is still unhealthy and every remediation step has ended", e.Name)))
 		}
-		return
 	}
-	if d.hold {
-		return // the conditions and the phase say why
+	if e.WaitingFor = walk.WaitingFor; e.WaitingFor != "" && (prev == nil || prev.WaitingFor != e.WaitingFor) {
+		d.p.Events = append(d.p.Events, normal(EventWaitingForHandOver, actionWait, e.Name, fmt.Sprintf(
+			"Escalation step %d of %d for node %s waits until %s is finished with the host "+
+				"(deleted, or Processing=False); it starts at %s at the latest",
+			walk.NextStep+1, len(d.in.Steps), e.Name, e.WaitingFor, walk.WaitUntil.UTC().Format(time.RFC3339))))
 	}
-
+	c := walk.Create
+	if c == nil || d.hold {
+		return // nothing to start, or the conditions and the phase say why not
+	}
+	st := d.in.Steps[c.Step]
+	key := emrRef{APIVersion: st.EMR.GroupVersion().String(), Kind: st.EMR.Kind, Namespace: st.Ref.Namespace, Name: c.Name}
 	if node.Labels[v1alpha1.LabelExcludeFromRemediation] == "true" {
 		d.p.skip(e, prev, SkipExcluded, fmt.Sprintf("Node carries %s=true", v1alpha1.LabelExcludeFromRemediation), why(w.res))
 		return
@@ -522,15 +488,31 @@ func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ou
 		d.p.skip(e, prev, SkipRemediationExists, msg, why(w.res))
 		return
 	}
-	if len(e.Remediations) == 0 && d.backingOff(e, prev, why(w.res)) {
+	if c.First && d.backingOff(e, prev, why(w.res)) {
 		return
 	}
-	c := candidate{name: e.Name, node: node, step: next, request: name, overdue: overdue, entry: e, prev: prev,
-		why: why(w.res)}
-	if len(e.Remediations) == 0 {
-		c.expiredAt = w.res.ExpiredAt
+	cand := candidate{name: e.Name, node: node, step: c.Step, request: c.Name, again: c.Again, overdue: walk.Overdue,
+		entry: e, prev: prev, why: why(w.res)}
+	if c.First {
+		cand.expiredAt = w.res.ExpiredAt
 	}
-	d.cands = append(d.cands, c)
+	d.cands = append(d.cands, cand)
+}
+
+// endEvent is the warning for a step that ended.
+func endEvent(node string, end *engine.Ending) event {
+	switch {
+	case end.Failed && !end.Marked:
+		return warning(EventRemediationFailed, actionTimeout, node, fmt.Sprintf(
+			"%s reported Succeeded=False: it was the last step, so it is left as the remediator left it", end.Request))
+	case end.Failed:
+		return warning(EventRemediationFailed, actionTimeout, node, fmt.Sprintf("%s reported Succeeded=False: marked timed out", end.Request))
+	case end.Removed:
+		return warning(EventRemediationTimedOut, actionTimeout, node, fmt.Sprintf(
+			"%s belongs to a step no longer in the spec: marked timed out", end.Request))
+	}
+	return warning(EventRemediationTimedOut, actionTimeout, node, fmt.Sprintf(
+		"%s did not succeed within %s: marked timed out", end.Request, end.Timeout))
 }
 
 // admitCandidates applies the gates that need every candidate (control-plane Nodes one at a time) and the
@@ -566,13 +548,13 @@ func (d *decider) admitCandidates() {
 		}
 		st := d.in.Steps[c.step]
 		d.p.Creates = append(d.p.Creates, createAction{Node: c.node, Name: c.request, Step: c.step, Template: st.Template,
-			ExpiredAt: c.expiredAt, Why: c.why})
+			ExpiredAt: c.expiredAt, Why: c.why, Again: c.again})
 		d.creates[c.name] = true
 		for _, o := range c.overdue {
 			d.p.Events = append(d.p.Events, warning(EventHandOverTimedOut, actionCreate, c.name, fmt.Sprintf(
 				"%s did not report that it is finished with node %s (Processing=False) within %s of its "+
 					"timed-out mark: starting escalation step %d of %d anyway",
-				o.Ref, c.name, template.HandOverBound, c.step+1, len(d.in.Steps))))
+				o, c.name, template.HandOverBound, c.step+1, len(d.in.Steps))))
 		}
 	}
 }
@@ -609,80 +591,6 @@ func (d *decider) keepLease(node *corev1.Node) {
 	d.p.Renew = append(d.p.Renew, renewal{Node: node, From: from})
 }
 
-// markTimedOut ends the step r of node: in status now, on the request through the annotation.
-func (d *decider) markTimedOut(node string, r *v1alpha1.NodeRemediation, obj remediationObject) {
-	r.TimedOut = &metav1.Time{Time: d.now}
-	if !obj.TimedOut {
-		d.p.timeOut(obj.Ref, node)
-	}
-}
-
-// waitForHandOver holds the next step (step next) of a Node back while the request of an ended step is
-// still acting on the host: at most one remediation acts on a host at any instant. Such a request is
-// finished with the host once it is gone, reports Processing=False, or has no Processing condition at all;
-// one that does neither is waited for template.HandOverBound after its timed-out mark, then reported
-// overdue. While it waits, waitingFor in the Node's status names the request, an event says so once, and
-// the plan looks again at the bound (the request's Processing changing brings the check back sooner).
-func (d *decider) waitForHandOver(e, prev *v1alpha1.UnhealthyNode, ours []remediationObject, next int) (
-	overdue []remediationObject, waiting bool) {
-	var holding []remediationObject
-	var until time.Time
-	for _, o := range ours {
-		markedAt, ended := endedAt(e, o)
-		if !ended {
-			continue
-		}
-		switch state, deadline := template.HandOver(o.Processing, markedAt, d.now); state {
-		case template.Holding:
-			holding = append(holding, o)
-			d.p.at(deadline)
-			if deadline.After(until) {
-				until = deadline
-			}
-		case template.Overdue:
-			overdue = append(overdue, o)
-		}
-	}
-	if len(holding) == 0 {
-		return overdue, false
-	}
-	e.WaitingFor = holding[0].Ref.String()
-	if prev == nil || prev.WaitingFor != e.WaitingFor {
-		d.p.Events = append(d.p.Events, normal(EventWaitingForHandOver, actionWait, e.Name, fmt.Sprintf(
-			"Escalation step %d of %d for node %s waits until %s is finished with the host "+
-				"(deleted, or Processing=False); it starts at %s at the latest",
-			next+1, len(d.in.Steps), e.Name, e.WaitingFor, until.UTC().Format(time.RFC3339))))
-	}
-	return nil, true
-}
-
-// endedAt tells whether request o of the Node has ended (its step timed out or failed: the status says
-// so, or the request carries the timed-out mark) and when: the status's time, else the mark's, else the
-// request's creation (a malformed mark: the wait for it is bounded all the same).
-func endedAt(e *v1alpha1.UnhealthyNode, o remediationObject) (time.Time, bool) {
-	if i := slices.IndexFunc(e.Remediations, func(r v1alpha1.NodeRemediation) bool { return matches(e.Name, r, o) }); i >= 0 {
-		if t := e.Remediations[i].TimedOut; t != nil {
-			return t.Time, true
-		}
-	}
-	switch {
-	case !o.TimedOut:
-		return time.Time{}, false
-	case !o.TimedOutAt.IsZero():
-		return o.TimedOutAt, true
-	}
-	return o.Created, true
-}
-
-// requestName is the name of the request step i creates for node (template.RequestName).
-func requestName(steps []step, i int, node string) string {
-	keys := make([]template.StepKey, len(steps))
-	for j, s := range steps {
-		keys[j] = template.StepKey{Kind: s.EMR.GroupKind(), Namespace: s.Ref.Namespace, Template: s.Ref.Name}
-	}
-	return template.RequestName(node, keys, i)
-}
-
 // skip records why a Node is not remediated; the event and the metric only when that changes.
 func (p *plan) skip(e, prev *v1alpha1.UnhealthyNode, reason, msg, why string) {
 	e.SkipReason, e.SkipMessage = reason, msg
@@ -717,94 +625,46 @@ func (d *decider) ownerOf(w *nodeWork, remediating bool) (string, string) {
 	return owner, gates.OwnedMessage("NodeHealthCheck", owner, "node")
 }
 
-// syncRemediations reconciles node's status history with the requests that exist. A step whose request
-// carries the timed-out mark has ended, whatever the status says. Requests of ours missing from status
-// (the status read is older than the create, or a status write was lost) are adopted as started now: a
-// timeout then runs from when we learnt of them, never early. Steps whose request vanished before they
-// ended are forgotten (they start again if still needed). Timed-out steps stay as history.
-func syncRemediations(node string, list []v1alpha1.NodeRemediation, ours []remediationObject, now time.Time) []v1alpha1.NodeRemediation {
-	out := make([]v1alpha1.NodeRemediation, 0, len(list)+len(ours))
-	ended := func(o remediationObject) *metav1.Time {
-		if !o.TimedOutAt.IsZero() {
-			return &metav1.Time{Time: o.TimedOutAt}
-		}
-		return &metav1.Time{Time: now}
-	}
+// recordsOf is node's status history as the engine keeps it.
+func recordsOf(node string, list []v1alpha1.NodeRemediation) []engine.Record {
+	out := make([]engine.Record, 0, len(list))
 	for _, r := range list {
-		i := slices.IndexFunc(ours, func(o remediationObject) bool { return matches(node, r, o) })
-		if i < 0 && r.TimedOut == nil {
-			continue
+		rec := engine.Record{APIVersion: r.APIVersion, Kind: r.Kind, Namespace: r.Namespace, Name: requestNameOf(node, r),
+			TemplateName: r.TemplateName, Started: r.Started.Time}
+		if r.TimedOut != nil {
+			rec.Ended = r.TimedOut.Time
 		}
-		if i >= 0 && r.TimedOut == nil && ours[i].TimedOut {
-			r.TimedOut = ended(ours[i])
-		}
-		out = append(out, r)
-	}
-	for _, o := range ours {
-		if slices.ContainsFunc(out, func(r v1alpha1.NodeRemediation) bool { return matches(node, r, o) }) {
-			continue
-		}
-		r := v1alpha1.NodeRemediation{APIVersion: o.Ref.APIVersion, Kind: o.Ref.Kind, Namespace: o.Ref.Namespace,
-			Name: o.Ref.Name, TemplateName: o.TemplateName, Started: metav1.Time{Time: now}}
-		if o.TimedOut {
-			r.TimedOut = ended(o)
-		}
-		out = append(out, r)
-	}
-	slices.SortStableFunc(out, func(a, b v1alpha1.NodeRemediation) int { return a.Started.Compare(b.Started.Time) })
-	if n := len(out); n > maxRemediationsPerNode {
-		out = out[n-maxRemediationsPerNode:]
+		out = append(out, rec)
 	}
 	return out
 }
 
-// maxRemediationsPerNode is the API's bound on status.unhealthyNodes[].remediations.
-const maxRemediationsPerNode = 10
+// nodeRemediations is the engine's history as status.unhealthyNodes[].remediations.
+func nodeRemediations(list []engine.Record) []v1alpha1.NodeRemediation {
+	if len(list) == 0 {
+		return nil
+	}
+	out := make([]v1alpha1.NodeRemediation, 0, len(list))
+	for _, r := range list {
+		rem := v1alpha1.NodeRemediation{APIVersion: r.APIVersion, Kind: r.Kind, Namespace: r.Namespace, Name: r.Name,
+			TemplateName: r.TemplateName, Started: metav1.Time{Time: r.Started}}
+		if !r.Ended.IsZero() {
+			rem.TimedOut = &metav1.Time{Time: r.Ended}
+		}
+		out = append(out, rem)
+	}
+	return out
+}
 
-// matches tells whether node's status entry r describes request o (same kind, namespace and name;
-// apiVersion when recorded).
+// matches tells whether node's status entry r describes request o.
 func matches(node string, r v1alpha1.NodeRemediation, o remediationObject) bool {
-	return r.Kind == o.Ref.Kind && r.Namespace == o.Ref.Namespace && requestNameOf(node, r) == o.Ref.Name &&
-		(r.APIVersion == "" || r.APIVersion == o.Ref.APIVersion)
+	return recordsOf(node, []v1alpha1.NodeRemediation{r})[0].Describes(o)
 }
 
 // requestNameOf is the name of the request node's status entry r describes: the Node's name unless the
 // entry records another.
 func requestNameOf(node string, r v1alpha1.NodeRemediation) string {
 	return cmp.Or(r.Name, node)
-}
-
-// activeRemediation returns the step in progress: the last entry not timed out whose request exists.
-func activeRemediation(node string, list []v1alpha1.NodeRemediation, ours []remediationObject) (int, remediationObject) {
-	for i := len(list) - 1; i >= 0; i-- {
-		if list[i].TimedOut != nil {
-			continue
-		}
-		for _, o := range ours {
-			if matches(node, list[i], o) && !o.Deleting {
-				return i, o
-			}
-		}
-	}
-	return -1, remediationObject{}
-}
-
-// stepOf finds the step an entry was made by: same remediation kind, namespace and template.
-func stepOf(steps []step, r v1alpha1.NodeRemediation) int {
-	return slices.IndexFunc(steps, func(s step) bool {
-		return s.EMR.Kind == r.Kind && s.Ref.Namespace == r.Namespace && (r.TemplateName == "" || s.Ref.Name == r.TemplateName)
-	})
-}
-
-// nextStep is the index of the step to start after the history list.
-func nextStep(steps []step, list []v1alpha1.NodeRemediation) int {
-	if len(list) == 0 {
-		return 0
-	}
-	if si := stepOf(steps, list[len(list)-1]); si >= 0 {
-		return si + 1
-	}
-	return len(list) // the spec changed under us: continue by count
 }
 
 // labelControlPlane is the control-plane role label (internal/gates has the rule).

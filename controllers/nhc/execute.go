@@ -86,14 +86,18 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 				p.at(res.until.Add(time.Second))
 			}
 		case res.adopted:
-			e.Remediations = append(e.Remediations, *res.remediation)
+			if !c.Again {
+				e.Remediations = append(e.Remediations, *res.remediation)
+			}
 			e.SkipReason, e.SkipMessage = "", ""
 			ctrl.LoggerFrom(ctx).V(4).Info("Adopted remediation request", "node", name, "request", res.ref.String())
 		default:
 			if res.leaseErr != nil {
 				errs = append(errs, res.leaseErr)
 			}
-			e.Remediations = append(e.Remediations, *res.remediation)
+			if !c.Again {
+				e.Remediations = append(e.Remediations, *res.remediation)
+			}
 			e.SkipReason, e.SkipMessage = "", ""
 			// What decide would have asked for had the request already existed: the step's timeout and
 			// the lease's renewal.

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
@@ -328,7 +329,7 @@ func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeH
 			if node == "" {
 				node = item.GetName()
 			}
-			o := remediationState(ref, item)
+			o := engine.RequestOf(ref, item)
 			if r.recent.seen(ref, now) {
 				o.Deleting = true // we deleted it a moment ago; the cache does not show it yet
 			}
@@ -409,7 +410,7 @@ func (r *Reconciler) confirmMissing(ctx context.Context, check *v1alpha1.NodeHea
 				return fmt.Errorf("reading %s: %w", ref, err)
 			}
 			if ownedBy(obj, check.UID) {
-				ours[u.Name] = append(ours[u.Name], remediationState(ref, obj))
+				ours[u.Name] = append(ours[u.Name], engine.RequestOf(ref, obj))
 			}
 		}
 	}
@@ -421,27 +422,6 @@ func remembered(ref emrRef, rem v1alpha1.NodeRemediation) remediationObject {
 	o := remediationObject{Ref: ref, TemplateName: rem.TemplateName, Created: rem.Started.Time, TimedOut: rem.TimedOut != nil}
 	if rem.TimedOut != nil {
 		o.TimedOutAt = rem.TimedOut.Time
-	}
-	return o
-}
-
-// remediationState reads what decide needs from a remediation request.
-func remediationState(ref emrRef, item client.Object) remediationObject {
-	o := remediationObject{
-		Ref:          ref,
-		TemplateName: item.GetAnnotations()[template.AnnotationTemplateName],
-		Created:      item.GetCreationTimestamp().Time,
-		Deleting:     item.GetDeletionTimestamp() != nil,
-	}
-	o.TimedOutAt, o.TimedOut, _ = template.TimedOut(item) // a malformed mark still counts as timed out
-	if c, err := requestCondition(item, template.ConditionSucceeded); err == nil && c != nil && c.Status == metav1.ConditionFalse {
-		o.Failed = true
-	}
-	switch c, err := requestCondition(item, template.ConditionProcessing); {
-	case err != nil:
-		o.Processing = metav1.ConditionUnknown // unreadable is not "done with the host"
-	case c != nil:
-		o.Processing = c.Status
 	}
 	return o
 }

@@ -4,13 +4,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/conditions"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/gates"
 )
 
@@ -65,32 +65,10 @@ type step struct {
 }
 
 // emrRef identifies a remediation request.
-type emrRef struct {
-	APIVersion string
-	Kind       string
-	Namespace  string
-	Name       string
-}
+type emrRef = engine.Ref
 
-func (r emrRef) String() string { return r.Kind + " " + r.Namespace + "/" + r.Name }
-
-// remediationObject is a remediation request as the cache shows it.
-type remediationObject struct {
-	Ref          emrRef
-	TemplateName string
-	Created      time.Time
-	// TimedOut is true when it carries the timed-out annotation, TimedOutAt the annotation's time (zero
-	// when malformed).
-	TimedOut   bool
-	TimedOutAt time.Time
-	// Failed is true when the remediator reports Succeeded=False.
-	Failed bool
-	// Processing is the status of its Processing condition, "" when it has none (Unknown when it cannot
-	// be read): once its step has ended, the next step waits until it is False (template.HandOver).
-	Processing metav1.ConditionStatus
-	// Deleting is true when it has a deletion timestamp (a finalizer is cleaning up).
-	Deleting bool
-}
+// remediationObject is a remediation request as the cache shows it (what the engine decides from).
+type remediationObject = engine.Request
 
 // leaseInfo is who holds a node lease and until when (the rules on it are internal/gates').
 type leaseInfo = gates.Lease

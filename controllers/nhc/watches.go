@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/kindwatch"
 	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/pkg/leases"
@@ -386,23 +386,11 @@ func remediationChanged() predicate.Funcs {
 // conditionStatus is the status of a remediation request's condition, "" when it has none or it cannot
 // be read.
 func conditionStatus(obj client.Object, condType string) metav1.ConditionStatus {
-	c, err := requestCondition(obj, condType)
+	c, err := engine.Condition(obj, condType)
 	if err != nil || c == nil {
 		return ""
 	}
 	return c.Status
-}
-
-// requestCondition finds a condition of a remediation request: a typed kind (see typedRequest) reports
-// its conditions itself, any other kind is read from its unstructured status.
-func requestCondition(obj client.Object, condType string) (*metav1.Condition, error) {
-	switch o := obj.(type) {
-	case interface{ GetConditions() []metav1.Condition }:
-		return meta.FindStatusCondition(o.GetConditions(), condType), nil
-	case *unstructured.Unstructured:
-		return template.FindCondition(o, condType)
-	}
-	return nil, nil
 }
 
 // typedRequest returns a new typed object of a remediation kind this manager serves itself (the

@@ -1,0 +1,48 @@
+package engine
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/metalheal/metalheal/internal/template"
+)
+
+// RequestOf reads what the engine needs from a remediation request (unstructured, or a typed kind that
+// reports its conditions), ref naming it.
+func RequestOf(ref Ref, obj client.Object) Request {
+	q := Request{
+		Ref:          ref,
+		TemplateName: obj.GetAnnotations()[template.AnnotationTemplateName],
+		Created:      obj.GetCreationTimestamp().Time,
+		Deleting:     obj.GetDeletionTimestamp() != nil,
+	}
+	q.TimedOutAt, q.TimedOut, _ = template.TimedOut(obj) // a malformed mark still counts as timed out
+	if c, err := Condition(obj, template.ConditionSucceeded); err == nil && c != nil && c.Status == metav1.ConditionFalse {
+		q.Failed = true
+	}
+	switch c, err := Condition(obj, template.ConditionProcessing); {
+	case err != nil:
+		q.Processing = metav1.ConditionUnknown // unreadable is not "done with the host"
+	case c != nil:
+		q.Processing = c.Status
+	}
+	return q
+}
+
+// RefOf names an unstructured request.
+func RefOf(u *unstructured.Unstructured) Ref {
+	return Ref{APIVersion: u.GetAPIVersion(), Kind: u.GetKind(), Namespace: u.GetNamespace(), Name: u.GetName()}
+}
+
+// Condition returns a request's condition of type condType, nil when it has none.
+func Condition(obj client.Object, condType string) (*metav1.Condition, error) {
+	switch o := obj.(type) {
+	case interface{ GetConditions() []metav1.Condition }:
+		return meta.FindStatusCondition(o.GetConditions(), condType), nil
+	case *unstructured.Unstructured:
+		return template.FindCondition(o, condType)
+	}
+	return nil, nil
+}
