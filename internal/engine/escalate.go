@@ -117,7 +117,7 @@ type Walk struct {
 	Exhausted bool
 	// WaitingFor names the ended step's request the next step waits for; WaitCheck is the earliest instant
 	// a wait runs out, WaitUntil the latest (the next step starts then at the latest).
-	WaitingFor          string
+	WaitingFor           string
 	WaitCheck, WaitUntil time.Time
 	// Overdue are ended steps' requests that did not hand the host over within template.HandOverBound:
 	// Create starts the next step without them.
