@@ -65,7 +65,8 @@ func FromConditions(conds []metav1.Condition, cooldown *metav1.Duration, now tim
 		storm.ActiveFor = max(now.Sub(c.LastTransitionTime.Time), 0)
 	}
 	return CheckState{
-		RemediationAllowed: !meta.IsStatusConditionFalse(conds, v1alpha1.ConditionRemediationAllowed),
+		// A storm's cooldown holds remediation back after the budget is met again: allowed is 0 then too.
+		RemediationAllowed: !meta.IsStatusConditionFalse(conds, v1alpha1.ConditionRemediationAllowed) && !storm.Active,
 		Disabled:           meta.IsStatusConditionTrue(conds, v1alpha1.ConditionDisabled),
 		Storm:              storm,
 	}

@@ -11,7 +11,10 @@ import (
 
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
 )
 
 func TestHealthCheckCollector(t *testing.T) {
@@ -94,4 +97,30 @@ func collectLines(c *healthChecks) ([]string, error) {
 	}
 	sort.Strings(lines)
 	return lines, nil
+}
+
+// The allowed gauge reads the budget and the storm together: a storm's cooldown (the budget met again,
+// StormActive still True) holds remediation back, so it is 0 then.
+func TestFromConditionsAllowed(t *testing.T) {
+	at := metav1.NewTime(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	cond := func(typ string, s metav1.ConditionStatus) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: s, LastTransitionTime: at}
+	}
+	for _, tc := range []struct {
+		name  string
+		conds []metav1.Condition
+		want  bool
+	}{
+		{"within budget, no storm", []metav1.Condition{cond(v1alpha1.ConditionRemediationAllowed, metav1.ConditionTrue),
+			cond(v1alpha1.ConditionStormActive, metav1.ConditionFalse)}, true},
+		{"over budget: the storm", []metav1.Condition{cond(v1alpha1.ConditionRemediationAllowed, metav1.ConditionFalse),
+			cond(v1alpha1.ConditionStormActive, metav1.ConditionTrue)}, false},
+		{"budget met again, storm cooling down", []metav1.Condition{cond(v1alpha1.ConditionRemediationAllowed, metav1.ConditionTrue),
+			cond(v1alpha1.ConditionStormActive, metav1.ConditionTrue)}, false},
+		{"not reported yet", nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			NewWithT(t).Expect(FromConditions(tc.conds, nil, at.Add(time.Minute)).RemediationAllowed).To(Equal(tc.want))
+		})
+	}
 }
