@@ -29,6 +29,7 @@ func (p *plan) backingOff(mhc *v1alpha1.MachineHealthCheck, t *targetPlan, entry
 	}
 	t.Create, t.Blocked = nil, blockedBackingOff
 	entry.Remediations = nil // escalate recorded the request it asked for
+	entry.SkipReason, entry.SkipMessage = string(blockedBackingOff), m.HoldMessage(dec)
 	p.NextCheck = earliest(p.NextCheck, dec.Until)
 	if isNew {
 		p.Events = append(p.Events, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeNormal,

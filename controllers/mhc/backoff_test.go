@@ -55,6 +55,9 @@ var _ = Describe("Repeat-remediation back-off", func() {
 				Expect(w.check(ctx, "workers").Status.RecentRemediations).To(ConsistOf(And(
 					HaveField("Name", "m"), HaveField("Starts", HaveLen(round)),
 					HaveField("BackoffUntil", HaveField("Time", BeTemporally("==", until))))))
+				Expect(w.check(ctx, "workers").Status.UnhealthyMachines).To(ConsistOf(And(HaveField("Name", "m"),
+					HaveField("SkipReason", "BackingOff"), HaveField("SkipMessage", ContainSubstring(until.UTC().Format(time.RFC3339))))),
+					"the Machine's status says it is held back, and until when")
 				Expect(res.RequeueAfter).To(Equal(until.Sub(w.clock.Now())), "the check looks again when the hold ends")
 				Expect(testutil.ToFloat64(held)).To(Equal(1.0))
 

@@ -473,7 +473,9 @@ func gateCreate(s *safety, t *targetPlan, entry *v1alpha1.UnhealthyMachine, o ob
 
 // skipEvents is the Warning a gate's skip calls for, once per reason and message.
 func skipEvents(mhc *v1alpha1.MachineHealthCheck, t *targetPlan, entry, prev *v1alpha1.UnhealthyMachine) []checkEvent {
-	if entry.SkipReason == "" || (prev != nil && prev.SkipReason == entry.SkipReason && prev.SkipMessage == entry.SkipMessage) {
+	// A back-off hold has its own event (RemediationBackingOff), once per hold.
+	if entry.SkipReason == "" || entry.SkipReason == string(blockedBackingOff) ||
+		(prev != nil && prev.SkipReason == entry.SkipReason && prev.SkipMessage == entry.SkipMessage) {
 		return nil
 	}
 	return []checkEvent{{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeWarning, Reason: EventRemediationSkipped,

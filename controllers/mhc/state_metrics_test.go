@@ -54,7 +54,7 @@ func TestMachineCheckState(t *testing.T) {
 					{Type: v1alpha1.ConditionStormActive, Status: metav1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-time.Minute))},
 				}},
 			},
-			want: metrics.CheckState{Name: "ns/md-0", RemediationAllowed: true,
+			want: metrics.CheckState{Name: "ns/md-0", RemediationAllowed: false, // a storm holds remediation back
 				Storm: &metrics.StormState{Active: true, ActiveFor: time.Minute, Cooldown: 5 * time.Minute}},
 		},
 	} {

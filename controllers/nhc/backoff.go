@@ -23,9 +23,7 @@ func (d *decider) backingOff(e, prev *v1alpha1.UnhealthyNode, why string) bool {
 	}
 	d.p.at(dec.Until)
 	until := dec.Until.UTC().Format(time.RFC3339)
-	e.SkipReason = SkipBackingOff
-	e.SkipMessage = fmt.Sprintf("Remediated %d times within %s: the next remediation waits %s after the last, until %s "+
-		"(remediationBackoff)", dec.Count, m.Policy.Window, dec.Wait, until)
+	e.SkipReason, e.SkipMessage = SkipBackingOff, m.HoldMessage(dec)
 	if isNew || prev == nil || prev.SkipReason != SkipBackingOff {
 		d.p.Skipped = append(d.p.Skipped, SkipBackingOff)
 		d.p.Events = append(d.p.Events, normal(EventRemediationBackingOff, actionSkip, e.Name, fmt.Sprintf(

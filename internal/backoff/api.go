@@ -1,6 +1,7 @@
 package backoff
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -110,4 +111,11 @@ func (m *Memory) Status() []v1alpha1.RecentRemediation {
 	}
 	slices.SortFunc(out, func(a, b v1alpha1.RecentRemediation) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// HoldMessage says why a target's next remediation waits, for its status entry's skipMessage (both kinds
+// of check write it the same way).
+func (m *Memory) HoldMessage(d Decision) string {
+	return fmt.Sprintf("Remediated %d times within %s: the next remediation waits %s after the last, until %s "+
+		"(remediationBackoff)", d.Count, m.Policy.Window, d.Wait, d.Until.UTC().Format(time.RFC3339))
 }
