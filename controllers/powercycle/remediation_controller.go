@@ -23,6 +23,7 @@ import (
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/bmcaccess"
+	"github.com/metalheal/metalheal/internal/eventnote"
 	"github.com/metalheal/metalheal/internal/workload"
 	"github.com/metalheal/metalheal/pkg/bmc"
 	"github.com/metalheal/metalheal/pkg/leases"
@@ -129,7 +130,7 @@ func NewRemediationReconciler(opts RemediationReconcilerOptions) (*RemediationRe
 	case opts.ManagerNamespace == "":
 		return nil, errors.New("the power-cycle remediator needs the manager's namespace: requests are trusted only there and in the namespaces listed")
 	}
-	opts.Recorder = boundedNotes{opts.Recorder}
+	opts.Recorder = eventnote.Recorder{EventRecorder: opts.Recorder}
 	if opts.APIReader == nil {
 		opts.APIReader = opts.Client
 	}
