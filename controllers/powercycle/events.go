@@ -1,7 +1,59 @@
 package powercycle
 
-// Event reasons of the power-cycle remediator besides those in remediation_events.go: the hand-over (one
-// hand per host), the trust gate and the bounds of its waits.
+// Event reasons of the power-cycle remediator. Each phase transition emits one (Warning for Retrying,
+// Escalating and Failed); the others are emitted when something blocks or ends the work, once per change.
+const (
+	// EventRemediationStarted (Normal): a new request was accepted (phase Pending).
+	EventRemediationStarted = "RemediationStarted"
+	// EventPoweringOff (Normal): an attempt started; the host is being powered off.
+	EventPoweringOff = "PoweringOff"
+	// EventPoweredOff (Normal): the BMC confirmed the host off; the node is being fenced.
+	EventPoweredOff = "PoweredOff"
+	// EventPoweringOn (Normal): the host is being powered back on.
+	EventPoweringOn = "PoweringOn"
+	// EventPoweredOn (Normal): the BMC confirmed the host on; waiting for the node to be Ready.
+	EventPoweredOn = "PoweredOn"
+	// EventRemediated (Normal): the node is Ready again, fenced (power-off), or its Machine was deleted.
+	EventRemediated = "Remediated"
+	// EventAttemptFailed (Warning): an attempt failed; the next one starts after a backoff.
+	EventAttemptFailed = "AttemptFailed"
+	// EventEscalating (Warning): the escalate strategy used up its attempts.
+	EventEscalating = "Escalating"
+	// EventRemediationFailed (Warning): the remediation gave up (Succeeded=False) or was timed out.
+	EventRemediationFailed = "RemediationFailed"
+
+	// EventNodeLeaseHeld (Warning): someone else (e.g. node-maintenance) holds the node lease; waiting.
+	EventNodeLeaseHeld = "NodeLeaseHeld"
+	// EventBMCNotReady (Warning): the node's BMC, its Secret or the BMC itself cannot be used.
+	EventBMCNotReady = "BMCNotReady"
+	// EventNodeNotFound (Warning): the node to remediate does not exist.
+	EventNodeNotFound = "NodeNotFound"
+	// EventMachineDeleted (Warning): the owning Machine was deleted to be replaced.
+	EventMachineDeleted = "MachineDeleted"
+	// EventPoweringOffManagerNode (Warning): the node being powered off runs this manager.
+	EventPoweringOffManagerNode = "PoweringOffManagerNode"
+	// EventCleanedUp (Normal): the request was deleted or timed out and the node is cleaned up.
+	EventCleanedUp = "CleanedUp"
+	// EventPowerOnAbandoned (Warning): cleanup could not power the host back on in time.
+	EventPowerOnAbandoned = "PowerOnAbandoned"
+
+	// What the remediation did to the node and its lease, kept as events because the Node's taints and the
+	// lease are gone once it is over (kubectl metalheal timeline reads them). Each is emitted once, when
+	// the change is made (or, for a lease held by the request's owner, first seen), never per reconcile.
+
+	// EventNodeLeaseTaken (Normal): the node lease is held for this remediation (by it, or by its owner).
+	EventNodeLeaseTaken = "NodeLeaseTaken"
+	// EventNodeLeaseReleased (Normal): the remediation gave back the node lease it held.
+	EventNodeLeaseReleased = "NodeLeaseReleased"
+	// EventNodeCordoned (Normal): the remediation taint (NoSchedule) was added to the node.
+	EventNodeCordoned = "NodeCordoned"
+	// EventOutOfServiceTaintAdded (Normal): the out-of-service taint (NoExecute) was added to the node.
+	EventOutOfServiceTaintAdded = "OutOfServiceTaintAdded"
+	// EventTaintsRemoved (Normal): the remediation removed metalheal's taints from the node.
+	EventTaintsRemoved = "TaintsRemoved"
+)
+
+// Event reasons of the hand-over (one hand per host), the trust gate and the Node's cluster.
 const (
 	// EventHandedOver (Normal): the request let go of its node as it was, for another request of the node
 	// to carry on: it was timed out by its health check, or deleted while another request remediates the
@@ -16,4 +68,12 @@ const (
 	// EventWorkloadClusterUnreachable (Warning): the workload cluster of the request's Node cannot be
 	// reached; the request waits, doing nothing to the host.
 	EventWorkloadClusterUnreachable = "WorkloadClusterUnreachable"
+)
+
+// Event actions of the power-cycle remediator (the events.k8s.io "action" field).
+const (
+	// ActionPowerCycle is the remediation's own work.
+	ActionPowerCycle = "PowerCycle"
+	// ActionCleanUp is the work done when the request is deleted or timed out.
+	ActionCleanUp = "CleanUp"
 )
