@@ -36,6 +36,7 @@ import (
 	"github.com/metalheal/metalheal/controllers/mhc"
 	"github.com/metalheal/metalheal/controllers/nhc"
 	"github.com/metalheal/metalheal/controllers/powercycle"
+	"github.com/metalheal/metalheal/controllers/powercycle/bmcinventory"
 	"github.com/metalheal/metalheal/internal/bmcaccess"
 	"github.com/metalheal/metalheal/internal/logging"
 	"github.com/metalheal/metalheal/internal/metricsauth"
@@ -281,12 +282,12 @@ var setups = map[string]func(context.Context, ctrl.Manager, *dependencies) error
 }
 
 func setupBMC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
-	r := &powercycle.BMCReconciler{
+	r := &bmcinventory.Reconciler{
 		Client:   mgr.GetClient(),
 		Access:   deps.access,
-		Recorder: mgr.GetEventRecorder(powercycle.BMCControllerName),
+		Recorder: mgr.GetEventRecorder(bmcinventory.ControllerName),
 		Clock:    deps.clock,
-		Options: powercycle.BMCReconcilerOptions{
+		Options: bmcinventory.Options{
 			Interval:                deps.cfg.bmcCheckInterval,
 			MaxConcurrentReconciles: deps.cfg.maxConcurrentChecks,
 		},
@@ -294,7 +295,7 @@ func setupBMC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
 	if deps.remediator != nil {
 		r.Remediations = deps.remediator
 	}
-	ctrlmetrics.Registry.MustRegister(powercycle.NewBMCStateCollector(mgr.GetCache(), deps.cfg.namespace, mgr.Elected()))
+	ctrlmetrics.Registry.MustRegister(bmcinventory.NewStateCollector(mgr.GetCache(), deps.cfg.namespace, mgr.Elected()))
 	return r.SetupWithManager(ctx, mgr)
 }
 

@@ -1,8 +1,8 @@
 // Package powercycle is metalheal's bundled remediator. It reconciles PowerCycleRemediation requests
 // with an explicit state machine (Pending → PoweringOff → PoweredOff → PoweringOn → WaitingForNode →
 // Succeeded, plus Retrying, Escalating and Failed) whose only memory is the request's status, powering
-// hosts off and on through the BMC drivers of pkg/bmc. It also keeps the BMC inventory current: every BMC
-// object is checked for reachability, valid credentials and power state.
+// hosts off and on through the BMC drivers of pkg/bmc. The BMC inventory, which checks every BMC object
+// for reachability, valid credentials and power state, is its subpackage bmcinventory.
 //
 // # Shape
 //
@@ -13,6 +13,10 @@
 // (phase.go and the phase_*.go files). Whatever must be durable before the remediator acts (a power
 // request, a taint) is written first, guarded by the resourceVersion it was read at, so a restart resumes
 // from the status alone.
+//
+// Who may act on a host is not the reconciler's to decide alone: it asks its hostClaim (claim.go), which
+// knows the other requests of the Node and holds the node lease. The BMC is reached only through
+// remediation_bmc.go.
 //
 // The process keeps one thing the status does not (memory, remediation_memory.go): the object its own
 // last write of each request left, until the cache shows it, so that the next step does not wait for the
@@ -28,7 +32,7 @@
 // and of several deleted at once the newest restores. The taints belong to the Node's remediations
 // together (recorded in their status only: nothing on a Node, which many may write, is taken as a
 // record), and the node lease passes from a request that let go of the Node to the next in one update.
-// A request the remediator refused is no remediation of its Node (actsOn). See remediation_handover.go
+// A request the remediator refused is no remediation of its Node (actsOn). See claim.go, claim_handover.go
 // and docs/powercycle.md.
 //
 // Two clusters, one name: the Node of a request owned by a Cluster API Machine may live in a workload

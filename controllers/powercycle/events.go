@@ -1,33 +1,59 @@
 package powercycle
 
-import (
-	"fmt"
-
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/events"
-)
-
-// Event reasons of the powercycle package's controllers. Events are emitted on transitions only.
+// Event reasons of the power-cycle remediator. Each phase transition emits one (Warning for Retrying,
+// Escalating and Failed); the others are emitted when something blocks or ends the work, once per change.
 const (
-	// EventBMCUnreachable (Warning): a BMC stopped answering, or timed out.
-	EventBMCUnreachable = "BMCUnreachable"
-	// EventBMCCredentialsInvalid (Warning): a BMC refused its credentials, or its Secret is missing or
-	// incomplete.
-	EventBMCCredentialsInvalid = "BMCCredentialsInvalid"
-	// EventBMCMisconfigured (Warning): a BMC's address is invalid, or no driver here can use it.
-	EventBMCMisconfigured = "BMCMisconfigured"
-	// EventBMCRecovered (Normal): a BMC that had a problem answered and accepted its credentials again.
-	EventBMCRecovered = "BMCRecovered"
+	// EventRemediationStarted (Normal): a new request was accepted (phase Pending).
+	EventRemediationStarted = "RemediationStarted"
+	// EventPoweringOff (Normal): an attempt started; the host is being powered off.
+	EventPoweringOff = "PoweringOff"
+	// EventPoweredOff (Normal): the BMC confirmed the host off; the node is being fenced.
+	EventPoweredOff = "PoweredOff"
+	// EventPoweringOn (Normal): the host is being powered back on.
+	EventPoweringOn = "PoweringOn"
+	// EventPoweredOn (Normal): the BMC confirmed the host on; waiting for the node to be Ready.
+	EventPoweredOn = "PoweredOn"
+	// EventRemediated (Normal): the node is Ready again, fenced (power-off), or its Machine was deleted.
+	EventRemediated = "Remediated"
+	// EventAttemptFailed (Warning): an attempt failed; the next one starts after a backoff.
+	EventAttemptFailed = "AttemptFailed"
+	// EventEscalating (Warning): the escalate strategy used up its attempts.
+	EventEscalating = "Escalating"
+	// EventRemediationFailed (Warning): the remediation gave up (Succeeded=False) or was timed out.
+	EventRemediationFailed = "RemediationFailed"
+
+	// EventNodeLeaseHeld (Warning): someone else (e.g. node-maintenance) holds the node lease; waiting.
+	EventNodeLeaseHeld = "NodeLeaseHeld"
+	// EventBMCNotReady (Warning): the node's BMC, its Secret or the BMC itself cannot be used.
+	EventBMCNotReady = "BMCNotReady"
+	// EventNodeNotFound (Warning): the node to remediate does not exist.
+	EventNodeNotFound = "NodeNotFound"
+	// EventMachineDeleted (Warning): the owning Machine was deleted to be replaced.
+	EventMachineDeleted = "MachineDeleted"
+	// EventPoweringOffManagerNode (Warning): the node being powered off runs this manager.
+	EventPoweringOffManagerNode = "PoweringOffManagerNode"
+	// EventCleanedUp (Normal): the request was deleted or timed out and the node is cleaned up.
+	EventCleanedUp = "CleanedUp"
+	// EventPowerOnAbandoned (Warning): cleanup could not power the host back on in time.
+	EventPowerOnAbandoned = "PowerOnAbandoned"
+
+	// What the remediation did to the node and its lease, kept as events because the Node's taints and the
+	// lease are gone once it is over (kubectl metalheal timeline reads them). Each is emitted once, when
+	// the change is made (or, for a lease held by the request's owner, first seen), never per reconcile.
+
+	// EventNodeLeaseTaken (Normal): the node lease is held for this remediation (by it, or by its owner).
+	EventNodeLeaseTaken = "NodeLeaseTaken"
+	// EventNodeLeaseReleased (Normal): the remediation gave back the node lease it held.
+	EventNodeLeaseReleased = "NodeLeaseReleased"
+	// EventNodeCordoned (Normal): the remediation taint (NoSchedule) was added to the node.
+	EventNodeCordoned = "NodeCordoned"
+	// EventOutOfServiceTaintAdded (Normal): the out-of-service taint (NoExecute) was added to the node.
+	EventOutOfServiceTaintAdded = "OutOfServiceTaintAdded"
+	// EventTaintsRemoved (Normal): the remediation removed metalheal's taints from the node.
+	EventTaintsRemoved = "TaintsRemoved"
 )
 
-// Event actions (the events.k8s.io "action" field): what the controller was doing.
-const (
-	// ActionCheckBMC is the BMC inventory's periodic reachability and credentials check.
-	ActionCheckBMC = "CheckBMC"
-)
-
-// Event reasons of the power-cycle remediator besides those in remediation_events.go: the hand-over (one
-// hand per host), the trust gate and the bounds of its waits.
+// Event reasons of the hand-over (one hand per host), the trust gate and the Node's cluster.
 const (
 	// EventHandedOver (Normal): the request let go of its node as it was, for another request of the node
 	// to carry on: it was timed out by its health check, or deleted while another request remediates the
@@ -44,11 +70,10 @@ const (
 	EventWorkloadClusterUnreachable = "WorkloadClusterUnreachable"
 )
 
-// boundedNotes is an event recorder whose notes are at most bmcMaxNote bytes, cut on a rune boundary. The
-// remediator's events quote BMC errors, and a BMC (or whoever answers in its place) chooses what its
-// errors say: events.k8s.io refuses a note over 1024 bytes, and the event would be lost.
-type boundedNotes struct{ events.EventRecorder }
-
-func (r boundedNotes) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
-	r.EventRecorder.Eventf(regarding, related, eventtype, reason, action, "%s", truncateUTF8(fmt.Sprintf(note, args...), bmcMaxNote))
-}
+// Event actions of the power-cycle remediator (the events.k8s.io "action" field).
+const (
+	// ActionPowerCycle is the remediation's own work.
+	ActionPowerCycle = "PowerCycle"
+	// ActionCleanUp is the work done when the request is deleted or timed out.
+	ActionCleanUp = "CleanUp"
+)

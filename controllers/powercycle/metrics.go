@@ -22,15 +22,6 @@ var (
 		Buckets: []float64{5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 43200},
 	}, []string{"strategy", "result"})
 
-	// BMCChecks counts the checks of the BMC inventory, by result: CheckSucceeded, the reason of the
-	// condition that says what is wrong (AuthenticationFailed, SecretNotFound, InvalidCredentials,
-	// InvalidAddress, Unsupported, Unreachable, Timeout), or SkippedRemediating (a periodic check left to
-	// the remediator at work on the BMC's host).
-	BMCChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "metalheal_bmc_checks_total",
-		Help: "Checks of the BMC inventory, by result: CheckSucceeded, the reason of the condition that says what is wrong, or SkippedRemediating.",
-	}, []string{"result"})
-
 	// CacheWaits counts the reconciles that found the cached PowerCycleRemediation older than the latest
 	// write the remediator knows of (someone else's, after a conflict), and so waited for the cache rather
 	// than act on a stale copy.
@@ -49,5 +40,5 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(PhaseTransitions, RemediationDuration, BMCChecks, CacheWaits, CacheSkips)
+	ctrlmetrics.Registry.MustRegister(PhaseTransitions, RemediationDuration, CacheWaits, CacheSkips)
 }

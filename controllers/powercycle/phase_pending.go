@@ -75,7 +75,7 @@ func (r *RemediationReconciler) pending(ctx context.Context, s *scope) (ctrl.Res
 	s.setCondition(v1alpha1.ConditionBMCReady, metav1.ConditionTrue, v1alpha1.ReasonAsExpected,
 		fmt.Sprintf("BMC %s found", st.BMCName))
 
-	ok, leaseWait, err := r.acquireLease(ctx, s, node)
+	ok, leaseWait, err := r.claim.acquireLease(ctx, s, node)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

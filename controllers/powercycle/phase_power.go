@@ -19,7 +19,7 @@ import (
 // is fenced: nothing that assumes the host is dead happens on a guess. powerOffTimeoutSeconds after the
 // phase began, the attempt fails.
 func (r *RemediationReconciler) poweringOff(ctx context.Context, s *scope) (ctrl.Result, error) {
-	if err := r.keepLease(ctx, s); err != nil {
+	if err := r.claim.keepLease(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
 	return r.awaitPower(ctx, s, powerWait{
@@ -131,7 +131,7 @@ func (r *RemediationReconciler) untilFirstPoll(s *scope, w powerWait) time.Durat
 // Kubernetes deletes its pods and detaches their volumes. The power-off strategy stops here; the others
 // power the host on again.
 func (r *RemediationReconciler) poweredOff(ctx context.Context, s *scope) (ctrl.Result, error) {
-	if err := r.keepLease(ctx, s); err != nil {
+	if err := r.claim.keepLease(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.fence(ctx, s); err != nil || s.abandoned {
@@ -204,7 +204,7 @@ func (r *RemediationReconciler) claimFence(ctx context.Context, s *scope) error 
 // poweringOn asks the BMC to power the host on (once) and waits until it reads On.
 // powerOnTimeoutSeconds, counted from the power-on request, bounds it together with WaitingForNode.
 func (r *RemediationReconciler) poweringOn(ctx context.Context, s *scope) (ctrl.Result, error) {
-	if err := r.keepLease(ctx, s); err != nil {
+	if err := r.claim.keepLease(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
 	return r.awaitPower(ctx, s, powerWait{
@@ -224,7 +224,7 @@ func (r *RemediationReconciler) poweringOn(ctx context.Context, s *scope) (ctrl.
 // waitingForNode waits for the node to report Ready after the power-on. Then the taints go, the lease
 // is released and the remediation has succeeded. No BMC call is made: the Node watch brings the news.
 func (r *RemediationReconciler) waitingForNode(ctx context.Context, s *scope) (ctrl.Result, error) {
-	if err := r.keepLease(ctx, s); err != nil {
+	if err := r.claim.keepLease(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
 	onSince := r.powerOnStart(s)
@@ -237,7 +237,7 @@ func (r *RemediationReconciler) waitingForNode(ctx context.Context, s *scope) (c
 		if err := r.removeOurTaints(ctx, s); err != nil {
 			return ctrl.Result{}, err
 		}
-		if err := r.releaseLease(ctx, s); err != nil {
+		if err := r.claim.releaseLease(ctx, s); err != nil {
 			return ctrl.Result{}, err
 		}
 		a := s.currentAttempt()

@@ -14,7 +14,7 @@ import (
 
 // retrying waits out the backoff after a failed attempt, holding the node, then starts the next one.
 func (r *RemediationReconciler) retrying(ctx context.Context, s *scope) (ctrl.Result, error) {
-	if err := r.keepLease(ctx, s); err != nil {
+	if err := r.claim.keepLease(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
 	if next := s.status().NextRetryTime; next != nil && s.now.Before(next.Time) {
@@ -28,7 +28,7 @@ func (r *RemediationReconciler) retrying(ctx context.Context, s *scope) (ctrl.Re
 // bare Node is powered off (once, confirmed by the BMC, bounded by powerOffTimeoutSeconds) and fenced,
 // then the remediation fails with Succeeded=False, so the health check can try its next remediation.
 func (r *RemediationReconciler) escalating(ctx context.Context, s *scope) (ctrl.Result, error) {
-	if err := r.keepLease(ctx, s); err != nil {
+	if err := r.claim.keepLease(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
 	if ref := ownerMachine(s.pcr); ref != nil {
@@ -85,7 +85,7 @@ func (r *RemediationReconciler) escalateToMachineDeletion(ctx context.Context, s
 	if err := r.removeOurTaints(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.releaseLease(ctx, s); err != nil {
+	if err := r.claim.releaseLease(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, r.transition(ctx, s, v1alpha1.PhaseSucceeded, v1alpha1.ReasonMachineDeleted, msg)
@@ -98,7 +98,7 @@ func (r *RemediationReconciler) finished(ctx context.Context, s *scope) (ctrl.Re
 	if len(s.status().AppliedTaints) == 0 {
 		return ctrl.Result{}, nil
 	}
-	if err := r.keepLease(ctx, s); err != nil {
+	if err := r.claim.keepLease(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
 	if s.leaseRecheck <= 0 {

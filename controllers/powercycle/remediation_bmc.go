@@ -74,6 +74,15 @@ func (r *RemediationReconciler) readPower(ctx context.Context, s *scope, d bmc.D
 	return state, nil
 }
 
+// readPowerFor reads the host's power through the node's BMC (see readPower).
+func (r *RemediationReconciler) readPowerFor(ctx context.Context, s *scope) (bmc.PowerState, error) {
+	d, err := r.driverFor(ctx, s)
+	if err != nil {
+		return "", err
+	}
+	return r.readPower(ctx, s, d)
+}
+
 // requestPower records a power request, then sends it (bounded by the BMC call timeout). taints are what
 // the node must carry before the request goes out: the write that records the request claims them too,
 // and they are added between that write and the send. A request that could not be sent (the node could

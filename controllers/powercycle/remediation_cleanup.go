@@ -2,6 +2,7 @@ package powercycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -30,6 +31,97 @@ func (r *RemediationReconciler) cleanup(ctx context.Context, s *scope) (ctrl.Res
 	return r.release(ctx, s)
 }
 
+// handOver runs when the health check marked the request timed out (and it is not deleted): the request
+// stops at a safe point and leaves the host as it is for the next remediation of the node. A power request
+// in flight is landed first (bounded by its phase's timeout), and a host confirmed off is fenced, as any
+// confirmed power-off is; then the request reports Processing=False, HandedOver (a request that was still
+// at work also ends Failed, Succeeded=False, TimedOut), emits HandedOver, and keeps its finalizer: the host
+// is restored only when the last request of the node is deleted. It keeps renewing the node lease while it
+// holds it, so that the host is never free between two remediations; the next request takes it over.
+func (r *RemediationReconciler) handOver(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(s.pcr, v1alpha1.FinalizerPowerCycle) {
+		return ctrl.Result{}, nil // never started: it holds nothing
+	}
+	if handedOver(s.pcr) {
+		return r.claim.holdOwnLease(ctx, s)
+	}
+	note, done, res, err := r.settle(ctx, s)
+	if !done || err != nil || s.abandoned {
+		return res, err
+	}
+
+	st := s.status()
+	why := "the health check timed the remediation out"
+	if !terminal(st.Phase) {
+		r.enter(s, v1alpha1.PhaseFailed, v1alpha1.ReasonTimedOut, "Stopped: "+why)
+	}
+	state := "power " + string(st.PowerState)
+	if st.PowerState == "" {
+		state = "power not read"
+	}
+	if len(st.AppliedTaints) > 0 {
+		state += fmt.Sprintf(", taints %v", st.AppliedTaints)
+	}
+	msg := fmt.Sprintf("Stopped: %s; node %s is handed over as it is (%s)", why, st.NodeName, state)
+	if note != "" {
+		msg += "; " + note
+	}
+	s.setCondition(v1alpha1.ConditionProcessing, metav1.ConditionFalse, v1alpha1.ReasonHandedOver, msg)
+	if err := r.persist(ctx, s); err != nil || s.abandoned {
+		return ctrl.Result{}, err
+	}
+	r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeNormal, EventHandedOver, ActionCleanUp, "%s", msg)
+	s.log.Info("Handed the node over", "node", st.NodeName, "message", msg)
+	return r.claim.holdOwnLease(ctx, s)
+}
+
+// settle lands the power request in flight, if any, before a timed-out request hands the host over: it
+// polls the BMC until it reads the requested state, or until the phase's deadline for it (then note says
+// what was left unconfirmed). A host confirmed off, then or before (PoweredOff, whose fence may not be on
+// yet after a restart), is fenced. done is false while it waits; res says when to look again.
+func (r *RemediationReconciler) settle(ctx context.Context, s *scope) (note string, done bool, res ctrl.Result, err error) {
+	st := s.status()
+	confirmedOff := st.Phase == v1alpha1.PhasePoweredOff
+	if req := st.PowerRequest; req != nil {
+		verb, want, deadline := "power-off", bmc.PowerStateOff, s.phaseStart().Add(s.spec.powerOffTimeout)
+		if req.Target == v1alpha1.PowerOn {
+			verb, want, deadline = "power-on", bmc.PowerStateOn, r.powerOnStart(s).Add(s.spec.powerOnTimeout)
+		}
+		state, err := r.readPowerFor(ctx, s)
+		var be *bmcError
+		switch {
+		case err != nil && !errors.As(err, &be):
+			return "", false, ctrl.Result{}, err
+		case err != nil && s.now.Before(deadline):
+			return "", false, ctrl.Result{RequeueAfter: r.bmcFailed(s, be, deadline)}, nil
+		case err != nil:
+			r.bmcFailed(s, be, deadline)
+			note = fmt.Sprintf("the %s requested at %s was not confirmed: the BMC could not be used (%s)",
+				verb, req.Time.UTC().Format(timeFormat), be.reason)
+		case state == want:
+			if a := s.currentAttempt(); a != nil && want == bmc.PowerStateOff {
+				a.PoweredOff = new(stamp(s.now))
+			} else if a != nil {
+				a.PoweredOn = new(stamp(s.now))
+			}
+			confirmedOff = want == bmc.PowerStateOff
+		case s.now.Before(deadline):
+			s.log.V(4).Info("Timed out: landing the power request in flight before handing the node over",
+				"target", req.Target, "state", state, "until", deadline)
+			return "", false, ctrl.Result{RequeueAfter: min(r.opts.PowerPollInterval, untilDeadline(deadline, s.now))}, nil
+		default:
+			note = fmt.Sprintf("the %s requested at %s was not confirmed within the phase's timeout; the BMC reads %s",
+				verb, req.Time.UTC().Format(timeFormat), state)
+		}
+	}
+	if confirmedOff {
+		if err := r.fence(ctx, s); err != nil || s.abandoned {
+			return "", false, ctrl.Result{}, err
+		}
+	}
+	return note, true, ctrl.Result{}, nil
+}
+
 // release lets go of the node of a deleted request, by what the node's other requests are doing (see
 // onDeletion): another request of the node that is not being deleted gets the node as it is, with this
 // request's record of the taints (passRecord; then the finalizer goes, and nothing else is touched: not the
@@ -40,7 +132,7 @@ func (r *RemediationReconciler) release(ctx context.Context, s *scope) (ctrl.Res
 	if !controllerutil.ContainsFinalizer(s.pcr, v1alpha1.FinalizerPowerCycle) {
 		return ctrl.Result{}, nil // cleaned up already, or never started
 	}
-	siblings, err := r.siblings(ctx, s)
+	siblings, err := r.claim.siblings(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -94,7 +186,7 @@ func (r *RemediationReconciler) restore(ctx context.Context, s *scope, siblings 
 	if err := r.removeTaints(ctx, s, slices.Concat(records...)); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.releaseLease(ctx, s); err != nil {
+	if err := r.claim.releaseLease(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
 

@@ -169,21 +169,6 @@ func (r *RemediationReconciler) locate(ctx context.Context, s *scope, ref *metav
 	return "", nil
 }
 
-// ensureLeaseNamespace makes the lease namespace in the request's workload cluster, where the node
-// leases of its Nodes live: a workload cluster made by Cluster API does not have it.
-func (r *RemediationReconciler) ensureLeaseNamespace(ctx context.Context, s *scope) error {
-	nc, err := r.nodeClusterOf(ctx, s)
-	if err != nil {
-		return err
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.opts.LeaseNamespace}}
-	if err := nc.writer.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace %s in workload cluster %s: %w", r.opts.LeaseNamespace, nc.key, err)
-	}
-	s.log.Info("Made the node lease namespace in the workload cluster", "cluster", nc.key, "namespace", r.opts.LeaseNamespace)
-	return nil
-}
-
 // clusterExists reports whether the Cluster API Cluster key exists, read in the version of the Machine's
 // owner reference (apiVersion).
 func (r *RemediationReconciler) clusterExists(ctx context.Context, apiVersion string, key types.NamespacedName) (bool, error) {
@@ -245,7 +230,7 @@ func (r *RemediationReconciler) watchWorkloadNodes(c controller.Controller) func
 	return func(key types.NamespacedName, wc *workload.Cluster) error {
 		return c.Watch(source.Kind(wc.Cache(), client.Object(&corev1.Node{}),
 			handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-				return r.remediationsFor(ctx, bmcaccess.Host{Cluster: key, Node: o.GetName()}.String(), nil)
+				return r.claim.remediationsFor(ctx, bmcaccess.Host{Cluster: key, Node: o.GetName()}.String(), nil)
 			}), nodeChangePredicate()))
 	}
 }

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/bmcaccess"
+	"github.com/metalheal/metalheal/internal/eventnote"
 	"github.com/metalheal/metalheal/internal/workload"
 	"github.com/metalheal/metalheal/pkg/bmc"
 	"github.com/metalheal/metalheal/pkg/leases"
@@ -110,6 +109,8 @@ type RemediationReconciler struct {
 	memory memory
 	// trusted are the namespaces whose requests are acted on: ManagerNamespace and TrustedNamespaces.
 	trusted map[string]bool
+	// claim is the hold on hosts: which requests of a Node act on it, and its node lease.
+	claim *hostClaim
 	// ownWorkloads: the workload cluster connections were made here, not shared (SetupWithManager adds
 	// them to the manager).
 	ownWorkloads bool
@@ -129,7 +130,7 @@ func NewRemediationReconciler(opts RemediationReconcilerOptions) (*RemediationRe
 	case opts.ManagerNamespace == "":
 		return nil, errors.New("the power-cycle remediator needs the manager's namespace: requests are trusted only there and in the namespaces listed")
 	}
-	opts.Recorder = boundedNotes{opts.Recorder}
+	opts.Recorder = eventnote.Recorder{EventRecorder: opts.Recorder}
 	if opts.APIReader == nil {
 		opts.APIReader = opts.Client
 	}
@@ -156,6 +157,8 @@ func NewRemediationReconciler(opts RemediationReconcilerOptions) (*RemediationRe
 		opts.WorkloadClusters = workload.New(workload.Options{Clock: opts.Clock})
 	}
 	r := &RemediationReconciler{opts: opts, trusted: trustedNamespaces(opts.ManagerNamespace, opts.TrustedNamespaces), ownWorkloads: ownWorkloads}
+	r.claim = &hostClaim{client: opts.Client, trusted: r.trusted, nodes: r, clock: opts.Clock, recorder: opts.Recorder,
+		leaseNamespace: opts.LeaseNamespace, leaseDuration: opts.LeaseDuration, pollInterval: opts.PowerPollInterval}
 	r.phases = r.phaseHandlers()
 	return r, nil
 }
@@ -179,9 +182,8 @@ func remediationNodeKey(pcr *v1alpha1.PowerCycleRemediation) string {
 // SetupWithManager registers the remediator: it watches PowerCycleRemediations, the Nodes they act on
 // (a Node turning Ready is noticed at once), the BMCs of those nodes (a fixed BMC is tried at once) and
 // the node leases (a request waiting for its health check's lease goes on once it is taken), and the
-// other requests of the same node (what a request does with its node depends on them: see
-// remediation_handover.go). The node leases are read through the manager's cache: restrict it to the
-// lease namespace.
+// other requests of the same node (what a request does with its node depends on them: see hostClaim).
+// The node leases are read through the manager's cache: restrict it to the lease namespace.
 func (r *RemediationReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if err := indexRemediationsByNode(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
@@ -193,8 +195,8 @@ func (r *RemediationReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 			builder.WithPredicates(nodeChangePredicate())).
 		Watches(&v1alpha1.BMC{}, handler.EnqueueRequestsFromMapFunc(r.remediationsOfBMC),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.remediationsAwaitingLease)).
-		Watches(&v1alpha1.PowerCycleRemediation{}, handler.EnqueueRequestsFromMapFunc(r.remediationsBesides),
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.claim.remediationsAwaitingLease)).
+		Watches(&v1alpha1.PowerCycleRemediation{}, handler.EnqueueRequestsFromMapFunc(r.claim.remediationsBesides),
 			builder.WithPredicates(handOverChangePredicate())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).
 		Build(r)
@@ -223,7 +225,7 @@ func indexRemediationsByNode(ctx context.Context, indexer client.FieldIndexer) e
 
 // remediationsOfNode maps a Node to the remediations acting on it.
 func (r *RemediationReconciler) remediationsOfNode(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.remediationsFor(ctx, o.GetName(), nil)
+	return r.claim.remediationsFor(ctx, o.GetName(), nil)
 }
 
 // remediationsOfBMC maps a BMC to the remediations acting on its node.
@@ -232,54 +234,14 @@ func (r *RemediationReconciler) remediationsOfBMC(ctx context.Context, o client.
 	if !ok {
 		return nil
 	}
-	return r.remediationsFor(ctx, bmcaccess.HostOf(b).String(), nil)
-}
-
-// actsOn reports whether the remediator acts, or may yet act, on request p: p is in a namespace it
-// trusts and was not refused for good (see refused). A request it never acts on holds nothing and must
-// not stand in the way of those it does: it is nobody's sibling (so a deleted request never hands its
-// Node over to it), it maps no event to others, and a node lease is never kept for it. Every decision
-// that reads the other requests of a Node, or looks a lease's holder up, reads them through this.
-func (r *RemediationReconciler) actsOn(p *v1alpha1.PowerCycleRemediation) bool {
-	return r.trusts(p.Namespace) && !refused(p)
-}
-
-// remediationsOn returns the remediations acting on a node (see actsOn), read from the cache's index
-// without copying: read them, never change them. None when the cache cannot be read (logged).
-func (r *RemediationReconciler) remediationsOn(ctx context.Context, nodeName string) []v1alpha1.PowerCycleRemediation {
-	var list v1alpha1.PowerCycleRemediationList
-	if err := r.opts.Client.List(ctx, &list, client.MatchingFields{remediationNodeIndex: nodeName}, client.UnsafeDisableDeepCopy); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Listing the remediations of a node", "node", nodeName)
-		return nil
-	}
-	return slices.DeleteFunc(list.Items, func(p v1alpha1.PowerCycleRemediation) bool { return !r.actsOn(&p) })
-}
-
-// remediationsFor maps a node to the remediations acting on it, those keep lets through (all when keep is
-// nil).
-func (r *RemediationReconciler) remediationsFor(ctx context.Context, nodeName string, keep func(*v1alpha1.PowerCycleRemediation) bool) []reconcile.Request {
-	items := r.remediationsOn(ctx, nodeName)
-	reqs := make([]reconcile.Request, 0, len(items))
-	for i := range items {
-		if p := &items[i]; keep == nil || keep(p) {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}})
-		}
-	}
-	return reqs
+	return r.claim.remediationsFor(ctx, bmcaccess.HostOf(b).String(), nil)
 }
 
 // Remediating reports whether a PowerCycleRemediation is at work on the host (as bmcaccess.Host spells
 // it: the node's name for a Node of this cluster): not finished yet, or being cleaned up (which may power
 // the host on). It reads the cache's index, without copying.
 func (r *RemediationReconciler) Remediating(ctx context.Context, host string) bool {
-	items := r.remediationsOn(ctx, host)
-	for i := range items {
-		p := &items[i]
-		if !terminal(p.Status.Phase) || (!p.DeletionTimestamp.IsZero() && slices.Contains(p.Finalizers, v1alpha1.FinalizerPowerCycle)) {
-			return true
-		}
-	}
-	return false
+	return r.claim.remediating(ctx, host)
 }
 
 // nodeChangePredicate lets through what a remediation waits for on its Node: creation, deletion, and a

@@ -475,10 +475,10 @@ func testSiblingsEnqueueEachOther(t *testing.T, api *apiServer) {
 	request := func(p *v1alpha1.PowerCycleRemediation) reconcile.Request {
 		return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}}
 	}
-	g.Eventually(func() []reconcile.Request { return r.remediationsBesides(w.ctx, one) }).
+	g.Eventually(func() []reconcile.Request { return r.claim.remediationsBesides(w.ctx, one) }).
 		WithTimeout(10 * time.Second).WithPolling(20 * time.Millisecond).Should(ConsistOf(request(two)))
-	g.Expect(r.remediationsBesides(w.ctx, two)).To(ConsistOf(request(one)))
-	g.Expect(r.remediationsBesides(w.ctx, elsewhere)).To(BeEmpty())
+	g.Expect(r.claim.remediationsBesides(w.ctx, two)).To(ConsistOf(request(one)))
+	g.Expect(r.claim.remediationsBesides(w.ctx, elsewhere)).To(BeEmpty())
 
 	withFinalizer := one.DeepCopy()
 	withFinalizer.Finalizers = []string{v1alpha1.FinalizerPowerCycle}

@@ -85,7 +85,7 @@ func (r *RemediationReconciler) claimTaints(ctx context.Context, s *scope, taint
 // siblingRecords are the records of the taints metalheal added (status.appliedTaints) of the other
 // requests of the node that still hold it (see siblings and holdsNode).
 func (r *RemediationReconciler) siblingRecords(ctx context.Context, s *scope) ([][]string, error) {
-	siblings, err := r.siblings(ctx, s)
+	siblings, err := r.claim.siblings(ctx, s)
 	if err != nil {
 		return nil, err
 	}

@@ -73,10 +73,10 @@ func (r *RemediationReconciler) step(ctx context.Context, s *scope) (ctrl.Result
 	if _, timedOut, _ := template.TimedOut(s.pcr); !s.pcr.DeletionTimestamp.IsZero() || timedOut {
 		return r.cleanup(ctx, s)
 	}
-	if wait, err := r.awaitOwnerLease(ctx, s); err != nil || wait > 0 {
+	if wait, err := r.claim.awaitOwnerLease(ctx, s); err != nil || wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, err
 	}
-	if wait, err := r.awaitHandOver(ctx, s); err != nil || wait > 0 {
+	if wait, err := r.claim.awaitHandOver(ctx, s); err != nil || wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, err
 	}
 	if err := r.ensureFinalizer(ctx, s); err != nil {

@@ -953,7 +953,7 @@ func awaitingLease(t *testing.T, w *world) func(*coordinationv1.Lease) []reconci
 	r, err := NewRemediationReconciler(RemediationReconcilerOptions{Client: w.indexedClient(), Clock: w.clock, Recorder: w.recorder,
 		Drivers: bmcaccess.New(w.api.cache, w.ns, w.registry, bmcaccess.Options{}), ManagerNamespace: w.ns})
 	w.must(err)
-	return func(l *coordinationv1.Lease) []reconcile.Request { return r.remediationsAwaitingLease(w.ctx, l) }
+	return func(l *coordinationv1.Lease) []reconcile.Request { return r.claim.remediationsAwaitingLease(w.ctx, l) }
 }
 
 // takeLease creates node's lease for holder, valid for d from the world's time.

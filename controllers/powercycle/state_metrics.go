@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -14,11 +13,12 @@ import (
 	"github.com/metalheal/metalheal/internal/metrics"
 )
 
-// The state gauges of the remediator and the BMC inventory say what is true now (remediations by phase,
-// the oldest one's age, BMCs unreachable), so an alert can fire on it. Collectors list the objects from
-// the manager's cache at scrape time rather than keep gauges up to date on every transition: the numbers
-// are right after a restart or a lost leadership without bookkeeping of our own. Only the elected
-// manager reports them (a standby's cache does not watch these kinds; two replicas would double sums).
+// The state gauges of the remediator say what is true now (remediations by phase, the oldest one's age,
+// those overdue), so an alert can fire on it. The collector lists the requests from the manager's cache at
+// scrape time rather than keep gauges up to date on every transition: the numbers are right after a
+// restart or a lost leadership without bookkeeping of our own. Only the elected manager reports them (a
+// standby's cache does not watch these kinds; two replicas would double sums). The BMC inventory's are in
+// bmcinventory.
 
 // overdueGrace is how far past its own timeout a remediation step may run before it counts as overdue:
 // a requeue and one bounded BMC call, with room to spare.
@@ -36,12 +36,6 @@ var (
 		"Age of the oldest PowerCycleRemediation still in flight (neither Succeeded nor Failed); 0 when none is.", nil, nil)
 	descOverdue = prometheus.NewDesc("metalheal_powercycle_remediations_overdue",
 		"PowerCycleRemediations whose current step has run more than 2 minutes past its own timeout (powerOffTimeoutSeconds, powerOnTimeoutSeconds, the retry time): the remediator is not enforcing its bounds.", nil, nil)
-	descBMCs = prometheus.NewDesc("metalheal_bmcs",
-		"BMCs in the manager's namespace.", nil, nil)
-	descBMCsUnreachable = prometheus.NewDesc("metalheal_bmcs_unreachable",
-		"BMCs whose last check did not reach them (Reachable=False).", nil, nil)
-	descBMCsCredentials = prometheus.NewDesc("metalheal_bmcs_credentials_invalid",
-		"BMCs whose credentials are missing or were refused at the last check (CredentialsValid=False).", nil, nil)
 )
 
 // Label combinations registered at start, so that dashboards and alerts find the histograms before the
@@ -137,54 +131,4 @@ func stepDeadline(pcr *v1alpha1.PowerCycleRemediation) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
-}
-
-// BMCStateCollector reports the BMC inventory's state gauges.
-type BMCStateCollector struct {
-	reader    client.Reader
-	namespace string
-	elected   <-chan struct{}
-}
-
-// NewBMCStateCollector reads the BMCs of namespace from reader (the manager's cache) at scrape time once
-// elected is closed. Register it with the metrics registry.
-func NewBMCStateCollector(reader client.Reader, namespace string, elected <-chan struct{}) *BMCStateCollector {
-	return &BMCStateCollector{reader: reader, namespace: namespace, elected: elected}
-}
-
-func (c *BMCStateCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descBMCs
-	ch <- descBMCsUnreachable
-	ch <- descBMCsCredentials
-}
-
-func (c *BMCStateCollector) Collect(ch chan<- prometheus.Metric) {
-	if !metrics.Elected(c.elected) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), metrics.ListTimeout)
-	defer cancel()
-	var list v1alpha1.BMCList
-	if err := c.reader.List(ctx, &list, client.InNamespace(c.namespace), client.UnsafeDisableDeepCopy); err != nil {
-		ctrl.Log.WithName("metrics").Error(err, "Listing BMCs for their state gauges")
-		return
-	}
-	unreachable, badCredentials := bmcState(list.Items)
-	ch <- prometheus.MustNewConstMetric(descBMCs, prometheus.GaugeValue, float64(len(list.Items)))
-	ch <- prometheus.MustNewConstMetric(descBMCsUnreachable, prometheus.GaugeValue, float64(unreachable))
-	ch <- prometheus.MustNewConstMetric(descBMCsCredentials, prometheus.GaugeValue, float64(badCredentials))
-}
-
-// bmcState counts the BMCs whose last check did not reach them, and those whose credentials are wrong.
-func bmcState(items []v1alpha1.BMC) (unreachable, badCredentials int) {
-	for i := range items {
-		conds := items[i].Status.Conditions
-		if meta.IsStatusConditionFalse(conds, v1alpha1.ConditionReachable) {
-			unreachable++
-		}
-		if meta.IsStatusConditionFalse(conds, v1alpha1.ConditionCredentialsValid) {
-			badCredentials++
-		}
-	}
-	return unreachable, badCredentials
 }

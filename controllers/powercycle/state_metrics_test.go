@@ -113,33 +113,6 @@ func TestRemediationStateCollector(t *testing.T) {
 	}
 }
 
-func TestBMCStateCollector(t *testing.T) {
-	g := NewWithT(t)
-	bmc := func(ns, name string, reachable, creds metav1.ConditionStatus) client.Object {
-		b := &v1alpha1.BMC{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-		if reachable != "" {
-			b.Status.Conditions = append(b.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReachable, Status: reachable})
-		}
-		if creds != "" {
-			b.Status.Conditions = append(b.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionCredentialsValid, Status: creds})
-		}
-		return b
-	}
-	scheme := runtime.NewScheme()
-	g.Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
-		bmc("mh", "ok", metav1.ConditionTrue, metav1.ConditionTrue),
-		bmc("mh", "down", metav1.ConditionFalse, metav1.ConditionUnknown),
-		bmc("mh", "badpass", metav1.ConditionTrue, metav1.ConditionFalse),
-		bmc("mh", "unchecked", "", ""),
-		bmc("elsewhere", "down", metav1.ConditionFalse, metav1.ConditionFalse), // not the manager's: ignored
-	).Build()
-	col := NewBMCStateCollector(c, "mh", nil)
-	g.Expect(gaugeValue(t, col, "metalheal_bmcs")).To(Equal(4.0))
-	g.Expect(gaugeValue(t, col, "metalheal_bmcs_unreachable")).To(Equal(1.0))
-	g.Expect(gaugeValue(t, col, "metalheal_bmcs_credentials_invalid")).To(Equal(1.0))
-}
-
 func itoa(n int) string { return strconv.Itoa(n) }
 
 // gaugeValue is the value of the single series name that c reports.

@@ -1,4 +1,4 @@
-package powercycle
+package bmcinventory
 
 import (
 	"context"
@@ -27,9 +27,9 @@ var (
 	scheme    *runtime.Scheme
 )
 
-func TestControllers(t *testing.T) {
+func TestBMCInventory(t *testing.T) {
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "powercycle controllers")
+	RunSpecs(t, "BMC inventory")
 }
 
 var _ = BeforeSuite(func() {
@@ -52,7 +52,7 @@ var _ = AfterSuite(func() {
 
 // newNamespace creates a namespace for one spec and returns its name.
 func newNamespace(ctx context.Context) string {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "powercycle-test-"}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bmcinventory-test-"}}
 	Expect(k8sClient.Create(ctx, ns)).To(Succeed())
 	return ns.Name
 }

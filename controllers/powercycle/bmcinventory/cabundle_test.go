@@ -1,4 +1,4 @@
-package powercycle
+package bmcinventory
 
 import (
 	"context"
@@ -171,7 +171,7 @@ var _ = Describe("BMC behind a private certificate authority", func() {
 var _ = Describe("BMC behind a private certificate authority, in a running manager", func() {
 	It("re-checks the BMCs using a bundle when it is created or changes, through the ConfigMap and Secret watches", func(ctx SpecContext) {
 		ns := newNamespace(ctx)
-		startBMCManager(ctx, ns, BMCReconcilerOptions{}, GinkgoLogr)
+		startBMCManager(ctx, ns, Options{}, GinkgoLogr)
 		ca := newTestCA("site CA")
 		createBMCSecret(ctx, ns, "creds", bmcCredentials(goodPassword))
 		_, address := startCASignedBMC(ca)

@@ -1,4 +1,4 @@
-package powercycle
+package bmcinventory
 
 import (
 	"context"
@@ -508,29 +508,10 @@ func TestBMCTransitionEvent(t *testing.T) {
 	}
 }
 
-func TestTruncateUTF8(t *testing.T) {
-	tests := map[string]struct {
-		in   string
-		n    int
-		want string
-	}{
-		"short enough":            {"abc", 3, "abc"},
-		"cut, with an ellipsis":   {"abcdef", 5, "ab…"},
-		"never inside a rune":     {"aéééé", 6, "aé…"},
-		"back to a rune start":    {"aéééé", 5, "a…"},
-		"multi-byte on the bound": {"ééé", 6, "ééé"},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			NewWithT(t).Expect(truncateUTF8(tc.in, tc.n)).To(Equal(tc.want))
-		})
-	}
-}
-
 // The reconciler refuses to start half-wired.
 func TestBMCReconcilerSetupNeedsItsDependencies(t *testing.T) {
 	g := NewWithT(t)
-	err := (&BMCReconciler{}).SetupWithManager(context.Background(), nil)
+	err := (&Reconciler{}).SetupWithManager(context.Background(), nil)
 	g.Expect(err).To(MatchError(ContainSubstring("needs a Client, an Access, a Recorder and a Clock")))
 }
 

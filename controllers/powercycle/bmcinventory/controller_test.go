@@ -1,4 +1,4 @@
-package powercycle
+package bmcinventory
 
 import (
 	"context"
@@ -146,14 +146,14 @@ func countMockRequests(m *redfishmock.Mock, method, path string) int {
 
 const mockSessionsPath = "/redfish/v1/SessionService/Sessions"
 
-// bmcStepper drives a BMCReconciler by hand: one Reconcile call at a time, on a fake clock, with events
+// bmcStepper drives a Reconciler by hand: one Reconcile call at a time, on a fake clock, with events
 // recorded in memory.
 type bmcStepper struct {
 	ns       string
 	clock    *clocktesting.FakeClock
 	recorder *events.FakeRecorder
 	access   *bmcaccess.Access
-	r        *BMCReconciler
+	r        *Reconciler
 }
 
 var bmcT0Suite = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -169,8 +169,8 @@ func newBMCStepper(ns string) *bmcStepper {
 func (s *bmcStepper) restart() {
 	access := bmcaccess.New(k8sClient, s.ns, newTestRegistry(), bmcaccess.Options{})
 	s.access = access
-	s.r = &BMCReconciler{Client: k8sClient, Access: access, Recorder: s.recorder, Clock: s.clock,
-		Options: BMCReconcilerOptions{Interval: bmcCheckInterval, CheckTimeout: 5 * time.Second}}
+	s.r = &Reconciler{Client: k8sClient, Access: access, Recorder: s.recorder, Clock: s.clock,
+		Options: Options{Interval: bmcCheckInterval, CheckTimeout: 5 * time.Second}}
 	DeferCleanup(func(ctx SpecContext) { access.CloseAll(ctx) })
 }
 
@@ -515,14 +515,14 @@ var _ = Describe("BMC inventory schedule and status writes", func() {
 		s.reconcile(ctx, "bmc-1")
 		Expect(checks()).To(Equal(1), "a new BMC is checked")
 		slot := bmcSlotAfter(bmcPhase(getBMC(ctx, ns, "bmc-1").UID, bmcCheckInterval), bmcT0Suite, bmcCheckInterval)
-		skipped := testutil.ToFloat64(BMCChecks.WithLabelValues(bmcCheckSkippedRemediating))
+		skipped := testutil.ToFloat64(Checks.WithLabelValues(bmcCheckSkippedRemediating))
 
 		By("its slot comes while its node is being remediated: no check, the next slot planned")
 		remediating.set("node-bmc-1", true)
 		s.clock.SetTime(slot)
 		Expect(s.reconcile(ctx, "bmc-1").RequeueAfter).To(Equal(bmcCheckInterval))
 		Expect(checks()).To(Equal(1))
-		Expect(testutil.ToFloat64(BMCChecks.WithLabelValues(bmcCheckSkippedRemediating)) - skipped).To(Equal(1.0))
+		Expect(testutil.ToFloat64(Checks.WithLabelValues(bmcCheckSkippedRemediating)) - skipped).To(Equal(1.0))
 
 		By("a change to the BMC is checked at once, remediation or not")
 		b := getBMC(ctx, ns, "bmc-1")
@@ -539,7 +539,7 @@ var _ = Describe("BMC inventory schedule and status writes", func() {
 	})
 
 	It("writes the status only when something an admin reads changed, or when lastChecked needs a refresh", func(ctx SpecContext) {
-		succeeded := BMCChecks.WithLabelValues(v1alpha1.ReasonCheckSucceeded)
+		succeeded := Checks.WithLabelValues(v1alpha1.ReasonCheckSucceeded)
 		countedBefore := testutil.ToFloat64(succeeded)
 		createBMCSecret(ctx, ns, "creds", bmcCredentials(goodPassword))
 		createBMC(ctx, ns, "bmc-1", bmcMockAddress(m, "1"), "creds", false)
@@ -550,7 +550,7 @@ var _ = Describe("BMC inventory schedule and status writes", func() {
 		By("checking in every slot for half an hour without writing anything")
 		for {
 			s.clock.Step(res.RequeueAfter)
-			if s.clock.Since(bmcT0Suite) >= BMCStatusRefreshAge {
+			if s.clock.Since(bmcT0Suite) >= StatusRefreshAge {
 				break
 			}
 			res = s.reconcile(ctx, "bmc-1")
@@ -592,7 +592,7 @@ var _ = Describe("BMC inventory schedule and status writes", func() {
 
 // startBMCManager runs a manager with the BMC inventory for namespace ns until the spec ends, logging to
 // logger. It returns the Access the controller uses.
-func startBMCManager(ctx context.Context, ns string, opts BMCReconcilerOptions, logger logr.Logger) *bmcaccess.Access {
+func startBMCManager(ctx context.Context, ns string, opts Options, logger logr.Logger) *bmcaccess.Access {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Logger:                 logger,
@@ -606,7 +606,7 @@ func startBMCManager(ctx context.Context, ns string, opts BMCReconcilerOptions, 
 	Expect(err).NotTo(HaveOccurred())
 	access := bmcaccess.New(mgr.GetClient(), ns, newTestRegistry(), bmcaccess.Options{})
 	Expect(mgr.Add(access)).To(Succeed())
-	r := &BMCReconciler{Client: mgr.GetClient(), Access: access, Recorder: mgr.GetEventRecorder(BMCControllerName),
+	r := &Reconciler{Client: mgr.GetClient(), Access: access, Recorder: mgr.GetEventRecorder(ControllerName),
 		Clock: clocktesting.NewFakeClock(bmcT0Suite), Options: opts}
 	Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
 
@@ -645,7 +645,7 @@ var _ = Describe("BMC inventory in a running manager", func() {
 	}
 
 	It("flips CredentialsValid back when the Secret is rotated, through the Secret watch", func(ctx SpecContext) {
-		startBMCManager(ctx, ns, BMCReconcilerOptions{}, GinkgoLogr)
+		startBMCManager(ctx, ns, Options{}, GinkgoLogr)
 		m := startBMCMock(redfishmock.New())
 		createBMCSecret(ctx, ns, "creds", bmcCredentials(wrongPassword))
 		createBMC(ctx, ns, "bmc-1", bmcMockAddress(m, "1"), "creds", false)
@@ -663,7 +663,7 @@ var _ = Describe("BMC inventory in a running manager", func() {
 	It("reports unreachable BMCs without holding up the others", func(ctx SpecContext) {
 		// The hanging BMC's check takes checkTimeout; the others must be done well before.
 		const checkTimeout = 8 * time.Second
-		startBMCManager(ctx, ns, BMCReconcilerOptions{CheckTimeout: checkTimeout, MaxConcurrentReconciles: 4}, GinkgoLogr)
+		startBMCManager(ctx, ns, Options{CheckTimeout: checkTimeout, MaxConcurrentReconciles: 4}, GinkgoLogr)
 		createBMCSecret(ctx, ns, "creds", bmcCredentials(goodPassword))
 
 		// A BMC that never answers: every request waits an hour on a clock that does not move, until the
@@ -694,7 +694,7 @@ var _ = Describe("BMC inventory in a running manager", func() {
 	It("never lets a password reach a log line, an event, a status or an error", func(ctx SpecContext) {
 		logs := &testenv.SyncBuffer{}
 		logger := zap.New(zap.WriteTo(logs), zap.Level(zapcore.Level(-10)))
-		access := startBMCManager(ctx, ns, BMCReconcilerOptions{}, logger)
+		access := startBMCManager(ctx, ns, Options{}, logger)
 
 		m := startBMCMock(redfishmock.New())
 		tlsMock := startBMCMock(redfishmock.New().WithTLS())

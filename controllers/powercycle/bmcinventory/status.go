@@ -1,4 +1,4 @@
-package powercycle
+package bmcinventory
 
 import (
 	"crypto/sha256"
@@ -8,7 +8,6 @@ import (
 	"math/bits"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/bmcaccess"
+	"github.com/metalheal/metalheal/internal/eventnote"
 	"github.com/metalheal/metalheal/pkg/bmc"
 )
 
@@ -134,15 +134,15 @@ func bmcNotAfter(t, now time.Time) time.Time {
 	return t
 }
 
-// BMCStatusRefreshAge is how old status.lastChecked may grow before a check that found nothing new
+// StatusRefreshAge is how old status.lastChecked may grow before a check that found nothing new
 // writes it anyway (at least the check interval): often enough that lastChecked shows the inventory is
 // alive, rarely enough that 5,000 healthy BMCs cost the API server a few writes per second, not one per
 // check.
-const BMCStatusRefreshAge = 30 * time.Minute
+const StatusRefreshAge = 30 * time.Minute
 
-// bmcRefreshAge is BMCStatusRefreshAge, or interval if that is longer.
+// bmcRefreshAge is StatusRefreshAge, or interval if that is longer.
 func bmcRefreshAge(interval time.Duration) time.Duration {
-	return max(BMCStatusRefreshAge, interval)
+	return max(StatusRefreshAge, interval)
 }
 
 // bmcReportedStatus is the status that reports assessment a of b's generation, made at now, and whether
@@ -174,7 +174,7 @@ func bmcReportedStatus(old v1alpha1.BMCStatus, generation int64, a bmcAssessment
 	return st, true
 }
 
-// bmcCheckResult is the result label of a check in BMCChecks: the reason of the condition that says what
+// bmcCheckResult is the result label of a check in Checks: the reason of the condition that says what
 // is wrong, or CheckSucceeded.
 func bmcCheckResult(a bmcAssessment) string {
 	if p := bmcProblem(&a.reachable, &a.credentials); p != nil {
@@ -199,10 +199,10 @@ func (a bmcAssessment) healthy() bool {
 }
 
 // Bounds, in bytes, of a condition message (the API allows 32768; an admin reads far fewer) and of an
-// event note (events.k8s.io refuses more than 1024).
+// event note (events.k8s.io refuses more).
 const (
 	bmcMaxMessage = 1024
-	bmcMaxNote    = 1024
+	bmcMaxNote    = eventnote.MaxBytes
 )
 
 // bmcAssess interprets a check of b: the power state read, or the error that kept it from being read (from
@@ -322,20 +322,7 @@ func bmcCertificateAdvice(b *v1alpha1.BMC) string {
 }
 
 func bmcCondition(t string, s metav1.ConditionStatus, reason, message string) metav1.Condition {
-	return metav1.Condition{Type: t, Status: s, Reason: reason, Message: truncateUTF8(message, bmcMaxMessage)}
-}
-
-// truncateUTF8 shortens s to at most n bytes, on a rune boundary, marking the cut with an ellipsis.
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const ellipsis = "…"
-	cut := n - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + ellipsis
+	return metav1.Condition{Type: t, Status: s, Reason: reason, Message: eventnote.Truncate(message, bmcMaxMessage)}
 }
 
 // bmcDescribe is the part of err worth showing on the BMC itself: an access error without the "BMC ns/name"
@@ -404,5 +391,5 @@ func bmcTransitionEvent(oldReachable, oldCredentials *metav1.Condition, a bmcAss
 	default:
 		reason = EventBMCMisconfigured
 	}
-	return &bmcEvent{kind: corev1.EventTypeWarning, reason: reason, note: truncateUTF8(after.Reason+": "+after.Message, bmcMaxNote)}
+	return &bmcEvent{kind: corev1.EventTypeWarning, reason: reason, note: eventnote.Truncate(after.Reason+": "+after.Message, bmcMaxNote)}
 }

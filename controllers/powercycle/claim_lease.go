@@ -31,17 +31,17 @@ const reasonLeaseHeldByOwner = "LeaseHeldByOwner"
 // recorded beside it on the Lease (leases.AnnotationHolderNamespace), which only the remediator reads: two
 // requests of one name in two namespaces are two holders, so only one of them acts on the host.
 // The lease lives in the Node's own cluster (see nodeClusterOf), in the lease namespace.
-func (r *RemediationReconciler) leaseManager(ctx context.Context, s *scope) (*leases.Manager, error) {
-	return r.leaseManagerAs(ctx, s, leases.Holder{Identity: leases.HolderIdentity(remediationKind, s.pcr.Name), Namespace: s.pcr.Namespace})
+func (h *hostClaim) leaseManager(ctx context.Context, s *scope) (*leases.Manager, error) {
+	return h.leaseManagerAs(ctx, s, leases.Holder{Identity: leases.HolderIdentity(remediationKind, s.pcr.Name), Namespace: s.pcr.Namespace})
 }
 
 // leaseManagerAs is the node lease manager acting as holder (a request this one takes the node over from).
-func (r *RemediationReconciler) leaseManagerAs(ctx context.Context, s *scope, holder leases.Holder) (*leases.Manager, error) {
-	nc, err := r.nodeClusterOf(ctx, s)
+func (h *hostClaim) leaseManagerAs(ctx context.Context, s *scope, holder leases.Holder) (*leases.Manager, error) {
+	nc, err := h.nodes.nodeClusterOf(ctx, s)
 	if err != nil {
 		return nil, err
 	}
-	return leases.NewManager(nc.leases, holder.Identity, r.opts.Clock, leases.WithNamespace(r.opts.LeaseNamespace),
+	return leases.NewManager(nc.leases, holder.Identity, h.clock, leases.WithNamespace(h.leaseNamespace),
 		leases.WithLiveReader(nc.leaseLive), leases.WithHolderNamespace(holder.Namespace))
 }
 
@@ -83,7 +83,7 @@ const ownerLeaseGrace = 10 * time.Second
 // event brings the next reconcile), ownerLeaseGrace after the request's creation at the latest. It
 // returns 0 once the lease is held by the check or by this request, or by anyone else (pending reports
 // that), for a request that has started already, or one from anything but a NodeHealthCheck.
-func (r *RemediationReconciler) awaitOwnerLease(ctx context.Context, s *scope) (time.Duration, error) {
+func (h *hostClaim) awaitOwnerLease(ctx context.Context, s *scope) (time.Duration, error) {
 	if s.pcr.Status.Phase != "" || !fromNodeHealthCheck(s.pcr) {
 		return 0, nil
 	}
@@ -91,7 +91,7 @@ func (r *RemediationReconciler) awaitOwnerLease(ctx context.Context, s *scope) (
 	if s.now.Before(s.pcr.CreationTimestamp.Time) || !s.now.Before(deadline) {
 		return 0, nil
 	}
-	m, err := r.leaseManager(ctx, s)
+	m, err := h.leaseManager(ctx, s)
 	if err != nil {
 		return 0, err
 	}
@@ -111,12 +111,12 @@ func fromNodeHealthCheck(pcr *v1alpha1.PowerCycleRemediation) bool {
 
 // remediationsAwaitingLease maps a node lease to the requests of its node that may be waiting for it
 // (awaitOwnerLease): those from a NodeHealthCheck that have not started.
-func (r *RemediationReconciler) remediationsAwaitingLease(ctx context.Context, o client.Object) []reconcile.Request {
+func (h *hostClaim) remediationsAwaitingLease(ctx context.Context, o client.Object) []reconcile.Request {
 	node, ok := strings.CutPrefix(o.GetName(), leases.LeaseName(""))
-	if !ok || o.GetNamespace() != r.opts.LeaseNamespace {
+	if !ok || o.GetNamespace() != h.leaseNamespace {
 		return nil
 	}
-	return r.remediationsFor(ctx, node, func(p *v1alpha1.PowerCycleRemediation) bool {
+	return h.remediationsFor(ctx, node, func(p *v1alpha1.PowerCycleRemediation) bool {
 		return p.Status.Phase == "" && fromNodeHealthCheck(p)
 	})
 }
@@ -125,8 +125,8 @@ func (r *RemediationReconciler) remediationsAwaitingLease(ctx context.Context, o
 // it), or its owner does. When someone else holds it, it reports LeaseAcquired=False naming the holder,
 // warns once, and returns how long to wait (until the lease runs out, at most the backoff's max). The
 // lease is renewed only once less than half of it is left; s.leaseRecheck says when that will be.
-func (r *RemediationReconciler) acquireLease(ctx context.Context, s *scope, node *corev1.Node) (ok bool, wait time.Duration, err error) {
-	m, err := r.leaseManager(ctx, s)
+func (h *hostClaim) acquireLease(ctx context.Context, s *scope, node *corev1.Node) (ok bool, wait time.Duration, err error) {
+	m, err := h.leaseManager(ctx, s)
 	if err != nil {
 		return false, 0, err
 	}
@@ -134,10 +134,10 @@ func (r *RemediationReconciler) acquireLease(ctx context.Context, s *scope, node
 	if err != nil {
 		return false, 0, err
 	}
-	half := r.opts.LeaseDuration / 2
+	half := h.leaseDuration / 2
 	switch {
 	case valid && !m.Holds(holder) && heldByOwner(s.pcr, holder.Identity):
-		r.leaseTaken(s, node.Name, holder.Identity, reasonLeaseHeldByOwner,
+		h.leaseTaken(s, node.Name, holder.Identity, reasonLeaseHeldByOwner,
 			fmt.Sprintf("Node lease is held for this remediation by its owner %s", holder.Identity))
 		s.leaseRecheck = untilDeadline(until, s.now) + time.Second // in case the owner lets it go
 		return true, 0, nil
@@ -154,19 +154,19 @@ func (r *RemediationReconciler) acquireLease(ctx context.Context, s *scope, node
 		}
 	}
 
-	from := r.leaseTakeOver(ctx, s, holder)
-	err = m.RequestLeaseFromHolders(ctx, node, r.opts.LeaseDuration, from...)
+	from := h.leaseTakeOver(ctx, s, holder)
+	err = m.RequestLeaseFromHolders(ctx, node, h.leaseDuration, from...)
 	if apierrors.IsNotFound(err) && s.status().ClusterName != "" {
 		// A workload cluster without the lease namespace: made there on first use.
-		if err = r.ensureLeaseNamespace(ctx, s); err == nil {
-			err = m.RequestLeaseFromHolders(ctx, node, r.opts.LeaseDuration, from...)
+		if err = h.ensureLeaseNamespace(ctx, s); err == nil {
+			err = m.RequestLeaseFromHolders(ctx, node, h.leaseDuration, from...)
 		}
 	}
 	var held *leases.AlreadyHeldError
 	if errors.As(err, &held) && heldByOwner(s.pcr, held.Holder) {
 		// The owner took it a moment ago and our cache has not shown it yet (a health check may create
 		// the request first and take the lease right after).
-		r.leaseTaken(s, node.Name, held.Holder, reasonLeaseHeldByOwner,
+		h.leaseTaken(s, node.Name, held.Holder, reasonLeaseHeldByOwner,
 			fmt.Sprintf("Node lease is held for this remediation by its owner %s", held.Holder))
 		s.leaseRecheck = untilDeadline(held.Until, s.now) + time.Second
 		return true, 0, nil
@@ -175,7 +175,7 @@ func (r *RemediationReconciler) acquireLease(ctx context.Context, s *scope, node
 		by := heldByText(m, held.Holder)
 		msg := fmt.Sprintf("Node lease of %s is held by %s until %s", node.Name, by, held.Until.UTC().Format(timeFormat))
 		if s.setCondition(v1alpha1.ConditionLeaseAcquired, metav1.ConditionFalse, v1alpha1.ReasonLeaseHeldByOther, msg) {
-			r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeWarning, EventNodeLeaseHeld, ActionPowerCycle,
+			h.recorder.Eventf(s.pcr, nil, corev1.EventTypeWarning, EventNodeLeaseHeld, ActionPowerCycle,
 				"Waiting: node %s is held by %s until %s", node.Name, by, held.Until.UTC().Format(timeFormat))
 		}
 		wait := min(untilDeadline(held.Until, s.now)+time.Second, s.spec.backoffMax)
@@ -184,9 +184,9 @@ func (r *RemediationReconciler) acquireLease(ctx context.Context, s *scope, node
 	if err != nil {
 		return false, 0, fmt.Errorf("taking the node lease of %s: %w", node.Name, err)
 	}
-	r.leaseTaken(s, node.Name, m.HolderIdentity(), v1alpha1.ReasonLeaseAcquired,
+	h.leaseTaken(s, node.Name, m.HolderIdentity(), v1alpha1.ReasonLeaseAcquired,
 		fmt.Sprintf("Node lease of %s is held as %s", node.Name, m.HolderIdentity()))
-	s.leaseRecheck = r.opts.LeaseDuration - half
+	s.leaseRecheck = h.leaseDuration - half
 	return true, 0, nil
 }
 
@@ -196,27 +196,27 @@ func (r *RemediationReconciler) acquireLease(ctx context.Context, s *scope, node
 // clean-up or taken over by another request of the node; a timed-out one renews only the lease it still
 // holds (holdOwnLease) until the request that follows takes it over. Losing it mid-flow (it expired and
 // someone took it) is reported but does not stop a power cycle half done.
-func (r *RemediationReconciler) keepLease(ctx context.Context, s *scope) error {
+func (h *hostClaim) keepLease(ctx context.Context, s *scope) error {
 	if _, timedOut, _ := template.TimedOut(s.pcr); timedOut || !s.pcr.DeletionTimestamp.IsZero() {
 		return nil
 	}
-	node, err := r.getNode(ctx, s)
+	node, err := h.nodes.getNode(ctx, s)
 	if err != nil {
 		return ignoreNotFound(err)
 	}
-	_, _, err = r.acquireLease(ctx, s, node)
+	_, _, err = h.acquireLease(ctx, s, node)
 	return err
 }
 
 // releaseLease gives the node lease back if this remediation holds it, or a request of the node it carries
 // on from (timed out, deleted or gone: see leaseTakeOver) does: the lease of a node whose last remediation
 // ends is not left to run out.
-func (r *RemediationReconciler) releaseLease(ctx context.Context, s *scope) error {
+func (h *hostClaim) releaseLease(ctx context.Context, s *scope) error {
 	nodeName := s.status().NodeName
 	if nodeName == "" {
 		return nil
 	}
-	m, err := r.leaseManager(ctx, s)
+	m, err := h.leaseManager(ctx, s)
 	if err != nil {
 		return err
 	}
@@ -224,8 +224,8 @@ func (r *RemediationReconciler) releaseLease(ctx context.Context, s *scope) erro
 	if err != nil {
 		return fmt.Errorf("reading the node lease of %s: %w", nodeName, err)
 	}
-	if holder.Identity != "" && !m.Holds(holder) && len(r.leaseTakeOver(ctx, s, holder)) > 0 {
-		if m, err = r.leaseManagerAs(ctx, s, holder); err != nil {
+	if holder.Identity != "" && !m.Holds(holder) && len(h.leaseTakeOver(ctx, s, holder)) > 0 {
+		if m, err = h.leaseManagerAs(ctx, s, holder); err != nil {
 			return err
 		}
 	}
@@ -237,8 +237,8 @@ func (r *RemediationReconciler) releaseLease(ctx context.Context, s *scope) erro
 		own := c.Reason != reasonLeaseHeldByOwner
 		s.setCondition(v1alpha1.ConditionLeaseAcquired, metav1.ConditionFalse, reasonLeaseReleased, "Node lease released")
 		if own {
-			r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeNormal, EventNodeLeaseReleased, ActionCleanUp,
-				"%s/%s deleted by its holder", r.opts.LeaseNamespace, leases.LeaseName(nodeName))
+			h.recorder.Eventf(s.pcr, nil, corev1.EventTypeNormal, EventNodeLeaseReleased, ActionCleanUp,
+				"%s/%s deleted by its holder", h.leaseNamespace, leases.LeaseName(nodeName))
 		}
 	}
 	s.leaseRecheck = 0
@@ -247,16 +247,31 @@ func (r *RemediationReconciler) releaseLease(ctx context.Context, s *scope) erro
 
 // leaseTaken records that the node lease is held for the remediation, by holder, and tells it (once, when
 // LeaseAcquired turns True or changes holder, not on each renewal) in the words of the demo's timeline.
-func (r *RemediationReconciler) leaseTaken(s *scope, node, holder, reason, msg string) {
+func (h *hostClaim) leaseTaken(s *scope, node, holder, reason, msg string) {
 	c := s.condition(v1alpha1.ConditionLeaseAcquired)
 	changed := c == nil || c.Status != metav1.ConditionTrue || c.Reason != reason || c.Message != msg
 	s.setCondition(v1alpha1.ConditionLeaseAcquired, metav1.ConditionTrue, reason, msg)
 	if changed {
-		r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeNormal, EventNodeLeaseTaken, ActionPowerCycle,
+		h.recorder.Eventf(s.pcr, nil, corev1.EventTypeNormal, EventNodeLeaseTaken, ActionPowerCycle,
 			"%s/%s held by %s: nobody else (node maintenance, another check) acts on the node",
-			r.opts.LeaseNamespace, leases.LeaseName(node), holder)
+			h.leaseNamespace, leases.LeaseName(node), holder)
 	}
 }
 
 // reasonLeaseReleased: the remediation is done with the node and gave its lease back.
 const reasonLeaseReleased = "LeaseReleased"
+
+// ensureLeaseNamespace makes the lease namespace in the request's workload cluster, where the node
+// leases of its Nodes live: a workload cluster made by Cluster API does not have it.
+func (h *hostClaim) ensureLeaseNamespace(ctx context.Context, s *scope) error {
+	nc, err := h.nodes.nodeClusterOf(ctx, s)
+	if err != nil {
+		return err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: h.leaseNamespace}}
+	if err := nc.writer.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s in workload cluster %s: %w", h.leaseNamespace, nc.key, err)
+	}
+	s.log.Info("Made the node lease namespace in the workload cluster", "cluster", nc.key, "namespace", h.leaseNamespace)
+	return nil
+}

@@ -1,4 +1,4 @@
-package powercycle
+package bmcinventory
 
 import (
 	"context"
@@ -27,37 +27,37 @@ import (
 	"github.com/metalheal/metalheal/pkg/bmc"
 )
 
-// Defaults of BMCReconcilerOptions.
+// Defaults of Options.
 const (
-	DefaultBMCCheckInterval           = 5 * time.Minute
-	DefaultBMCCheckTimeout            = 10 * time.Second
-	DefaultBMCMaxConcurrentReconciles = 20
+	DefaultCheckInterval           = 5 * time.Minute
+	DefaultCheckTimeout            = 10 * time.Second
+	DefaultMaxConcurrentReconciles = 20
 )
 
-// BMCControllerName names the BMC inventory controller (logs, metrics, events).
-const BMCControllerName = "bmc"
+// ControllerName names the BMC inventory controller (logs, metrics, events).
+const ControllerName = "bmc"
 
-// BMCReconcilerOptions tune the BMC inventory.
-type BMCReconcilerOptions struct {
+// Options tune the BMC inventory.
+type Options struct {
 	// Interval is the period of the checks of one BMC: each BMC is checked once per interval, in its
 	// own slot (two checks are between Interval/2 and 1.5×Interval apart). Zero means
-	// DefaultBMCCheckInterval.
+	// DefaultCheckInterval.
 	Interval time.Duration
 	// CheckTimeout bounds one check (building the driver and one PowerState call). Zero means
-	// DefaultBMCCheckTimeout.
+	// DefaultCheckTimeout.
 	CheckTimeout time.Duration
 	// MaxConcurrentReconciles is how many BMCs are checked at once, so that slow or unreachable BMCs
-	// never hold up the others. Zero means DefaultBMCMaxConcurrentReconciles.
+	// never hold up the others. Zero means DefaultMaxConcurrentReconciles.
 	MaxConcurrentReconciles int
 }
 
 // NodeRemediations tells whether a remediation is at work on a host (bmcaccess.Host's spelling).
-// *RemediationReconciler is one.
+// The power-cycle remediator (*powercycle.RemediationReconciler) is one.
 type NodeRemediations interface {
 	Remediating(ctx context.Context, host string) bool
 }
 
-// BMCReconciler is the BMC inventory: it checks every BMC in the Access's namespace (reachability,
+// Reconciler is the BMC inventory: it checks every BMC in the Access's namespace (reachability,
 // credentials and power state) when the BMC changes, when its credentials Secret changes, and once every
 // Interval, and reports the result in the BMC's status and, on change, in events. An administrator thus
 // learns that a BMC is misconfigured before the node it guards fails.
@@ -65,8 +65,8 @@ type NodeRemediations interface {
 // The periodic checks are spread evenly over the interval: each BMC has its own slot in it (one of
 // bmcSlotsPerInterval, from a hash of its UID), so 5,000 BMCs created or restarted together do not come
 // due together every interval, and the BMCs of a slot are checked as a group. The status is written
-// only when it changes or lastChecked needs a refresh (BMCStatusRefreshAge).
-type BMCReconciler struct {
+// only when it changes or lastChecked needs a refresh (StatusRefreshAge).
+type Reconciler struct {
 	// Client reads BMCs (from the cache) and writes their status.
 	Client client.Client
 	// Access builds and caches the drivers; share it with the power-cycle remediator.
@@ -76,7 +76,7 @@ type BMCReconciler struct {
 	// Clock stamps lastChecked and decides when a check is due.
 	Clock clock.PassiveClock
 	// Options tune the checks.
-	Options BMCReconcilerOptions
+	Options Options
 	// Remediations, if set, tells which nodes a power-cycle remediation is at work on. The periodic check
 	// of a healthy BMC whose host is being power-cycled is skipped: it would only compete with the
 	// remediator for the BMC (one call at a time per BMC), and the remediation's BMCReady condition
@@ -87,38 +87,38 @@ type BMCReconciler struct {
 	checked map[types.NamespacedName]bmcCheckRecord
 }
 
-func (r *BMCReconciler) interval() time.Duration {
+func (r *Reconciler) interval() time.Duration {
 	if r.Options.Interval > 0 {
 		return r.Options.Interval
 	}
-	return DefaultBMCCheckInterval
+	return DefaultCheckInterval
 }
 
-func (r *BMCReconciler) checkTimeout() time.Duration {
+func (r *Reconciler) checkTimeout() time.Duration {
 	if r.Options.CheckTimeout > 0 {
 		return r.Options.CheckTimeout
 	}
-	return DefaultBMCCheckTimeout
+	return DefaultCheckTimeout
 }
 
 // SetupWithManager registers the BMC field indexes (through the Access) and the controller: BMCs in the
 // Access's namespace, and the Secrets and ConfigMaps there, mapped to the BMCs that use them (for their
 // credentials or their CA bundle).
-func (r *BMCReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if r.Client == nil || r.Access == nil || r.Recorder == nil || r.Clock == nil {
-		return errors.New("BMCReconciler needs a Client, an Access, a Recorder and a Clock")
+		return errors.New("the BMC inventory needs a Client, an Access, a Recorder and a Clock")
 	}
 	if err := r.Access.SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	workers := r.Options.MaxConcurrentReconciles
 	if workers <= 0 {
-		workers = DefaultBMCMaxConcurrentReconciles
+		workers = DefaultMaxConcurrentReconciles
 	}
 	ns := r.Access.Namespace()
 	inNamespace := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() == ns })
 	return ctrl.NewControllerManagedBy(mgr).
-		Named(BMCControllerName).
+		Named(ControllerName).
 		// Our own status writes do not change the generation: they need no reconcile.
 		For(&v1alpha1.BMC{}, builder.WithPredicates(inNamespace, predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.bmcsUsingSecret), builder.WithPredicates(inNamespace)).
@@ -128,20 +128,20 @@ func (r *BMCReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) 
 }
 
 // bmcsUsingSecret maps a Secret to the BMCs whose credentials or CA bundle it holds.
-func (r *BMCReconciler) bmcsUsingSecret(ctx context.Context, secret client.Object) []reconcile.Request {
+func (r *Reconciler) bmcsUsingSecret(ctx context.Context, secret client.Object) []reconcile.Request {
 	return r.bmcsMatching(ctx, secret,
 		client.MatchingFields{bmcaccess.IndexSecretName: secret.GetName()},
 		client.MatchingFields{bmcaccess.IndexCABundle: bmcaccess.CABundleIndexValue(v1alpha1.CABundleSecret, secret.GetName())})
 }
 
 // bmcsUsingConfigMap maps a ConfigMap to the BMCs whose CA bundle it holds.
-func (r *BMCReconciler) bmcsUsingConfigMap(ctx context.Context, cm client.Object) []reconcile.Request {
+func (r *Reconciler) bmcsUsingConfigMap(ctx context.Context, cm client.Object) []reconcile.Request {
 	return r.bmcsMatching(ctx, cm,
 		client.MatchingFields{bmcaccess.IndexCABundle: bmcaccess.CABundleIndexValue(v1alpha1.CABundleConfigMap, cm.GetName())})
 }
 
 // bmcsMatching returns the BMCs in obj's namespace that match any of the field selectors, each once.
-func (r *BMCReconciler) bmcsMatching(ctx context.Context, obj client.Object, selectors ...client.MatchingFields) []reconcile.Request {
+func (r *Reconciler) bmcsMatching(ctx context.Context, obj client.Object, selectors ...client.MatchingFields) []reconcile.Request {
 	var reqs []reconcile.Request
 	seen := map[types.NamespacedName]bool{}
 	for _, sel := range selectors {
@@ -162,7 +162,7 @@ func (r *BMCReconciler) bmcsMatching(ctx context.Context, obj client.Object, sel
 }
 
 // Reconcile checks one BMC when a check is due, and says when the next one is.
-func (r *BMCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	b := &v1alpha1.BMC{}
 	// The cache's own object, not a copy (thousands of BMCs are read every interval): report copies it
 	// before it writes. Nothing else here modifies it.
@@ -197,7 +197,7 @@ func (r *BMCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	}
 
 	if r.Remediations != nil && bmcKnownGood(last, cur, b) && r.Remediations.Remediating(ctx, bmcaccess.HostOf(b).String()) {
-		BMCChecks.WithLabelValues(bmcCheckSkippedRemediating).Inc()
+		Checks.WithLabelValues(bmcCheckSkippedRemediating).Inc()
 		return r.planNext(req.NamespacedName, b, cur, true, now), nil
 	}
 	a, err := r.check(ctx, b, in)
@@ -205,7 +205,7 @@ func (r *BMCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{}, err
 	}
 	now = r.Clock.Now()
-	BMCChecks.WithLabelValues(bmcCheckResult(a)).Inc()
+	Checks.WithLabelValues(bmcCheckResult(a)).Inc()
 	if err := r.report(ctx, b, a, now); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -214,7 +214,7 @@ func (r *BMCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 
 // planNext remembers b as checked (or its check skipped) at now, healthy or not, and plans its next check
 // in its first slot at least half an interval later.
-func (r *BMCReconciler) planNext(key types.NamespacedName, b *v1alpha1.BMC, cur bmcCheckRecord, healthy bool, now time.Time) ctrl.Result {
+func (r *Reconciler) planNext(key types.NamespacedName, b *v1alpha1.BMC, cur bmcCheckRecord, healthy bool, now time.Time) ctrl.Result {
 	cur.healthy = healthy
 	cur.next = bmcSlotAfter(bmcPhase(b.UID, r.interval()), now, r.interval())
 	r.remember(key, cur)
@@ -228,7 +228,7 @@ const bmcCheckSkippedRemediating = "SkippedRemediating"
 // check reads the BMC's power state once, bounded by the check timeout, and assesses the outcome. in is
 // what Access.Read read of the BMC's Secret and CA bundle. It returns an error only for what is not the
 // BMC's fault: that is retried.
-func (r *BMCReconciler) check(ctx context.Context, b *v1alpha1.BMC, in bmcaccess.Inputs) (bmcAssessment, error) {
+func (r *Reconciler) check(ctx context.Context, b *v1alpha1.BMC, in bmcaccess.Inputs) (bmcAssessment, error) {
 	checkCtx, cancel := context.WithTimeout(ctx, r.checkTimeout())
 	defer cancel()
 	state := bmc.PowerStateUnknown
@@ -250,7 +250,7 @@ func (r *BMCReconciler) check(ctx context.Context, b *v1alpha1.BMC, in bmcaccess
 // report writes the assessment into the BMC's status when an administrator would see a difference, or
 // when lastChecked is due for a refresh (bmcReportedStatus), and, when the BMC's state changed, logs it
 // and emits an event.
-func (r *BMCReconciler) report(ctx context.Context, b *v1alpha1.BMC, a bmcAssessment, now time.Time) error {
+func (r *Reconciler) report(ctx context.Context, b *v1alpha1.BMC, a bmcAssessment, now time.Time) error {
 	oldReachable := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionReachable).DeepCopy()
 	oldCredentials := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionCredentialsValid).DeepCopy()
 	oldPower := b.Status.PowerState
@@ -278,7 +278,7 @@ func (r *BMCReconciler) report(ctx context.Context, b *v1alpha1.BMC, a bmcAssess
 	return nil
 }
 
-func (r *BMCReconciler) last(key types.NamespacedName) *bmcCheckRecord {
+func (r *Reconciler) last(key types.NamespacedName) *bmcCheckRecord {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rec, ok := r.checked[key]
@@ -288,7 +288,7 @@ func (r *BMCReconciler) last(key types.NamespacedName) *bmcCheckRecord {
 	return &rec
 }
 
-func (r *BMCReconciler) remember(key types.NamespacedName, rec bmcCheckRecord) {
+func (r *Reconciler) remember(key types.NamespacedName, rec bmcCheckRecord) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.checked == nil {
@@ -298,7 +298,7 @@ func (r *BMCReconciler) remember(key types.NamespacedName, rec bmcCheckRecord) {
 }
 
 // forget drops what is known of a deleted BMC, closing its driver.
-func (r *BMCReconciler) forget(ctx context.Context, key types.NamespacedName) {
+func (r *Reconciler) forget(ctx context.Context, key types.NamespacedName) {
 	r.mu.Lock()
 	rec, ok := r.checked[key]
 	delete(r.checked, key)
