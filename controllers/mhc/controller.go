@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/kindwatch"
 	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/internal/workload"
@@ -76,6 +77,9 @@ type Options struct {
 	// LeaseNamespace is where node leases live (medik8s-compatible, pkg/leases). Default
 	// leases.DefaultNamespace. The manager's cache should hold Leases of this namespace only.
 	LeaseNamespace string
+	// ResyncPeriod is the safety net: every check is looked at again at least this often, though every
+	// deadline its decision knows of is requeued at exactly. Default engine.DefaultResyncPeriod (60s).
+	ResyncPeriod time.Duration
 	// LeaseDuration is how long the check takes a node lease for; it renews it at half-time while its
 	// remediation request lives. Default 10m (the manager's --lease-duration default).
 	LeaseDuration time.Duration
@@ -130,6 +134,9 @@ func New(opts Options) (*Reconciler, error) {
 	}
 	if opts.LeaseNamespace == "" {
 		opts.LeaseNamespace = leases.DefaultNamespace
+	}
+	if opts.ResyncPeriod <= 0 {
+		opts.ResyncPeriod = engine.DefaultResyncPeriod
 	}
 	if opts.LeaseDuration <= 0 {
 		opts.LeaseDuration = defaultLeaseDuration
@@ -268,7 +275,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if len(errs) > 0 {
 		return ctrl.Result{}, errors.Join(errs...)
 	}
-	return ctrl.Result{RequeueAfter: requeueAfter(p.NextCheck, r.clock.Now())}, nil
+	return ctrl.Result{RequeueAfter: engine.RequeueAfter(p.NextCheck, r.clock.Now(), r.opts.ResyncPeriod, 0)}, nil
 }
 
 // observeFailed reports why the check's inputs could not be read.

@@ -19,9 +19,26 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/internal/workload"
 )
+
+var _ = Describe("Resync", func() {
+	It("looks at a quiet check again within the default resync period (60s), as a NodeHealthCheck does", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		r, err := New(Options{Client: k8s, Reader: k8s, APIReader: k8s, Recorder: w.rec, Clock: w.clock, Discovery: mgmtDiscovery})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { r.remotes.StopAll() })
+		w.createCheck(ctx, "workers")
+		node := w.createNode(ctx, k8s, w.nodeName("n"), corev1.ConditionTrue, time.Hour)
+		w.createMachine(ctx, "m", withNodeRef(node.Name))
+
+		res, err := r.Reconcile(ctx, reconcileRequest(w.ns, "workers"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.RequeueAfter).To(Equal(engine.DefaultResyncPeriod))
+	})
+})
 
 var _ = Describe("Unhealthy criteria, with condition-based remediation", func() {
 	DescribeTable("marks the Machine for its owner: HealthCheckSucceeded=False and OwnerRemediated=False",
@@ -43,7 +60,7 @@ var _ = Describe("Unhealthy criteria, with condition-based remediation", func() 
 			Expect(st.UnhealthyMachines).To(ConsistOf(And(HaveField("Name", "m"), HaveField("Reason", wantReason))))
 			Expect(meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionRemediationAllowed)).To(BeTrue())
 			Expect(w.rec.all()).To(ContainElement(And(HaveField("Kind", "Machine"), HaveField("Reason", EventMachineMarkedUnhealthy))))
-			Expect(res.RequeueAfter).To(BeZero(), "nothing left to wait for")
+			Expect(res.RequeueAfter).To(Equal(worldResync), "nothing left to wait for but the resync")
 			Expect(testutil.ToFloat64(unhealthyMachines.WithLabelValues(w.ns + "/workers"))).To(BeEquivalentTo(1))
 
 			By("a second reconcile writes nothing new")

@@ -127,11 +127,16 @@ func newWorld(ctx context.Context) *world {
 	Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leases.DefaultNamespace}}))).To(Succeed())
 	w := &world{ns: ns.Name, clock: clocktesting.NewFakeClock(ns.CreationTimestamp.Add(time.Second)), rec: &recorder{}}
 	var err error
-	w.r, err = New(Options{Client: k8s, Reader: k8s, APIReader: k8s, Recorder: w.rec, Clock: w.clock, Discovery: mgmtDiscovery})
+	// The resync is left out of the tests' requeue assertions: they see the decision's own deadlines.
+	w.r, err = New(Options{Client: k8s, Reader: k8s, APIReader: k8s, Recorder: w.rec, Clock: w.clock, Discovery: mgmtDiscovery,
+		ResyncPeriod: worldResync})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() { w.r.remotes.StopAll() })
 	return w
 }
+
+// worldResync is the resync period of newWorld's reconciler.
+const worldResync = 24 * time.Hour
 
 // eventuallyTimeout bounds the waits on a real API server or a running manager.
 const eventuallyTimeout = 30 * time.Second

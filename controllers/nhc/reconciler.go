@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/kindwatch"
 	"github.com/metalheal/metalheal/internal/metrics"
 	"github.com/metalheal/metalheal/pkg/leases"
@@ -27,7 +28,7 @@ const ControllerName = "nodehealthcheck"
 // Defaults for Options.
 const (
 	DefaultLeaseDuration           = 10 * time.Minute
-	DefaultResyncPeriod            = 60 * time.Second
+	DefaultResyncPeriod            = engine.DefaultResyncPeriod
 	DefaultKindRetryPeriod         = time.Minute
 	DefaultMaxConcurrentReconciles = 1
 	DefaultMaxConcurrentWrites     = 64
@@ -188,7 +189,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	// Counted from the clock now, not from the decision: the writes since took time, and a condition must
 	// be looked at again when it expires, not that much later.
-	return ctrl.Result{RequeueAfter: r.requeueAfter(p.Next, r.clock.Now(), retry)}, nil
+	return ctrl.Result{RequeueAfter: engine.RequeueAfter(p.Next, r.clock.Now(), r.opts.ResyncPeriod, retry)}, nil
 }
 
 // conflictRetry is how soon a reconcile whose status write met a newer check looks again.
@@ -211,14 +212,3 @@ func (r *Reconciler) patchStatus(ctx context.Context, check *v1alpha1.NodeHealth
 	return nil
 }
 
-// requeueAfter is the time to the next deadline, bounded by the resync period and the kind retry.
-func (r *Reconciler) requeueAfter(next, now time.Time, retry time.Duration) time.Duration {
-	d := r.opts.ResyncPeriod
-	if !next.IsZero() {
-		d = min(d, next.Sub(now))
-	}
-	if retry > 0 {
-		d = min(d, retry)
-	}
-	return max(d, time.Millisecond)
-}
