@@ -211,4 +211,3 @@ func (r *Reconciler) patchStatus(ctx context.Context, check *v1alpha1.NodeHealth
 	}
 	return nil
 }
-
