@@ -298,6 +298,24 @@ var _ = Describe("Template-based remediation", func() {
 		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventRemediationRequestDeleted)))
 	})
 
+	It("labels a control-plane Machine's request as medik8s' NodeHealthCheck labels a control-plane node's, and a worker's not", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		w.createTemplate(ctx, "reboot", "reboot")
+		w.createCheck(ctx, "workers", func(mhc *v1alpha1.MachineHealthCheck) { mhc.Spec.RemediationTemplate = ptr.To(templateRef("reboot")) })
+		cpNode := w.createNode(ctx, k8s, w.nodeName("cp"), corev1.ConditionUnknown, 10*time.Minute)
+		workerNode := w.createNode(ctx, k8s, w.nodeName("w"), corev1.ConditionUnknown, 10*time.Minute)
+		w.createMachine(ctx, "cp", withNodeRef(cpNode.Name), withLabels(clusterv1.MachineControlPlaneLabel, ""))
+		w.createMachine(ctx, "w", withNodeRef(workerNode.Name))
+		w.reconcile(ctx, "workers")
+
+		labels := map[string]map[string]string{}
+		for _, r := range w.powerCycleRemediations(ctx) {
+			labels[r.GetName()] = r.GetLabels()
+		}
+		Expect(labels).To(HaveKeyWithValue("cp", HaveKeyWithValue(template.LabelControlPlane, "")))
+		Expect(labels).To(HaveKeyWithValue("w", Not(HaveKey(template.LabelControlPlane))))
+	})
+
 	It("deletes the request of a Machine that is gone: its owner reference to the check keeps it from the garbage collector", func(ctx SpecContext) {
 		w := newWorld(ctx)
 		w.createTemplate(ctx, "escalate", "escalate")

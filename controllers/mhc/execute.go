@@ -175,7 +175,8 @@ func (r *Reconciler) createRequest(ctx context.Context, mhc *v1alpha1.MachineHea
 			Name: t.Machine.Name, UID: t.Machine.UID},
 		HealthCheck: metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "MachineHealthCheck",
 			Name: mhc.Name, UID: mhc.UID},
-		ClusterName: t.Machine.Spec.ClusterName,
+		ClusterName:  t.Machine.Spec.ClusterName,
+		ControlPlane: t.ControlPlane,
 	})
 	if err != nil {
 		return false, fmt.Errorf("instantiating %s: %w", key, err)

@@ -151,7 +151,9 @@ type createRequest struct {
 type targetPlan struct {
 	Machine *clusterv1.Machine
 	Verdict verdict
-	Blocked blocker
+	// ControlPlane: a control-plane Machine, or one whose Node has a control-plane role.
+	ControlPlane bool
+	Blocked      blocker
 	// SkipMessage explains a Blocked set by a safety gate (safety.go), for status and the event.
 	SkipMessage string
 	// Lease takes, renews or takes over the Machine's node lease for the check (before Create).
@@ -231,7 +233,7 @@ func planChecks(in planInput) (plan, error) {
 		case stateUnhealthy:
 			p.Unhealthy++
 		}
-		p.Targets = append(p.Targets, targetPlan{Machine: o.Machine, Verdict: v})
+		p.Targets = append(p.Targets, targetPlan{Machine: o.Machine, Verdict: v, ControlPlane: isControlPlaneTarget(o)})
 	}
 
 	decision, err := budget.Evaluate(budget.Policy{MaxUnhealthy: mhc.Spec.MaxUnhealthy, UnhealthyRange: mhc.Spec.UnhealthyRange},

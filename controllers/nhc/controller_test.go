@@ -454,6 +454,8 @@ func TestControlPlaneNodesOneAtATime(t *testing.T) {
 	w.clk.SetTime(t0.Add(time.Hour))
 	w.reconcile(check)
 	g.Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{first.Name}))
+	g.Expect(w.remediations(pcRemediation, check)[0].GetLabels()).To(HaveKeyWithValue(template.LabelControlPlane, ""),
+		"labelled as medik8s' NodeHealthCheck labels a control-plane node's request")
 	g.Expect(entry(check, second).SkipReason).To(Equal(SkipControlPlaneBusy))
 	g.Expect(w.rec.with(EventSkippedControlPlaneBusy)).To(HaveLen(1))
 

@@ -263,11 +263,12 @@ func isDecision(ev event) bool {
 func (r *Reconciler) create(ctx context.Context, lm *leases.Manager, check *v1alpha1.NodeHealthCheck, in observed, c createAction) createResult {
 	st := in.Steps[c.Step]
 	emr, err := template.Instantiate(template.Request{
-		Template:    c.Template,
-		Name:        cmp.Or(c.Name, c.Node.Name),
-		NodeName:    c.Node.Name,
-		Target:      metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: c.Node.Name, UID: c.Node.UID},
-		HealthCheck: metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: holderKind, Name: check.Name, UID: check.UID},
+		Template:     c.Template,
+		Name:         cmp.Or(c.Name, c.Node.Name),
+		NodeName:     c.Node.Name,
+		Target:       metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: c.Node.Name, UID: c.Node.UID},
+		HealthCheck:  metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: holderKind, Name: check.Name, UID: check.UID},
+		ControlPlane: isControlPlane(c.Node),
 	})
 	if err != nil {
 		return createResult{err: fmt.Errorf("instantiating %s for node %s: %w", st.Ref.Kind, c.Node.Name, err)}

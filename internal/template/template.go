@@ -28,6 +28,10 @@ const (
 	// LabelClusterName is Cluster API's label naming the cluster an object belongs to (in the object's
 	// namespace).
 	LabelClusterName = "cluster.x-k8s.io/cluster-name"
+	// LabelControlPlane marks the request of a control-plane target (value ""), as medik8s'
+	// NodeHealthCheck marks it, so that a remediator written for medik8s finds what it expects (its
+	// remediators treat a control-plane node more carefully).
+	LabelControlPlane = "remediation.medik8s.io/isControlPlaneNode"
 	// LabelExcludeFromRemediation set to "true" on a Node keeps it from ever being remediated.
 	LabelExcludeFromRemediation = "remediation.medik8s.io/exclude-from-remediation"
 )
@@ -86,6 +90,8 @@ type Request struct {
 	// Node. The EMR is labelled LabelClusterName with it, as Cluster API labels what it clones, so that
 	// whoever reads the request learns which cluster its Node is in.
 	ClusterName string
+	// ControlPlane: the target is a control-plane Node or Machine; the EMR is labelled LabelControlPlane.
+	ControlPlane bool
 }
 
 // RemediationGVK returns the EMR kind a template kind produces: the same group and version, the kind
@@ -151,6 +157,12 @@ func Instantiate(req Request) (*unstructured.Unstructured, error) {
 			labels = map[string]string{}
 		}
 		labels[LabelClusterName] = req.ClusterName
+	}
+	if req.ControlPlane {
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[LabelControlPlane] = ""
 	}
 	if len(labels) > 0 {
 		emr.SetLabels(labels)

@@ -100,6 +100,37 @@ func TestInstantiate(t *testing.T) {
 			},
 		},
 		{
+			name: "a control-plane target: medik8s' control-plane label",
+			template: func() *unstructured.Unstructured {
+				return &unstructured.Unstructured{Object: map[string]any{
+					"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+					"kind":       "Metal3RemediationTemplate",
+					"metadata":   map[string]any{"name": "m3", "namespace": "ns1"},
+					"spec":       map[string]any{"template": map[string]any{}},
+				}}
+			},
+			req: Request{Name: "cp-0", Target: machineRef, ClusterName: "edge-7", ControlPlane: true, HealthCheck: metav1.OwnerReference{
+				APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "MachineHealthCheck", Name: "mhc", UID: "mhc-uid"}},
+			want: map[string]any{
+				"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+				"kind":       "Metal3Remediation",
+				"metadata": map[string]any{
+					"name":      "cp-0",
+					"namespace": "ns1",
+					"labels":    map[string]any{"cluster.x-k8s.io/cluster-name": "edge-7", "remediation.medik8s.io/isControlPlaneNode": ""},
+					"annotations": map[string]any{
+						"remediation.medik8s.io/template-name":   "m3",
+						"cluster.x-k8s.io/cloned-from-name":      "m3",
+						"cluster.x-k8s.io/cloned-from-groupkind": "Metal3RemediationTemplate.infrastructure.cluster.x-k8s.io",
+					},
+					"ownerReferences": []any{
+						map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": "md-0-abc", "uid": "m-uid"},
+						map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck", "name": "mhc", "uid": "mhc-uid"},
+					},
+				},
+			},
+		},
+		{
 			name: "MHC: the cluster's label beside the template's, and over a template's own of that name",
 			template: func() *unstructured.Unstructured {
 				tpl := powerCycleTemplate()
