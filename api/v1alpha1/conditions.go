@@ -143,6 +143,10 @@ const (
 	AnnotationClonedFromGroupKind = "cluster.x-k8s.io/cloned-from-groupkind"
 	// LabelExcludeFromRemediation=true on a Node keeps every health check and remediator away from it.
 	LabelExcludeFromRemediation = "remediation.medik8s.io/exclude-from-remediation"
+	// AnnotationConfirmedHealthy on a Node is a person's word that it is healthy again (medik8s'
+	// annotation): with a negative healthyDelay, a health check keeps the Node's remediation until it is
+	// set, and removes it once the remediation is gone.
+	AnnotationConfirmedHealthy = "remediation.medik8s.io/manually-confirmed-healthy"
 
 	// TaintOutOfService is Kubernetes' non-graceful node shutdown taint key (value nodeshutdown,
 	// effect NoExecute): pods are force-deleted and volumes detached.

@@ -72,12 +72,14 @@ type MachineHealthCheckSpec struct {
 	EscalatingRemediations []EscalatingRemediation `json:"escalatingRemediations,omitempty"`
 
 	// healthyDelay is how long a Machine's Node must stay healthy before its remediation request is
-	// deleted, so a flapping Node keeps its request (the NodeHealthCheck's healthyDelay). Defaults to 0s.
+	// deleted, so a flapping Node keeps its request (the NodeHealthCheck's healthyDelay). A negative value
+	// keeps the request until a person annotates the Node remediation.medik8s.io/manually-confirmed-healthy
+	// (medik8s' NodeHealthCheck's rule). Defaults to 0s.
 	// +optional
 	// +kubebuilder:default="0s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 300s, 5m or 1h30m (a number and a unit: ns, us, ms, s, m, h; never negative)"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^-?([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 300s, 5m or 1h30m (a number and a unit: ns, us, ms, s, m, h), or a negative one such as -1s: kept until a person annotates the Node remediation.medik8s.io/manually-confirmed-healthy"
 	HealthyDelay *metav1.Duration `json:"healthyDelay,omitempty"`
 
 	// stormCooldownDuration keeps remediation paused this long after a remediation storm ends (the

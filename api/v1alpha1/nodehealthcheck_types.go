@@ -69,12 +69,13 @@ type NodeHealthCheckSpec struct {
 	PauseRequests []string `json:"pauseRequests,omitempty"`
 
 	// healthyDelay is how long a Node must stay healthy before its remediation request is deleted, so a
-	// flapping Node is not released too early. Defaults to 0s.
+	// flapping Node is not released too early. A negative value keeps the request until a person annotates
+	// the Node remediation.medik8s.io/manually-confirmed-healthy (medik8s' rule). Defaults to 0s.
 	// +optional
 	// +kubebuilder:default="0s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 300s, 5m or 1h30m (a number and a unit: ns, us, ms, s, m, h; never negative)"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^-?([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 300s, 5m or 1h30m (a number and a unit: ns, us, ms, s, m, h), or a negative one such as -1s: kept until a person annotates the Node remediation.medik8s.io/manually-confirmed-healthy"
 	HealthyDelay *metav1.Duration `json:"healthyDelay,omitempty"`
 
 	// stormCooldownDuration keeps remediation paused this long after a remediation storm ends (the

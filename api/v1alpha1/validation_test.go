@@ -199,7 +199,8 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 		{"nhc duplicate escalation orders", with(t, with(t, validNHC, "spec.remediationTemplate", nil), "spec.escalatingRemediations", []any{tmplRef(1), tmplRef(1)}), []string{"spec.escalatingRemediations", "distinct order values"}},
 		{"nhc escalation timeout too short", with(t, with(t, validNHC, "spec.remediationTemplate", nil), "spec.escalatingRemediations", []any{map[string]any{"order": int64(1), "timeout": "10s", "remediationTemplate": tmplRef(1)["remediationTemplate"]}}), []string{"spec.escalatingRemediations[0].timeout", "at least 1m"}},
 		{"nhc empty selector", with(t, validNHC, "spec.selector", map[string]any{}), []string{"spec.selector", "selector must not be empty"}},
-		{"nhc negative healthyDelay", with(t, validNHC, "spec.healthyDelay", "-1s"), []string{"spec.healthyDelay", "must be a duration such as 300s"}},
+		{"nhc malformed healthyDelay", with(t, validNHC, "spec.healthyDelay", "--1s"), []string{"spec.healthyDelay", "must be a duration such as 300s", "manually-confirmed-healthy"}},
+		{"mhc malformed healthyDelay", with(t, validMHC, "spec.healthyDelay", "1 m"), []string{"spec.healthyDelay", "must be a duration such as 300s"}},
 		{"nhc unparsable duration", with(t, validNHC, "spec.unhealthyConditions", []any{map[string]any{"type": "Ready", "status": "False", "duration": "abc"}}), []string{"spec.unhealthyConditions[0].duration", "must be a duration such as 300s"}},
 		{"nhc backoff initial > max", with(t, validNHC, "spec.remediationBackoff", map[string]any{"initial": "3h", "max": "1h"}), []string{"spec.remediationBackoff", "initial must not exceed remediationBackoff.max"}},
 		{"nhc backoff after 11", with(t, validNHC, "spec.remediationBackoff", map[string]any{"after": int64(11)}), []string{"spec.remediationBackoff.after", "less than or equal to 10"}},
@@ -334,4 +335,18 @@ func TestCABundleRefsAreAccepted(t *testing.T) {
 			NewWithT(t).Expect(k8s.Create(context.Background(), obj, client.DryRunAll)).To(Succeed())
 		})
 	}
+}
+
+// A negative healthyDelay (a person confirms the Node healthy) is accepted by both kinds, as medik8s'
+// NodeHealthCheck accepts it.
+func TestNegativeHealthyDelayIsAccepted(t *testing.T) {
+	ctx := context.Background()
+	g := NewWithT(t)
+	nhc := with(t, with(t, validNHC, "metadata.name", "confirm"), "spec.healthyDelay", "-1s")
+	g.Expect(k8s.Create(ctx, nhc)).To(Succeed())
+	mhc := with(t, with(t, validMHC, "metadata.name", "confirm"), "spec.healthyDelay", "-1m30s")
+	g.Expect(k8s.Create(ctx, mhc)).To(Succeed())
+	var got v1alpha1.MachineHealthCheck
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(mhc), &got)).To(Succeed())
+	g.Expect(got.Spec.HealthyDelay.Duration).To(Equal(-90 * time.Second))
 }

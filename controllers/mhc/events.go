@@ -18,6 +18,9 @@ const (
 	// EventRemediationRequestDeleted (Normal): the Machine is healthy again (or, after a spec change, an
 	// ended step's request holds the name the next step needs) and its remediation request was deleted.
 	EventRemediationRequestDeleted = "RemediationRequestDeleted"
+	// EventWaitingForConfirmation: the Machine's Node is healthy again and, healthyDelay being negative,
+	// its remediation waits for a person to confirm it (v1alpha1.AnnotationConfirmedHealthy).
+	EventWaitingForConfirmation = "WaitingForConfirmation"
 	// EventWaitingForHandOver (Normal): the next escalation step waits until the request of the step that
 	// ended is finished with the host (deleted, or Processing=False); once per request waited for.
 	EventWaitingForHandOver = "WaitingForHandOver"

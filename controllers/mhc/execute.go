@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
@@ -103,6 +104,11 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm *leases.Manager, mhc 
 		log.Info("Deleted remediation request", "kind", req.GetKind())
 		r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeNormal, EventRemediationRequestDeleted, actionRemediate,
 			"Deleted %s %s", req.GetKind(), req.GetName())
+	}
+	if t.Unconfirm && len(errs) == 0 { // after the requests it confirmed are deleted
+		if err := r.unconfirm(ctx, mhc, t.Machine.Status.NodeRef.Name); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if t.Create != nil {
 		created, err := r.createRequest(ctx, mhc, t, templates)
@@ -310,4 +316,18 @@ func (r *Reconciler) releaseLeases(ctx context.Context, lm *leases.Manager, node
 		ctrl.LoggerFrom(ctx).V(4).Info("Released node lease", "node", n)
 	}
 	return errs
+}
+
+// unconfirm removes the confirmation annotation from the Node, in the cluster the check reads its Nodes
+// from.
+func (r *Reconciler) unconfirm(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, node string) error {
+	c := r.client
+	if r.remoteNodes(mhc) {
+		remote, _, err := r.remotes.Get(ctx, r.apiReader, clusterKey(mhc))
+		if err != nil {
+			return err
+		}
+		c = remote.Client()
+	}
+	return engine.Unconfirm(ctx, c, node)
 }

@@ -178,6 +178,9 @@ type targetPlan struct {
 	// Overdue are ended steps' requests that did not hand the host over within template.HandOverBound:
 	// Create starts the next step without them.
 	Overdue []*unstructured.Unstructured
+	// Unconfirm: the Machine's remediation is over; its Node's confirmation annotation
+	// (v1alpha1.AnnotationConfirmedHealthy) is removed.
+	Unconfirm bool
 }
 
 // checkEvent is an event to record about the check or a Machine.
@@ -294,11 +297,22 @@ func planChecks(in planInput) (plan, error) {
 			}
 		case stateHealthy:
 			planHealthy(t, o.Requests, now)
-			if entry, until := holdHealthy(t, prevEntry, records, mhc.Spec.HealthyDelay, now); entry != nil {
+			entry, until, began := holdHealthy(t, prevEntry, records, mhc.Spec.HealthyDelay, engine.Confirmed(o.Node), now)
+			if entry != nil {
 				status.UnhealthyMachines = append(status.UnhealthyMachines, *entry)
 				p.NextCheck = earliest(p.NextCheck, until)
 				p.NextCheck = earliest(p.NextCheck, gate.keepLease(t, o, now))
+				if began && until.IsZero() {
+					p.Events = append(p.Events, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeNormal,
+						Reason: EventWaitingForConfirmation, Note: fmt.Sprintf("The Machine's Node is healthy again; its "+
+							"remediation is kept until a person confirms it: annotate Node %s %s",
+							t.Machine.Status.NodeRef.Name, v1alpha1.AnnotationConfirmedHealthy)})
+				}
 			}
+			// A confirmation confirms one remediation: removed once its requests are deleted (the entry goes
+			// with them), or are found gone.
+			t.Unconfirm = engine.Confirmed(o.Node) && in.Paused == "" && entry == nil &&
+				(len(t.Delete) > 0 || (prevEntry != nil && len(o.Requests) == 0))
 		case statePending:
 			// Not judged yet: keep what was started (its escalation memory) and touch nothing.
 			if prevEntry != nil && len(records) > 0 {

@@ -19,6 +19,7 @@ import (
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/budget"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/gates"
 	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/pkg/leases"
@@ -483,20 +484,22 @@ func skipEvents(mhc *v1alpha1.MachineHealthCheck, t *targetPlan, entry, prev *v1
 }
 
 // holdHealthy keeps the remediation requests of a Machine healthy again for healthyDelay after it was
-// first seen healthy (the NodeHealthCheck's rule), so that a flapping Node keeps its request. It returns
-// the status entry that remembers when (nil once nothing is held) and when the delay ends.
+// first seen healthy, or until a person confirms its Node healthy when the delay is negative
+// (engine.HealthyHold, the NodeHealthCheck's rule), so that a flapping Node keeps its request. It returns
+// the status entry that remembers since when (nil once nothing is held), when the delay ends, and whether
+// the hold has just begun.
 func holdHealthy(t *targetPlan, prev *v1alpha1.UnhealthyMachine, records []v1alpha1.MachineRemediationRequest,
-	delay *metav1.Duration, now time.Time) (*v1alpha1.UnhealthyMachine, time.Time) {
-	if delay == nil || delay.Duration <= 0 || len(t.Delete) == 0 {
-		return nil, time.Time{}
+	delay *metav1.Duration, confirmed bool, now time.Time) (*v1alpha1.UnhealthyMachine, time.Time, bool) {
+	if delay == nil || len(t.Delete) == 0 {
+		return nil, time.Time{}, false
 	}
-	since := now
+	since, began := now, true
 	if prev != nil && prev.ConditionsHealthyTimestamp != nil {
-		since = prev.ConditionsHealthyTimestamp.Time
+		since, began = prev.ConditionsHealthyTimestamp.Time, false
 	}
-	until := gates.HealthyDelayUntil(since, delay.Duration)
-	if !now.Before(until) {
-		return nil, time.Time{}
+	hold, until := engine.HealthyHold(since, delay.Duration, confirmed, now)
+	if !hold {
+		return nil, time.Time{}, false
 	}
 	t.Delete = nil
 	reason := clusterv1.MachineHealthCheckUnhealthyNodeReason
@@ -504,5 +507,5 @@ func holdHealthy(t *targetPlan, prev *v1alpha1.UnhealthyMachine, records []v1alp
 		reason = prev.Reason
 	}
 	return &v1alpha1.UnhealthyMachine{Name: t.Machine.Name, Reason: reason, Remediations: records,
-		ConditionsHealthyTimestamp: &metav1.Time{Time: since}}, until
+		ConditionsHealthyTimestamp: &metav1.Time{Time: since}}, until, began
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/gates"
@@ -187,6 +188,39 @@ var _ = Describe("Safety rules shared with the NodeHealthCheck", func() {
 		w.clock.Step(time.Minute)
 		w.reconcile(ctx, "workers")
 		Expect(w.powerCycleRemediations(ctx)).To(BeEmpty())
+		Expect(w.check(ctx, "workers").Status.UnhealthyMachines).To(BeEmpty())
+	})
+
+	It("keeps the request of a Node healthy again until a person confirms it, with a negative healthyDelay; then removes the confirmation", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		w.createTemplate(ctx, "reboot", "reboot")
+		w.createCheck(ctx, "workers", withTemplate("reboot"), func(mhc *v1alpha1.MachineHealthCheck) {
+			mhc.Spec.HealthyDelay = &metav1.Duration{Duration: -time.Second}
+		})
+		node := w.createNode(ctx, k8s, w.nodeName("n"), corev1.ConditionUnknown, 10*time.Minute)
+		w.createMachine(ctx, "m", withNodeRef(node.Name))
+		w.reconcile(ctx, "workers")
+		Expect(w.powerCycleRemediations(ctx)).To(HaveLen(1))
+
+		By("Ready again, for days: the request stays; an event says what it waits for, once")
+		w.setReady(ctx, k8s, node, corev1.ConditionTrue, 0)
+		res := w.reconcile(ctx, "workers")
+		Expect(res.RequeueAfter).To(Equal(defaultLeaseDuration/2), "no deadline of its own: only the lease's renewal")
+		w.clock.Step(72 * time.Hour)
+		w.reconcile(ctx, "workers")
+		Expect(w.powerCycleRemediations(ctx)).To(HaveLen(1))
+		Expect(countReason(w.rec.all(), EventWaitingForConfirmation)).To(Equal(1))
+		Expect(entryOf(w.check(ctx, "workers"), "m").ConditionsHealthyTimestamp).NotTo(BeNil())
+
+		By("a person confirms it: the request goes, then the confirmation")
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(node), node)).To(Succeed())
+		metav1.SetMetaDataAnnotation(&node.ObjectMeta, v1alpha1.AnnotationConfirmedHealthy, "")
+		Expect(k8s.Update(ctx, node)).To(Succeed())
+		w.reconcile(ctx, "workers")
+		Expect(w.powerCycleRemediations(ctx)).To(BeEmpty())
+		w.reconcile(ctx, "workers")
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(node), node)).To(Succeed())
+		Expect(node.Annotations).NotTo(HaveKey(v1alpha1.AnnotationConfirmedHealthy))
 		Expect(w.check(ctx, "workers").Status.UnhealthyMachines).To(BeEmpty())
 	})
 

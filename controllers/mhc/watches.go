@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/kindwatch"
 	"github.com/metalheal/metalheal/internal/workload"
 )
@@ -147,21 +148,13 @@ func requestToCheck(_ context.Context, o client.Object) []reconcile.Request {
 	return out
 }
 
-// nodeHealthChanged lets through Node updates that can change a verdict: conditions (type, status,
-// transition time) or the exclusion label. Heartbeats alone (lastHeartbeatTime) are dropped.
+// nodeHealthChanged lets through Node updates that can change a verdict (engine.NodeChanged): heartbeats
+// alone are dropped.
 func nodeHealthChanged() predicate.Funcs {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		oldNode, ok1 := e.ObjectOld.(*corev1.Node)
 		newNode, ok2 := e.ObjectNew.(*corev1.Node)
-		if !ok1 || !ok2 {
-			return true
-		}
-		if oldNode.Labels[v1alpha1.LabelExcludeFromRemediation] != newNode.Labels[v1alpha1.LabelExcludeFromRemediation] {
-			return true
-		}
-		return !slices.EqualFunc(oldNode.Status.Conditions, newNode.Status.Conditions, func(a, b corev1.NodeCondition) bool {
-			return a.Type == b.Type && a.Status == b.Status && a.LastTransitionTime.Equal(&b.LastTransitionTime)
-		})
+		return !ok1 || !ok2 || engine.NodeChanged(oldNode, newNode)
 	}}
 }
 

@@ -814,3 +814,40 @@ func TestLeaseTakenByItsOwnRequestIsTakenOver(t *testing.T) {
 	g.Expect(w.leaseHolder(sick)).To(Equal("node-maintenance"), "someone else's lease is not taken")
 	g.Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{sick.Name}), "the running remediation is not interrupted")
 }
+
+// A negative healthyDelay (medik8s' rule): a Node healthy again keeps its request until a person
+// annotates it confirmed healthy; the annotation is then removed, so that it confirms only this
+// remediation.
+func TestNegativeHealthyDelayWaitsForAPersonsConfirmation(t *testing.T) {
+	w := newWorld(t)
+	g := w.g
+	ref := w.pcTemplate("pc")
+	check := w.check("nhc", &ref, func(c *v1alpha1.NodeHealthCheck) { c.Spec.HealthyDelay = &metav1.Duration{Duration: -time.Second} })
+	sick := w.node("w1", corev1.ConditionUnknown, t0)
+	w.clk.SetTime(t0.Add(10 * time.Minute))
+	w.reconcile(check)
+	g.Expect(w.remediations(pcRemediation, check)).To(HaveLen(1))
+
+	// Ready again, for days: the request stays, an event says what it waits for (once).
+	w.setReady(sick, corev1.ConditionTrue, t0.Add(20*time.Minute))
+	w.clk.SetTime(t0.Add(20 * time.Minute))
+	res := w.reconcile(check)
+	g.Expect(res.RequeueAfter).To(Equal(w.r.opts.ResyncPeriod), "no deadline: only the resync")
+	w.clk.SetTime(t0.Add(72 * time.Hour))
+	w.reconcile(check)
+	g.Expect(w.remediations(pcRemediation, check)).To(HaveLen(1))
+	g.Expect(w.rec.with(EventWaitingForConfirmation)).To(ConsistOf(HaveField("Note",
+		ContainSubstring(v1alpha1.AnnotationConfirmedHealthy))))
+	g.Expect(w.leaseHolder(sick)).NotTo(BeEmpty(), "the Node stays held while its remediation is kept")
+
+	// A person confirms it: the request goes, then the confirmation.
+	g.Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(sick), sick)).To(Succeed())
+	metav1.SetMetaDataAnnotation(&sick.ObjectMeta, v1alpha1.AnnotationConfirmedHealthy, "")
+	g.Expect(k8s.Update(w.ctx, sick)).To(Succeed())
+	w.reconcile(check)
+	g.Expect(w.remediations(pcRemediation, check)).To(BeEmpty())
+	w.reconcile(check)
+	g.Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(sick), sick)).To(Succeed())
+	g.Expect(sick.Annotations).NotTo(HaveKey(v1alpha1.AnnotationConfirmedHealthy))
+	g.Expect(check.Status.UnhealthyNodes).To(BeEmpty())
+}

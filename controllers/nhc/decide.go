@@ -73,6 +73,9 @@ type plan struct {
 	Renew []renewal
 	// Release are Nodes whose lease we hold but no longer need.
 	Release []string
+	// Unconfirm are Nodes whose remediation is over and whose confirmation annotation
+	// (v1alpha1.AnnotationConfirmedHealthy) is removed, so that it confirms only that remediation.
+	Unconfirm []string
 	// Events to emit.
 	Events []event
 	// Skipped are the reasons of new decisions not to remediate, for the skipped counter.
@@ -397,15 +400,25 @@ func (d *decider) nodeGone(e *v1alpha1.UnhealthyNode, ours []remediationObject) 
 // nodeHealthy deletes the requests of a Node that has been healthy for healthyDelay.
 func (d *decider) nodeHealthy(node *corev1.Node, e *v1alpha1.UnhealthyNode, ours []remediationObject) {
 	if len(ours) == 0 {
+		if engine.Confirmed(node) && d.old[e.Name] != nil {
+			d.p.Unconfirm = append(d.p.Unconfirm, e.Name) // the confirmation was for this remediation
+		}
 		return // nothing (left) to delete: forget the Node; its lease is released below
 	}
 	d.p.Entries[e.Name] = e
-	if e.ConditionsHealthyTimestamp == nil {
+	first := e.ConditionsHealthyTimestamp == nil
+	if first {
 		e.ConditionsHealthyTimestamp = &metav1.Time{Time: d.now}
 	}
-	if deadline := e.ConditionsHealthyTimestamp.Add(durationOf(d.in.Check.Spec.HealthyDelay)); d.now.Before(deadline) {
-		d.p.at(deadline)
+	delay := durationOf(d.in.Check.Spec.HealthyDelay)
+	if hold, until := engine.HealthyHold(e.ConditionsHealthyTimestamp.Time, delay, engine.Confirmed(node), d.now); hold {
+		d.p.at(until)
 		d.keepLease(node)
+		if first && delay < 0 {
+			d.p.Events = append(d.p.Events, normal(EventWaitingForConfirmation, actionWait, e.Name, fmt.Sprintf(
+				"Node %s is healthy again; its remediation is kept until a person confirms it: annotate the Node %s",
+				e.Name, v1alpha1.AnnotationConfirmedHealthy)))
+		}
 		return
 	}
 	if d.deleteAll(e.Name, ours) {

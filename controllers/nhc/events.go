@@ -15,6 +15,9 @@ const (
 	EventRemediationsExhausted = "RemediationsExhausted"
 	// EventRemediationFinished: the Node is healthy again; its remediation requests are being deleted.
 	EventRemediationFinished = "RemediationFinished"
+	// EventWaitingForConfirmation: a Node is healthy again and, healthyDelay being negative, its
+	// remediation waits for a person to confirm it (v1alpha1.AnnotationConfirmedHealthy).
+	EventWaitingForConfirmation = "WaitingForConfirmation"
 	// EventNodeGone: a remediated Node was deleted; its remediation requests are being deleted.
 	EventNodeGone = "NodeGone"
 	// EventWaitingForHandOver: the next escalation step waits until the request of the step that ended is

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/metrics"
 	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/pkg/leases"
@@ -176,6 +177,13 @@ func (r *Reconciler) tidy(ctx context.Context, lm *leases.Manager, p *plan) []er
 			r.recent.deleted(ref, r.clock.Now())
 			r.cpStarts.ended(p.nodeOf(ref))
 			log.V(4).Info("Deleted remediation request", "request", ref.String())
+		})
+	}
+	for _, name := range p.Unconfirm {
+		jobs = append(jobs, func(ctx context.Context) {
+			if err := engine.Unconfirm(ctx, r.client, name); err != nil {
+				fail(err)
+			}
 		})
 	}
 	for _, name := range p.Release {

@@ -323,42 +323,17 @@ func (r *Reconciler) checksUsingTemplate(ctx context.Context, obj client.Object)
 	return out
 }
 
-// nodeChanged passes Node events that can change a decision: creation, deletion, labels, and the type,
-// status or transition time of a condition. Heartbeats (lastHeartbeatTime, every few minutes per Node)
-// are filtered out, so a quiet cluster of thousands of Nodes costs no reconciles.
+// nodeChanged passes Node events that can change a decision (engine.NodeChanged): heartbeats are
+// filtered out.
 func nodeChanged() predicate.Funcs {
 	return predicate.Funcs{
 		UpdateFunc: func(e crevent.UpdateEvent) bool {
 			o, okO := e.ObjectOld.(*corev1.Node)
 			n, okN := e.ObjectNew.(*corev1.Node)
-			if !okO || !okN {
-				return true
-			}
-			return !maps.Equal(o.Labels, n.Labels) || conditionsChanged(o.Status.Conditions, n.Status.Conditions) ||
-				(o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil)
+			return !okO || !okN || engine.NodeChanged(o, n)
 		},
 		GenericFunc: func(crevent.GenericEvent) bool { return false },
 	}
-}
-
-func conditionsChanged(a, b []corev1.NodeCondition) bool {
-	if len(a) != len(b) {
-		return true
-	}
-	type key struct {
-		status corev1.ConditionStatus
-		since  int64
-	}
-	seen := make(map[corev1.NodeConditionType]key, len(a))
-	for _, c := range a {
-		seen[c.Type] = key{c.Status, c.LastTransitionTime.UnixNano()}
-	}
-	for _, c := range b {
-		if k, ok := seen[c.Type]; !ok || k != (key{c.Status, c.LastTransitionTime.UnixNano()}) {
-			return true
-		}
-	}
-	return false
 }
 
 // remediationChanged passes the remediation request events a check acts on: creation, deletion, and

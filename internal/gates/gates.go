@@ -203,6 +203,3 @@ func Older(aCreated time.Time, aName string, bCreated time.Time, bName string) b
 	}
 	return aName < bName
 }
-
-// HealthyDelayUntil is when a target first seen healthy again at since may lose its remediation request.
-func HealthyDelayUntil(since time.Time, delay time.Duration) time.Time { return since.Add(delay) }

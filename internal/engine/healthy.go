@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+)
+
+// HealthyHold decides whether a target healthy again keeps its remediation requests: for healthyDelay
+// after it was first seen healthy (since), so that a flapping Node is not released too early; for ever
+// while the delay is negative, until a person confirms the Node healthy (confirmed: the Node carries
+// v1alpha1.AnnotationConfirmedHealthy, medik8s' rule), which also ends a positive delay early. until is
+// when a positive delay ends (zero otherwise).
+func HealthyHold(since time.Time, delay time.Duration, confirmed bool, now time.Time) (hold bool, until time.Time) {
+	switch {
+	case delay == 0 || confirmed:
+		return false, time.Time{}
+	case delay < 0:
+		return true, time.Time{}
+	}
+	until = since.Add(delay)
+	return now.Before(until), until
+}
+
+// Confirmed reports whether a person confirmed the Node healthy (v1alpha1.AnnotationConfirmedHealthy).
+func Confirmed(n *corev1.Node) bool {
+	if n == nil {
+		return false
+	}
+	_, ok := n.Annotations[v1alpha1.AnnotationConfirmedHealthy]
+	return ok
+}
+
+// NodeChanged reports whether a Node update can change a check's decision: its labels (the control-plane
+// role, the exclusion label, a selector's), the type, status or transition time of a condition, its
+// deletion, or a person's confirmation that it is healthy. Heartbeats (lastHeartbeatTime, every few
+// minutes per Node) change none of them, so a quiet cluster of thousands of Nodes costs no reconcile.
+func NodeChanged(old, cur *corev1.Node) bool {
+	return !maps.Equal(old.Labels, cur.Labels) || conditionsChanged(old.Status.Conditions, cur.Status.Conditions) ||
+		(old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) || Confirmed(old) != Confirmed(cur)
+}
+
+func conditionsChanged(a, b []corev1.NodeCondition) bool {
+	if len(a) != len(b) {
+		return true
+	}
+	type key struct {
+		status corev1.ConditionStatus
+		since  int64
+	}
+	seen := make(map[corev1.NodeConditionType]key, len(a))
+	for _, c := range a {
+		seen[c.Type] = key{c.Status, c.LastTransitionTime.UnixNano()}
+	}
+	for _, c := range b {
+		if k, ok := seen[c.Type]; !ok || k != (key{c.Status, c.LastTransitionTime.UnixNano()}) {
+			return true
+		}
+	}
+	return false
+}
+
+// Unconfirm removes a person's confirmation (v1alpha1.AnnotationConfirmedHealthy) from the Node once the
+// remediation it confirmed is over, so that it never confirms the next one. A Node gone is nothing to do.
+func Unconfirm(ctx context.Context, c client.Client, node string) error {
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, v1alpha1.AnnotationConfirmedHealthy)
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	if err := c.Patch(ctx, n, client.RawPatch(types.MergePatchType, []byte(patch))); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("removing %s from node %s: %w", v1alpha1.AnnotationConfirmedHealthy, node, err)
+	}
+	return nil
+}
