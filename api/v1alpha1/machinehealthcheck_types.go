@@ -30,6 +30,16 @@ type MachineHealthCheckSpec struct {
 	// +kubebuilder:validation:MaxItems=100
 	UnhealthyConditions []MachineUnhealthyCondition `json:"unhealthyConditions,omitempty"`
 
+	// unhealthyMachineConditions are the Machine's own conditions that make it unhealthy when any one of
+	// them has held for at least its timeout (Cluster API v1.14's checks.unhealthyMachineConditions): an
+	// infrastructure provider's report that the host failed, say, before its Node notices anything. They
+	// are looked at whatever the Node's state, and a Machine they find unhealthy is reported with reason
+	// UnhealthyMachine.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=100
+	UnhealthyMachineConditions []MachineUnhealthyCondition `json:"unhealthyMachineConditions,omitempty"`
+
 	// nodeStartupTimeout is how long a Machine may take to get a Node before it is unhealthy. "0s"
 	// disables the check; otherwise it must be at least 30s. Defaults to 10m.
 	// +optional
@@ -103,7 +113,7 @@ type MachineHealthCheckSpec struct {
 
 // MachineUnhealthyCondition is a Node condition that makes a Machine unhealthy once it has held for timeout.
 type MachineUnhealthyCondition struct {
-	// type is the Node condition type, e.g. Ready.
+	// type is the condition type, e.g. Ready (a Node's) or InfrastructureReady (a Machine's).
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=316

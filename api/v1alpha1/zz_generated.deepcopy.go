@@ -252,6 +252,11 @@ func (in *MachineHealthCheckSpec) DeepCopyInto(out *MachineHealthCheckSpec) {
 		*out = make([]MachineUnhealthyCondition, len(*in))
 		copy(*out, *in)
 	}
+	if in.UnhealthyMachineConditions != nil {
+		in, out := &in.UnhealthyMachineConditions, &out.UnhealthyMachineConditions
+		*out = make([]MachineUnhealthyCondition, len(*in))
+		copy(*out, *in)
+	}
 	if in.NodeStartupTimeout != nil {
 		in, out := &in.NodeStartupTimeout, &out.NodeStartupTimeout
 		*out = new(v1.Duration)

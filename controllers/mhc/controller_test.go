@@ -93,6 +93,32 @@ var _ = Describe("Unhealthy criteria, with condition-based remediation", func() 
 		}, clusterv1.MachineHealthCheckHasRemediateAnnotationReason),
 	)
 
+	It("finds a Machine unhealthy by its own condition (unhealthyMachineConditions) while its Node is Ready", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		w.createCheck(ctx, "workers", func(mhc *v1alpha1.MachineHealthCheck) {
+			mhc.Spec.UnhealthyMachineConditions = []v1alpha1.MachineUnhealthyCondition{
+				{Type: "InfrastructureReady", Status: "False", Timeout: metav1.Duration{Duration: 10 * time.Minute}}}
+		})
+		w.createNode(ctx, k8s, w.nodeName("n"), corev1.ConditionTrue, time.Hour)
+		infraDown := machineOpt{status: func(m *clusterv1.Machine) {
+			m.Status.Conditions = []metav1.Condition{{Type: "InfrastructureReady", Status: metav1.ConditionFalse,
+				Reason: "HostPoweredOff", LastTransitionTime: metav1.NewTime(w.clock.Now().Add(-4 * time.Minute))}}
+		}}
+		w.createMachine(ctx, "m", withNodeRef(w.nodeName("n")), infraDown)
+
+		res := w.reconcile(ctx, "workers")
+		Expect(res.RequeueAfter).To(Equal(6*time.Minute), "looks again when the Machine's condition expires")
+		Expect(condition(w.machine(ctx, "m"), clusterv1.MachineOwnerRemediatedCondition)).To(BeNil())
+
+		w.clock.Step(6 * time.Minute)
+		w.reconcile(ctx, "workers")
+		m := w.machine(ctx, "m")
+		Expect(condition(m, clusterv1.MachineHealthCheckSucceededCondition)).To(haveCondition(metav1.ConditionFalse,
+			clusterv1.MachineHealthCheckUnhealthyMachineReason))
+		Expect(condition(m, clusterv1.MachineOwnerRemediatedCondition)).To(
+			haveCondition(metav1.ConditionFalse, clusterv1.MachineOwnerRemediatedWaitingForRemediationReason))
+	})
+
 	It("requeues at the exact expiry and remediates then, not before", func(ctx SpecContext) {
 		w := newWorld(ctx)
 		w.createCheck(ctx, "workers")

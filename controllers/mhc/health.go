@@ -58,6 +58,8 @@ type verdict struct {
 // checkSpec is what a MachineHealthCheck says about health.
 type checkSpec struct {
 	Criteria []conditions.Criterion
+	// MachineCriteria are matched against the Machine's own conditions (unhealthyMachineConditions).
+	MachineCriteria []conditions.Criterion
 	// NodeStartupTimeout is how long a Machine may wait for its Node; 0 disables the check.
 	NodeStartupTimeout time.Duration
 }
@@ -78,6 +80,8 @@ type targetInput struct {
 //
 //   - the cluster.x-k8s.io/remediate-machine annotation: unhealthy at once;
 //   - a terminal failure (status.deprecated.v1beta1.failureReason or failureMessage): unhealthy at once;
+//   - a Machine condition matching an unhealthyMachineConditions entry for its timeout: unhealthy, whatever
+//     the Node's state (Cluster API v1.14's rule); one that may still expire is looked at again then;
 //   - a Cluster whose infrastructure is not ready, or whose control plane is not initialized (for a
 //     worker Machine), does not penalise its Machines: pending;
 //   - a nodeRef to a Node that no longer exists: unhealthy at once;
@@ -95,6 +99,22 @@ func checkTarget(spec checkSpec, in targetInput, now time.Time) verdict {
 		return verdict{State: stateUnhealthy, Reason: clusterv1.MachineHealthCheckUnhealthyMachineReason,
 			Message: "Health check failed: the Machine reports a terminal failure: " + msg}
 	}
+	byMachine := conditions.Evaluate(conditions.MetaConditions(m.Status.Conditions), spec.MachineCriteria, now)
+	if byMachine.Unhealthy {
+		return verdict{State: stateUnhealthy, Reason: clusterv1.MachineHealthCheckUnhealthyMachineReason,
+			Message: fmt.Sprintf("Health check failed: condition %s on Machine has been %s for more than %s",
+				byMachine.Matched.Type, byMachine.Matched.Status, byMachine.Matched.Duration),
+			ExpiredAt: byMachine.ExpiredAt, NextCheck: byMachine.NextCheck}
+	}
+	v := checkByNode(spec, in, now)
+	v.NextCheck = earliest(v.NextCheck, byMachine.NextCheck)
+	return v
+}
+
+// checkByNode applies the criteria after the Machine's own: the Cluster's readiness, the Node's presence
+// and its conditions.
+func checkByNode(spec checkSpec, in targetInput, now time.Time) verdict {
+	m := in.Machine
 	if c := in.Cluster; c != nil {
 		if cond := meta.FindStatusCondition(c.Status.Conditions, clusterv1.ClusterInfrastructureReadyCondition); cond != nil && cond.Status != metav1.ConditionTrue {
 			return verdict{State: statePending, Message: "The Cluster's infrastructure is not ready"}

@@ -153,6 +153,32 @@ func TestCheckTarget(t *testing.T) {
 			wantReason: clusterv1.MachineHealthCheckNodeDeletedReason,
 		},
 		{
+			name: "a Machine condition matching unhealthyMachineConditions for its timeout: unhealthy, though the Node is Ready",
+			spec: withMachineCriteria(spec),
+			in: targetInput{Machine: unitMachine("m", machineCond("InfrastructureReady", metav1.ConditionFalse, 10*time.Minute)),
+				Node: unitNode("node-m", nodeCond(corev1.ConditionTrue, time.Hour))},
+			wantState:     stateUnhealthy,
+			wantReason:    clusterv1.MachineHealthCheckUnhealthyMachineReason,
+			wantExpiredAt: t0,
+		},
+		{
+			name: "a Machine condition within its timeout: the Node decides, and the check looks again at the expiry",
+			spec: withMachineCriteria(spec),
+			in: targetInput{Machine: unitMachine("m", machineCond("InfrastructureReady", metav1.ConditionFalse, 4*time.Minute)),
+				Node: unitNode("node-m", nodeCond(corev1.ConditionTrue, time.Hour))},
+			wantState:     stateHealthy,
+			wantNextCheck: t0.Add(6 * time.Minute),
+		},
+		{
+			name: "a Machine condition is looked at even without a Node",
+			spec: withMachineCriteria(spec),
+			in: targetInput{Machine: unitMachine("m", noNode, createdAgo(time.Minute),
+				machineCond("InfrastructureReady", metav1.ConditionFalse, 10*time.Minute))},
+			wantState:     stateUnhealthy,
+			wantReason:    clusterv1.MachineHealthCheckUnhealthyMachineReason,
+			wantExpiredAt: t0,
+		},
+		{
 			name: "no Machine is judged while the Cluster's infrastructure is not ready",
 			in: targetInput{Machine: unitMachine("m"), NodeMissing: true, Cluster: &clusterv1.Cluster{Status: clusterv1.ClusterStatus{
 				Conditions: []metav1.Condition{{Type: clusterv1.ClusterInfrastructureReadyCondition, Status: metav1.ConditionUnknown}}}}},
@@ -175,6 +201,20 @@ func TestCheckTarget(t *testing.T) {
 				g.Expect(v.Message).To(HavePrefix("Health check failed: "))
 			}
 		})
+	}
+}
+
+// withMachineCriteria adds unhealthyMachineConditions InfrastructureReady=False for 10m to spec.
+func withMachineCriteria(spec checkSpec) checkSpec {
+	spec.MachineCriteria = []conditions.Criterion{{Type: "InfrastructureReady", Status: "False", Duration: 10 * time.Minute}}
+	return spec
+}
+
+// machineCond sets one of the Machine's conditions, with status for the given time.
+func machineCond(condType string, status metav1.ConditionStatus, since time.Duration) func(*clusterv1.Machine) {
+	return func(m *clusterv1.Machine) {
+		m.Status.Conditions = append(m.Status.Conditions, metav1.Condition{Type: condType, Status: status,
+			LastTransitionTime: metav1.NewTime(t0.Add(-since))})
 	}
 }
 

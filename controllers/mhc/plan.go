@@ -107,6 +107,9 @@ func checkSpecFor(mhc *v1alpha1.MachineHealthCheck) checkSpec {
 	for _, c := range mhc.Spec.UnhealthyConditions {
 		s.Criteria = append(s.Criteria, conditions.Criterion{Type: c.Type, Status: string(c.Status), Duration: c.Timeout.Duration})
 	}
+	for _, c := range mhc.Spec.UnhealthyMachineConditions {
+		s.MachineCriteria = append(s.MachineCriteria, conditions.Criterion{Type: c.Type, Status: string(c.Status), Duration: c.Timeout.Duration})
+	}
 	return s
 }
 

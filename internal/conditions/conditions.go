@@ -4,6 +4,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Criterion describes an unhealthy condition: the target is unhealthy once a condition of Type has had
@@ -30,6 +31,15 @@ func NodeConditions(in []corev1.NodeCondition) []Condition {
 			Status:             string(c.Status),
 			LastTransitionTime: c.LastTransitionTime.Time,
 		})
+	}
+	return out
+}
+
+// MetaConditions converts an object's metav1 conditions (a Machine's, say) for Evaluate.
+func MetaConditions(in []metav1.Condition) []Condition {
+	out := make([]Condition, 0, len(in))
+	for _, c := range in {
+		out = append(out, Condition{Type: c.Type, Status: string(c.Status), LastTransitionTime: c.LastTransitionTime.Time})
 	}
 	return out
 }
