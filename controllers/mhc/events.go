@@ -55,6 +55,9 @@ const (
 	// stormCooldownDuration. EventStormEnded (Normal): the storm is over, remediation resumes.
 	EventStormCooldown = "StormCooldown"
 	EventStormEnded    = "StormEnded"
+	// EventPaused and EventUnpaused: the check (pauseRequests... or its Cluster) was paused, or no longer is.
+	EventPaused   = "Paused"
+	EventUnpaused = "Unpaused"
 	// EventLeaseNotRenewed (Warning): a Machine's remediation runs but its Node's lease is now held by
 	// someone else.
 	EventLeaseNotRenewed = "LeaseNotRenewed"

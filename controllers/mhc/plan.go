@@ -233,17 +233,20 @@ func planChecks(in planInput) (plan, error) {
 		observed = append(observed, o)
 		v := checkTarget(in.Spec, targetInput{Machine: o.Machine, Node: o.Node, NodeMissing: o.NodeMissing, Cluster: in.Cluster}, now)
 		p.NextCheck = earliest(p.NextCheck, v.NextCheck)
-		switch v.State {
-		case stateHealthy:
+		switch {
+		case v.State == stateHealthy && v.NextCheck.IsZero() && o.Node != nil && o.Machine.DeletionTimestamp.IsZero():
+			// Healthy, as Cluster API counts it: a Machine failing a criterion that has not expired yet
+			// ("likely to go unhealthy"), one without a Node and one being deleted are not, and count
+			// against the budget (the rule the NodeHealthCheck applies to its Nodes).
 			healthy++
-		case stateUnhealthy:
+		case v.State == stateUnhealthy:
 			p.Unhealthy++
 		}
 		p.Targets = append(p.Targets, targetPlan{Machine: o.Machine, Verdict: v, ControlPlane: isControlPlaneTarget(o)})
 	}
 
 	decision, err := budget.Evaluate(budget.Policy{MaxUnhealthy: mhc.Spec.MaxUnhealthy, UnhealthyRange: mhc.Spec.UnhealthyRange},
-		len(p.Targets), p.Unhealthy)
+		len(p.Targets), len(p.Targets)-healthy)
 	if err != nil {
 		return plan{}, &InvalidSpecError{Field: "maxUnhealthy/unhealthyRange", Reason: err.Error()}
 	}
@@ -252,7 +255,8 @@ func planChecks(in planInput) (plan, error) {
 		p.Orphans = in.Orphans
 	}
 
-	storm := planStorm(&p, mhc, decision, now)
+	cw := checkWide(&p, mhc, in.Paused, decision, now)
+	storm := cw.Storm
 	gate := newSafety(in)
 
 	status := v1alpha1.MachineHealthCheckStatus{
@@ -260,7 +264,7 @@ func planChecks(in planInput) (plan, error) {
 		CurrentHealthy:      ptr.To(int32(healthy)),
 		RemediationsAllowed: ptr.To(decision.RemediationsAllowed),
 		ObservedGeneration:  mhc.Generation,
-		Conditions:          slices.Clone(mhc.Status.Conditions),
+		Conditions:          cw.Conditions,
 	}
 	for i := range p.Targets {
 		t := &p.Targets[i]
@@ -328,8 +332,12 @@ func planChecks(in planInput) (plan, error) {
 	slices.Sort(status.Targets)
 	slices.SortFunc(status.UnhealthyMachines, func(a, b v1alpha1.UnhealthyMachine) int { return strings.Compare(a.Name, b.Name) })
 
-	p.Events = append(p.Events, setCheckConditions(&status, mhc, in.Paused, decision, p.Unhealthy, now)...)
-	meta.SetStatusCondition(&status.Conditions, storm.Condition(mhc.Generation, now))
+	// Cluster API's RemediationRestricted, once per restriction that finds unhealthy Machines.
+	wasRestricted := meta.IsStatusConditionFalse(mhc.Status.Conditions, v1alpha1.ConditionRemediationAllowed) && len(mhc.Status.UnhealthyMachines) > 0
+	if !decision.Allowed && p.Unhealthy > 0 && !wasRestricted {
+		p.Events = append(p.Events, checkEvent{Regarding: mhc, Type: corev1.EventTypeWarning, Reason: EventRemediationRestricted,
+			Note: "Remediation is not allowed: " + decision.Message})
+	}
 	if in.Paused == "" {
 		p.Release = gate.releaseLeases(&p)
 	}
@@ -598,37 +606,6 @@ func nextEscalation(steps []step, records []v1alpha1.MachineRemediationRequest, 
 		return time.Time{}
 	}
 	return records[n-1].Started.Add(steps[i].Timeout)
-}
-
-// setCheckConditions sets the check's RemediationAllowed and Paused conditions and returns the events
-// their transitions call for.
-func setCheckConditions(status *v1alpha1.MachineHealthCheckStatus, mhc *v1alpha1.MachineHealthCheck, paused string,
-	d budget.Decision, unhealthy int, now time.Time) []checkEvent {
-	var events []checkEvent
-	wasRestricted := meta.IsStatusConditionFalse(mhc.Status.Conditions, v1alpha1.ConditionRemediationAllowed) && len(mhc.Status.UnhealthyMachines) > 0
-	if d.Allowed {
-		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.ConditionRemediationAllowed,
-			Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonWithinBudget, Message: d.Message,
-			ObservedGeneration: mhc.Generation, LastTransitionTime: metav1.NewTime(now)})
-	} else {
-		msg := "Remediation is not allowed: " + d.Message
-		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.ConditionRemediationAllowed,
-			Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonTooManyUnhealthy, Message: msg,
-			ObservedGeneration: mhc.Generation, LastTransitionTime: metav1.NewTime(now)})
-		if unhealthy > 0 && !wasRestricted {
-			events = append(events, checkEvent{Regarding: mhc, Type: corev1.EventTypeWarning, Reason: EventRemediationRestricted, Note: msg})
-		}
-	}
-	if paused != "" {
-		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.ConditionPaused,
-			Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPauseRequested, Message: paused,
-			ObservedGeneration: mhc.Generation, LastTransitionTime: metav1.NewTime(now)})
-	} else {
-		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.ConditionPaused,
-			Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonAsExpected,
-			ObservedGeneration: mhc.Generation, LastTransitionTime: metav1.NewTime(now)})
-	}
-	return events
 }
 
 // withCondition returns conds with c set (the transition time kept when the status does not change),

@@ -297,8 +297,10 @@ func TestPlanNextCheckIsTheEarliestExpiry(t *testing.T) {
 	starting.Node = nil
 	p := mustPlan(g, unitCheck(), "", later, starting, soon, unhealthyTarget("sick"))
 	g.Expect(p.NextCheck).To(BeTemporally("==", t0.Add(time.Minute)))
-	g.Expect(p.Status.CurrentHealthy).To(HaveValue(BeEquivalentTo(2)), "the starting Machine is neither healthy nor unhealthy")
-	g.Expect(p.Unhealthy).To(Equal(1))
+	g.Expect(p.Status.CurrentHealthy).To(HaveValue(BeEquivalentTo(0)),
+		"as Cluster API counts: Machines likely to go unhealthy and a Machine without a Node are not healthy")
+	g.Expect(p.Unhealthy).To(Equal(1), "only the sick Machine is remediated")
+	g.Expect(p.Decision.Message).To(ContainSubstring("4"), "all four count against the budget")
 }
 
 var (

@@ -405,28 +405,38 @@ type leaseAction struct {
 	Fresh bool
 }
 
-// planStorm decides StormActive (internal/gates, the NodeHealthCheck's rule): while the budget is
-// exceeded, and stormCooldownDuration after it is satisfied again, no remediation starts. The budget's own
-// transition keeps its RemediationRestricted event; the cooldown and the storm's end get theirs.
-func planStorm(p *plan, mhc *v1alpha1.MachineHealthCheck, d budget.Decision, now time.Time) gates.Storm {
-	allowedSince := now
-	if c := meta.FindStatusCondition(mhc.Status.Conditions, v1alpha1.ConditionRemediationAllowed); c != nil && c.Status == metav1.ConditionTrue {
-		allowedSince = c.LastTransitionTime.Time
-	}
+// checkWide decides the check's Paused, RemediationAllowed and StormActive conditions (engine.DecideCheckWide,
+// the NodeHealthCheck's rules) and the events of their transitions: while the budget is exceeded, and
+// stormCooldownDuration after it is met again, no remediation starts. The budget's own transition keeps
+// Cluster API's RemediationRestricted event (planChecks); the cooldown and the storm's end get theirs.
+func checkWide(p *plan, mhc *v1alpha1.MachineHealthCheck, paused string, d budget.Decision, now time.Time) engine.CheckWide {
 	var cooldown time.Duration
 	if c := mhc.Spec.StormCooldownDuration; c != nil {
 		cooldown = c.Duration
 	}
-	storm := gates.EvaluateStorm(mhc.Status.Conditions, !d.Allowed, d.Message, allowedSince, cooldown, now)
-	p.NextCheck = earliest(p.NextCheck, storm.Until)
-	switch {
-	case storm.Cooled:
-		p.Events = append(p.Events, checkEvent{Regarding: mhc, Type: corev1.EventTypeNormal, Reason: EventStormCooldown, Note: storm.Message})
-	case storm.Ended:
-		p.Events = append(p.Events, checkEvent{Regarding: mhc, Type: corev1.EventTypeNormal, Reason: EventStormEnded,
-			Note: "The remediation storm is over: remediation resumes"})
+	var pauses []string
+	if paused != "" {
+		pauses = []string{paused}
 	}
-	return storm
+	cw := engine.DecideCheckWide(engine.CheckWideInput{Conditions: mhc.Status.Conditions, Generation: mhc.Generation,
+		Paused: pauses, Budget: d, Cooldown: cooldown, Now: now})
+	p.NextCheck = earliest(p.NextCheck, cw.Storm.Until)
+	event := func(reason, note string) {
+		p.Events = append(p.Events, checkEvent{Regarding: mhc, Type: corev1.EventTypeNormal, Reason: reason, Note: note})
+	}
+	switch {
+	case cw.PausedNow:
+		event(EventPaused, "No new remediation starts: "+paused)
+	case cw.Resumed:
+		event(EventUnpaused, "No longer paused: remediation resumes")
+	}
+	switch {
+	case cw.Storm.Cooled:
+		event(EventStormCooldown, cw.Storm.Message)
+	case cw.Storm.Ended:
+		event(EventStormEnded, "The remediation storm is over: remediation resumes")
+	}
+	return cw
 }
 
 // applyGate applies the safety gates to a Machine about to be handed to its owner (condition-based

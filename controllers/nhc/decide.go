@@ -314,40 +314,16 @@ func (d *decider) checkWide() {
 		}
 	}
 
-	// Paused.
-	if len(p.Paused) > 0 {
-		set(v1alpha1.ConditionPaused, metav1.ConditionTrue, v1alpha1.ReasonPauseRequested, "Paused: "+strings.Join(p.Paused, "; "))
-		if !wasTrue(v1alpha1.ConditionPaused) {
-			p.Events = append(p.Events, normal(EventPaused, actionCheck, "", "No new remediation starts: paused by "+strings.Join(p.Paused, "; ")))
-			p.Skipped = append(p.Skipped, SkipPaused)
-		}
-	} else {
-		set(v1alpha1.ConditionPaused, metav1.ConditionFalse, v1alpha1.ReasonAsExpected, "Not paused")
-		if wasTrue(v1alpha1.ConditionPaused) {
-			p.Events = append(p.Events, normal(EventUnpaused, actionCheck, "", "Pause requests cleared: remediation resumes"))
-		}
+	cw := engine.DecideCheckWide(engine.CheckWideInput{Conditions: conds, Generation: check.Generation, Paused: p.Paused,
+		Budget: dec, BudgetErr: err, Cooldown: durationOf(check.Spec.StormCooldownDuration), Now: now})
+	conds, storm := cw.Conditions, cw.Storm
+	switch {
+	case cw.PausedNow:
+		p.Events = append(p.Events, normal(EventPaused, actionCheck, "", "No new remediation starts: paused by "+strings.Join(p.Paused, "; ")))
+		p.Skipped = append(p.Skipped, SkipPaused)
+	case cw.Resumed:
+		p.Events = append(p.Events, normal(EventUnpaused, actionCheck, "", "Pause requests cleared: remediation resumes"))
 	}
-
-	// RemediationAllowed: the budget alone. Its last transition to True is when a storm ended.
-	allowed := err == nil && dec.Allowed
-	if allowed {
-		set(v1alpha1.ConditionRemediationAllowed, metav1.ConditionTrue, v1alpha1.ReasonWithinBudget, dec.Message)
-	} else {
-		msg := dec.Message
-		if err != nil {
-			msg = err.Error()
-		}
-		set(v1alpha1.ConditionRemediationAllowed, metav1.ConditionFalse, v1alpha1.ReasonTooManyUnhealthy, msg)
-	}
-
-	// StormActive: while the budget is exceeded, and stormCooldownDuration after it is satisfied again.
-	var allowedSince time.Time
-	if c := meta.FindStatusCondition(conds, v1alpha1.ConditionRemediationAllowed); c != nil && c.Status == metav1.ConditionTrue {
-		allowedSince = c.LastTransitionTime.Time
-	}
-	storm := gates.EvaluateStorm(prev, err == nil && !dec.Allowed, dec.Message, allowedSince,
-		durationOf(check.Spec.StormCooldownDuration), now)
-	meta.SetStatusCondition(&conds, storm.Condition(check.Generation, now))
 	p.at(storm.Until)
 	if storm.Active() {
 		p.Hold = storm.Message

@@ -1,0 +1,88 @@
+package engine
+
+import (
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/budget"
+	"github.com/metalheal/metalheal/internal/gates"
+)
+
+// CheckWideInput is what the check-wide conditions are decided from.
+type CheckWideInput struct {
+	// Conditions are the check's conditions as its status has them.
+	Conditions []metav1.Condition
+	Generation int64
+	// Paused are the reasons no new remediation may start (pauseRequests, a paused Cluster); none: not
+	// paused.
+	Paused []string
+	// Budget is the unhealthy budget's decision; BudgetErr when the budget cannot be used (the check is
+	// disabled then, which the adapter reports).
+	Budget    budget.Decision
+	BudgetErr error
+	// Cooldown is stormCooldownDuration.
+	Cooldown time.Duration
+	Now      time.Time
+}
+
+// CheckWide is the check-wide part of a decision, the same for both kinds: the Paused,
+// RemediationAllowed and StormActive conditions, and the transitions the adapter reports (events,
+// metrics).
+type CheckWide struct {
+	Conditions []metav1.Condition
+	// Storm is StormActive's decision: while the budget is exceeded, and stormCooldownDuration after it is
+	// met again (from RemediationAllowed's last transition to True), no new remediation starts.
+	Storm gates.Storm
+	// PausedNow and Resumed: Paused has just become True, or False.
+	PausedNow, Resumed bool
+	// Restricted: RemediationAllowed has just become False.
+	Restricted bool
+}
+
+// Held reports whether no new remediation may start: paused, or a storm (its cooldown included).
+func (c CheckWide) Held() bool {
+	return meta.IsStatusConditionTrue(c.Conditions, v1alpha1.ConditionPaused) || c.Storm.Active()
+}
+
+// DecideCheckWide sets the check-wide conditions from the budget's decision and the pause requests.
+func DecideCheckWide(in CheckWideInput) CheckWide {
+	prev := in.Conditions
+	out := CheckWide{Conditions: make([]metav1.Condition, len(prev))}
+	copy(out.Conditions, prev)
+	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&out.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg,
+			ObservedGeneration: in.Generation, LastTransitionTime: metav1.NewTime(in.Now)})
+	}
+	if len(in.Paused) > 0 {
+		set(v1alpha1.ConditionPaused, metav1.ConditionTrue, v1alpha1.ReasonPauseRequested, "Paused: "+strings.Join(in.Paused, "; "))
+		out.PausedNow = !meta.IsStatusConditionTrue(prev, v1alpha1.ConditionPaused)
+	} else {
+		set(v1alpha1.ConditionPaused, metav1.ConditionFalse, v1alpha1.ReasonAsExpected, "Not paused")
+		out.Resumed = meta.IsStatusConditionTrue(prev, v1alpha1.ConditionPaused)
+	}
+
+	// RemediationAllowed: the budget alone. Its last transition to True is when a storm ended.
+	allowed := in.BudgetErr == nil && in.Budget.Allowed
+	if allowed {
+		set(v1alpha1.ConditionRemediationAllowed, metav1.ConditionTrue, v1alpha1.ReasonWithinBudget, in.Budget.Message)
+	} else {
+		msg := in.Budget.Message
+		if in.BudgetErr != nil {
+			msg = in.BudgetErr.Error()
+		}
+		set(v1alpha1.ConditionRemediationAllowed, metav1.ConditionFalse, v1alpha1.ReasonTooManyUnhealthy, msg)
+		out.Restricted = !meta.IsStatusConditionFalse(prev, v1alpha1.ConditionRemediationAllowed)
+	}
+
+	var allowedSince time.Time
+	if c := meta.FindStatusCondition(out.Conditions, v1alpha1.ConditionRemediationAllowed); c != nil && c.Status == metav1.ConditionTrue {
+		allowedSince = c.LastTransitionTime.Time
+	}
+	out.Storm = gates.EvaluateStorm(prev, in.BudgetErr == nil && !in.Budget.Allowed, in.Budget.Message, allowedSince, in.Cooldown, in.Now)
+	meta.SetStatusCondition(&out.Conditions, out.Storm.Condition(in.Generation, in.Now))
+	return out
+}
