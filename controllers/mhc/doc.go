@@ -43,4 +43,7 @@
 //
 // status.unhealthyMachines is the check's memory across restarts: which remediation steps were started
 // for which Machine and when they were given up on.
+//
+// docs/machinehealthcheck.md is the administrator's reference; docs/healthchecks.md describes the rules
+// the MachineHealthCheck shares with the NodeHealthCheck.
 package mhc

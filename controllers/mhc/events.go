@@ -9,8 +9,9 @@ const (
 	EventMachineMarkedUnhealthy = "MachineMarkedUnhealthy"
 	// EventRemediationRequestCreated (Normal): a remediation request was created from a template.
 	EventRemediationRequestCreated = "RemediationRequestCreated"
-	// EventRemediationRequestTimedOut (Warning): a remediation step ended (its timeout passed or its
-	// request reported Succeeded=False); the request was marked timed out.
+	// EventRemediationRequestTimedOut (Warning): a remediation step ended (its timeout passed, its request
+	// reported Succeeded=False, or its step was removed from the spec) and its request was marked timed
+	// out; the last step's failed request is not marked, and gets no such event (engine.Ending.Marked).
 	EventRemediationRequestTimedOut = "RemediationRequestTimedOut"
 	// EventRemediationsExhausted (Warning): the last remediation step ended and the Machine is still
 	// unhealthy; nothing more is tried until it recovers or the spec changes.

@@ -74,5 +74,6 @@
 // (cache.Options.ByObject for coordinationv1.Lease), or the first read opens an informer over every Lease
 // in the cluster, kubelet heartbeats included.
 //
-// docs/nodehealthcheck.md is the administrator's reference.
+// docs/nodehealthcheck.md is the administrator's reference; docs/healthchecks.md describes the rules the
+// NodeHealthCheck shares with the MachineHealthCheck.
 package nhc

@@ -7,9 +7,11 @@ import corev1 "k8s.io/api/core/v1"
 const (
 	// EventRemediationCreated: a remediation request was created for an unhealthy Node.
 	EventRemediationCreated = "RemediationCreated"
-	// EventRemediationTimedOut: an escalation step ran out of time; its request was marked timed out.
+	// EventRemediationTimedOut: an escalation step ran out of time, or its step was removed from the spec;
+	// its request was marked timed out.
 	EventRemediationTimedOut = "RemediationTimedOut"
-	// EventRemediationFailed: the remediator reported Succeeded=False; the request was marked timed out.
+	// EventRemediationFailed: the remediator reported Succeeded=False; the request was marked timed out,
+	// unless it was the last step's (engine.Ending.Marked).
 	EventRemediationFailed = "RemediationFailed"
 	// EventRemediationsExhausted: the last step ended and the Node is still unhealthy.
 	EventRemediationsExhausted = "RemediationsExhausted"

@@ -9,4 +9,6 @@
 // next step once every ended step's request is finished with the host (one hand per host:
 // template.HandOver), and says when to look again. Its memory is the check's status: one Record per step
 // started, adopted from the requests themselves when the status lost them.
+//
+// docs/healthchecks.md describes these rules for administrators.
 package engine
