@@ -181,6 +181,8 @@ type targetPlan struct {
 	// Overdue are ended steps' requests that did not hand the host over within template.HandOverBound:
 	// Create starts the next step without them.
 	Overdue []*unstructured.Unstructured
+	// StepDeadline is when the Machine's current remediation step times out (zero: none).
+	StepDeadline time.Time
 	// Unconfirm: the Machine's remediation is over; its Node's confirmation annotation
 	// (v1alpha1.AnnotationConfirmedHealthy) is removed.
 	Unconfirm bool
@@ -293,7 +295,7 @@ func planChecks(in planInput) (plan, error) {
 				p.NextCheck = earliest(p.NextCheck, gate.keepLease(t, o, now))
 			}
 			p.Events = append(p.Events, skipEvents(mhc, t, &entry, prevEntry)...)
-			p.NextCheck = earliest(p.NextCheck, nextEscalation(in.Steps, entry.Remediations, t.Blocked))
+			p.NextCheck = earliest(p.NextCheck, t.StepDeadline)
 			p.NextCheck = earliest(p.NextCheck, t.HandOverCheck)
 			p.Events = append(p.Events, handOverEvents(mhc, t, &entry, prevEntry)...)
 			status.UnhealthyMachines = append(status.UnhealthyMachines, entry)
@@ -405,8 +407,8 @@ func planUnhealthy(t *targetPlan, steps []step, entry *v1alpha1.UnhealthyMachine
 	conds, changed := withCondition(t.Machine.Status.Conditions, metav1.Condition{
 		Type: clusterv1.MachineHealthCheckSucceededCondition, Status: metav1.ConditionFalse,
 		Reason: t.Verdict.Reason, Message: t.Verdict.Message, LastTransitionTime: metav1.NewTime(now)})
-	if t.Blocked != notBlocked {
-		// Reported on the Machine, not remediated (short-circuited or excluded).
+	if t.Blocked != notBlocked && len(steps) == 0 {
+		// Reported on the Machine, not remediated (short-circuited, a storm's cooldown, or excluded).
 		if changed {
 			t.Conditions = conds
 		}
@@ -432,9 +434,17 @@ func planUnhealthy(t *targetPlan, steps []step, entry *v1alpha1.UnhealthyMachine
 		t.Conditions = conds
 	}
 	esc := escalate(steps, t.Machine.Name, entry.Remediations, requests, now)
+	if t.Blocked != notBlocked {
+		// Held back (a storm, its cooldown, the exclusion label): the steps under way still end, as a
+		// NodeHealthCheck's do, but nothing new starts.
+		if esc.Create != nil && esc.Recorded {
+			esc.Records = esc.Records[:len(esc.Records)-1]
+		}
+		esc.Create, esc.Overdue = nil, nil
+	}
 	entry.Remediations, entry.WaitingFor = esc.Records, esc.WaitingFor
 	t.Create, t.TimeOut, t.Delete, t.Exhausted = esc.Create, esc.TimeOut, esc.Delete, esc.Exhausted
-	t.HandOverCheck, t.HandOverUntil, t.Overdue = esc.WaitCheck, esc.WaitUntil, esc.Overdue
+	t.HandOverCheck, t.HandOverUntil, t.Overdue, t.StepDeadline = esc.WaitCheck, esc.WaitUntil, esc.Overdue, esc.Deadline
 }
 
 // handOverEvents are the events of a Machine's wait for an ended step's request to hand the host over:
@@ -483,8 +493,10 @@ func planHealthy(t *targetPlan, requests []*unstructured.Unstructured, now time.
 
 // escalation is what escalate decides for one Machine.
 type escalation struct {
-	Records   []v1alpha1.MachineRemediationRequest
-	Create    *createRequest
+	Records []v1alpha1.MachineRemediationRequest
+	Create  *createRequest
+	// Recorded: the last of Records is Create's, recorded at once.
+	Recorded  bool
 	TimeOut   []*unstructured.Unstructured
 	Delete    []*unstructured.Unstructured
 	Exhausted bool
@@ -496,6 +508,8 @@ type escalation struct {
 	WaitUntil  time.Time
 	// Overdue are ended steps' requests the next step no longer waits for: the bound ran out.
 	Overdue []*unstructured.Unstructured
+	// Deadline is when the current step times out (zero: never, or none under way).
+	Deadline time.Time
 }
 
 // escalate walks the remediation steps of the unhealthy Machine named machine (engine.Escalate). records
@@ -513,11 +527,15 @@ func escalate(steps []step, machine string, records []v1alpha1.MachineRemediatio
 	}
 	walk := engine.Escalate(engineSteps(steps), machine, engineRecords(records), qs, now)
 	out := escalation{Records: machineRecords(walk.Records), TimeOut: objects(walk.TimeOut), Delete: objects(walk.Delete),
+		Deadline:  walk.Deadline,
 		Exhausted: walk.Exhausted && walk.Ended != nil, WaitingFor: walk.WaitingFor, WaitCheck: walk.WaitCheck,
 		WaitUntil: walk.WaitUntil, Overdue: objects(walk.Overdue)}
 	if c := walk.Create; c != nil {
 		out.Create = &createRequest{Step: steps[c.Step], Name: c.Name, First: c.First}
-		if !c.Again {
+		if timeout := steps[c.Step].Timeout; !c.Again && timeout > 0 {
+			out.Deadline = now.Add(timeout) // the step about to start
+		}
+		if out.Recorded = !c.Again; out.Recorded {
 			out.Records = append(out.Records, v1alpha1.MachineRemediationRequest{
 				APIVersion: steps[c.Step].GVK.GroupVersion().String(), Kind: steps[c.Step].GVK.Kind,
 				TemplateName: steps[c.Step].Template.Name, Started: metav1.NewTime(now)})
@@ -592,20 +610,6 @@ func machineRecords(records []engine.Record) []v1alpha1.MachineRemediationReques
 // requestRef names a request as "Kind namespace/name".
 func requestRef(r *unstructured.Unstructured) string {
 	return r.GetKind() + " " + r.GetNamespace() + "/" + r.GetName()
-}
-
-// nextEscalation is when the current step of an unhealthy Machine times out; zero if never or if the
-// Machine is not being remediated.
-func nextEscalation(steps []step, records []v1alpha1.MachineRemediationRequest, b blocker) time.Time {
-	n := len(records)
-	if b != notBlocked || n == 0 || records[n-1].TimedOut != nil {
-		return time.Time{}
-	}
-	i := slices.IndexFunc(steps, func(s step) bool { return s.matches(records[n-1]) })
-	if i < 0 || steps[i].Timeout <= 0 {
-		return time.Time{}
-	}
-	return records[n-1].Started.Add(steps[i].Timeout)
 }
 
 // withCondition returns conds with c set (the transition time kept when the status does not change),

@@ -541,6 +541,29 @@ func TestPlanTemplateRemediation(t *testing.T) {
 	})
 }
 
+// During a storm the steps under way still end (as a NodeHealthCheck's do); the next one does not start.
+func TestPlanStormEndsStepsStartsNothing(t *testing.T) {
+	g := NewWithT(t)
+	mhc := unitCheck(func(c *v1alpha1.MachineHealthCheck) {
+		c.Spec.EscalatingRemediations = []v1alpha1.EscalatingRemediation{
+			{RemediationTemplate: metal3.Template, Order: 2, Timeout: metav1.Duration{Duration: 20 * time.Minute}},
+			{RemediationTemplate: reboot.Template, Order: 1, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
+		}
+		c.Spec.MaxUnhealthy = ptr.To(intstr.FromInt32(0))
+		c.Status.UnhealthyMachines = []v1alpha1.UnhealthyMachine{{Name: "m", Reason: "UnhealthyNode",
+			Remediations: []v1alpha1.MachineRemediationRequest{record(reboot, t0.Add(-11*time.Minute), nil)}}}
+	})
+	o := unhealthyTarget("m")
+	o.Requests = []*unstructured.Unstructured{request(reboot, t0.Add(-11*time.Minute))}
+	p := mustPlan(g, mhc, "", o)
+	tp := p.Targets[0]
+	g.Expect(tp.Blocked).To(Equal(blockedShortCircuit))
+	g.Expect(tp.TimeOut).To(HaveLen(1), "the first step's timeout passed: it ends")
+	g.Expect(tp.Create).To(BeNil(), "the next step waits for the storm to end")
+	g.Expect(p.Status.UnhealthyMachines[0].Remediations).To(HaveLen(1))
+	g.Expect(p.Status.UnhealthyMachines[0].Remediations[0].TimedOut).NotTo(BeNil())
+}
+
 func TestStepsFor(t *testing.T) {
 	g := NewWithT(t)
 	mhc := unitCheck(func(c *v1alpha1.MachineHealthCheck) {
