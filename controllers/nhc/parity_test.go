@@ -99,7 +99,7 @@ func (k parityKit) check() *v1alpha1.NodeHealthCheck {
 	if pol.StormCooldown > 0 {
 		c.Spec.StormCooldownDuration = &metav1.Duration{Duration: pol.StormCooldown}
 	}
-	if pol.HealthyDelay > 0 {
+	if pol.HealthyDelay != 0 {
 		c.Spec.HealthyDelay = &metav1.Duration{Duration: pol.HealthyDelay}
 	}
 	if b := pol.Backoff; b != nil {
@@ -175,6 +175,9 @@ func (k parityKit) observed() observed {
 		if tg.Excluded {
 			n.Labels[v1alpha1.LabelExcludeFromRemediation] = "true"
 		}
+		if tg.Confirmed {
+			n.Annotations = map[string]string{v1alpha1.AnnotationConfirmedHealthy: ""}
+		}
 		for _, p := range s.Peers {
 			if p.Selects(tg.Name) {
 				n.Labels[peerLabel(p.Name)] = "true"
@@ -227,6 +230,7 @@ var parityEvents = map[string]enginetest.EventKind{
 	EventSkippedRemediationExists:  enginetest.Skipped,
 	EventRemediationBackingOff:     enginetest.BackingOff,
 	EventWaitingForHandOver:        enginetest.WaitingForHandOver,
+	EventWaitingForConfirmation:    enginetest.WaitingForConfirmation,
 	EventHandOverTimedOut:          enginetest.HandOverTimedOut,
 }
 
@@ -283,7 +287,7 @@ func (k parityKit) outcome(t *testing.T, in observed, p plan) enginetest.Outcome
 	for _, r := range p.Renew {
 		out.LeaseWrites = append(out.LeaseWrites, r.Node.Name)
 	}
-	out.Releases = p.Release
+	out.Releases, out.Unconfirms = p.Release, p.Unconfirm
 	if c := meta.FindStatusCondition(p.Conditions, v1alpha1.ConditionStormActive); c != nil && c.Status == metav1.ConditionTrue {
 		out.Storm = c.Reason
 	}

@@ -22,6 +22,8 @@ type Outcome struct {
 	// LeaseWrites are the Nodes whose lease the check writes (renews, retakes, takes over) besides the
 	// lease a create takes; Releases those whose lease it lets go.
 	LeaseWrites, Releases []string
+	// Unconfirms are the Nodes whose confirmation the check removes: the remediation it confirmed is over.
+	Unconfirms []string
 	// Storm is StormActive's reason, "" when it is False; Restricted: RemediationAllowed is False.
 	Storm      string
 	Restricted bool
@@ -63,6 +65,9 @@ const (
 	BackingOff EventKind = "BackingOff"
 	// WaitingForHandOver: the next step waits for an ended step's request (WaitingForHandOver).
 	WaitingForHandOver EventKind = "WaitingForHandOver"
+	// WaitingForConfirmation: a target healthy again keeps its remediation until a person confirms it
+	// (WaitingForConfirmation).
+	WaitingForConfirmation EventKind = "WaitingForConfirmation"
 	// HandOverTimedOut: the next step starts without an ended request that did not hand over
 	// (HandOverTimedOut).
 	HandOverTimedOut EventKind = "HandOverTimedOut"
@@ -104,6 +109,7 @@ func (o Outcome) normalized() Outcome {
 	}
 	o.Creates, o.TimeOuts, o.Deletes = sortRefs(o.Creates), sortRefs(o.TimeOuts), sortRefs(o.Deletes)
 	o.Exhausted, o.LeaseWrites, o.Releases = sortStrings(o.Exhausted), sortStrings(o.LeaseWrites), sortStrings(o.Releases)
+	o.Unconfirms = sortStrings(o.Unconfirms)
 	if len(o.Skips) == 0 {
 		o.Skips = nil
 	}

@@ -124,6 +124,19 @@ func Rows() []Row {
 			Scenario: Scenario{Policy: withHealthyDelay(oneStep(), 2*time.Minute),
 				Targets: []Target{healthySince(healthyAgain("a", at(-3*time.Minute), at(-10*time.Minute)), at(-2*time.Minute))}},
 			Want: Outcome{Deletes: []Ref{{"a", 0}}}},
+		{Name: "healthyDelay: negative, a target healthy again keeps its request until a person confirms it",
+			Scenario: Scenario{Policy: withHealthyDelay(oneStep(), -time.Second),
+				Targets: []Target{healthyAgain("a", at(-30*time.Second), at(-10*time.Minute))}},
+			Want: Outcome{HealthySince: map[string]time.Time{"a": T0}, Events: []Event{{WaitingForConfirmation, "a"}},
+				Next: at(LeaseDuration / 2)}},
+		{Name: "healthyDelay: negative, a person's confirmation ends it, the request is deleted",
+			Scenario: Scenario{Policy: withHealthyDelay(oneStep(), -time.Second),
+				Targets: []Target{confirmed(healthySince(healthyAgain("a", at(-time.Hour), at(-2*time.Hour)), at(-time.Hour)))}},
+			Want: Outcome{Deletes: []Ref{{"a", 0}}}},
+		{Name: "healthyDelay: the confirmation is removed once the requests it confirmed are gone",
+			Scenario: Scenario{Policy: withHealthyDelay(oneStep(), -time.Second), Targets: []Target{confirmed(Target{Name: "a", Since: at(-time.Hour),
+				Status: &Entry{Records: []Record{{Step: 0, Started: at(-2 * time.Hour)}}, HealthySince: at(-time.Hour)}})}},
+			Want: Outcome{Unconfirms: []string{"a"}}},
 		{Name: "healthyDelay: unhealthy again within the delay, the request is kept and the delay forgotten",
 			Scenario: Scenario{Policy: withHealthyDelay(oneStep(), 2*time.Minute),
 				Targets: []Target{healthySince(remediating(Target{Name: "a", NotReady: true, Since: at(-6 * time.Minute)}, at(-10*time.Minute)), at(-time.Minute))}},
@@ -318,6 +331,11 @@ func leased(t Target, holder string, until time.Time) Target {
 
 func recent(t Target, starts ...time.Time) Target {
 	t.RecentStarts = starts
+	return t
+}
+
+func confirmed(t Target) Target {
+	t.Confirmed = true
 	return t
 }
 

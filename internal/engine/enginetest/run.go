@@ -45,6 +45,7 @@ const (
 	AspectExhausted    Aspect = "targets whose last step ended"
 	AspectLeaseWrites  Aspect = "leases written"
 	AspectReleases     Aspect = "leases released"
+	AspectUnconfirms   Aspect = "confirmations removed"
 	AspectStorm        Aspect = "StormActive reason"
 	AspectRestricted   Aspect = "RemediationAllowed is False"
 	AspectEvents       Aspect = "events"
@@ -137,6 +138,7 @@ func (r Row) check(got Outcome) []failure {
 	expect(AspectExhausted, got.Exhausted, want.Exhausted)
 	expect(AspectLeaseWrites, got.LeaseWrites, want.LeaseWrites)
 	expect(AspectReleases, got.Releases, want.Releases)
+	expect(AspectUnconfirms, got.Unconfirms, want.Unconfirms)
 	expect(AspectStorm, got.Storm, want.Storm)
 	expect(AspectRestricted, got.Restricted, want.Restricted)
 	expect(AspectEvents, got.Events, want.Events)

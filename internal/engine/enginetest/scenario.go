@@ -63,7 +63,8 @@ type Policy struct {
 	Steps []Step
 	// MaxUnhealthy is the budget as a number of targets; nil allows every target (100%).
 	MaxUnhealthy *int
-	// StormCooldown is stormCooldownDuration, HealthyDelay healthyDelay.
+	// StormCooldown is stormCooldownDuration, HealthyDelay healthyDelay (negative: until a person confirms
+	// the target healthy).
 	StormCooldown, HealthyDelay time.Duration
 	// Backoff is remediationBackoff; nil leaves the API's default.
 	Backoff *Backoff
@@ -106,6 +107,8 @@ type Target struct {
 	ControlPlane bool
 	// Excluded: its Node carries remediation.medik8s.io/exclude-from-remediation=true.
 	Excluded bool
+	// Confirmed: a person confirmed its Node healthy (remediation.medik8s.io/manually-confirmed-healthy).
+	Confirmed bool
 	// Requests are the check's remediation requests for the target that exist.
 	Requests []Request
 	// Status is the target's entry in the check's status as the last pass left it; nil when it has none.
