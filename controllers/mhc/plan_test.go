@@ -366,6 +366,9 @@ func named(name string) func(*unstructured.Unstructured) {
 // fenceName is the name of fence's request for Machine m: a later step of reboot's kind.
 var fenceName = template.LaterStepName("m", fence.Template.Name)
 
+// TestEscalate: the escalation walk as planChecks calls it. Its cases shared with the NodeHealthCheck are rows
+// of the parity table (parity_test.go); this table holds what that one does not compare: request names,
+// First, the overdue list, the edges.
 func TestEscalate(t *testing.T) {
 	ago := func(d time.Duration) time.Time { return t0.Add(-d) }
 	tests := []struct {
@@ -388,15 +391,6 @@ func TestEscalate(t *testing.T) {
 	}{
 		{name: "nothing yet: the first step starts", steps: []step{reboot, metal3},
 			wantCreate: &reboot, wantFirst: true, wantRecords: 1},
-		{name: "first step within its timeout: wait", steps: []step{reboot, metal3},
-			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(5*time.Minute), nil)},
-			requests: []*unstructured.Unstructured{request(reboot, ago(5*time.Minute))}, wantRecords: 1},
-		{name: "first step timed out: marked, next kind starts", steps: []step{reboot, metal3},
-			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(10*time.Minute), nil)},
-			requests: []*unstructured.Unstructured{request(reboot, ago(10*time.Minute))}, wantTimeOut: 1, wantCreate: &metal3, wantRecords: 2},
-		{name: "first step reported Succeeded=False: next step starts early", steps: []step{reboot, metal3},
-			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(time.Minute), nil)},
-			requests: []*unstructured.Unstructured{request(reboot, ago(time.Minute), succeeded(metav1.ConditionFalse))}, wantTimeOut: 1, wantCreate: &metal3, wantRecords: 2},
 		{name: "Succeeded=True does not end a step early", steps: []step{reboot, metal3},
 			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(time.Minute), nil)},
 			requests: []*unstructured.Unstructured{request(reboot, ago(time.Minute), succeeded(metav1.ConditionTrue))}, wantRecords: 1},
@@ -422,18 +416,10 @@ func TestEscalate(t *testing.T) {
 			records: []v1alpha1.MachineRemediationRequest{record(reboot, ago(time.Minute), nil)},
 			requests: []*unstructured.Unstructured{request(reboot, ago(time.Minute), succeeded(metav1.ConditionFalse),
 				processing(metav1.ConditionFalse))}, wantTimeOut: 1, wantCreate: &metal3, wantRecords: 2},
-		{name: "ended request reports Processing=False: the next step starts", steps: []step{reboot, metal3},
-			records:    []v1alpha1.MachineRemediationRequest{record(reboot, ago(11*time.Minute), ptr.To(ago(time.Minute)))},
-			requests:   []*unstructured.Unstructured{request(reboot, ago(11*time.Minute), markedAt(ago(time.Minute)), processing(metav1.ConditionFalse))},
-			wantCreate: &metal3, wantRecords: 2},
 		{name: "ended request still Processing=True a moment before the bound: wait", steps: []step{reboot, metal3},
 			records:     []v1alpha1.MachineRemediationRequest{record(reboot, ago(15*time.Minute), ptr.To(ago(5*time.Minute-time.Second)))},
 			requests:    []*unstructured.Unstructured{request(reboot, ago(15*time.Minute), markedAt(ago(5*time.Minute-time.Second)), processing(metav1.ConditionTrue))},
 			wantRecords: 1, wantWaitingFor: "PowerCycleRemediation ns/m", wantWaitCheck: t0.Add(time.Second)},
-		{name: "ended request still Processing=True at the bound: overdue, the next step starts", steps: []step{reboot, metal3},
-			records:    []v1alpha1.MachineRemediationRequest{record(reboot, ago(15*time.Minute), ptr.To(ago(5*time.Minute)))},
-			requests:   []*unstructured.Unstructured{request(reboot, ago(15*time.Minute), markedAt(ago(5*time.Minute)), processing(metav1.ConditionTrue))},
-			wantCreate: &metal3, wantRecords: 2, wantOverdue: 1},
 		{name: "both same-kind requests live: nothing deleted, nothing created", steps: []step{reboot, fence},
 			records: []v1alpha1.MachineRemediationRequest{record(reboot, ago(20*time.Minute), ptr.To(ago(10*time.Minute))), record(fence, ago(5*time.Minute), nil)},
 			requests: []*unstructured.Unstructured{request(reboot, ago(20*time.Minute), markedAt(ago(10*time.Minute)), processing(metav1.ConditionTrue)),
@@ -450,9 +436,6 @@ func TestEscalate(t *testing.T) {
 		{name: "single template gave up (Succeeded=False): exhausted, the request left unmarked as its remediator left it", steps: []step{noLimit},
 			records:  []v1alpha1.MachineRemediationRequest{record(noLimit, ago(time.Hour), nil)},
 			requests: []*unstructured.Unstructured{request(noLimit, ago(time.Hour), succeeded(metav1.ConditionFalse))}, wantExhausted: true, wantRecords: 1},
-		{name: "current request vanished: asked again", steps: []step{reboot, metal3},
-			records:    []v1alpha1.MachineRemediationRequest{record(reboot, ago(time.Minute), nil)},
-			wantCreate: &reboot, wantRecords: 1},
 		{name: "current request being deleted: wait", steps: []step{reboot, metal3},
 			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(time.Minute), nil)},
 			requests: []*unstructured.Unstructured{request(reboot, ago(time.Minute), deleting)}, wantRecords: 1},
@@ -514,16 +497,6 @@ func TestPlanTemplateRemediation(t *testing.T) {
 		p := mustPlan(g, mhc, "", o)
 		g.Expect(p.Targets[0].Delete).To(HaveLen(1))
 		g.Expect(p.Status.UnhealthyMachines).To(BeEmpty())
-	})
-
-	t.Run("a lost status record is rebuilt from the request", func(t *testing.T) {
-		g := NewWithT(t)
-		o := unhealthyTarget("m")
-		o.Requests = []*unstructured.Unstructured{request(reboot, t0.Add(-time.Minute))}
-		p := mustPlan(g, unitCheck(withSteps), "", o)
-		g.Expect(p.Targets[0].Create).To(BeNil())
-		g.Expect(p.Status.UnhealthyMachines[0].Remediations).To(ConsistOf(HaveField("Started.Time", BeTemporally("==", t0))),
-			"adopted as started now: the request's creation is the API server's clock, and a step never times out early")
 	})
 
 	t.Run("short-circuited: nothing new starts, requests stay", func(t *testing.T) {
