@@ -29,29 +29,7 @@ func TestParity(t *testing.T) { enginetest.Run(t, parityAdapter{}) }
 
 // knownDrift are the shared rows the MachineHealthCheck is known to fail, with how it behaves instead.
 // enginetest.Run fails a row whose drift is gone: take it out then.
-var knownDrift = map[string]enginetest.Drift{
-	"storm: targets failing together count before their condition expires": {
-		Why: "the budget counts only the Machines whose condition has expired (plan.Unhealthy): one failing for less " +
-			"than its timeout counts as healthy, so the first of a group failing together is remediated before the " +
-			"others make it a storm",
-		Differs: []enginetest.Aspect{enginetest.AspectCreates, enginetest.AspectStorm, enginetest.AspectRestricted, enginetest.AspectEvents}},
-	"storm: a running step that runs out is still marked timed out, the next step waits": {
-		Why: "a short-circuited Machine (as a cooling-down or an excluded one) skips the escalation walk (planUnhealthy " +
-			"returns before escalate): its step is neither marked timed out nor ended in status while the storm lasts",
-		Differs: []enginetest.Aspect{enginetest.AspectTimeOuts, enginetest.AspectRecords}},
-	"control plane: the one that failed first goes first": {
-		Why:     "control-plane Machines are admitted in the order planChecks is given them, not by when their condition expired",
-		Differs: []enginetest.Aspect{enginetest.AspectCreates, enginetest.AspectSkips, enginetest.AspectEvents}},
-	"excluded: a target with the exclude label is not remediated": {
-		Why: "an excluded Machine is left alone without a skipReason in status nor a RemediationSkipped event (only " +
-			"HealthCheckSucceeded=False on the Machine and the skipped metric's Excluded say so)",
-		Differs: []enginetest.Aspect{enginetest.AspectSkips, enginetest.AspectEvents}},
-	"healthyDelay: negative, a person's confirmation ends it, the request is deleted": {
-		Why: "the confirmation is removed in the pass that deletes the requests (once the deletes succeed), while a " +
-			"remediator's finalizer may still hold them; the API says once the remediation is gone. The Machine's " +
-			"status entry goes with the delete, so a later pass would not know the confirmation was for it",
-		Differs: []enginetest.Aspect{enginetest.AspectUnconfirms}},
-}
+var knownDrift = map[string]enginetest.Drift{}
 
 // parityNamespace is the check's namespace: its Machines, templates and requests are there.
 const parityNamespace = "ns"

@@ -21,6 +21,7 @@ import (
 	"github.com/metalheal/metalheal/internal/budget"
 	"github.com/metalheal/metalheal/internal/conditions"
 	"github.com/metalheal/metalheal/internal/engine"
+	"github.com/metalheal/metalheal/internal/gates"
 	"github.com/metalheal/metalheal/internal/template"
 )
 
@@ -268,7 +269,17 @@ func planChecks(in planInput) (plan, error) {
 		ObservedGeneration:  mhc.Generation,
 		Conditions:          cw.Conditions,
 	}
-	for i := range p.Targets {
+	// Machines are decided in the order their criteria expired (then by name), as a NodeHealthCheck takes
+	// its Nodes: where only one may start (control-plane Machines), the first to fail goes first.
+	order := make([]int, len(p.Targets))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		ta, tb := p.Targets[a], p.Targets[b]
+		return cmp.Or(ta.Verdict.ExpiredAt.Compare(tb.Verdict.ExpiredAt), strings.Compare(ta.Machine.Name, tb.Machine.Name))
+	})
+	for _, i := range order {
 		t := &p.Targets[i]
 		o := observed[i]
 		status.Targets = append(status.Targets, t.Machine.Name)
@@ -282,6 +293,9 @@ func planChecks(in planInput) (plan, error) {
 		case stateUnhealthy:
 			t.NewlyUnhealthy = prevEntry == nil
 			entry := v1alpha1.UnhealthyMachine{Name: t.Machine.Name, Reason: t.Verdict.Reason, Remediations: records}
+			if t.Blocked == blockedExcluded {
+				entry.SkipReason, entry.SkipMessage = string(blockedExcluded), gates.ExcludedMessage()
+			}
 			if len(in.Steps) == 0 && t.Blocked == notBlocked && !remediating(o) {
 				// Condition-based: the gates apply before the owner is asked to replace the Machine.
 				p.NextCheck = earliest(p.NextCheck, applyGate(gate, t, &entry, o, now))

@@ -74,7 +74,8 @@ type plan struct {
 	// Release are Nodes whose lease we hold but no longer need.
 	Release []string
 	// Unconfirm are Nodes whose remediation is over and whose confirmation annotation
-	// (v1alpha1.AnnotationConfirmedHealthy) is removed, so that it confirms only that remediation.
+	// (v1alpha1.AnnotationConfirmedHealthy) is removed once their requests are deleted (execute), so that
+	// it confirms only that remediation.
 	Unconfirm []string
 	// Events to emit.
 	Events []event
@@ -397,6 +398,10 @@ func (d *decider) nodeHealthy(node *corev1.Node, e *v1alpha1.UnhealthyNode, ours
 		}
 		return
 	}
+	if engine.Confirmed(node) {
+		// A confirmation confirms one remediation: removed once its requests are deleted.
+		d.p.Unconfirm = append(d.p.Unconfirm, e.Name)
+	}
 	if d.deleteAll(e.Name, ours) {
 		refs := make([]string, 0, len(ours))
 		for _, o := range ours {
@@ -462,7 +467,7 @@ func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ou
 	st := d.in.Steps[c.Step]
 	key := emrRef{APIVersion: st.EMR.GroupVersion().String(), Kind: st.EMR.Kind, Namespace: st.Ref.Namespace, Name: c.Name}
 	if node.Labels[v1alpha1.LabelExcludeFromRemediation] == "true" {
-		d.p.skip(e, prev, SkipExcluded, fmt.Sprintf("Node carries %s=true", v1alpha1.LabelExcludeFromRemediation), why(w.res))
+		d.p.skip(e, prev, SkipExcluded, gates.ExcludedMessage(), why(w.res))
 		return
 	}
 	if owner, msg := d.ownerOf(w, len(e.Remediations) > 0); owner != "" {

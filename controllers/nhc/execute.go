@@ -168,22 +168,19 @@ func (r *Reconciler) tidy(ctx context.Context, lm *leases.Manager, p *plan) []er
 			}
 		})
 	}
+	undeleted := map[string]bool{} // Nodes a request of which could not be deleted
 	for _, ref := range p.Deletes {
 		jobs = append(jobs, func(ctx context.Context) {
 			if err := r.deleteRemediation(ctx, ref); err != nil {
 				fail(err)
+				mu.Lock()
+				defer mu.Unlock()
+				undeleted[p.nodeOf(ref)] = true
 				return
 			}
 			r.recent.deleted(ref, r.clock.Now())
 			r.cpStarts.ended(p.nodeOf(ref))
 			log.V(4).Info("Deleted remediation request", "request", ref.String())
-		})
-	}
-	for _, name := range p.Unconfirm {
-		jobs = append(jobs, func(ctx context.Context) {
-			if err := engine.Unconfirm(ctx, r.client, name); err != nil {
-				fail(err)
-			}
 		})
 	}
 	for _, name := range p.Release {
@@ -217,6 +214,13 @@ func (r *Reconciler) tidy(ctx context.Context, lm *leases.Manager, p *plan) []er
 		})
 	}
 	r.inParallel(ctx, len(jobs), func(ctx context.Context, i int) { jobs[i](ctx) })
+	// A confirmation goes once the requests it confirmed are deleted.
+	unconfirm := slices.DeleteFunc(slices.Clone(p.Unconfirm), func(node string) bool { return undeleted[node] })
+	r.inParallel(ctx, len(unconfirm), func(ctx context.Context, i int) {
+		if err := engine.Unconfirm(ctx, r.client, unconfirm[i]); err != nil {
+			fail(err)
+		}
+	})
 	slices.SortFunc(notRenewed, func(a, b event) int { return strings.Compare(a.Node, b.Node) })
 	slices.SortFunc(released, func(a, b event) int { return strings.Compare(a.Node, b.Node) })
 	p.Events = append(p.Events, notRenewed...)

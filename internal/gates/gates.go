@@ -155,6 +155,11 @@ func ControlPlaneBusyMessage(kind, other string) string {
 	return fmt.Sprintf("Control-plane %s %s is being remediated or is held by someone else: one control-plane node at a time", kind, other)
 }
 
+// ExcludedMessage is the skip message of a target whose Node carries the exclusion label.
+func ExcludedMessage() string {
+	return fmt.Sprintf("Node carries %s=true", v1alpha1.LabelExcludeFromRemediation)
+}
+
 // Contender is a health check as the overlapping rule sees it.
 type Contender struct {
 	Name    string
