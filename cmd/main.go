@@ -38,6 +38,7 @@ import (
 	"github.com/metalheal/metalheal/controllers/powercycle"
 	"github.com/metalheal/metalheal/controllers/powercycle/bmcinventory"
 	"github.com/metalheal/metalheal/internal/bmcaccess"
+	"github.com/metalheal/metalheal/internal/gates"
 	"github.com/metalheal/metalheal/internal/logging"
 	"github.com/metalheal/metalheal/internal/metricsauth"
 	"github.com/metalheal/metalheal/internal/nodecache"
@@ -224,7 +225,8 @@ func run(cfg config) error {
 		return fmt.Errorf("adding the workload cluster connections: %w", err)
 	}
 
-	deps := &dependencies{cfg: cfg, clock: clock.RealClock{}, access: access, workloads: workloads}
+	deps := &dependencies{cfg: cfg, clock: clock.RealClock{}, access: access, workloads: workloads,
+		controlPlane: &gates.ControlPlaneClaim{}}
 	for _, name := range enabled {
 		if err := setups[name](ctx, mgr, deps); err != nil {
 			return fmt.Errorf("setting up the %s controller: %w", name, err)
@@ -267,6 +269,9 @@ type dependencies struct {
 	access *bmcaccess.Access
 	// workloads reach Cluster API workload clusters (the MachineHealthCheck's Nodes, the remediator's).
 	workloads *workload.Clusters
+	// controlPlane is the one claim on starting a control-plane remediation, shared by the health checks
+	// of both kinds: one control-plane Node at a time across them, even when two decide at once.
+	controlPlane *gates.ControlPlaneClaim
 	// remediator is the power-cycle remediator, when it runs: the BMC inventory leaves the BMCs of the
 	// hosts it is power-cycling to it.
 	remediator *powercycle.RemediationReconciler
@@ -415,7 +420,8 @@ func setupMHC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
 	}
 	r, err := mhc.New(mhc.Options{Clock: deps.clock, MaxConcurrentReconciles: 4, Discovery: d,
 		ClusterAPIRecheckInterval: deps.cfg.clusterAPIRecheckInterval, ClusterNamespaces: clusterNamespaces,
-		LeaseNamespace: deps.cfg.leaseNamespace, LeaseDuration: deps.cfg.leaseDuration, WorkloadClusters: deps.workloads})
+		LeaseNamespace: deps.cfg.leaseNamespace, LeaseDuration: deps.cfg.leaseDuration, WorkloadClusters: deps.workloads,
+		ControlPlaneClaim: deps.controlPlane})
 	if err != nil {
 		return err
 	}
@@ -425,10 +431,11 @@ func setupMHC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
 
 func setupNHC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
 	r, err := nhc.New(nhc.Options{
-		Client:         mgr.GetClient(),
-		Clock:          deps.clock,
-		Recorder:       mgr.GetEventRecorder(nhc.ControllerName),
-		LeaseNamespace: deps.cfg.leaseNamespace,
+		Client:            mgr.GetClient(),
+		Clock:             deps.clock,
+		Recorder:          mgr.GetEventRecorder(nhc.ControllerName),
+		LeaseNamespace:    deps.cfg.leaseNamespace,
+		ControlPlaneClaim: deps.controlPlane,
 	})
 	if err != nil {
 		return err

@@ -27,6 +27,7 @@ import (
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/engine"
+	"github.com/metalheal/metalheal/internal/gates"
 	"github.com/metalheal/metalheal/internal/kindwatch"
 	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/internal/workload"
@@ -94,6 +95,11 @@ type Options struct {
 	// read (main's --cluster-namespaces): a check whose Cluster is elsewhere is disabled
 	// (KubeconfigNotReadable) without a request. Empty: any namespace, as RBAC allows.
 	ClusterNamespaces []string
+	// ControlPlaneClaim is the manager's one claim on starting a control-plane remediation, shared with its
+	// NodeHealthChecks (internal/gates): a check takes a control-plane Node's lease for a new remediation
+	// only under it, and only while no other control-plane Node's lease is held. Nil: a claim of this
+	// reconciler's own.
+	ControlPlaneClaim *gates.ControlPlaneClaim
 }
 
 // Reconciler reconciles MachineHealthChecks.
@@ -108,6 +114,7 @@ type Reconciler struct {
 	// ownRemotes: remotes were made here, not shared (SetupWithManager adds them to the manager).
 	ownRemotes bool
 	served     *servedVersion
+	cpClaim    *gates.ControlPlaneClaim
 
 	// Set by SetupWithManager: dynamic watches on workload clusters' Nodes and on remediation kinds.
 	controller controller.Controller
@@ -147,9 +154,12 @@ func New(opts Options) (*Reconciler, error) {
 	if opts.ClusterAPIRecheckInterval <= 0 {
 		opts.ClusterAPIRecheckInterval = DefaultClusterAPIRecheckInterval
 	}
+	if opts.ControlPlaneClaim == nil {
+		opts.ControlPlaneClaim = &gates.ControlPlaneClaim{}
+	}
 	r := &Reconciler{
 		client: opts.Client, reader: opts.Reader, apiReader: opts.APIReader, recorder: opts.Recorder,
-		clock: opts.Clock, opts: opts,
+		clock: opts.Clock, opts: opts, cpClaim: opts.ControlPlaneClaim,
 		remotes: opts.WorkloadClusters,
 		served:  &servedVersion{disco: opts.Discovery, clock: opts.Clock, recheck: opts.ClusterAPIRecheckInterval},
 	}

@@ -33,7 +33,11 @@
 // overlapping rule (the check already remediating keeps a Machine, else the oldest claiming check owns
 // it). observeSafety reads what they need from the cache after observe; planChecks applies them through
 // small hooks (planStorm, gateCreate, applyGate, holdHealthy, keepLease, releaseLeases), and skips are
-// reported in status.unhealthyMachines[].skipReason and a RemediationSkipped event.
+// reported in status.unhealthyMachines[].skipReason and a RemediationSkipped event. execute takes the
+// lease of a control-plane Machine's Node for a new remediation (a request, or the hand-over to its owner)
+// under the manager's ControlPlaneClaim, shared with the NodeHealthChecks, and only while the API server
+// shows no other control-plane Node's lease held (requestLease): checks deciding at the same moment from
+// the same cache do not start two.
 //
 // Inside, a Machine is always a v1beta2 object: v1beta1 ones are converted with Cluster API's conversion
 // and keep their served apiVersion in TypeMeta, so that what is written about them (conditions, the

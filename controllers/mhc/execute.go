@@ -21,19 +21,22 @@ import (
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/engine"
+	"github.com/metalheal/metalheal/internal/gates"
 	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // execute carries out the plan, Machine by Machine. A failure for one Machine is collected and the
-// others proceed. A request that could not be created is dropped from p.Status.
+// others proceed. A request that could not be created is dropped from p.Status. The leases the check no
+// longer needs are released first: a control-plane Machine starts only while no other control-plane
+// Node's lease is held, the check's own too (requestLease).
 func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, p *plan) []error {
-	var errs []error
 	lm, err := leases.NewManager(r.client, checkLeaseHolder(mhc.Name), r.clock,
 		leases.WithNamespace(r.opts.LeaseNamespace), leases.WithLiveReader(r.apiReader))
 	if err != nil {
 		return []error{fmt.Errorf("lease manager: %w", err)}
 	}
+	errs := r.releaseLeases(ctx, lm, p.Release)
 	templates := map[v1alpha1.TemplateReference]templateResult{}
 	for i := range p.Targets {
 		t := &p.Targets[i]
@@ -47,7 +50,6 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, r.releaseLeases(ctx, lm, p.Release)...)
 	for _, req := range p.Orphans {
 		if err := r.client.Delete(ctx, req, client.Preconditions{UID: ptr.To(req.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("deleting %s %s/%s of a Machine that is gone: %w", req.GetKind(), req.GetNamespace(), req.GetName(), err))
@@ -253,15 +255,25 @@ func (r *Reconciler) existingRequest(ctx context.Context, mhc *v1alpha1.MachineH
 }
 
 // takeLease takes, renews or takes over the Machine's node lease for the check (plan: safety.go). Before
-// a creation the lease comes first (medik8s' contract: nothing acts on a Node before its lease is held): a
-// lease someone else took meanwhile turns the creation into a skip.
+// a creation, or the hand-over to the Machine's owner, the lease comes first (medik8s' contract: nothing
+// acts on a Node before its lease is held): a lease someone else took meanwhile turns the remediation into
+// a skip, and so does another control-plane Node's lease for a control-plane Machine (requestLease).
 func (r *Reconciler) takeLease(ctx context.Context, lm *leases.Manager, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan) error {
 	if t.Lease == nil {
 		return nil
 	}
-	err := lm.RequestLeaseFrom(ctx, t.Lease.Node, r.opts.LeaseDuration, t.Lease.From...)
+	refusal, err := r.requestLease(ctx, lm, t)
 	var held *leases.AlreadyHeldError
 	switch {
+	case refusal != nil:
+		if t.Create != nil {
+			dropRecord(&p.Status, t.Machine.Name, t.Create.Step)
+			t.Create = nil
+		}
+		t.keepFromOwner()
+		r.skipped(ctx, nil, mhc, t, p, blockedControlPlaneBusy, refusal.Message())
+		p.NextCheck = earliest(p.NextCheck, refusal.RetryAt)
+		return nil
 	case err == nil:
 		return nil
 	case errors.As(err, &held) && t.Create != nil:
@@ -284,6 +296,30 @@ func (r *Reconciler) takeLease(ctx context.Context, lm *leases.Manager, mhc *v1a
 	}
 	t.keepFromOwner()
 	return fmt.Errorf("taking the lease of node %s: %w", t.Lease.Node.Name, err)
+}
+
+// requestLease takes the lease t.Lease asks for. For a new remediation of a control-plane Machine (a
+// request to create, or the hand-over to its owner) it does so under the manager's control-plane claim,
+// and only while no other control-plane Node's lease is held, read from the API server (internal/gates):
+// checks deciding at the same moment from the same cache, of either kind, do not start two control-plane
+// Nodes. The refusal names the other Node.
+func (r *Reconciler) requestLease(ctx context.Context, lm *leases.Manager, t *targetPlan) (*gates.ControlPlaneRefusal, error) {
+	take := func(ctx context.Context) error {
+		return lm.RequestLeaseFrom(ctx, t.Lease.Node, r.opts.LeaseDuration, t.Lease.From...)
+	}
+	starts := t.Create != nil || t.MarkedForOwner
+	if !starts || !isControlPlaneTarget(observedTarget{Machine: t.Machine, Node: t.Lease.Node}) {
+		return nil, take(ctx)
+	}
+	return r.cpClaim.Start(ctx, r.nodeCluster(), t.Lease.Node.Name, take)
+}
+
+// nodeCluster is the cluster of the check's Nodes as the control-plane claim reads it: node leases live,
+// Node roles from the cache. It is the management cluster: the check takes leases only for Nodes read
+// from there (observeSafety), the NodeHealthChecks' cluster.
+func (r *Reconciler) nodeCluster() gates.NodeCluster {
+	return gates.NodeCluster{Leases: r.apiReader, LeaseNamespace: r.opts.LeaseNamespace, Clock: r.clock,
+		IsControlPlane: r.controlPlaneNode}
 }
 
 // skipped records a skip execute found (a lease or a request someone else created a moment ago): in the

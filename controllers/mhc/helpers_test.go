@@ -123,6 +123,9 @@ func (w *world) createCheck(ctx context.Context, name string, mutate ...func(*v1
 		f(mhc)
 	}
 	Expect(k8s.Create(ctx, mhc)).To(Succeed())
+	// Gone with the test: the suite shares one API server without a garbage collector, and a check left
+	// remediating a control-plane Machine would hold every later test's control plane busy.
+	DeferCleanup(func(ctx context.Context) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, mhc))).To(Succeed()) })
 	return mhc
 }
 

@@ -12,9 +12,9 @@
 // controller requeues at the earliest deadline decide found: a condition expiring (detection never waits
 // for a resync), healthyDelay, an escalation step's timeout, the bound of a wait for an ended step's
 // request to hand the host over, a lease renewal, the end of a storm cooldown. The resync period is only
-// a safety net. A reconcile sends the requests of Nodes that have just failed before its other writes
-// (deletions, leases, status), which follow in parallel; an expiry that comes while they are under way
-// is the next reconcile's. Nothing else writes for a check: no second writer races the reconcile
+// a safety net. A reconcile sends the requests of worker Nodes that have just failed before its other
+// writes (deletions, leases, status), which follow in parallel; an expiry that comes while they are under
+// way is the next reconcile's. Nothing else writes for a check: no second writer races the reconcile
 // (BENCHMARKS.md's A/B measured one, and it did not pay for itself).
 //
 // # Cost at scale
@@ -55,6 +55,11 @@
 //     others skip the Node with skipReason OwnedByOtherCheck and an event naming the owner.
 //   - Control-plane Nodes (node-role.kubernetes.io/control-plane or master) are remediated one at a time,
 //     across all checks; one whose lease someone else holds (e.g. under maintenance) counts as that one.
+//     A control-plane Node's lease is taken before its request, after the reconcile's lease releases,
+//     under the manager's ControlPlaneClaim (internal/gates, shared with the MachineHealthChecks) and only
+//     while the API server shows no other control-plane Node's lease held: checks deciding at the same
+//     moment from the same cache do not start two. A refusal is a ControlPlaneBusy skip, looked at again
+//     after gates.ControlPlaneRecheck.
 //   - Leases (pkg/leases, medik8s-compatible): the check takes the Node's lease as
 //     "NodeHealthCheck.remediation.metalheal.io-<name>" (not medik8s' "NodeHealthCheck-<name>": the two
 //     checks of one name must not share a lease) before it creates a request, renews it at half-time

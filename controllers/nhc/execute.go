@@ -22,6 +22,7 @@ import (
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/engine"
+	"github.com/metalheal/metalheal/internal/gates"
 	"github.com/metalheal/metalheal/internal/metrics"
 	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/pkg/leases"
@@ -37,7 +38,9 @@ type createResult struct {
 	skipReason, skipMessage string
 	// until is when a lease held by someone else runs out.
 	until time.Time
-	err   error
+	// retryAt is when to look again after the control-plane claim refused the start.
+	retryAt time.Time
+	err     error
 	// leaseErr: the request was created, but taking its lease failed (to be retried).
 	leaseErr error
 	// leaseAfter: the request went out before its lease (see create), which takeLeaseAfter takes.
@@ -47,7 +50,9 @@ type createResult struct {
 // execute carries out the plan. The requests of Nodes that have just failed go out first, in parallel
 // (each with the node lease, see create): detection waits for no other write. Then the time-outs,
 // deletions, lease releases and renewals, in parallel; then the requests that must follow a time-out or
-// deletion of their Node's request; and last the leases of the requests that went out before them. What
+// deletion of their Node's request, and those of control-plane Nodes, which must follow the release of
+// a lease the check no longer needs (the control-plane claim counts every lease on another control-plane
+// Node, the check's own too); and last the leases of the requests that went out before them. What
 // it creates is recorded in p.Entries; what fails is returned, joined, for a rate-limited retry. Events
 // and metrics are emitted here.
 func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthCheck, in observed, p *plan) error {
@@ -63,7 +68,7 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 	}
 	var first, after []int
 	for i, c := range p.Creates {
-		if follows[c.Node.Name] {
+		if follows[c.Node.Name] || isControlPlane(c.Node) {
 			after = append(after, i)
 		} else {
 			first = append(first, i)
@@ -86,6 +91,7 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 			if !res.until.IsZero() {
 				p.at(res.until.Add(time.Second))
 			}
+			p.at(res.retryAt)
 		case res.adopted:
 			if !c.Again {
 				e.Remediations = append(e.Remediations, *res.remediation)
@@ -266,12 +272,13 @@ func isDecision(ev event) bool {
 
 // create creates the remediation request for the Node and takes the Node's lease. For any kind the lease
 // comes first: nothing may act on a Node before its lease is held (medik8s' contract). The
-// PowerCycleRemediation goes first and its lease after it (takeLeaseAfter, once every request of the
-// reconcile went out): its remediator itself takes the lease, or finds it held by the check, before it
-// touches the host, so the lease still comes before any action, and the request is out one round trip
-// sooner (in a burst of failures, that round trip is a queue). A lease held by someone else turns into
-// a skip (the request just created is deleted again), as does a request of the same name created by
-// someone else.
+// PowerCycleRemediation of a worker goes first and its lease after it (takeLeaseAfter, once every request
+// of the reconcile went out): its remediator itself takes the lease, or finds it held by the check, before
+// it touches the host, so the lease still comes before any action, and the request is out one round trip
+// sooner (in a burst of failures, that round trip is a queue). A control-plane Node's lease always comes
+// first, under the manager's control-plane claim (takeLeaseFirst). A lease held by someone else turns
+// into a skip (a request just created is deleted again), as do another control-plane Node's lease and a
+// request of the same name created by someone else.
 func (r *Reconciler) create(ctx context.Context, lm *leases.Manager, check *v1alpha1.NodeHealthCheck, in observed, c createAction) createResult {
 	st := in.Steps[c.Step]
 	emr, err := template.Instantiate(template.Request{
@@ -286,8 +293,8 @@ func (r *Reconciler) create(ctx context.Context, lm *leases.Manager, check *v1al
 		return createResult{err: fmt.Errorf("instantiating %s for node %s: %w", st.Ref.Kind, c.Node.Name, err)}
 	}
 	ref := emrRef{APIVersion: emr.GetAPIVersion(), Kind: emr.GetKind(), Namespace: emr.GetNamespace(), Name: emr.GetName()}
-	if !takesLeaseItself(emr.GroupVersionKind()) {
-		if res, ok := r.takeLease(ctx, lm, c.Node); !ok {
+	if !takesLeaseItself(emr.GroupVersionKind()) || isControlPlane(c.Node) {
+		if res, ok := r.takeLeaseFirst(ctx, lm, c.Node); !ok {
 			return res
 		}
 		return r.createRequest(ctx, lm, check, c.Node, st, emr, ref)
@@ -340,6 +347,39 @@ func (r *Reconciler) inParallel(ctx context.Context, n int, do func(ctx context.
 // it acts: metalheal's PowerCycleRemediation.
 func takesLeaseItself(gvk schema.GroupVersionKind) bool {
 	return gvk.Group == v1alpha1.GroupVersion.Group && gvk.Kind == "PowerCycleRemediation"
+}
+
+// takeLeaseFirst takes the Node's lease before its request goes out. A control-plane Node's is taken under
+// the manager's control-plane claim, and only while no other control-plane Node's lease is held, read from
+// the API server (internal/gates): checks deciding at the same moment from the same cache, of either kind,
+// do not start two control-plane Nodes. Another one held is a ControlPlaneBusy skip, looked at again soon.
+func (r *Reconciler) takeLeaseFirst(ctx context.Context, lm *leases.Manager, node *corev1.Node) (createResult, bool) {
+	if !isControlPlane(node) {
+		return r.takeLease(ctx, lm, node)
+	}
+	var res createResult
+	ok := false
+	refusal, err := r.cpClaim.Start(ctx, r.nodeCluster(), node.Name, func(ctx context.Context) error {
+		res, ok = r.takeLease(ctx, lm, node)
+		return nil // in res
+	})
+	switch {
+	case err != nil:
+		return createResult{err: fmt.Errorf("starting control-plane node %s: %w", node.Name, err)}, false
+	case refusal != nil:
+		return createResult{skipReason: SkipControlPlaneBusy, skipMessage: refusal.Message(), retryAt: refusal.RetryAt}, false
+	}
+	return res, ok
+}
+
+// nodeCluster is the cluster of the check's Nodes (the manager's own) as the control-plane claim reads it:
+// node leases live, Node roles from the cache.
+func (r *Reconciler) nodeCluster() gates.NodeCluster {
+	return gates.NodeCluster{Leases: r.liveReader(), LeaseNamespace: r.opts.LeaseNamespace, Clock: r.clock,
+		IsControlPlane: func(ctx context.Context, name string) (bool, error) {
+			node, err := r.nodeNamed(ctx, name)
+			return node != nil && isControlPlane(node), err
+		}}
 }
 
 // takeLease takes the Node's lease for the check, over from its own request's remediator (from) should

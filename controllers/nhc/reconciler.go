@@ -17,6 +17,7 @@ import (
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/engine"
+	"github.com/metalheal/metalheal/internal/gates"
 	"github.com/metalheal/metalheal/internal/kindwatch"
 	"github.com/metalheal/metalheal/internal/metrics"
 	"github.com/metalheal/metalheal/pkg/leases"
@@ -70,14 +71,18 @@ type Options struct {
 	// MaxConcurrentReconciles is how many checks are reconciled at once; 1 by default. A reconcile takes
 	// about a millisecond per thousand Nodes and creates its requests in parallel, so one worker serves
 	// many checks; and the rules between checks (overlapping selectors, one control-plane Node at a time)
-	// are decided one check after another. Node leases still keep two checks off the same Node when
-	// this is raised, but two checks could then each start a different control-plane Node.
+	// are decided one check after another. When it is raised, node leases still keep two checks off the
+	// same Node, and ControlPlaneClaim two checks off two control-plane Nodes.
 	MaxConcurrentReconciles int
 	// MaxConcurrentWrites bounds the lease and remediation request writes one reconcile issues at once,
 	// so a burst of failures is requested in parallel: each failed Node costs two writes one after the
 	// other (its lease, then its request), and with 64 a burst of 50 is requested in one round trip of
 	// each rather than four.
 	MaxConcurrentWrites int
+	// ControlPlaneClaim is the manager's one claim on starting a control-plane remediation, shared with its
+	// MachineHealthChecks (internal/gates): a check takes a control-plane Node's lease only under it, and
+	// only while no other control-plane Node's lease is held. Nil: a claim of this reconciler's own.
+	ControlPlaneClaim *gates.ControlPlaneClaim
 }
 
 // Reconciler reconciles NodeHealthChecks. Build it with New and register it with SetupWithManager, or
@@ -97,6 +102,7 @@ type Reconciler struct {
 	nodeStore toolscache.Store
 	recent    recentWrites
 	cpStarts  controlPlaneStarts
+	cpClaim   *gates.ControlPlaneClaim
 
 	// skipNameValidation lets tests start several managers in one process.
 	skipNameValidation bool
@@ -135,8 +141,11 @@ func New(opts Options) (*Reconciler, error) {
 	if opts.MaxConcurrentWrites <= 0 {
 		opts.MaxConcurrentWrites = DefaultMaxConcurrentWrites
 	}
+	if opts.ControlPlaneClaim == nil {
+		opts.ControlPlaneClaim = &gates.ControlPlaneClaim{}
+	}
 	return &Reconciler{opts: opts, client: opts.Client, cache: opts.Cache, apiReader: opts.APIReader,
-		clock: opts.Clock, recorder: opts.Recorder}, nil
+		clock: opts.Clock, recorder: opts.Recorder, cpClaim: opts.ControlPlaneClaim}, nil
 }
 
 // Reconcile observes one NodeHealthCheck from the cache, decides, acts, and writes the status when it

@@ -1,0 +1,139 @@
+package gates
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/metalheal/metalheal/pkg/leases"
+)
+
+// ControlPlaneRecheck is how soon a check whose control-plane start the claim refused looks again: by then
+// its cache shows the lease that refused it, and the one-at-a-time rule reports the skip by itself.
+const ControlPlaneRecheck = 5 * time.Second
+
+// ControlPlaneClaim closes what the one-at-a-time rule for control-plane Nodes leaves open inside one
+// manager: two checks (of either kind) deciding at the same moment from the same cache each admit a
+// different control-plane Node and each take that Node's lease, since leases exclude per Node only. Every
+// check of the manager starts a control-plane remediation through one ControlPlaneClaim (Start): one start
+// at a time per cluster of Nodes, each confirming against the API server, not a cache, that no other
+// control-plane Node of the cluster has a valid lease before it takes its own.
+//
+// The claim is memory only and holds nothing between starts: the leases are the record, and every start
+// reads them live, so a restart loses nothing. Between managers (metalheal's replicas under leader
+// election, medik8s' NodeHealthCheck, node maintenance) only that record coordinates.
+//
+// The zero value is ready to use; it must not be copied after first use.
+type ControlPlaneClaim struct {
+	mu sync.Mutex
+	// slots are one-token semaphores by cluster key: a start waits for its cluster's token, or for its
+	// context to end.
+	slots map[string]chan struct{}
+}
+
+// NodeCluster is one cluster of Nodes as the claim sees it.
+type NodeCluster struct {
+	// Key names the cluster: "" for the manager's own.
+	Key string
+	// Leases reads the cluster's node leases from the API server itself (a manager's API reader): a cache
+	// may not show yet the lease another check took a moment ago.
+	Leases client.Reader
+	// LeaseNamespace is where the node leases live.
+	LeaseNamespace string
+	// IsControlPlane reports whether the named Node has a control-plane role (from a cache: roles do not
+	// race). A Node that is gone is not one.
+	IsControlPlane func(ctx context.Context, node string) (bool, error)
+	// Clock judges whether a lease is still valid.
+	Clock clock.PassiveClock
+}
+
+// ControlPlaneRefusal says why Start did not take the lease: another control-plane Node's lease is held.
+type ControlPlaneRefusal struct {
+	// Node is the other control-plane Node, Holder who holds its lease.
+	Node, Holder string
+	// RetryAt is when to look again.
+	RetryAt time.Time
+}
+
+// Message is the skip message of the refusal, the one-at-a-time rule's.
+func (r *ControlPlaneRefusal) Message() string { return ControlPlaneBusyMessage("node", r.Node) }
+
+// Start starts a new remediation of the control-plane Node node of cluster: while it holds the cluster's
+// claim it lists the cluster's node leases live and, if no other control-plane Node's lease is validly
+// held (by anyone: a check's own lease on another control-plane Node is a remediation of that Node too),
+// calls take, which takes node's lease. Otherwise take is not called and the refusal names the other Node.
+// The error is take's, or that of the live read (take is then not called either).
+func (c *ControlPlaneClaim) Start(ctx context.Context, cluster NodeCluster, node string, take func(ctx context.Context) error) (*ControlPlaneRefusal, error) {
+	release, err := c.acquire(ctx, cluster.Key)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	refusal, err := otherControlPlaneHeld(ctx, cluster, node)
+	if err != nil || refusal != nil {
+		return refusal, err
+	}
+	return nil, take(ctx)
+}
+
+// acquire takes the cluster's token, waiting for it no longer than ctx lasts, and returns how to give it
+// back.
+func (c *ControlPlaneClaim) acquire(ctx context.Context, key string) (func(), error) {
+	c.mu.Lock()
+	if c.slots == nil {
+		c.slots = map[string]chan struct{}{}
+	}
+	slot, ok := c.slots[key]
+	if !ok {
+		slot = make(chan struct{}, 1)
+		c.slots[key] = slot
+	}
+	c.mu.Unlock()
+	select {
+	case slot <- struct{}{}:
+		return func() { <-slot }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for the control-plane claim: %w", context.Cause(ctx))
+	}
+}
+
+// otherControlPlaneHeld reads the cluster's node leases live and returns the first (by Node name)
+// control-plane Node other than node whose lease is validly held, nil when there is none.
+func otherControlPlaneHeld(ctx context.Context, cluster NodeCluster, node string) (*ControlPlaneRefusal, error) {
+	var list coordinationv1.LeaseList
+	if err := cluster.Leases.List(ctx, &list, client.InNamespace(cluster.LeaseNamespace)); err != nil {
+		return nil, fmt.Errorf("listing the node leases in %s: %w", cluster.LeaseNamespace, err)
+	}
+	slices.SortFunc(list.Items, func(a, b coordinationv1.Lease) int { return strings.Compare(a.Name, b.Name) })
+	now := cluster.Clock.Now()
+	for i := range list.Items {
+		l := &list.Items[i]
+		other, ok := strings.CutPrefix(l.Name, leases.LeaseName(""))
+		if !ok || other == "" || other == node {
+			continue
+		}
+		until, _ := leases.ValidUntil(l, now)
+		held := Lease{Until: until}
+		if l.Spec.HolderIdentity != nil {
+			held.Holder = *l.Spec.HolderIdentity
+		}
+		if !held.ValidAt(now) {
+			continue
+		}
+		cp, err := cluster.IsControlPlane(ctx, other)
+		if err != nil {
+			return nil, err
+		}
+		if cp {
+			return &ControlPlaneRefusal{Node: other, Holder: held.Holder, RetryAt: now.Add(ControlPlaneRecheck)}, nil
+		}
+	}
+	return nil, nil
+}
