@@ -107,7 +107,7 @@ func main() {
 	flag.DurationVar(&cfg.bmcCheckInterval, "bmc-check-interval", 5*time.Minute, "How often every BMC is checked for reachability and credentials; the checks are spread evenly over the interval.")
 	flag.IntVar(&cfg.maxConcurrentCycles, "max-concurrent-remediations", 200, "How many remediations are worked on at once (a worker is busy only during one step's BMC call and writes, never while a host changes state).")
 	flag.IntVar(&cfg.maxConcurrentChecks, "max-concurrent-bmc-checks", 50, "How many BMCs are checked at once (slow or unreachable BMCs each hold one until their check times out).")
-	flag.DurationVar(&cfg.leaseDuration, "lease-duration", 10*time.Minute, "Duration of the node maintenance leases the remediator takes (renewed while it works).")
+	flag.DurationVar(&cfg.leaseDuration, "lease-duration", 10*time.Minute, "Duration of the node maintenance leases the remediator and the health checks take (renewed at half-time while they act).")
 	flag.DurationVar(&cfg.bmcCallTimeout, "bmc-call-timeout", 10*time.Second, "Bound on one BMC call by the remediator.")
 	flag.DurationVar(&cfg.powerPollInterval, "power-poll-interval", 5*time.Second, "How often the remediator reads the power state while waiting for a power transition.")
 	flag.StringVar(&cfg.nodeName, "node-name", os.Getenv("NODE_NAME"), "The node the manager runs on (defaults to $NODE_NAME): powering it off is recorded durably first and warned about.")
@@ -435,6 +435,7 @@ func setupNHC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
 		Clock:             deps.clock,
 		Recorder:          mgr.GetEventRecorder(nhc.ControllerName),
 		LeaseNamespace:    deps.cfg.leaseNamespace,
+		LeaseDuration:     deps.cfg.leaseDuration,
 		ControlPlaneClaim: deps.controlPlane,
 	})
 	if err != nil {

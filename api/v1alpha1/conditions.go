@@ -145,7 +145,7 @@ const (
 	LabelExcludeFromRemediation = "remediation.medik8s.io/exclude-from-remediation"
 	// AnnotationConfirmedHealthy on a Node is a person's word that it is healthy again (medik8s'
 	// annotation): with a negative healthyDelay, a health check keeps the Node's remediation until it is
-	// set, and removes it once the remediation is gone.
+	// set, and removes it once it has deleted the requests it confirmed.
 	AnnotationConfirmedHealthy = "remediation.medik8s.io/manually-confirmed-healthy"
 
 	// TaintOutOfService is Kubernetes' non-graceful node shutdown taint key (value nodeshutdown,
