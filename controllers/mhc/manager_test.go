@@ -27,7 +27,7 @@ import (
 // a workload cluster's Nodes, remediation requests), not from a direct call. Eventually is used because
 // a real manager runs.
 var _ = Describe("Running in a manager", func() {
-	It("reacts to Machine, Node (local and remote) and remediation request events", func(ctx SpecContext) {
+	It("reacts to Machine, Node (local and remote), lease and remediation request events", func(ctx SpecContext) {
 		w := newWorld(ctx)
 		mgr, err := ctrl.NewManager(mgmtCfg, ctrl.Options{
 			Scheme:                 scheme,
@@ -86,6 +86,23 @@ var _ = Describe("Running in a manager", func() {
 		w.setReady(ctx, k8s, localNode, corev1.ConditionUnknown, time.Hour)
 		Eventually(func(g Gomega) {
 			g.Expect(condition(w.machine(ctx, "local-m"), clusterv1.MachineOwnerRemediatedCondition)).To(
+				haveCondition(metav1.ConditionFalse, clusterv1.MachineOwnerRemediatedWaitingForRemediationReason))
+		}).WithContext(ctx).WithTimeout(eventuallyTimeout).Should(Succeed())
+
+		By("node maintenance lets go of a failing Node's lease (lease watch): the check acts at once, not at the lease's end")
+		heldNode := w.createNode(ctx, k8s, w.nodeName("h"), corev1.ConditionTrue, time.Hour)
+		maintenance := w.leaseManager("node-maintenance")
+		Expect(maintenance.RequestLease(ctx, heldNode, time.Hour)).To(Succeed())
+		w.createMachine(ctx, "held-m", withLabels("pool", "l"), withNodeRef(heldNode.Name))
+		w.setReady(ctx, k8s, heldNode, corev1.ConditionUnknown, time.Hour)
+		Eventually(func(g Gomega) {
+			e := entryOf(w.check(ctx, "local"), "held-m")
+			g.Expect(e).NotTo(BeNil())
+			g.Expect(e.SkipReason).To(Equal(v1alpha1.ReasonLeaseHeldByOther))
+		}).WithContext(ctx).WithTimeout(eventuallyTimeout).Should(Succeed())
+		Expect(maintenance.InvalidateLease(ctx, heldNode.Name)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(condition(w.machine(ctx, "held-m"), clusterv1.MachineOwnerRemediatedCondition)).To(
 				haveCondition(metav1.ConditionFalse, clusterv1.MachineOwnerRemediatedWaitingForRemediationReason))
 		}).WithContext(ctx).WithTimeout(eventuallyTimeout).Should(Succeed())
 

@@ -25,8 +25,10 @@ import (
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/engine"
+	"github.com/metalheal/metalheal/internal/gates"
 	"github.com/metalheal/metalheal/internal/kindwatch"
 	"github.com/metalheal/metalheal/internal/workload"
+	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // indexMachineByNodeName indexes Machines by status.nodeRef.name, to map a Node event to its Machine.
@@ -134,6 +136,30 @@ func (r *Reconciler) nodeToChecks(ctx context.Context, node client.Object, clust
 		}
 	}
 	return out
+}
+
+// leaseToChecks enqueues the checks a node lease changing hands can matter to: those with a Machine on
+// its Node (skipped while someone else held it, or remediating it) and, for a control-plane Node, every
+// check (one control-plane Node acted on at a time, whoever acts on it), as a NodeHealthCheck does.
+func (r *Reconciler) leaseToChecks(ctx context.Context, lease client.Object) []reconcile.Request {
+	name, ok := strings.CutPrefix(lease.GetName(), leases.LeaseName(""))
+	if !ok || name == "" {
+		return nil
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := r.reader.Get(ctx, client.ObjectKeyFromObject(node), node); err == nil && gates.IsControlPlane(node.Labels) {
+		var list v1alpha1.MachineHealthCheckList
+		if err := r.reader.List(ctx, &list); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing MachineHealthChecks for a lease event", "lease", lease.GetName())
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(list.Items))
+		for i := range list.Items {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+		return out
+	}
+	return r.nodeToChecks(ctx, node, nil)
 }
 
 // requestToCheck maps a remediation request to the check that owns it.

@@ -59,7 +59,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		For(&v1alpha1.NodeHealthCheck{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&v1alpha1.NodeHealthCheck{}, handler.EnqueueRequestsFromMapFunc(r.allChecks), builder.WithPredicates(peerChanged())).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.checksForNode), builder.WithPredicates(nodeChanged())).
-		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.checksForLease), builder.WithPredicates(leaseChanged(r.opts.LeaseNamespace))).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.checksForLease), builder.WithPredicates(engine.LeaseChanged(r.opts.LeaseNamespace))).
 		WatchesRawSource(kinds.Source()).
 		WithOptions(opts).
 		Build(r)
@@ -383,24 +383,6 @@ func (r *Reconciler) typedRequest(gvk schema.GroupVersionKind) client.Object {
 		return nil
 	}
 	return typed
-}
-
-// leaseChanged passes node lease events in the lease namespace that change who holds a lease.
-func leaseChanged(namespace string) predicate.Funcs {
-	inNS := func(o client.Object) bool { return o.GetNamespace() == namespace }
-	return predicate.Funcs{
-		CreateFunc: func(e crevent.CreateEvent) bool { return inNS(e.Object) },
-		DeleteFunc: func(e crevent.DeleteEvent) bool { return inNS(e.Object) },
-		UpdateFunc: func(e crevent.UpdateEvent) bool {
-			o, okO := e.ObjectOld.(*coordinationv1.Lease)
-			n, okN := e.ObjectNew.(*coordinationv1.Lease)
-			if !okO || !okN || !inNS(n) {
-				return false
-			}
-			return ptr.Deref(o.Spec.HolderIdentity, "") != ptr.Deref(n.Spec.HolderIdentity, "")
-		},
-		GenericFunc: func(crevent.GenericEvent) bool { return false },
-	}
 }
 
 // peerChanged passes the check events other checks depend on (the overlapping rule): creation,

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
@@ -57,7 +58,7 @@ func TestLeaseChangedOnlyOnHolderChanges(t *testing.T) {
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), RenewTime: &metav1.MicroTime{Time: renew}}}
 	}
 	g := NewWithT(t)
-	p := leaseChanged(leaseNS)
+	p := engine.LeaseChanged(leaseNS)
 	g.Expect(p.Update(crevent.UpdateEvent{ObjectOld: lease(leaseNS, "a", u0), ObjectNew: lease(leaseNS, "a", u0.Add(time.Minute))})).To(BeFalse(), "a renewal")
 	g.Expect(p.Update(crevent.UpdateEvent{ObjectOld: lease(leaseNS, "a", u0), ObjectNew: lease(leaseNS, "b", u0)})).To(BeTrue())
 	g.Expect(p.Create(crevent.CreateEvent{Object: lease(leaseNS, "a", u0)})).To(BeTrue())

@@ -6,10 +6,14 @@ import (
 	"maps"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 )
@@ -77,4 +81,24 @@ func Unconfirm(ctx context.Context, c client.Client, node string) error {
 		return fmt.Errorf("removing %s from node %s: %w", v1alpha1.AnnotationConfirmedHealthy, node, err)
 	}
 	return nil
+}
+
+// LeaseChanged passes the node lease events, in the lease namespace, that change who holds a lease: a
+// check that skipped a Node for a lease someone else held, or for another control-plane Node's, looks
+// again when it is let go. Renewals change no holder and pass nothing.
+func LeaseChanged(namespace string) predicate.Funcs {
+	inNS := func(o client.Object) bool { return o.GetNamespace() == namespace }
+	return predicate.Funcs{
+		CreateFunc: func(e event.CreateEvent) bool { return inNS(e.Object) },
+		DeleteFunc: func(e event.DeleteEvent) bool { return inNS(e.Object) },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, okO := e.ObjectOld.(*coordinationv1.Lease)
+			n, okN := e.ObjectNew.(*coordinationv1.Lease)
+			if !okO || !okN || !inNS(n) {
+				return false
+			}
+			return ptr.Deref(o.Spec.HolderIdentity, "") != ptr.Deref(n.Spec.HolderIdentity, "")
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 }
