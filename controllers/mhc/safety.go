@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -178,25 +176,7 @@ func (r *Reconciler) remoteNodes(mhc *v1alpha1.MachineHealthCheck) bool {
 
 // listLeases reads the node leases in the lease namespace from the cache.
 func (r *Reconciler) listLeases(ctx context.Context) (map[string]gates.Lease, error) {
-	var list coordinationv1.LeaseList
-	if err := r.reader.List(ctx, &list, client.InNamespace(r.opts.LeaseNamespace), client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing leases in %s: %w", r.opts.LeaseNamespace, err)
-	}
-	out := make(map[string]gates.Lease, len(list.Items))
-	for i := range list.Items {
-		l := &list.Items[i]
-		node, ok := strings.CutPrefix(l.Name, leases.LeaseName(""))
-		if !ok || node == "" {
-			continue
-		}
-		until, _ := leases.ValidUntil(l, time.Time{})
-		info := gates.Lease{Until: until}
-		if l.Spec.HolderIdentity != nil {
-			info.Holder = *l.Spec.HolderIdentity
-		}
-		out[node] = info
-	}
-	return out, nil
+	return gates.ListLeases(ctx, r.reader, r.opts.LeaseNamespace)
 }
 
 // controlPlaneNode reports whether the local Node is a control-plane Node.

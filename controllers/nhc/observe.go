@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/engine"
+	"github.com/metalheal/metalheal/internal/gates"
 	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
@@ -469,25 +469,7 @@ func (r *Reconciler) trackedNodes(ctx context.Context, check *v1alpha1.NodeHealt
 
 // listLeases reads the node leases in the lease namespace from the cache.
 func (r *Reconciler) listLeases(ctx context.Context) (map[string]leaseInfo, error) {
-	var list coordinationv1.LeaseList
-	if err := r.client.List(ctx, &list, client.InNamespace(r.opts.LeaseNamespace), client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing leases in %s: %w", r.opts.LeaseNamespace, err)
-	}
-	out := make(map[string]leaseInfo, len(list.Items))
-	for i := range list.Items {
-		l := &list.Items[i]
-		node, ok := strings.CutPrefix(l.Name, leases.LeaseName(""))
-		if !ok || node == "" {
-			continue
-		}
-		until, _ := leases.ValidUntil(l, time.Time{})
-		info := leaseInfo{Until: until}
-		if l.Spec.HolderIdentity != nil {
-			info.Holder = *l.Spec.HolderIdentity
-		}
-		out[node] = info
-	}
-	return out, nil
+	return gates.ListLeases(ctx, r.client, r.opts.LeaseNamespace)
 }
 
 // peers lists the other checks for the overlapping rule (disabled ones own nothing) and the control-plane

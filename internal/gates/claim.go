@@ -4,15 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // ControlPlaneRecheck is how soon a check whose control-plane start the claim refused looks again: by then
@@ -107,24 +103,19 @@ func (c *ControlPlaneClaim) acquire(ctx context.Context, key string) (func(), er
 // otherControlPlaneHeld reads the cluster's node leases live and returns the first (by Node name)
 // control-plane Node other than node whose lease is validly held, nil when there is none.
 func otherControlPlaneHeld(ctx context.Context, cluster NodeCluster, node string) (*ControlPlaneRefusal, error) {
-	var list coordinationv1.LeaseList
-	if err := cluster.Leases.List(ctx, &list, client.InNamespace(cluster.LeaseNamespace)); err != nil {
-		return nil, fmt.Errorf("listing the node leases in %s: %w", cluster.LeaseNamespace, err)
+	held, err := ListLeases(ctx, cluster.Leases, cluster.LeaseNamespace)
+	if err != nil {
+		return nil, err
 	}
-	slices.SortFunc(list.Items, func(a, b coordinationv1.Lease) int { return strings.Compare(a.Name, b.Name) })
+	others := make([]string, 0, len(held))
+	for other := range held {
+		others = append(others, other)
+	}
+	slices.Sort(others)
 	now := cluster.Clock.Now()
-	for i := range list.Items {
-		l := &list.Items[i]
-		other, ok := strings.CutPrefix(l.Name, leases.LeaseName(""))
-		if !ok || other == "" || other == node {
-			continue
-		}
-		until, _ := leases.ValidUntil(l, now)
-		held := Lease{Until: until}
-		if l.Spec.HolderIdentity != nil {
-			held.Holder = *l.Spec.HolderIdentity
-		}
-		if !held.ValidAt(now) {
+	for _, other := range others {
+		l := held[other]
+		if other == node || !l.ValidAt(now) {
 			continue
 		}
 		cp, err := cluster.IsControlPlane(ctx, other)
@@ -132,7 +123,7 @@ func otherControlPlaneHeld(ctx context.Context, cluster NodeCluster, node string
 			return nil, err
 		}
 		if cp {
-			return &ControlPlaneRefusal{Node: other, Holder: held.Holder, RetryAt: now.Add(ControlPlaneRecheck)}, nil
+			return &ControlPlaneRefusal{Node: other, Holder: l.Holder, RetryAt: now.Add(ControlPlaneRecheck)}, nil
 		}
 	}
 	return nil, nil

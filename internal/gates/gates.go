@@ -1,14 +1,20 @@
 package gates
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // Storm is the StormActive decision of one reconcile.
@@ -207,4 +213,29 @@ func Older(aCreated time.Time, aName string, bCreated time.Time, bName string) b
 		return aCreated.Before(bCreated)
 	}
 	return aName < bName
+}
+
+// ListLeases reads the node leases (medik8s' "node-<name>" Leases) in namespace, by Node name: who holds
+// each and until when. reader is the cache for a decision, the API server where a decision must be
+// confirmed (ControlPlaneClaim).
+func ListLeases(ctx context.Context, reader client.Reader, namespace string) (map[string]Lease, error) {
+	var list coordinationv1.LeaseList
+	if err := reader.List(ctx, &list, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing the node leases in %s: %w", namespace, err)
+	}
+	out := make(map[string]Lease, len(list.Items))
+	for i := range list.Items {
+		l := &list.Items[i]
+		node, ok := strings.CutPrefix(l.Name, leases.LeaseName(""))
+		if !ok || node == "" {
+			continue
+		}
+		until, _ := leases.ValidUntil(l, time.Time{})
+		info := Lease{Until: until}
+		if l.Spec.HolderIdentity != nil {
+			info.Holder = *l.Spec.HolderIdentity
+		}
+		out[node] = info
+	}
+	return out, nil
 }
