@@ -92,6 +92,15 @@ type MachineHealthCheckSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^-?([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 300s, 5m or 1h30m (a number and a unit: ns, us, ms, s, m, h), or a negative one such as -1s: kept until a person annotates the Node remediation.medik8s.io/manually-confirmed-healthy"
 	HealthyDelay *metav1.Duration `json:"healthyDelay,omitempty"`
 
+	// dryRun, when true, makes the check decide everything and start nothing: a target it would remediate
+	// is reported in status (skipReason DryRun, and what it would create or do in skipMessage), in one
+	// WouldRemediate event per target and step, and in metalheal_healthcheck_would_remediate, but no
+	// request is created, no lease taken and no Machine handed to its owner. Remediations already running
+	// (started before dryRun was set) go on and are cleaned up as usual. For adopting metalheal on a live
+	// fleet: see what it would have done before it acts.
+	// +optional
+	DryRun bool `json:"dryRun,omitempty"`
+
 	// stormCooldownDuration keeps remediation paused this long after a remediation storm ends (the
 	// unhealthy budget was exceeded and is satisfied again): condition StormActive, reason StormCooldown
 	// (the NodeHealthCheck's stormCooldownDuration). Defaults to 0s.

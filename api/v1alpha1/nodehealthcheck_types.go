@@ -59,6 +59,15 @@ type NodeHealthCheckSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(x, has(x.remediationTemplate.__namespace__) && size(x.remediationTemplate.__namespace__) > 0)",message="each escalation step's remediationTemplate.namespace is required: a NodeHealthCheck is cluster-scoped"
 	EscalatingRemediations []EscalatingRemediation `json:"escalatingRemediations,omitempty"`
 
+	// dryRun, when true, makes the check decide everything and start nothing: a target it would remediate
+	// is reported in status (skipReason DryRun, and what it would create or do in skipMessage), in one
+	// WouldRemediate event per target and step, and in metalheal_healthcheck_would_remediate, but no
+	// request is created, no lease taken and no Machine handed to its owner. Remediations already running
+	// (started before dryRun was set) go on and are cleaned up as usual. For adopting metalheal on a live
+	// fleet: see what it would have done before it acts.
+	// +optional
+	DryRun bool `json:"dryRun,omitempty"`
+
 	// pauseRequests pause new remediations while non-empty: each entry is a free-text reason, e.g.
 	// "cluster upgrade". Remediations already running continue.
 	// +optional

@@ -40,6 +40,52 @@ var _ = Describe("Resync", func() {
 	})
 })
 
+var _ = Describe("Dry run", func() {
+	It("decides everything and starts nothing: no request, no owner mark, no lease; the status, an event and the gauge say what it would do", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		w.createTemplate(ctx, "reboot", "reboot")
+		w.createCheck(ctx, "owner", func(mhc *v1alpha1.MachineHealthCheck) {
+			mhc.Spec.DryRun = true
+			mhc.Spec.Selector.MatchLabels = map[string]string{"pool": "o"}
+		})
+		w.createCheck(ctx, "template", func(mhc *v1alpha1.MachineHealthCheck) {
+			mhc.Spec.DryRun = true
+			mhc.Spec.Selector.MatchLabels = map[string]string{"pool": "t"}
+			mhc.Spec.RemediationTemplate = ptr.To(templateRef("reboot"))
+		})
+		for _, name := range []string{"o", "t"} {
+			node := w.createNode(ctx, k8s, w.nodeName(name), corev1.ConditionUnknown, 10*time.Minute)
+			w.createMachine(ctx, name, withLabels("pool", name), withNodeRef(node.Name))
+		}
+		w.reconcile(ctx, "owner")
+		w.reconcile(ctx, "template")
+		w.reconcile(ctx, "owner")
+		w.reconcile(ctx, "template")
+
+		Expect(w.powerCycleRemediations(ctx)).To(BeEmpty())
+		m := w.machine(ctx, "o")
+		Expect(condition(m, clusterv1.MachineOwnerRemediatedCondition)).To(BeNil(), "not handed to its owner")
+		Expect(condition(m, clusterv1.MachineHealthCheckSucceededCondition)).To(haveCondition(metav1.ConditionFalse,
+			clusterv1.MachineHealthCheckUnhealthyNodeReason), "reported on the Machine, as always")
+		Expect(leaseHolder(ctx, w.nodeName("o"))).To(BeEmpty())
+		Expect(leaseHolder(ctx, w.nodeName("t"))).To(BeEmpty())
+		Expect(entryOf(w.check(ctx, "owner"), "o")).To(And(HaveField("SkipReason", engine.SkipDryRun),
+			HaveField("SkipMessage", Equal(engine.WouldHandToOwner))))
+		Expect(entryOf(w.check(ctx, "template"), "t")).To(And(HaveField("SkipReason", engine.SkipDryRun),
+			HaveField("SkipMessage", ContainSubstring("would create PowerCycleRemediation "+w.ns+"/t from template reboot")),
+			HaveField("Remediations", BeEmpty())))
+		Expect(countReason(w.rec.all(), engine.EventWouldRemediate)).To(Equal(2), "once per Machine")
+		Expect(machineCheckState(w.check(ctx, "template"), w.clock.Now()).WouldRemediate).To(Equal(1))
+
+		By("acting for real: the Machine gets its request")
+		c := w.check(ctx, "template")
+		c.Spec.DryRun = false
+		Expect(k8s.Update(ctx, c)).To(Succeed())
+		w.reconcile(ctx, "template")
+		Expect(w.powerCycleRemediations(ctx)).To(HaveLen(1))
+	})
+})
+
 var _ = Describe("Unhealthy criteria, with condition-based remediation", func() {
 	DescribeTable("marks the Machine for its owner: HealthCheckSucceeded=False and OwnerRemediated=False",
 		func(ctx SpecContext, setup func(context.Context, *world), wantReason string) {

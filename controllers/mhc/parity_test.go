@@ -16,6 +16,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/engine/enginetest"
 	"github.com/metalheal/metalheal/internal/gates"
 	"github.com/metalheal/metalheal/internal/template"
@@ -110,6 +111,7 @@ func (k parityKit) spec(name string, created time.Time) *v1alpha1.MachineHealthC
 	if pol.StormCooldown > 0 {
 		c.Spec.StormCooldownDuration = &metav1.Duration{Duration: pol.StormCooldown}
 	}
+	c.Spec.DryRun = pol.DryRun
 	if pol.HealthyDelay != 0 {
 		c.Spec.HealthyDelay = &metav1.Duration{Duration: pol.HealthyDelay}
 	}
@@ -279,6 +281,7 @@ var parityEvents = map[string]enginetest.EventKind{
 	EventStormEnded:             enginetest.StormEnded,
 	EventRemediationSkipped:     enginetest.Skipped,
 	EventRemediationBackingOff:  enginetest.BackingOff,
+	engine.EventWouldRemediate:  enginetest.WouldRemediate,
 	EventWaitingForHandOver:     enginetest.WaitingForHandOver,
 	EventWaitingForConfirmation: enginetest.WaitingForConfirmation,
 	EventHandOverTimedOut:       enginetest.HandOverTimedOut,

@@ -40,6 +40,8 @@ const (
 	blockedRemediationExists blocker = "RemediationExists"
 	// blockedStormCooldown: the storm is over but stormCooldownDuration has not passed.
 	blockedStormCooldown blocker = "StormCooldown"
+	// blockedDryRun: the check is in dry run (spec.dryRun): the Machine passed every gate, nothing starts.
+	blockedDryRun blocker = engine.SkipDryRun
 )
 
 // safetyInput is what the safety gates decide from, read by observeSafety.
@@ -424,6 +426,9 @@ func checkWide(p *plan, mhc *v1alpha1.MachineHealthCheck, paused string, d budge
 // request would: the owner's replacement is a remediation of the Node too.
 func applyGate(s *safety, t *targetPlan, entry *v1alpha1.UnhealthyMachine, o observedTarget, now time.Time) time.Time {
 	b, msg, retry := s.gate(o, remediating(o), now)
+	if b == notBlocked && s.in.Check.Spec.DryRun {
+		b, msg = blockedDryRun, engine.WouldHandToOwner
+	}
 	if b != notBlocked {
 		t.Blocked, t.SkipMessage = b, msg
 		entry.SkipReason, entry.SkipMessage = string(b), msg
@@ -446,6 +451,12 @@ func ownerReplacing(m *clusterv1.Machine) bool {
 // the node lease first. It returns when to look again.
 func gateCreate(s *safety, t *targetPlan, entry *v1alpha1.UnhealthyMachine, o observedTarget, records int, now time.Time) time.Time {
 	b, msg, retry := s.gate(o, records > 0 || remediating(o), now)
+	if c := t.Create; b == notBlocked && s.in.Check.Spec.DryRun {
+		ref := engine.Ref{APIVersion: c.Step.GVK.GroupVersion().String(), Kind: c.Step.GVK.Kind, Namespace: c.Step.Template.Namespace, Name: c.Name}
+		b, msg = blockedDryRun, engine.WouldCreate(ref, c.Step.Template.Name, slices.IndexFunc(s.in.Steps, func(st step) bool {
+			return st.Template == c.Step.Template
+		}), len(s.in.Steps))
+	}
 	if b != notBlocked {
 		t.Blocked, t.SkipMessage, t.Create = b, msg, nil
 		entry.Remediations = entry.Remediations[:min(records, len(entry.Remediations))]
@@ -468,6 +479,10 @@ func skipEvents(mhc *v1alpha1.MachineHealthCheck, t *targetPlan, entry, prev *v1
 	if entry.SkipReason == "" || entry.SkipReason == string(blockedBackingOff) ||
 		(prev != nil && prev.SkipReason == entry.SkipReason && prev.SkipMessage == entry.SkipMessage) {
 		return nil
+	}
+	if entry.SkipReason == string(blockedDryRun) {
+		return []checkEvent{{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeNormal, Reason: engine.EventWouldRemediate,
+			Note: fmt.Sprintf("Machine is unhealthy (%s): %s", t.Verdict.Reason, entry.SkipMessage)}}
 	}
 	return []checkEvent{{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeWarning, Reason: EventRemediationSkipped,
 		Note: fmt.Sprintf("Machine is unhealthy (%s) but is not remediated: %s", t.Verdict.Reason, entry.SkipMessage)}}

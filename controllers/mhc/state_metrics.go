@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/metrics"
 )
 
@@ -31,8 +32,11 @@ func RegisterStateMetrics(reader client.Reader, clk clock.PassiveClock, elected 
 
 // machineCheckState is what c's status says now.
 func machineCheckState(c *v1alpha1.MachineHealthCheck, now time.Time) metrics.CheckState {
-	inFlight := 0
+	inFlight, would := 0, 0
 	for _, m := range c.Status.UnhealthyMachines {
+		if m.SkipReason == engine.SkipDryRun {
+			would++
+		}
 		for _, r := range m.Remediations {
 			if r.TimedOut == nil {
 				inFlight++
@@ -41,6 +45,6 @@ func machineCheckState(c *v1alpha1.MachineHealthCheck, now time.Time) metrics.Ch
 	}
 	st := metrics.FromConditions(c.Status.Conditions, c.Spec.StormCooldownDuration, now)
 	st.Name = c.Namespace + "/" + c.Name
-	st.Targets, st.Healthy, st.InFlight = c.Status.ExpectedMachines, c.Status.CurrentHealthy, inFlight
+	st.Targets, st.Healthy, st.InFlight, st.WouldRemediate = c.Status.ExpectedMachines, c.Status.CurrentHealthy, inFlight, would
 	return st
 }

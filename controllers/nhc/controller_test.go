@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/metrics"
 	"github.com/metalheal/metalheal/internal/template"
 )
@@ -850,4 +851,38 @@ func TestNegativeHealthyDelayWaitsForAPersonsConfirmation(t *testing.T) {
 	g.Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(sick), sick)).To(Succeed())
 	g.Expect(sick.Annotations).NotTo(HaveKey(v1alpha1.AnnotationConfirmedHealthy))
 	g.Expect(check.Status.UnhealthyNodes).To(BeEmpty())
+}
+
+// A check in dry run decides everything and starts nothing: the Nodes it would remediate are in its
+// status (skipReason DryRun, and what it would create), in one WouldRemediate event each, and in the
+// would-remediate gauge; no request, no lease. Turned off, it remediates them.
+func TestDryRunStartsNothingAndSaysWhatItWouldDo(t *testing.T) {
+	w := newWorld(t)
+	g := w.g
+	ref := w.pcTemplate("pc")
+	check := w.check("nhc", &ref, func(c *v1alpha1.NodeHealthCheck) { c.Spec.DryRun = true })
+	a := w.node("a", corev1.ConditionUnknown, t0)
+	b := w.node("b", corev1.ConditionFalse, t0)
+	w.node("c", corev1.ConditionTrue, t0)
+	w.clk.SetTime(t0.Add(time.Hour))
+	w.reconcile(check)
+	w.reconcile(check)
+
+	g.Expect(w.remediations(pcRemediation, check)).To(BeEmpty())
+	g.Expect(w.leaseHolder(a) + w.leaseHolder(b)).To(BeEmpty())
+	for _, n := range []*corev1.Node{a, b} {
+		e := entry(check, n)
+		g.Expect(e).NotTo(BeNil())
+		g.Expect(e.SkipReason).To(Equal(engine.SkipDryRun))
+		g.Expect(e.SkipMessage).To(ContainSubstring("would create PowerCycleRemediation metalheal-system/" + n.Name))
+	}
+	g.Expect(w.rec.with(engine.EventWouldRemediate)).To(HaveLen(2), "once per Node")
+	g.Expect(checkState(check, w.clk.Now()).WouldRemediate).To(Equal(2))
+
+	// Acting for real: the same Nodes are remediated.
+	g.Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(check), check)).To(Succeed())
+	check.Spec.DryRun = false
+	g.Expect(k8s.Update(w.ctx, check)).To(Succeed())
+	w.reconcile(check)
+	g.Expect(names(w.remediations(pcRemediation, check))).To(ConsistOf(a.Name, b.Name))
 }

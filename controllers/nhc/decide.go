@@ -541,6 +541,11 @@ func (d *decider) admitCandidates() {
 			busy[c.name] = true
 		}
 		st := d.in.Steps[c.step]
+		if d.in.Check.Spec.DryRun {
+			ref := emrRef{APIVersion: st.EMR.GroupVersion().String(), Kind: st.EMR.Kind, Namespace: st.Ref.Namespace, Name: c.request}
+			d.p.skip(c.entry, c.prev, engine.SkipDryRun, engine.WouldCreate(ref, st.Ref.Name, c.step, len(d.in.Steps)), c.why)
+			continue
+		}
 		d.p.Creates = append(d.p.Creates, createAction{Node: c.node, Name: c.request, Step: c.step, Template: st.Template,
 			ExpiredAt: c.expiredAt, Why: c.why, Again: c.again})
 		d.creates[c.name] = true
@@ -592,6 +597,11 @@ func (p *plan) skip(e, prev *v1alpha1.UnhealthyNode, reason, msg, why string) {
 		return
 	}
 	p.Skipped = append(p.Skipped, reason)
+	if reason == engine.SkipDryRun {
+		p.Events = append(p.Events, normal(engine.EventWouldRemediate, actionSkip, e.Name,
+			fmt.Sprintf("Node %s is unhealthy (%s): %s", e.Name, why, msg)))
+		return
+	}
 	p.Events = append(p.Events, warning(skipEvents[reason], actionSkip, e.Name,
 		fmt.Sprintf("Node %s is unhealthy (%s) but is not remediated: %s", e.Name, why, msg)))
 }

@@ -99,6 +99,7 @@ func (k parityKit) check() *v1alpha1.NodeHealthCheck {
 	if pol.StormCooldown > 0 {
 		c.Spec.StormCooldownDuration = &metav1.Duration{Duration: pol.StormCooldown}
 	}
+	c.Spec.DryRun = pol.DryRun
 	if pol.HealthyDelay != 0 {
 		c.Spec.HealthyDelay = &metav1.Duration{Duration: pol.HealthyDelay}
 	}
@@ -229,6 +230,7 @@ var parityEvents = map[string]enginetest.EventKind{
 	EventSkippedLeaseHeld:          enginetest.Skipped,
 	EventSkippedRemediationExists:  enginetest.Skipped,
 	EventRemediationBackingOff:     enginetest.BackingOff,
+	engine.EventWouldRemediate:     enginetest.WouldRemediate,
 	EventWaitingForHandOver:        enginetest.WaitingForHandOver,
 	EventWaitingForConfirmation:    enginetest.WaitingForConfirmation,
 	EventHandOverTimedOut:          enginetest.HandOverTimedOut,

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/metrics"
 )
 
@@ -34,5 +35,10 @@ func checkState(c *v1alpha1.NodeHealthCheck, now time.Time) metrics.CheckState {
 	st := metrics.FromConditions(c.Status.Conditions, c.Spec.StormCooldownDuration, now)
 	st.Name = c.Name
 	st.Targets, st.Healthy, st.InFlight = c.Status.ObservedNodes, c.Status.HealthyNodes, len(c.Status.InFlightRemediations)
+	for _, u := range c.Status.UnhealthyNodes {
+		if u.SkipReason == engine.SkipDryRun {
+			st.WouldRemediate++
+		}
+	}
 	return st
 }

@@ -40,6 +40,8 @@ type CheckState struct {
 	Disabled bool
 	// InFlight is the number of remediation requests the check has open.
 	InFlight int
+	// WouldRemediate is the number of targets a check in dry run would remediate now (skipReason DryRun).
+	WouldRemediate int
 	// Storm is the check's storm state (see StormOf).
 	Storm *StormState
 }
@@ -82,6 +84,7 @@ var (
 	descCheckAllowed  = prometheus.NewDesc("metalheal_healthcheck_remediation_allowed", "1 while a health check may start remediations, 0 while its unhealthy budget (maxUnhealthy/minHealthy) or a storm holds them back.", checkLabels, nil)
 	descCheckDisabled = prometheus.NewDesc("metalheal_healthcheck_disabled", "1 while a health check cannot work (missing template, a kind it cannot watch).", checkLabels, nil)
 	descCheckInFlight = prometheus.NewDesc("metalheal_healthcheck_remediations_in_flight", "Remediation requests a health check has open.", checkLabels, nil)
+	descCheckWould    = prometheus.NewDesc("metalheal_healthcheck_would_remediate", "Targets a health check in dry run (spec.dryRun) would remediate now: it starts nothing.", checkLabels, nil)
 	descStormActive   = prometheus.NewDesc("metalheal_healthcheck_storm_active", "1 while a remediation storm holds a health check's remediations back, its cooldown included.", checkLabels, nil)
 	descStormFor      = prometheus.NewDesc("metalheal_healthcheck_storm_active_seconds", "How long the current storm of a health check has been active (0 without a storm).", checkLabels, nil)
 	descStormCooldown = prometheus.NewDesc("metalheal_healthcheck_storm_cooldown_seconds", "A health check's stormCooldownDuration.", checkLabels, nil)
@@ -117,7 +120,7 @@ func AddHealthChecks(checker string, elected <-chan struct{}, list CheckLister) 
 
 func (c *healthChecks) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCheckTargets, descCheckHealthy, descCheckAllowed, descCheckDisabled,
-		descCheckInFlight, descStormActive, descStormFor, descStormCooldown, descCollectErrors} {
+		descCheckInFlight, descCheckWould, descStormActive, descStormFor, descStormCooldown, descCollectErrors} {
 		ch <- d
 	}
 }
@@ -154,6 +157,7 @@ func (c *healthChecks) Collect(ch chan<- prometheus.Metric) {
 			gauge(descCheckAllowed, boolValue(st.RemediationAllowed))
 			gauge(descCheckDisabled, boolValue(st.Disabled))
 			gauge(descCheckInFlight, float64(st.InFlight))
+			gauge(descCheckWould, float64(st.WouldRemediate))
 			if st.Storm != nil {
 				gauge(descStormActive, boolValue(st.Storm.Active))
 				gauge(descStormFor, st.Storm.ActiveFor.Seconds())

@@ -33,7 +33,7 @@ func TestHealthCheckCollector(t *testing.T) {
 			states: []CheckState{
 				{Name: "workers", Targets: ptr.To[int32](5), Healthy: ptr.To[int32](2), InFlight: 0,
 					Storm: &StormState{Active: true, ActiveFor: 90 * time.Second, Cooldown: time.Minute}},
-				{Name: "ns/md-0", Targets: ptr.To[int32](3), Healthy: ptr.To[int32](3), RemediationAllowed: true, InFlight: 1},
+				{Name: "ns/md-0", Targets: ptr.To[int32](3), Healthy: ptr.To[int32](3), RemediationAllowed: true, InFlight: 1, WouldRemediate: 2},
 				{Name: "new", Disabled: true},
 			},
 			want: `
@@ -53,6 +53,9 @@ metalheal_healthcheck_storm_active{checker="c",healthcheck="workers"} 1
 metalheal_healthcheck_storm_cooldown_seconds{checker="c",healthcheck="workers"} 60
 metalheal_healthcheck_targets{checker="c",healthcheck="ns/md-0"} 3
 metalheal_healthcheck_targets{checker="c",healthcheck="workers"} 5
+metalheal_healthcheck_would_remediate{checker="c",healthcheck="new"} 0
+metalheal_healthcheck_would_remediate{checker="c",healthcheck="ns/md-0"} 2
+metalheal_healthcheck_would_remediate{checker="c",healthcheck="workers"} 0
 metalheal_state_collect_errors{collector="c"} 0
 `,
 		},

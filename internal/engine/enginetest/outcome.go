@@ -61,6 +61,9 @@ const (
 	// Skipped: a gate skipped the target (NodeHealthCheck Skipped<Reason>, MachineHealthCheck
 	// RemediationSkipped); its reason is in Skips.
 	Skipped EventKind = "Skipped"
+	// WouldRemediate: a check in dry run reports what it would start for the target (WouldRemediate); its
+	// skip reason is DryRun.
+	WouldRemediate EventKind = "WouldRemediate"
 	// BackingOff: the back-off holds the target (RemediationBackingOff).
 	BackingOff EventKind = "BackingOff"
 	// WaitingForHandOver: the next step waits for an ended step's request (WaitingForHandOver).

@@ -238,6 +238,15 @@ func Rows() []Row {
 			Scenario: Scenario{Policy: oneStep(), Targets: []Target{excluded(sick("a"))}},
 			Want:     Outcome{Skips: map[string]string{"a": "Excluded"}, Events: []Event{{Skipped, "a"}}}},
 
+		// Dry run: decide everything, start nothing.
+		{Name: "dry run: a target it would remediate is reported, nothing is created and no lease taken",
+			Scenario: Scenario{Policy: dryRun(oneStep()), Targets: []Target{sick("a")}},
+			Want:     Outcome{Skips: map[string]string{"a": "DryRun"}, Events: []Event{{WouldRemediate, "a"}}}},
+		{Name: "dry run: the gates still apply (one control-plane target at a time, then the dry run)",
+			Scenario: Scenario{Policy: dryRun(oneStep()), Targets: []Target{controlPlane("cp-a", at(-2*time.Hour)), controlPlane("cp-b", at(-time.Hour))}},
+			Want: Outcome{Skips: map[string]string{"cp-a": "DryRun", "cp-b": "ControlPlaneBusy"},
+				Events: []Event{{WouldRemediate, "cp-a"}, {Skipped, "cp-b"}}}},
+
 		// Escalation (engine.Escalate), every case.
 		{Name: "escalation: a step within its timeout waits, looked at again when it runs out",
 			Scenario: Scenario{Policy: twoSteps(), Targets: []Target{remediating(sick("a"), at(-8*time.Minute))}},
@@ -301,6 +310,8 @@ func withBudget(p Policy, n int) Policy { p.MaxUnhealthy = budget(n); return p }
 func withCooldown(p Policy, d time.Duration) Policy { p.StormCooldown = d; return p }
 
 func withHealthyDelay(p Policy, d time.Duration) Policy { p.HealthyDelay = d; return p }
+
+func dryRun(p Policy) Policy { p.DryRun = true; return p }
 
 // withBackoff starts holding back at once: the first remediation within 6 hours waits 10 minutes after
 // the one before.

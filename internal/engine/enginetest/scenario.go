@@ -68,6 +68,8 @@ type Policy struct {
 	StormCooldown, HealthyDelay time.Duration
 	// Backoff is remediationBackoff; nil leaves the API's default.
 	Backoff *Backoff
+	// DryRun is spec.dryRun: decide everything, start nothing.
+	DryRun bool
 }
 
 // Step is one remediation step: its template and the kind of request the template makes.
