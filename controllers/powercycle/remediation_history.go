@@ -34,13 +34,15 @@ const (
 )
 
 // maxRecordTries bounds the writes of one record that find the BMC changed since it was read (the BMC
-// inventory writes its status too): each retry reads the BMC from the API server.
+// inventory writes its status too): each try reads the BMC again.
 const maxRecordTries = 4
 
 // recordRemediation adds rec to the record of the host on its BMC (status.recentRemediations), unless
-// it is there already. The write is a merge patch of that list alone guarded by the resourceVersion: a
-// write of the BMC inventory (a merge patch of its own fields) in between makes it fail with a conflict,
-// and it is made again from the BMC as it is now, so neither writer loses the other's fields. A request
+// it is there already. The BMC is read from the API server (APIReader): the manager's cache does not keep
+// the record (bmcaccess.SlimBMC), and a list written from a copy without it would erase it. The write is a
+// merge patch of that list alone guarded by the resourceVersion read: a write of the BMC inventory (a merge
+// patch of its own fields) or of another request's record in between makes it fail with a conflict, and
+// it is made again from the BMC as it is then, so no writer loses another's fields or records. A request
 // that never found its BMC, or whose BMC is gone or now powers another host, has nowhere to keep its
 // record: nothing is written. Neither is anything when the API server refuses the write for good (the
 // manager may not patch BMC status: an old role): a warning says so and the request lets go all the
@@ -52,10 +54,9 @@ func (r *RemediationReconciler) recordRemediation(ctx context.Context, s *scope,
 		return nil
 	}
 	key := client.ObjectKey{Namespace: r.opts.ManagerNamespace, Name: name}
-	var reader client.Reader = r.opts.Client
 	for try := 1; ; try++ {
 		b := &v1alpha1.BMC{}
-		if err := reader.Get(ctx, key, b); apierrors.IsNotFound(err) {
+		if err := r.opts.APIReader.Get(ctx, key, b); apierrors.IsNotFound(err) {
 			s.log.V(2).Info("The BMC is gone: the remediation is not recorded", "bmc", name)
 			return nil
 		} else if err != nil {
@@ -77,7 +78,6 @@ func (r *RemediationReconciler) recordRemediation(ctx context.Context, s *scope,
 			s.log.V(2).Info("Recorded the remediation on its BMC", "bmc", name, "result", rec.Result)
 			return nil
 		case apierrors.IsConflict(err) && try < maxRecordTries:
-			reader = r.opts.APIReader // the cache may not have the other write yet
 			continue
 		case apierrors.IsNotFound(err):
 			return nil

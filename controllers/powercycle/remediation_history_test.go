@@ -36,6 +36,7 @@ func TestRemediationHistory(t *testing.T) {
 		"KeepsTheLast10":                     testHistoryBounded,
 		"InventoryWritesBetweenReadAndPatch": testHistoryInventoryInBetween,
 		"InventoryWritesFromAStaleCopy":      testHistoryInventoryStale,
+		"CacheWithoutTheRecord":              testHistoryCacheWithoutRecord,
 	} {
 		t.Run(name, func(t *testing.T) { scenario(t, api) })
 	}
@@ -201,6 +202,42 @@ func testHistoryBounded(t *testing.T, api *apiServer) {
 	g.Expect(recs[0].UID).To(Equal(types.UID("earlier-b")), "the oldest dropped")
 	g.Expect(recs[len(recs)-1].UID).To(Equal(uid), "the newest last")
 	g.Expect(recs[len(recs)-1].Result).To(Equal(v1alpha1.RemediationSucceeded))
+}
+
+// The manager's cache keeps no record (bmcaccess.SlimBMC): the remediator adds to the record as the API
+// server holds it, and erases none of it.
+func testHistoryCacheWithoutRecord(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, _ := fakeHosts(t, api)
+	node := w.fakeHost("worker-8", nil)
+	b := w.bmcObject(node)
+	for _, uid := range []types.UID{"earlier-a", "earlier-b"} {
+		b.Status.RecentRemediations = append(b.Status.RecentRemediations, v1alpha1.RemediationRecord{
+			Kind: "PowerCycleRemediation", Namespace: w.ns, Name: node, UID: uid, NodeName: node,
+			Started: metav1.NewTime(epoch.Add(-time.Hour)), Finished: metav1.NewTime(epoch.Add(-time.Hour)), Result: v1alpha1.RemediationSucceeded})
+	}
+	w.must(w.c.Status().Update(w.ctx, b))
+	slim, _ := w.interceptedClient(interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := c.Get(ctx, key, obj, opts...); err != nil {
+				return err
+			}
+			_, err := bmcaccess.SlimBMC(obj)
+			return err
+		},
+	})
+	w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.Client, o.APIReader = slim, w.c }
+	key := w.nhcRemediation(node, spec(reboot, 3))
+	r := w.reconciler()
+	w.drive(key, same(r), w.kubeletOnPowerOn(node, always), untilSettled)
+	w.deleteAndDrive(key, same(r))
+
+	var uids []types.UID
+	for _, rec := range w.records(node) {
+		uids = append(uids, rec.UID)
+	}
+	g.Expect(uids).To(HaveLen(3))
+	g.Expect(uids[:2]).To(Equal([]types.UID{"earlier-a", "earlier-b"}), "the earlier records are kept")
 }
 
 // inventory is the BMC inventory of the world's namespace, reading through c, checking the world's hosts.
