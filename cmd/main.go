@@ -196,6 +196,8 @@ func run(cfg config) error {
 				&corev1.ConfigMap{}:     {Namespaces: map[string]cache.Config{cfg.namespace: {}}},
 				&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{cfg.leaseNamespace: {}}},
 				&corev1.Node{}:          {Transform: nodecache.Slim},
+				// The host's record of its remediations is read live by the remediator, once per remediation.
+				&remediationv1alpha1.BMC{}: {Transform: bmcaccess.SlimBMC},
 			},
 		},
 	})

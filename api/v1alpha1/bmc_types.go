@@ -174,6 +174,16 @@ type BMCStatus struct {
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=32
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// recentRemediations are the last remediations of this BMC's host that ended, oldest first (at most
+	// 10; the oldest is dropped): which request, started and finished when, the power changes made and how
+	// it ended. The power-cycle remediator adds one when a request of the host lets go of it (its finalizer
+	// is removed), once per request, so the record outlives the request and its events. Remediations by
+	// other remediators are not recorded here.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	RecentRemediations []RemediationRecord `json:"recentRemediations,omitempty"`
 }
 
 // BMC is one host's baseboard management controller: where it is and which Secret holds its
@@ -189,6 +199,8 @@ type BMCStatus struct {
 // +kubebuilder:printcolumn:name="Credentials",type=string,JSONPath=`.status.conditions[?(@.type=="CredentialsValid")].status`
 // +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.spec.address`,priority=1
 // +kubebuilder:printcolumn:name="Checked",type=date,JSONPath=`.status.lastChecked`
+// +kubebuilder:printcolumn:name="Last-Remediation",type=date,JSONPath=`.status.recentRemediations[-1:].finished`
+// +kubebuilder:printcolumn:name="Result",type=string,JSONPath=`.status.recentRemediations[-1:].result`
 type BMC struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -2,7 +2,9 @@ package v1alpha1_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,9 +17,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
@@ -26,10 +30,15 @@ import (
 
 const ns = "metalheal-system"
 
-var k8s client.Client
+var (
+	k8s client.Client
+	// cfg reaches the API server: for reads as a table (kubectl get's printer columns).
+	cfg *rest.Config
+)
 
 func TestMain(m *testing.M) {
-	env, cfg, err := testenv.Start(testenv.Options{})
+	env, c, err := testenv.Start(testenv.Options{})
+	cfg = c
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -349,4 +358,54 @@ func TestNegativeHealthyDelayIsAccepted(t *testing.T) {
 	var got v1alpha1.MachineHealthCheck
 	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(mhc), &got)).To(Succeed())
 	g.Expect(got.Spec.HealthyDelay.Duration).To(Equal(-90 * time.Second))
+}
+
+// A BMC's record of recent remediations is bounded by the API server (10 records), and kubectl get shows
+// the last one's time and result.
+func TestBMCRecordOfRemediations(t *testing.T) {
+	ctx := context.Background()
+	g := NewWithT(t)
+	b := &v1alpha1.BMC{ObjectMeta: metav1.ObjectMeta{Name: "recorded", Namespace: ns},
+		Spec: v1alpha1.BMCSpec{NodeName: "worker-1", Address: "redfish://10.0.0.5/redfish/v1/Systems/1",
+			CredentialsSecretRef: v1alpha1.SecretReference{Name: "bmc-credentials"}}}
+	g.Expect(k8s.Create(ctx, b)).To(Succeed())
+	record := func(i int, result v1alpha1.RemediationResult) v1alpha1.RemediationRecord {
+		started := metav1.NewTime(time.Date(2025, 1, 1, 2, i, 0, 0, time.UTC))
+		return v1alpha1.RemediationRecord{Kind: "PowerCycleRemediation", Namespace: ns, Name: "worker-1",
+			UID: types.UID(fmt.Sprintf("uid-%d", i)), NodeName: "worker-1", Started: started,
+			Finished: metav1.NewTime(started.Add(45 * time.Second)), Result: result, Reason: "NodeReady",
+			PowerChanges: []v1alpha1.PowerChange{{Target: v1alpha1.PowerOff, Requested: started, Confirmed: &started}}}
+	}
+	for i := range v1alpha1.MaxRecentRemediations {
+		b.Status.RecentRemediations = append(b.Status.RecentRemediations, record(i, v1alpha1.RemediationSucceeded))
+	}
+	b.Status.RecentRemediations[len(b.Status.RecentRemediations)-1].Result = v1alpha1.RemediationCancelled
+	g.Expect(k8s.Status().Update(ctx, b)).To(Succeed(), "10 records")
+
+	tooMany := b.DeepCopy()
+	tooMany.Status.RecentRemediations = append(tooMany.Status.RecentRemediations, record(10, v1alpha1.RemediationFailed))
+	err := k8s.Status().Update(ctx, tooMany)
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "11 records: %v", err)
+	g.Expect(err.Error()).To(ContainSubstring("status.recentRemediations: Too many: 11: must have at most 10 items"))
+
+	// kubectl get bmc: the Last-Remediation (its age) and Result columns are the last record's.
+	rc, err := rest.HTTPClientFor(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		strings.TrimSuffix(cfg.Host, "/")+"/apis/remediation.metalheal.io/v1alpha1/namespaces/"+ns+"/bmcs/recorded", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+	resp, err := rc.Do(req)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusOK), "GET %s", req.URL)
+	var table metav1.Table
+	g.Expect(json.NewDecoder(resp.Body).Decode(&table)).To(Succeed())
+	g.Expect(table.Rows).To(HaveLen(1))
+	cells := map[string]any{}
+	for i, c := range table.ColumnDefinitions {
+		cells[c.Name] = table.Rows[0].Cells[i]
+	}
+	g.Expect(cells).To(HaveKeyWithValue("Result", "Cancelled"))
+	g.Expect(cells).To(HaveKeyWithValue("Last-Remediation", MatchRegexp(`^[0-9]+[dy]`)), "an age of more than a day")
 }

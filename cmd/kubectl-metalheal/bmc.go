@@ -63,13 +63,9 @@ credential is ever printed.`,
 			if err != nil {
 				return err
 			}
-			host := bmcaccess.Host{Node: args[0]}
-			if cluster != "" {
-				clusterNS, clusterName, ok := strings.Cut(cluster, "/")
-				if !ok || clusterNS == "" || clusterName == "" {
-					return fmt.Errorf("--cluster %q: must be NAMESPACE/NAME of a Cluster API Cluster", cluster)
-				}
-				host.Cluster = types.NamespacedName{Namespace: clusterNS, Name: clusterName}
+			host, err := parseHost(args[0], cluster)
+			if err != nil {
+				return err
 			}
 			res, err := checkBMC(cmd.Context(), c, ns, host, timeout)
 			if err != nil {
@@ -90,20 +86,43 @@ credential is ever printed.`,
 	return bmcCmd
 }
 
-// checkBMC finds host's BMC in ns (the one the remediator would use: same node and cluster) and reads its
-// power state through the manager's driver code. A failure of the BMC (or of its object or Secret) is in
-// the result; only a failure to read the API is an error.
-func checkBMC(ctx context.Context, c client.Reader, ns string, host bmcaccess.Host, timeout time.Duration) (*BMCCheck, error) {
-	res := &BMCCheck{Node: host.String(), Namespace: ns}
+// parseHost is the host of node, of the Cluster API workload cluster --cluster names (NAMESPACE/NAME), or of
+// the manager's own cluster when cluster is empty.
+func parseHost(node, cluster string) (bmcaccess.Host, error) {
+	host := bmcaccess.Host{Node: node}
+	if cluster != "" {
+		clusterNS, clusterName, ok := strings.Cut(cluster, "/")
+		if !ok || clusterNS == "" || clusterName == "" {
+			return host, fmt.Errorf("--cluster %q: must be NAMESPACE/NAME of a Cluster API Cluster", cluster)
+		}
+		host.Cluster = types.NamespacedName{Namespace: clusterNS, Name: clusterName}
+	}
+	return host, nil
+}
+
+// hostBMCs lists the BMCs in ns that power host (spec.nodeName and spec.cluster): one, unless misconfigured.
+func hostBMCs(ctx context.Context, c client.Reader, ns string, host bmcaccess.Host) ([]v1alpha1.BMC, error) {
 	var list v1alpha1.BMCList
 	if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
-		return nil, fmt.Errorf("listing BMCs in namespace %q: %w", ns, err)
+		return nil, err
 	}
 	var found []v1alpha1.BMC
 	for _, b := range list.Items {
 		if bmcaccess.HostOf(&b) == host {
 			found = append(found, b)
 		}
+	}
+	return found, nil
+}
+
+// checkBMC finds host's BMC in ns (the one the remediator would use: same node and cluster) and reads its
+// power state through the manager's driver code. A failure of the BMC (or of its object or Secret) is in
+// the result; only a failure to read the API is an error.
+func checkBMC(ctx context.Context, c client.Reader, ns string, host bmcaccess.Host, timeout time.Duration) (*BMCCheck, error) {
+	res := &BMCCheck{Node: host.String(), Namespace: ns}
+	found, err := hostBMCs(ctx, c, ns, host)
+	if err != nil {
+		return nil, fmt.Errorf("listing BMCs in namespace %q: %w", ns, err)
 	}
 	if len(found) != 1 {
 		res.Reason = v1alpha1.ReasonBMCNotFound

@@ -40,7 +40,8 @@ func TestInstalledAsKubectlPlugin(t *testing.T) {
 	cmd.Env = append(os.Environ(), "PATH="+path)
 	out, err = cmd.CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
-	for _, want := range []string{"kubectl metalheal status", "kubectl metalheal timeline NODE", "kubectl metalheal bmc check NODE",
+	for _, want := range []string{"kubectl metalheal status", "kubectl metalheal timeline NODE", "kubectl metalheal history NODE",
+		"kubectl metalheal bmc check NODE",
 		"--kubeconfig", "--namespace", "-o, --output"} {
 		g.Expect(string(out)).To(ContainSubstring(want))
 	}
@@ -52,7 +53,10 @@ func TestOutputFlag(t *testing.T) {
 		wantErr string
 	}{
 		"an unknown format is refused before the cluster is asked": {args: []string{"status", "-o", "wide"}, wantErr: `--output "wide": must be json or yaml`},
-		"timeline needs a node":  {args: []string{"timeline"}, wantErr: "accepts 1 arg(s)"},
+		"timeline needs a node": {args: []string{"timeline"}, wantErr: "accepts 1 arg(s)"},
+		"history needs a node":  {args: []string{"history"}, wantErr: "accepts 1 arg(s)"},
+		"history's --cluster is NAMESPACE/NAME": {args: []string{"history", "worker-1", "--cluster", "edge-a"},
+			wantErr: `--cluster "edge-a": must be NAMESPACE/NAME`},
 		"bmc check needs a node": {args: []string{"bmc", "check"}, wantErr: "accepts 1 arg(s)"},
 	}
 	for name, tc := range tests {

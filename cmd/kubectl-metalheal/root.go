@@ -43,6 +43,7 @@ func newRootCommand(streams genericiooptions.IOStreams, clk clock.PassiveClock) 
 
   kubectl metalheal status              health checks, their budgets and storms, remediations, BMCs not ready
   kubectl metalheal timeline NODE       what happened to NODE: failure, power cycle, recovery, times since the failure
+  kubectl metalheal history NODE        NODE's last ended remediations, as its BMC records them
   kubectl metalheal bmc check NODE      read NODE's host power state through its BMC (tests address and credentials)`,
 		SilenceUsage: true,
 		// kubectl runs the plugin as "kubectl metalheal": say so in usage lines.
@@ -53,7 +54,7 @@ func newRootCommand(streams genericiooptions.IOStreams, clk clock.PassiveClock) 
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
-	root.AddCommand(newStatusCommand(o), newTimelineCommand(o), newBMCCommand(o))
+	root.AddCommand(newStatusCommand(o), newTimelineCommand(o), newHistoryCommand(o), newBMCCommand(o))
 	return root
 }
 

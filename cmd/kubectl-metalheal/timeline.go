@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/bmcaccess"
 	"github.com/metalheal/metalheal/internal/timeline"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
@@ -50,19 +51,26 @@ func newTimelineCommand(o *options) *cobra.Command {
 		Long: `timeline tells the latest remediation of NODE in the words of metalheal's demo: the node going NotReady,
 the remediation request, the lease, the power cycle, the node Ready again and the clean-up. It is rebuilt from
 what the cluster keeps: the remediation's status while it lives, events (kept an hour by default), the Node's
-conditions and taints, and the node lease. The failure's own moment is not on record: times count from the
-first record of it (the node going NotReady, or else the request's creation). Steps the cluster keeps no
-record of (a deleted lease, a removed taint, the host's power as only its BMC knew it) are named at the end.`,
+conditions and taints, the node lease, and the record of the host's last ended remediations that the
+remediator keeps on its BMC object (in the manager's namespace: -n, metalheal-system by default), which
+outlives the request and its events: yesterday's remediation is told from it. The failure's own moment is not
+on record: times count from the first record of it (the node going NotReady, or else the request's creation).
+Steps the cluster keeps no record of (a deleted lease, a removed taint, the host's power as only its BMC knew
+it) are named at the end. "kubectl metalheal history NODE" lists every remediation the BMC's record keeps.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.validate(); err != nil {
+				return err
+			}
+			ns, err := o.namespace(defaultManagerNamespace)
+			if err != nil {
 				return err
 			}
 			c, err := o.client()
 			if err != nil {
 				return err
 			}
-			rec, unreadable, err := readRecord(cmd.Context(), c, args[0], leaseNamespace)
+			rec, unreadable, err := readRecord(cmd.Context(), c, args[0], leaseNamespace, ns)
 			if err != nil {
 				return err
 			}
@@ -74,8 +82,9 @@ record of (a deleted lease, a removed taint, the host's power as only its BMC kn
 	return cmd
 }
 
-// readRecord reads what the cluster keeps about node. What the user may not read is named in unreadable.
-func readRecord(ctx context.Context, c client.Reader, node, leaseNamespace string) (timeline.Record, []string, error) {
+// readRecord reads what the cluster keeps about node, its BMCs in managerNamespace included. What the user
+// may not read is named in unreadable.
+func readRecord(ctx context.Context, c client.Reader, node, leaseNamespace, managerNamespace string) (timeline.Record, []string, error) {
 	rec := timeline.Record{Node: node}
 	var unreadable []string
 	// tolerate turns a missing object or a refused read into a note; other errors fail.
@@ -112,6 +121,12 @@ func readRecord(ctx context.Context, c client.Reader, node, leaseNamespace strin
 	if err == nil {
 		rec.Lease = l
 	} else if err := tolerate(err, "the node lease"); err != nil {
+		return rec, nil, err
+	}
+	bmcs, err := hostBMCs(ctx, c, managerNamespace, bmcaccess.Host{Node: node})
+	if err == nil {
+		rec.BMCs = bmcs
+	} else if err := tolerate(err, "BMCs in namespace "+managerNamespace); err != nil {
 		return rec, nil, err
 	}
 	// Events of both APIs: events.k8s.io serves core events too (the node lifecycle controller's).

@@ -36,6 +36,9 @@ const (
 	EventCleanedUp = "CleanedUp"
 	// EventPowerOnAbandoned (Warning): cleanup could not power the host back on in time.
 	EventPowerOnAbandoned = "PowerOnAbandoned"
+	// EventRemediationNotRecorded (Warning): the API server refused the remediation's record on the host's
+	// BMC for good (the manager may not patch BMC status); the request let go of the host all the same.
+	EventRemediationNotRecorded = "RemediationNotRecorded"
 
 	// What the remediation did to the node and its lease, kept as events because the Node's taints and the
 	// lease are gone once it is over (kubectl metalheal timeline reads them). Each is emitted once, when

@@ -6,8 +6,8 @@ package powercycle
 // there). It never creates a remediation request: that is the checkers' right (the remediation-requester
 // ClusterRole, config/rbac).
 //
-// Least privilege: BMCs are read-only (the BMC inventory, bmcinventory/rbac.go, writes their status
-// only). A Machine is deleted only by the escalation of a request the remediator trusts, and the
+// Least privilege: BMCs are read-only; their status is patched (the BMC inventory, bmcinventory/rbac.go,
+// writes its checks there, and the remediator each host's record of its recent remediations). A Machine is deleted only by the escalation of a request the remediator trusts, and the
 // Machine is the request's owner, so in the request's namespace: delete on Machines is granted per
 // trusted namespace (a Role in the manager's namespace here; config/components/kubeconfig-readers and the
 // Helm chart's remediationNamespaces add one in each namespace of --remediation-namespaces), never
@@ -18,6 +18,7 @@ package powercycle
 // +kubebuilder:rbac:groups=remediation.metalheal.io,resources=powercycleremediations/finalizers,verbs=update
 // +kubebuilder:rbac:groups=remediation.metalheal.io,resources=powercycleremediationtemplates,verbs=get;list;watch
 // +kubebuilder:rbac:groups=remediation.metalheal.io,resources=bmcs,verbs=get;list;watch
+// +kubebuilder:rbac:groups=remediation.metalheal.io,resources=bmcs/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;update
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;list;watch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=delete,namespace=metalheal-system

@@ -124,8 +124,8 @@ func (r *RemediationReconciler) settle(ctx context.Context, s *scope) (note stri
 
 // release lets go of the node of a deleted request, by what the node's other requests are doing (see
 // onDeletion): another request of the node that is not being deleted gets the node as it is, with this
-// request's record of the taints (passRecord; then the finalizer goes, and nothing else is touched: not the
-// power, not the taints, not the lease it relies on); of
+// request's record of the taints (passRecord; then the remediation is recorded on the host's BMC and the
+// finalizer goes, and nothing else is touched: not the power, not the taints, not the lease it relies on); of
 // several deleted together, the newest restores the node and the others wait until it has (see
 // onDeletion); the last one restores (restore).
 func (r *RemediationReconciler) release(ctx context.Context, s *scope) (ctrl.Result, error) {
@@ -144,6 +144,9 @@ func (r *RemediationReconciler) release(ctx context.Context, s *scope) (ctrl.Res
 		}
 		msg := fmt.Sprintf("Deleted while %s/%s remediates node %s: the node is left to it as it is",
 			other.Namespace, other.Name, s.status().NodeName)
+		if err := r.recordRemediation(ctx, s, remediationRecord(s.pcr, nil, letGoPassedOn, msg, s.now)); err != nil {
+			return ctrl.Result{}, err
+		}
 		r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeNormal, EventHandedOver, ActionCleanUp, "%s", msg)
 		s.log.Info("Handed the node over", "node", s.status().NodeName, "to", klog.KObj(other))
 		return ctrl.Result{}, r.letGo(ctx, s)
@@ -158,7 +161,8 @@ func (r *RemediationReconciler) release(ctx context.Context, s *scope) (ctrl.Res
 // restore ends the last remediation of the node: the host is powered back on (see needsPowerOn), the
 // taints of metalheal's remediations are removed (those recorded by this request and by the others
 // deleted with it), the node lease is released if one
-// of them holds it, and only then does the finalizer go. Each wait of the power-on (for a power-off the
+// of them holds it, the remediation is recorded on the host's BMC (see recordRemediation), and only then
+// does the finalizer go. Each wait of the power-on (for a power-off the
 // BMC accepted to land, then for the host to come on) is bounded by powerOffTimeoutSeconds: a dead BMC
 // does not keep the request forever (a warning says the host was left as it was). The node is read from
 // the API server, not the cache: a request that waited for another to restore must see what that one did.
@@ -193,6 +197,9 @@ func (r *RemediationReconciler) restore(ctx context.Context, s *scope, siblings 
 	why := "the remediation request was deleted"
 	if c := s.condition(v1alpha1.ConditionProcessing); c != nil && c.Status == metav1.ConditionTrue {
 		s.setCondition(v1alpha1.ConditionProcessing, metav1.ConditionFalse, v1alpha1.ReasonRemediationCancelled, "Stopped: "+why)
+	}
+	if err := r.recordRemediation(ctx, s, remediationRecord(s.pcr, node, letGoRestored, note, s.now)); err != nil {
+		return ctrl.Result{}, err
 	}
 	if note != "" {
 		why += "; " + note

@@ -54,8 +54,9 @@ type RemediationReconcilerOptions struct {
 	// writes carry the resourceVersion they were computed from, so a stale read never acts twice.
 	Client client.Client
 	// APIReader reads owning Machines straight from the API server (rare reads: no informer over every
-	// Machine), and node leases after the cache lost a race with one (leases.WithLiveReader). Defaults to
-	// Client.
+	// Machine), node leases after the cache lost a race with one (leases.WithLiveReader), and a host's BMC
+	// before its record of remediations is written (the cache may leave the record out:
+	// bmcaccess.SlimBMC). Defaults to Client.
 	APIReader client.Reader
 	// Clock is the only source of time.
 	Clock clock.Clock

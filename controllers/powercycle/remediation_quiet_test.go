@@ -184,6 +184,7 @@ func testWritesOfOneRemediation(t *testing.T, api *apiServer) {
 		"update Node":                         3, // the two taints on, one at a time, then both off
 		"create Lease":                        1,
 		"delete Lease":                        1,
+		"patch BMC/status":                    1, // the remediation's record on the host's BMC, once it ended
 	}))
 	// One event per phase entered, and one per change to the node and its lease, which kubectl metalheal
 	// timeline reads once the taints and the lease are gone.

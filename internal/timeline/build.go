@@ -75,6 +75,9 @@ type Record struct {
 	// Events are events that may concern the node (Build picks those about the Node, its requests and the
 	// checks that remediated it).
 	Events []eventsv1.Event
+	// BMCs are the host's BMC objects (one, unless misconfigured): their status.recentRemediations record
+	// the host's remediations that ended, after their requests and events are gone.
+	BMCs []v1alpha1.BMC
 }
 
 // Timeline is a node's story rebuilt from a Record.
@@ -113,6 +116,17 @@ type candidate struct {
 	// checkWide marks a check's warning about all its nodes (a storm): it belongs to the story only while
 	// the story lasts.
 	checkWide bool
+	// recorded marks a step told by a BMC's record of an ended remediation: coarser (to the second) and
+	// terser than the request's status and events, it is shown only when they do not show the step.
+	recorded bool
+}
+
+// key is what tells a candidate's step from another's: the step, or for a note its label.
+func (c candidate) key() string {
+	if c.step == StepNote {
+		return "note " + c.label
+	}
+	return c.step.String()
 }
 
 // at is when the candidate happened in a story that starts at start: its first sighting, or for a
@@ -128,7 +142,9 @@ func (c candidate) at(start time.Time) (time.Time, bool) {
 
 // Build tells the story of the latest remediation of r.Node from what the cluster keeps, in the words
 // the demo uses. The failure's own moment is not on record in a real cluster: times count from the first
-// record of it (the node going NotReady, or else the request's creation).
+// record of it (the node going NotReady, or else the request's creation). A step the BMC's record of an
+// ended remediation tells is shown only when the request's status, the events, the Node and the lease do
+// not: each step once.
 func Build(r Record) Timeline {
 	cands := candidates(r)
 	tl := Timeline{Node: r.Node}
@@ -174,12 +190,16 @@ func Build(r Record) Timeline {
 		}
 	}
 	ended := false
+	shown := map[string]bool{} // the steps the request's status, events, the Node and the lease show
 	for _, c := range cands {
 		ended = ended || c.step == StepEMRGone
+		if _, ok := c.at(tl.Start); ok && !c.recorded {
+			shown[c.key()] = true
+		}
 	}
 	for _, c := range cands {
 		t, ok := c.at(tl.Start)
-		if !ok || (c.step != StepNote && seen[c.step]) || (c.checkWide && ended && t.After(end)) {
+		if !ok || (c.step != StepNote && seen[c.step]) || (c.checkWide && ended && t.After(end)) || (c.recorded && shown[c.key()]) {
 			continue
 		}
 		seen[c.step] = true
@@ -251,6 +271,14 @@ func candidates(r Record) []candidate {
 		e := &r.Events[i]
 		if e.Reason == ReasonRemediationCreated && e.Related != nil && e.Related.Kind == "Node" && e.Related.Name == r.Node {
 			checks[e.Regarding.Kind+"/"+e.Regarding.Namespace+"/"+e.Regarding.Name] = true
+		}
+	}
+	for i := range r.BMCs {
+		for _, rec := range r.BMCs[i].Status.RecentRemediations {
+			if rec.NodeName == r.Node {
+				names[rec.Name] = true
+				out = append(out, recordCandidates(rec, r.BMCs[i].ResourceVersion)...)
+			}
 		}
 	}
 	for i := range r.Requests {
@@ -326,6 +354,43 @@ func requestCandidates(p *v1alpha1.PowerCycleRemediation, lease *coordinationv1.
 		}
 	}
 	add(StepEMRDeleted, "", p.DeletionTimestamp, RequestDeletingDetail)
+	return out
+}
+
+// recordCandidates are the steps a BMC's record of an ended remediation tells: the request's creation, the
+// power changes and how it ended (a request deleted before any outcome is told as gone when its clean-up
+// was done). rv is the BMC's resourceVersion.
+func recordCandidates(rec v1alpha1.RemediationRecord, rv string) []candidate {
+	var out []candidate
+	add := func(s Step, label string, t *metav1.Time, d string) {
+		if t != nil && !t.IsZero() {
+			out = append(out, candidate{step: s, label: label, first: t.Time, detail: d, revision: rv, recorded: true})
+		}
+	}
+	by := "?"
+	if hc := rec.HealthCheck; hc != nil {
+		by = hc.Kind + " " + hc.Name
+	}
+	add(StepEMRCreated, "", &rec.Started, RecordedRequestDetail(rec.Kind, rec.Namespace, rec.Name, by))
+	for _, c := range rec.PowerChanges {
+		if c.Target == v1alpha1.PowerOff {
+			add(StepPoweringOff, "", &c.Requested, PoweringOffDetail)
+			add(StepPoweredOff, "", c.Confirmed, PoweredOffDetail)
+		} else {
+			add(StepPoweringOn, "", &c.Requested, PoweringOnDetail)
+			add(StepPoweredOn, "", c.Confirmed, PoweredOnDetail)
+		}
+	}
+	switch rec.Result {
+	case v1alpha1.RemediationSucceeded:
+		add(StepRemediated, "", &rec.Finished, rec.Message)
+	case v1alpha1.RemediationFailed:
+		add(StepNote, WarningLabel(v1alpha1.PhaseFailed), &rec.Finished, rec.Message)
+	case v1alpha1.RemediationHandedOver:
+		add(StepNote, HandedOverLabel, &rec.Finished, rec.Message)
+	case v1alpha1.RemediationCancelled:
+		add(StepEMRGone, "", &rec.Finished, rec.Message)
+	}
 	return out
 }
 

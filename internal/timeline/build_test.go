@@ -67,6 +67,24 @@ func readyNode(status corev1.ConditionStatus, since time.Time, taints ...corev1.
 	return n
 }
 
+// recorded is the host's BMC once the remediation of finished(0) ended: its record, to the second.
+func recorded(result v1alpha1.RemediationResult, message string) []v1alpha1.BMC {
+	tm := func(s float64) metav1.Time { return metav1.NewTime(at(s).Truncate(time.Second)) }
+	ptm := func(s float64) *metav1.Time { return ptr.To(tm(s)) }
+	return []v1alpha1.BMC{{ObjectMeta: metav1.ObjectMeta{Namespace: "metalheal-system", Name: "w-2", ResourceVersion: "77"},
+		Status: v1alpha1.BMCStatus{RecentRemediations: []v1alpha1.RemediationRecord{
+			{Kind: "PowerCycleRemediation", Namespace: "ns", Name: "earlier", UID: "u-0", NodeName: "w-2",
+				Started: metav1.NewTime(at(-86400)), Finished: metav1.NewTime(at(-86340)), Result: v1alpha1.RemediationFailed},
+			{Kind: "PowerCycleRemediation", Namespace: "ns", Name: "w-2", UID: "u-1", NodeName: "w-2",
+				HealthCheck: &v1alpha1.HealthCheckReference{APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "NodeHealthCheck", Name: "demo"},
+				Started:     tm(13.5), Finished: tm(19.2), Result: result, Reason: "NodeReady", Attempts: 1, Message: message,
+				PowerChanges: []v1alpha1.PowerChange{
+					{Target: v1alpha1.PowerOff, Requested: tm(13.6), Confirmed: ptm(14.8)},
+					{Target: v1alpha1.PowerOn, Requested: tm(14.9), Confirmed: ptm(16.0)},
+				}},
+		}}}}
+}
+
 func TestBuild(t *testing.T) {
 	other := corev1.ObjectReference{Kind: "Node", Name: "w-1"}
 	tests := []struct {
@@ -111,6 +129,48 @@ func TestBuild(t *testing.T) {
 			wantAt:      map[Step]float64{StepLeaseTaken: 5.55, StepCordoned: 5.65, StepTaintsRemoved: 11.1, StepLeaseReleased: 14.6},
 			wantDetails: map[Step]string{StepCordoned: "said NodeCordoned", StepLeaseReleased: "said NodeLeaseReleased"},
 			notOnRecord: []Step{StepHostOff, StepHostOn},
+		},
+		{
+			name: "the events expired, the request gone: the BMC's record tells the last remediation, the Node its return",
+			record: Record{Node: "w-2", NodeObject: readyNode(corev1.ConditionTrue, at(18.9)),
+				BMCs: recorded(v1alpha1.RemediationSucceeded, "Node w-2 is Ready again after 1 attempt(s)")},
+			wantStart: at(13),
+			want: []Step{StepEMRCreated, StepPoweringOff, StepPoweredOff, StepPoweringOn, StepPoweredOn, StepNodeReady,
+				StepRemediated},
+			wantAt: map[Step]float64{StepEMRCreated: 0, StepPoweredOff: 1, StepNodeReady: 5.9, StepRemediated: 6},
+			wantDetails: map[Step]string{
+				StepEMRCreated:  "PowerCycleRemediation ns/w-2, by NodeHealthCheck demo (as recorded on the host's BMC)",
+				StepPoweredOff:  PoweredOffDetail,
+				StepRemediated:  "Node w-2 is Ready again after 1 attempt(s)",
+				StepPoweringOff: PoweringOffDetail,
+			},
+			notOnRecord: []Step{StepNotReady, StepLeaseTaken, StepCordoned, StepHostOff, StepFenced, StepHostOn,
+				StepTaintsRemoved, StepEMRDeleted, StepEMRGone, StepLeaseReleased},
+		},
+		{
+			name: "the events and the BMC's record of the same remediation: each step once, in the events' words",
+			record: Record{Node: "w-2", NodeObject: readyNode(corev1.ConditionTrue, at(18.9)), Events: finished(0),
+				BMCs: recorded(v1alpha1.RemediationSucceeded, "Node w-2 is Ready again after 1 attempt(s)")},
+			wantStart: at(8),
+			want: []Step{StepNotReady, StepEMRCreated, StepPoweringOff, StepPoweredOff, StepPoweringOn, StepPoweredOn,
+				StepNodeReady, StepRemediated, StepEMRDeleted, StepEMRGone},
+			wantAt:      map[Step]float64{StepEMRCreated: 5.5, StepRemediated: 11.2},
+			wantDetails: map[Step]string{StepEMRCreated: "said RemediationCreated", StepPoweredOff: "said PoweredOff", StepRemediated: "said Remediated"},
+		},
+		{
+			name: "a failure the BMC recorded is a note, once beside the remediator's own warning",
+			record: Record{Node: "w-2", BMCs: recorded(v1alpha1.RemediationFailed, "2 attempts failed"),
+				Events: []eventsv1.Event{warn(ev(ReasonRemediationFailed, 19.3, pcrRef, nil, false))}},
+			wantStart: at(13),
+			want:      []Step{StepEMRCreated, StepPoweringOff, StepPoweredOff, StepPoweringOn, StepPoweredOn},
+			wantNotes: []string{"WARNING Failed"},
+		},
+		{
+			name:        "a request cancelled by its deletion: gone once its clean-up was done",
+			record:      Record{Node: "w-2", BMCs: recorded(v1alpha1.RemediationCancelled, "The request was deleted in phase WaitingForNode, after 1 attempt(s)")},
+			wantStart:   at(13),
+			want:        []Step{StepEMRCreated, StepPoweringOff, StepPoweredOff, StepPoweringOn, StepPoweredOn, StepEMRGone},
+			wantDetails: map[Step]string{StepEMRGone: "The request was deleted in phase WaitingForNode, after 1 attempt(s)"},
 		},
 		{
 			name: "a check's event written after the remediator's record of what followed is moved before it",

@@ -139,6 +139,16 @@ func RequestCreator(p *v1alpha1.PowerCycleRemediation) string {
 	return by
 }
 
+// RecordedRequestDetail names a request as its host's BMC recorded it, once it had ended: its kind, its
+// namespace and name, and the health check that created it ("?" when unknown).
+func RecordedRequestDetail(kind, namespace, name, by string) string {
+	return fmt.Sprintf("%s %s/%s, by %s (as recorded on the host's BMC)", kind, namespace, name, by)
+}
+
+// HandedOverLabel is the label of a note of a request that let go of its node as it was, for another
+// request of the node to carry on.
+const HandedOverLabel = "handed over"
+
 // LeaseTakenDetail is the lease's line.
 func LeaseTakenDetail(namespace, name, holder string) string {
 	return fmt.Sprintf("%s/%s held by %s: nobody else (node maintenance, another check) acts on the node", namespace, name, holder)

@@ -45,6 +45,9 @@ var _ = Describe("A node whose kubelet hangs", func() {
 		pcr := pcrKey(broken)
 		waitPhase(ctx, pcr, v1alpha1.PhaseWaitingForNode, detectWait)
 		Expect(resets(broken)).To(Equal(powerCycledOnce))
+		request, err := getPCR(ctx, pcr)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(request).NotTo(BeNil())
 
 		By("Kubernetes force-deletes the pod: taint eviction, then PodGC, while the node is down")
 		Eventually(func() bool { return tl.has(podObj, "deleted", start) }).
@@ -88,6 +91,9 @@ var _ = Describe("A node whose kubelet hangs", func() {
 			Expect(ok).To(BeTrue(), "%s %s did not happen after %s:\n%s", step.object, step.what, at.Format("15:04:05.000"), tl.dump(start, broken, "db-0"))
 			at = t
 		}
+
+		By("the host's BMC keeps the record of the remediation its request no longer shows")
+		expectRecorded(ctx, broken, request, v1alpha1.RemediationSucceeded)
 
 		By("nothing is left behind; the bystander was never touched")
 		expectSettled(ctx, nodes...)
