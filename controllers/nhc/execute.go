@@ -185,7 +185,6 @@ func (r *Reconciler) tidy(ctx context.Context, lm *leases.Manager, p *plan) []er
 				return
 			}
 			r.recent.deleted(ref, r.clock.Now())
-			r.cpStarts.ended(p.nodeOf(ref))
 			log.V(4).Info("Deleted remediation request", "request", ref.String())
 		})
 	}
@@ -320,7 +319,6 @@ func (r *Reconciler) takeLeaseAfter(ctx context.Context, lm *leases.Manager, nod
 			return createResult{err: fmt.Errorf("node %s: %s; deleting %s again: %w", node.Name, lease.skipMessage, res.ref, err)}
 		}
 		r.recent.deleted(res.ref, r.clock.Now())
-		r.cpStarts.ended(node.Name)
 		return lease
 	default:
 		// The request stands and its remediator waits for the lease or takes it; the next reconcile
@@ -407,9 +405,6 @@ func (r *Reconciler) createRequest(ctx context.Context, lm *leases.Manager, chec
 	case err == nil:
 		rem.Started = metav1.Time{Time: r.clock.Now()}
 		r.recent.created(remediationObject{Ref: ref, TemplateName: st.Ref.Name, Created: rem.Started.Time}, rem.Started.Time)
-		if isControlPlane(node) {
-			r.cpStarts.started(node.Name, rem.Started.Time)
-		}
 		return createResult{remediation: rem, ref: ref}
 	case apierrors.IsAlreadyExists(err):
 		existing := &unstructured.Unstructured{}

@@ -128,15 +128,10 @@ func (r *Reconciler) selectNodes(ctx context.Context, sel labels.Selector) ([]*c
 
 // controlPlaneLeased adds to BusyControlPlane the control-plane Nodes whose lease someone else holds
 // (node maintenance, another remediator): one control-plane Node down at a time, whoever took it down.
-// It also adds those this process started remediating a moment ago, which other checks' status in the
-// cache may not show yet.
+// What the cache does not show yet (another check's start a moment ago) the control-plane claim's live
+// read catches when the lease is taken (execute).
 func (r *Reconciler) controlPlaneLeased(ctx context.Context, in *observed) error {
 	now := r.clock.Now()
-	for _, name := range r.cpStarts.recent(now) {
-		if !slices.Contains(in.BusyControlPlane, name) {
-			in.BusyControlPlane = append(in.BusyControlPlane, name)
-		}
-	}
 	for name, l := range in.Leases {
 		if l.Holder == in.Holder || !l.ValidAt(now) || slices.Contains(in.BusyControlPlane, name) {
 			continue
@@ -621,41 +616,4 @@ func (rw *recentWrites) seen(ref emrRef, now time.Time) (deleted bool) {
 	}
 	delete(rw.objs, ref)
 	return false
-}
-
-// controlPlaneStarts remembers the control-plane Nodes this process started remediating, for
-// recentWriteTTL or until their requests are deleted, so that the one-at-a-time rule holds between
-// checks even before the cache shows the other check's status.
-type controlPlaneStarts struct {
-	mu    sync.Mutex
-	nodes map[string]time.Time
-}
-
-func (c *controlPlaneStarts) started(node string, at time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.nodes == nil {
-		c.nodes = map[string]time.Time{}
-	}
-	c.nodes[node] = at
-}
-
-func (c *controlPlaneStarts) ended(node string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.nodes, node)
-}
-
-func (c *controlPlaneStarts) recent(now time.Time) []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []string
-	for node, at := range c.nodes {
-		if now.Sub(at) > recentWriteTTL {
-			delete(c.nodes, node)
-			continue
-		}
-		out = append(out, node)
-	}
-	return out
 }

@@ -101,7 +101,6 @@ type Reconciler struct {
 	// manager.
 	nodeStore toolscache.Store
 	recent    recentWrites
-	cpStarts  controlPlaneStarts
 	cpClaim   *gates.ControlPlaneClaim
 
 	// skipNameValidation lets tests start several managers in one process.
