@@ -7,6 +7,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
@@ -24,7 +26,10 @@ var _ = Describe("A check in dry run", func() {
 		failing := nodes[:2]
 		reportOnFailure(start, nodes...)
 		createTemplate(ctx, harness.Namespace, group, remediation())
-		createNodeHealthCheck(ctx, group, func(c *v1alpha1.NodeHealthCheck) { c.Spec.DryRun = true })
+		createNodeHealthCheck(ctx, group, func(c *v1alpha1.NodeHealthCheck) {
+			c.Spec.DryRun = true
+			c.Spec.MaxUnhealthy = ptr.To(intstr.FromString("100%")) // two of three: within the budget
+		})
 
 		By("two of three nodes fail")
 		for _, n := range failing {
