@@ -35,8 +35,8 @@ const defaultLeaseDuration = 10 * time.Minute
 // skipped metric, the NodeHealthCheck's.
 const (
 	blockedOwnedByOtherCheck blocker = "OwnedByOtherCheck"
-	blockedControlPlaneBusy  blocker = "ControlPlaneBusy"
-	blockedLeaseHeld         blocker = blocker(v1alpha1.ReasonLeaseHeldByOther)
+	blockedControlPlaneBusy  blocker = gates.SkipControlPlaneBusy
+	blockedLeaseHeld         blocker = gates.SkipLeaseHeldByOther
 	blockedRemediationExists blocker = "RemediationExists"
 	// blockedStormCooldown: the storm is over but stormCooldownDuration has not passed.
 	blockedStormCooldown blocker = "StormCooldown"
@@ -246,18 +246,15 @@ func isControlPlaneTarget(o observedTarget) bool {
 // safety applies the gates across the Machines of one plan: the control-plane targets this check is
 // remediating are busy, and each gated target admitted adds itself.
 type safety struct {
-	in   planInput
-	busy map[string]bool
+	in  planInput
+	adm *gates.Admission
 }
 
 func newSafety(in planInput) *safety {
-	s := &safety{in: in, busy: map[string]bool{}}
-	for _, n := range in.Safety.BusyControlPlane {
-		s.busy[n] = true
-	}
+	s := &safety{in: in, adm: gates.NewAdmission(in.Safety.Holder, in.Safety.Leases, in.Safety.BusyControlPlane, in.Now)}
 	for _, o := range in.Machines {
 		if remediating(o) && isControlPlaneTarget(o) {
-			s.busy[cpKey(o.Machine)] = true
+			s.adm.Busy(cpKey(o.Machine))
 		}
 	}
 	return s
@@ -294,21 +291,12 @@ func (s *safety) gate(o observedTarget, started bool, now time.Time) (blocker, s
 				who, node), time.Time{}
 		}
 	}
-	cp := isControlPlaneTarget(o)
-	if other := gates.ControlPlaneBusy(s.busy, cpKey(o.Machine)); cp && other != "" {
-		return blockedControlPlaneBusy, gates.ControlPlaneBusyMessage("node", other), time.Time{}
+	key := ""
+	if isControlPlaneTarget(o) {
+		key = cpKey(o.Machine)
 	}
-	if node != "" {
-		if l := s.in.Safety.Leases[node]; true {
-			if retry, held := l.HeldByOther(s.in.Safety.Holder, now); held {
-				return blockedLeaseHeld, l.HeldMessage(), retry
-			}
-		}
-	}
-	if cp {
-		s.busy[cpKey(o.Machine)] = true
-	}
-	return notBlocked, "", time.Time{}
+	reason, msg, retry := s.adm.Admit(key, node)
+	return blocker(reason), msg, retry
 }
 
 // owner applies the overlapping rule (internal/gates) to a Machine this check finds unhealthy: "" when

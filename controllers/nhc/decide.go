@@ -29,8 +29,8 @@ import (
 const (
 	SkipExcluded          = "Excluded"
 	SkipOwnedByOtherCheck = "OwnedByOtherCheck"
-	SkipControlPlaneBusy  = "ControlPlaneBusy"
-	SkipLeaseHeldByOther  = v1alpha1.ReasonLeaseHeldByOther
+	SkipControlPlaneBusy  = gates.SkipControlPlaneBusy
+	SkipLeaseHeldByOther  = gates.SkipLeaseHeldByOther
 	SkipRemediationExists = "RemediationExists"
 )
 
@@ -515,30 +515,21 @@ func (d *decider) admitCandidates() {
 	slices.SortFunc(d.cands, func(a, b candidate) int {
 		return cmp.Or(a.expiredAt.Compare(b.expiredAt), cmp.Compare(a.name, b.name))
 	})
-	busy := map[string]bool{}
-	for _, name := range d.in.BusyControlPlane {
-		busy[name] = true
-	}
+	adm := gates.NewAdmission(d.in.Holder, d.in.Leases, d.in.BusyControlPlane, d.now)
 	for name, ours := range d.in.Ours {
 		if w := d.work[name]; len(ours) > 0 && w != nil && w.node != nil && isControlPlane(w.node) {
-			busy[name] = true
+			adm.Busy(name)
 		}
 	}
 	for _, c := range d.cands {
-		cp := isControlPlane(c.node)
-		if other := gates.ControlPlaneBusy(busy, c.name); cp && other != "" {
-			d.p.skip(c.entry, c.prev, SkipControlPlaneBusy, gates.ControlPlaneBusyMessage("node", other), c.why)
+		cpKey := ""
+		if isControlPlane(c.node) {
+			cpKey = c.name
+		}
+		if reason, msg, retry := adm.Admit(cpKey, c.name); reason != "" {
+			d.p.skip(c.entry, c.prev, reason, msg, c.why)
+			d.p.at(retry)
 			continue
-		}
-		if l := d.in.Leases[c.name]; true {
-			if retry, held := l.HeldByOther(d.in.Holder, d.now); held {
-				d.p.skip(c.entry, c.prev, SkipLeaseHeldByOther, l.HeldMessage(), c.why)
-				d.p.at(retry)
-				continue
-			}
-		}
-		if cp {
-			busy[c.name] = true
 		}
 		st := d.in.Steps[c.step]
 		if d.in.Check.Spec.DryRun {
