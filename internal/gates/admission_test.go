@@ -37,7 +37,7 @@ func TestAdmission(t *testing.T) {
 				g.Expect(reason).To(Equal(o.wantReason), "%+v", o)
 				g.Expect(msg == "").To(Equal(o.wantReason == ""))
 				if o.wantReason == SkipLeaseHeldByOther {
-					g.Expect(retry).To(Equal(now.Add(time.Minute + time.Second)), "looked at again a second after the lease runs out")
+					g.Expect(retry).To(Equal(now.Add(time.Minute+time.Second)), "looked at again a second after the lease runs out")
 				}
 			}
 		})
