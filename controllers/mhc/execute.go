@@ -85,7 +85,7 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm *leases.Manager, mhc 
 		}
 	}
 	for _, req := range t.TimeOut {
-		if err := r.timeOutRequest(ctx, req); err != nil {
+		if err := engine.MarkTimedOut(ctx, r.client, engine.RefOf(req), r.clock.Now()); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -142,16 +142,6 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm *leases.Manager, mhc 
 func (r *Reconciler) patchMachineConditions(ctx context.Context, t *targetPlan) error {
 	if err := r.writeMachineConditions(ctx, t.Machine, t.Conditions); err != nil {
 		return fmt.Errorf("setting conditions on Machine %s: %w", t.Machine.Name, err)
-	}
-	return nil
-}
-
-// timeOutRequest marks a request timed out, telling its remediator to stop and clean up.
-func (r *Reconciler) timeOutRequest(ctx context.Context, req *unstructured.Unstructured) error {
-	marked := req.DeepCopy()
-	template.MarkTimedOut(marked, r.clock.Now())
-	if err := r.client.Patch(ctx, marked, client.MergeFrom(req)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("marking %s %s/%s timed out: %w", req.GetKind(), req.GetNamespace(), req.GetName(), err)
 	}
 	return nil
 }

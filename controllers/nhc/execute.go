@@ -169,7 +169,7 @@ func (r *Reconciler) tidy(ctx context.Context, lm *leases.Manager, p *plan) []er
 	var released []event // the lease is gone with the remediation: its event is the record of its release
 	for _, ref := range p.TimeOuts {
 		jobs = append(jobs, func(ctx context.Context) {
-			if err := r.markTimedOut(ctx, ref); err != nil {
+			if err := engine.MarkTimedOut(ctx, r.client, ref, r.clock.Now()); err != nil {
 				fail(err)
 			}
 		})
@@ -435,16 +435,6 @@ func (r *Reconciler) createRequest(ctx context.Context, lm *leases.Manager, chec
 // fails, and the error says why.
 func (r *Reconciler) requestLease(ctx context.Context, lm *leases.Manager, node *corev1.Node, from ...string) error {
 	return lm.RequestLeaseFrom(ctx, node, r.opts.LeaseDuration, from...)
-}
-
-// markTimedOut sets the timed-out annotation on a request: the remediator must stop and clean up.
-func (r *Reconciler) markTimedOut(ctx context.Context, ref emrRef) error {
-	obj := objectFor(ref)
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, template.AnnotationTimedOut, r.clock.Now().UTC().Format(time.RFC3339))
-	if err := r.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("marking %s timed out: %w", ref, err)
-	}
-	return nil
 }
 
 // deleteRemediation deletes a request; the remediator's finalizer may keep it a while.

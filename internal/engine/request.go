@@ -1,9 +1,14 @@
 package engine
 
 import (
+	"context"
+	"fmt"
+	"time"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/internal/template"
@@ -45,4 +50,20 @@ func Condition(obj client.Object, condType string) (*metav1.Condition, error) {
 		return template.FindCondition(o, condType)
 	}
 	return nil, nil
+}
+
+// MarkTimedOut marks the request ref timed out at now (template.AnnotationTimedOut, a merge patch: the
+// remediator's own fields are left alone): its step has ended and the remediator must let go of the host.
+// A request gone is nothing to do.
+func MarkTimedOut(ctx context.Context, c client.Client, ref Ref, now time.Time) error {
+	obj := &unstructured.Unstructured{}
+	obj.SetAPIVersion(ref.APIVersion)
+	obj.SetKind(ref.Kind)
+	obj.SetNamespace(ref.Namespace)
+	obj.SetName(ref.Name)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, template.AnnotationTimedOut, now.UTC().Format(time.RFC3339))
+	if err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("marking %s timed out: %w", ref, err)
+	}
+	return nil
 }
