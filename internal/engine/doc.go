@@ -1,14 +1,24 @@
 // Package engine holds the rules the NodeHealthCheck and the MachineHealthCheck share, written once and
 // decided as pure functions of what a check observed and now. The two controllers are adapters around
 // it: each says which targets its kind selects (Nodes, Machines), how a target's health is read, and how
-// a remediation is written; the engine decides what happens to a target's remediation.
+// a remediation is written; the engine (with internal/gates, internal/budget, internal/backoff and
+// internal/template) decides what happens to a target's remediation.
 //
-// Escalate walks a target's remediation steps: it ends the current step when its timeout passes or its
-// request reports Succeeded=False (marking the request timed out, except the last step's failed request,
-// which is left as its remediator left it), asks again for a current request that vanished, starts the
-// next step once every ended step's request is finished with the host (one hand per host:
-// template.HandOver), and says when to look again. Its memory is the check's status: one Record per step
-// started, adopted from the requests themselves when the status lost them.
+//   - Escalate walks a target's remediation steps: it ends the current step when its timeout passes, its
+//     request reports Succeeded=False, or its step left the spec (marking the request timed out, except
+//     the last step's failed request, which is left as its remediator left it), asks again for a current
+//     request that vanished, starts the next step once every ended step's request is finished with the
+//     host (one hand per host: template.HandOver), and says when to look again. Its memory is the check's
+//     status: one Record per step started, adopted from the requests themselves when the status lost them.
+//   - DecideCheckWide sets the check-wide conditions (Paused, RemediationAllowed, StormActive with its
+//     cooldown) from the budget and the pause requests.
+//   - HealthyHold keeps a target healthy again under remediation for healthyDelay, or until a person
+//     confirms it (a negative delay); Unconfirm removes the confirmation once it has served.
+//   - Dry run (SkipDryRun, WouldCreate): a check decides everything and starts nothing.
+//   - NodeChanged and LeaseChanged are the watch filters both kinds use; RequeueAfter is when a check is
+//     looked at again; RequestOf and MarkTimedOut read and mark a remediation request of any kind.
 //
-// docs/healthchecks.md describes these rules for administrators.
+// The admission gates (overlap, control plane one at a time, node leases: gates.Admission and
+// gates.ControlPlaneClaim) live in internal/gates. Package enginetest holds the table both checkers must
+// pass. docs/healthchecks.md describes these rules for administrators.
 package engine
