@@ -131,8 +131,10 @@ func (r *RemediationReconciler) awaitHost(ctx context.Context, s *scope, step ho
 	case result == v1alpha1.HostRequestRebooted:
 		return r.endHostWait(ctx, s, step, result, fmt.Sprintf("node %s went down %s after the %s and is on again",
 			s.status().NodeName, (*rec).WentDown.Sub((*rec).Requested.Time), step.what))
+	case result == v1alpha1.HostRequestTimedOut && s.status().PowerRequest == nil:
+		return timedOut(fmt.Sprintf("no %s was sent within %s: the BMC answered too late to see it answered", step.what, step.timeout))
 	case result == v1alpha1.HostRequestTimedOut:
-		return timedOut(r.unsentOr(s, step, fmt.Sprintf("node %s still reads %s %s after the %s", s.status().NodeName, state, step.timeout, step.what)))
+		return timedOut(fmt.Sprintf("node %s still reads %s %s after the %s", s.status().NodeName, state, step.timeout, step.what))
 	case downNow:
 		(*rec).WentDown = new(stamp(s.now))
 	}
@@ -169,7 +171,7 @@ func hostRecord(s *scope, step hostStep) **v1alpha1.HostRequest {
 	return step.record(a)
 }
 
-// unsentOr is why, or, when the request was never sent, why that was so.
+// unsentOr is why the wait ended, saying so when the request was never sent.
 func (r *RemediationReconciler) unsentOr(s *scope, step hostStep, why string) string {
 	if s.status().PowerRequest == nil {
 		return fmt.Sprintf("no %s was sent within %s: %s", step.what, step.timeout, why)

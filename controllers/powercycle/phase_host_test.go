@@ -100,6 +100,7 @@ func TestHostRequestsBeforePowerOff(t *testing.T) {
 		"DumpThenGracefulThenForced":              testDumpThenGracefulThenForced,
 		"RestartMidWait":                          testRestartMidHostWait,
 		"HostAlreadyOffIsSentNothing":             testHostAlreadyOffIsSentNothing,
+		"BMCUnusableThroughTheWait":               testBMCUnusableThroughTheWait,
 		"DeletedWhileTheHostDumps":                testDeletedWhileTheHostDumps,
 		"IPMIAgainstIPMISim":                      testHostRequestsThroughIPMISim,
 	} {
@@ -478,6 +479,34 @@ func testHostAlreadyOffIsSentNothing(t *testing.T, api *apiServer) {
 	g.Expect(a.DiagnosticInterrupt.Requested).To(BeNil())
 	g.Expect(a.DiagnosticInterrupt.Message).To(ContainSubstring("off already: no diagnostic interrupt was sent"))
 	g.Expect(a.GracefulShutdown).To(BeNil(), "the next step after an off host is the power-off, which confirms it")
+}
+
+// A BMC that cannot be used for the whole wait: nothing is sent, the wait ends at its bound (TimedOut,
+// saying why), and the power-off phase takes over with its own bound; once the BMC answers, the host is
+// powered off by force, the interrupt never sent.
+func testBMCUnusableThroughTheWait(t *testing.T, api *apiServer) {
+	g := NewWithT(t)
+	w, hosts := fakeHosts(t, api)
+	node := w.fakeHost("worker", nil)
+	host := hosts.Driver(fakeAddress(node))
+	host.FailAlways(bmc.OperationPowerState, &bmc.Error{Driver: "fake", Operation: bmc.OperationPowerState, Kind: bmc.ErrUnreachable, Err: errors.New("no answer")})
+	key := w.nhcRemediation(node, hostSpec(60, 0))
+
+	w.drive(key, same(w.reconciler()), nil, untilPhase(v1alpha1.PhasePoweringOff))
+
+	p := w.get(key)
+	a := firstAttempt(g, p)
+	g.Expect(a.DiagnosticInterrupt.Result).To(Equal(v1alpha1.HostRequestTimedOut))
+	g.Expect(a.DiagnosticInterrupt.Requested).To(BeNil())
+	g.Expect(a.DiagnosticInterrupt.Message).To(ContainSubstring("no diagnostic interrupt was sent within 1m0s: the BMC could not be used (Unreachable)"))
+	g.Expect(a.DiagnosticInterrupt.Ended.Sub(a.Started.Time)).To(Equal(60 * time.Second))
+	g.Expect(conditionOf(p, v1alpha1.ConditionBMCReady).Status).To(Equal(metav1.ConditionFalse))
+	g.Expect(host.CallCount(bmc.OperationDiagnose)).To(BeZero())
+
+	host.FailAlways(bmc.OperationPowerState, nil)
+	w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+	g.Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+	g.Expect(hostCalls(host)).To(Equal([]string{"Off", "On"}))
 }
 
 // The request is deleted while the host writes its dump (an NMI in flight, the host still on): the
