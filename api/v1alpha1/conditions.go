@@ -45,6 +45,8 @@ const (
 // Condition reasons.
 const (
 	ReasonRemediationStarted   = "RemediationStarted"
+	ReasonDiagnosing           = "Diagnosing"
+	ReasonShuttingDown         = "ShuttingDown"
 	ReasonPoweringOff          = "PoweringOff"
 	ReasonPoweringOn           = "PoweringOn"
 	ReasonWaitingForNode       = "WaitingForNode"

@@ -64,6 +64,44 @@ type PowerCycleRemediationSpec struct {
 	// +optional
 	// +kubebuilder:default=true
 	OutOfServiceTaint *bool `json:"outOfServiceTaint,omitempty"`
+
+	// diagnosticInterrupt, when set, asks each attempt's host for a kernel dump before its power-off: the
+	// BMC sends the host a diagnostic interrupt (an NMI: Redfish's Nmi reset, IPMI's chassis power diag,
+	// Ironic's inject_nmi), the remediator waits up to timeoutSeconds for the host to write its dump and
+	// power off or reboot on its own (phase Diagnosing), then powers it off as ever, confirmed. A BMC that
+	// cannot send one is no failure: it is recorded as NotSupported and the power-off goes on at once.
+	// Unset (the default), no interrupt is sent.
+	// +optional
+	DiagnosticInterrupt *DiagnosticInterrupt `json:"diagnosticInterrupt,omitempty"`
+
+	// gracefulShutdown, when set, asks each attempt's host to shut down (Redfish's GracefulShutdown, IPMI's
+	// chassis power soft, Ironic's soft power off) before its power is cut, and waits up to timeoutSeconds
+	// for it to be off (phase ShuttingDown, after Diagnosing); a host still on then, or a BMC that offers
+	// no graceful shutdown, is powered off by force. Unset (the default), the power is cut at once.
+	// +optional
+	GracefulShutdown *GracefulShutdown `json:"gracefulShutdown,omitempty"`
+}
+
+// DiagnosticInterrupt is the kernel dump asked of a host before it is powered off.
+type DiagnosticInterrupt struct {
+	// timeoutSeconds bounds the wait, from the interrupt, for the host to write its kernel dump and power
+	// off or reboot on its own; past it the host is powered off by force. Defaults to 300.
+	// +optional
+	// +kubebuilder:default=300
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=3600
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+}
+
+// GracefulShutdown is the shutdown asked of a host's operating system before its power is cut.
+type GracefulShutdown struct {
+	// timeoutSeconds bounds the wait, from the request, for the host to shut down; past it the host is
+	// powered off by force. Defaults to 60.
+	// +optional
+	// +kubebuilder:default=60
+	// +kubebuilder:validation:Minimum=5
+	// +kubebuilder:validation:Maximum=1800
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
 }
 
 // RetryBackoff is an exponential backoff: initial, doubled after each failed attempt, capped at max.
@@ -88,12 +126,18 @@ type RetryBackoff struct {
 
 // PowerCyclePhase is where a PowerCycleRemediation is in its state machine. The phase is the machine's
 // memory: a restarted controller resumes from it.
-// +kubebuilder:validation:Enum=Pending;PoweringOff;PoweredOff;PoweringOn;WaitingForNode;Retrying;Escalating;Succeeded;Failed
+// +kubebuilder:validation:Enum=Pending;Diagnosing;ShuttingDown;PoweringOff;PoweredOff;PoweringOn;WaitingForNode;Retrying;Escalating;Succeeded;Failed
 type PowerCyclePhase string
 
 const (
 	// PhasePending: accepted; resolving the node, its BMC and the node lease.
 	PhasePending PowerCyclePhase = "Pending"
+	// PhaseDiagnosing: a diagnostic interrupt (NMI) was sent (spec.diagnosticInterrupt); waiting for the
+	// host to write its kernel dump and power off or reboot on its own.
+	PhaseDiagnosing PowerCyclePhase = "Diagnosing"
+	// PhaseShuttingDown: a graceful shutdown was asked (spec.gracefulShutdown); waiting for the host to
+	// power off.
+	PhaseShuttingDown PowerCyclePhase = "ShuttingDown"
 	// PhasePoweringOff: power-off requested; waiting for the BMC to confirm it.
 	PhasePoweringOff PowerCyclePhase = "PoweringOff"
 	// PhasePoweredOff: power-off confirmed; the node is fenced (out-of-service taint).
@@ -119,9 +163,20 @@ type PowerCycleAttempt struct {
 	// +kubebuilder:validation:Minimum=1
 	Number int32 `json:"number"`
 
-	// started is when the power-off was requested.
+	// started is when the attempt began: its first request to the BMC (the diagnostic interrupt, the
+	// graceful shutdown or the power-off) followed at once.
 	// +required
 	Started metav1.Time `json:"started"`
+
+	// diagnosticInterrupt is the diagnostic interrupt (NMI) sent to the host before its power-off
+	// (spec.diagnosticInterrupt), and how the wait for its kernel dump ended.
+	// +optional
+	DiagnosticInterrupt *HostRequest `json:"diagnosticInterrupt,omitempty"`
+
+	// gracefulShutdown is the graceful shutdown asked of the host before its power was cut
+	// (spec.gracefulShutdown), and how the wait for it ended.
+	// +optional
+	GracefulShutdown *HostRequest `json:"gracefulShutdown,omitempty"`
 
 	// poweredOff is when the BMC confirmed the host off.
 	// +optional
@@ -150,6 +205,51 @@ type PowerCycleAttempt struct {
 	Message string `json:"message,omitempty"`
 }
 
+// HostRequestResult is how the wait after a request answered by the host itself (a diagnostic interrupt,
+// a graceful shutdown) ended.
+// +kubebuilder:validation:Enum=PoweredOff;Rebooted;TimedOut;NotSupported
+type HostRequestResult string
+
+const (
+	// HostRequestPoweredOff: the host powered off on its own.
+	HostRequestPoweredOff HostRequestResult = "PoweredOff"
+	// HostRequestRebooted: the BMC reported the host going down and coming back on (a kernel dump, then a
+	// reboot). A reboot the BMC does not report (a warm one: the power stays on) is not seen.
+	HostRequestRebooted HostRequestResult = "Rebooted"
+	// HostRequestTimedOut: the host was still on at the end of the wait (or the BMC could not be used
+	// until then).
+	HostRequestTimedOut HostRequestResult = "TimedOut"
+	// HostRequestNotSupported: the BMC does not offer the request. Not a failure: the power-off goes on.
+	HostRequestNotSupported HostRequestResult = "NotSupported"
+)
+
+// HostRequest records a request that the host itself answers, sent before its power is cut, and how the
+// wait after it ended. The forced power-off follows whatever the result.
+type HostRequest struct {
+	// requested is when the request was recorded, just before it was sent to the BMC; empty when it could
+	// not be sent (the BMC could not be used before the wait ended).
+	// +optional
+	Requested *metav1.Time `json:"requested,omitempty"`
+
+	// wentDown is when the BMC first read the host neither on nor off after the request (powering off or
+	// on): read on again later, it rebooted.
+	// +optional
+	WentDown *metav1.Time `json:"wentDown,omitempty"`
+
+	// ended is when the wait ended.
+	// +optional
+	Ended *metav1.Time `json:"ended,omitempty"`
+
+	// result is how the wait ended: PoweredOff, Rebooted, TimedOut or NotSupported; empty while it runs.
+	// +optional
+	Result HostRequestResult `json:"result,omitempty"`
+
+	// message says what was seen, or what the BMC answered.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+}
+
 // PowerRequest is a power change asked of a BMC.
 type PowerRequest struct {
 	// target is the power state asked for: On or Off.
@@ -163,8 +263,8 @@ type PowerRequest struct {
 
 // PowerCycleRemediationStatus is the remediation's state machine and its record.
 type PowerCycleRemediationStatus struct {
-	// phase is where the remediation is: Pending, PoweringOff, PoweredOff, PoweringOn, WaitingForNode,
-	// Retrying, Escalating, Succeeded or Failed.
+	// phase is where the remediation is: Pending, Diagnosing, ShuttingDown, PoweringOff, PoweredOff,
+	// PoweringOn, WaitingForNode, Retrying, Escalating, Succeeded or Failed.
 	// +optional
 	Phase PowerCyclePhase `json:"phase,omitempty"`
 
@@ -206,6 +306,8 @@ type PowerCycleRemediationStatus struct {
 
 	// powerRequest is the power change asked of the BMC in the current phase. It is recorded before the
 	// request is sent, so a restarted controller never sends it twice; every phase transition clears it.
+	// In Diagnosing and ShuttingDown it is the diagnostic interrupt or the graceful shutdown (target Off:
+	// the host is expected to power off on its own).
 	// +optional
 	PowerRequest *PowerRequest `json:"powerRequest,omitempty"`
 

@@ -221,6 +221,10 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 		{"template powerOffTimeoutSeconds negative", with(t, validTemplate, "spec.template.spec.powerOffTimeoutSeconds", int64(-1)), []string{"spec.template.spec.powerOffTimeoutSeconds", "greater than or equal to 5"}},
 		{"template backoff max < initial", with(t, validTemplate, "spec.template.spec.retryBackoff", map[string]any{"initial": "5m", "max": "1m"}), []string{"spec.template.spec.retryBackoff", "max must be at least retryBackoff.initial"}},
 		{"template missing template", with(t, validTemplate, "spec.template", nil), []string{"spec.template", "Required value"}},
+		{"template diagnostic wait 5s", with(t, validTemplate, "spec.template.spec.diagnosticInterrupt", map[string]any{"timeoutSeconds": int64(5)}), []string{"spec.template.spec.diagnosticInterrupt.timeoutSeconds", "greater than or equal to 10"}},
+		{"template diagnostic wait 2h", with(t, validTemplate, "spec.template.spec.diagnosticInterrupt", map[string]any{"timeoutSeconds": int64(7200)}), []string{"spec.template.spec.diagnosticInterrupt.timeoutSeconds", "less than or equal to 3600"}},
+		{"template graceful wait 0s", with(t, validTemplate, "spec.template.spec.gracefulShutdown", map[string]any{"timeoutSeconds": int64(0)}), []string{"spec.template.spec.gracefulShutdown.timeoutSeconds", "greater than or equal to 5"}},
+		{"template graceful wait 1h", with(t, validTemplate, "spec.template.spec.gracefulShutdown", map[string]any{"timeoutSeconds": int64(3600)}), []string{"spec.template.spec.gracefulShutdown.timeoutSeconds", "less than or equal to 1800"}},
 		// BMC
 		{"bmc unknown scheme", with(t, validBMC, "spec.address", "ftp://10.0.0.1/"), []string{"spec.address", "scheme must be one of"}},
 		{"bmc no host", with(t, validBMC, "spec.address", "redfish:///redfish/v1/Systems/1"), []string{"spec.address", "must name a host"}},
@@ -294,6 +298,15 @@ func TestDefaultsAreApplied(t *testing.T) {
 	g.Expect(spec.PowerOnTimeoutSeconds).To(Equal(int32(600)))
 	g.Expect(spec.RetryBackoff).To(Equal(&v1alpha1.RetryBackoff{Initial: metav1.Duration{Duration: 30 * time.Second}, Max: metav1.Duration{Duration: 10 * time.Minute}}))
 	g.Expect(spec.OutOfServiceTaint).To(Equal(ptrTo(true)))
+	g.Expect(spec.DiagnosticInterrupt).To(BeNil(), "no diagnostic interrupt unless asked for")
+	g.Expect(spec.GracefulShutdown).To(BeNil(), "no graceful shutdown unless asked for")
+
+	asked := with(t, validTemplate, "spec.template.spec", map[string]any{"diagnosticInterrupt": map[string]any{}, "gracefulShutdown": map[string]any{}})
+	asked.SetName("defaults-asked")
+	g.Expect(k8s.Create(ctx, asked)).To(Succeed())
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "defaults-asked"}, &gotTmpl)).To(Succeed())
+	g.Expect(gotTmpl.Spec.Template.Spec.DiagnosticInterrupt).To(Equal(&v1alpha1.DiagnosticInterrupt{TimeoutSeconds: 300}))
+	g.Expect(gotTmpl.Spec.Template.Spec.GracefulShutdown).To(Equal(&v1alpha1.GracefulShutdown{TimeoutSeconds: 60}))
 
 	bmc := with(t, validBMC, "metadata.name", "defaults")
 	g.Expect(k8s.Create(ctx, bmc)).To(Succeed())

@@ -1,7 +1,9 @@
 // Package powercycle is metalheal's bundled remediator. It reconciles PowerCycleRemediation requests
 // with an explicit state machine (Pending → PoweringOff → PoweredOff → PoweringOn → WaitingForNode →
 // Succeeded, plus Retrying, Escalating and Failed) whose only memory is the request's status, powering
-// hosts off and on through the BMC drivers of pkg/bmc. The BMC inventory, which checks every BMC object
+// hosts off and on through the BMC drivers of pkg/bmc. A spec may ask each attempt to let the host go
+// down on its own first, within bounds (phase_host.go): a diagnostic interrupt for a kernel dump
+// (Diagnosing), then a graceful shutdown (ShuttingDown), before the forced power-off. The BMC inventory, which checks every BMC object
 // for reachability, valid credentials and power state, is its subpackage bmcinventory.
 //
 // # Shape

@@ -5,7 +5,13 @@ package powercycle
 const (
 	// EventRemediationStarted (Normal): a new request was accepted (phase Pending).
 	EventRemediationStarted = "RemediationStarted"
-	// EventPoweringOff (Normal): an attempt started; the host is being powered off.
+	// EventDiagnosing (Normal): a diagnostic interrupt (NMI) is sent to the host for a kernel dump
+	// (spec.diagnosticInterrupt); waiting for it to power off or reboot on its own.
+	EventDiagnosing = "Diagnosing"
+	// EventShuttingDown (Normal): the host is asked to shut down gracefully (spec.gracefulShutdown);
+	// waiting for it to power off.
+	EventShuttingDown = "ShuttingDown"
+	// EventPoweringOff (Normal): the host is being powered off by force.
 	EventPoweringOff = "PoweringOff"
 	// EventPoweredOff (Normal): the BMC confirmed the host off; the node is being fenced.
 	EventPoweredOff = "PoweredOff"
@@ -39,6 +45,15 @@ const (
 	// EventRemediationNotRecorded (Warning): the API server refused the remediation's record on the host's
 	// BMC for good (the manager may not patch BMC status); the request let go of the host all the same.
 	EventRemediationNotRecorded = "RemediationNotRecorded"
+
+	// EventDiagnosticInterruptEnded (Normal): the wait after a diagnostic interrupt ended: the host powered
+	// off (PoweredOff) or rebooted (Rebooted) on its own, was still on (TimedOut), or the BMC cannot send
+	// one (NotSupported). The forced power-off follows.
+	EventDiagnosticInterruptEnded = "DiagnosticInterruptEnded"
+	// EventGracefulShutdownEnded (Normal): the wait after a graceful shutdown ended: the host powered off
+	// (PoweredOff), was still on (TimedOut), or the BMC offers none (NotSupported). The forced power-off
+	// follows unless it is off.
+	EventGracefulShutdownEnded = "GracefulShutdownEnded"
 
 	// What the remediation did to the node and its lease, kept as events because the Node's taints and the
 	// lease are gone once it is over (kubectl metalheal timeline reads them). Each is emitted once, when

@@ -22,6 +22,13 @@ var (
 		Buckets: []float64{5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 43200},
 	}, []string{"strategy", "result"})
 
+	// HostRequests counts the requests answered by the host itself sent before its forced power-off (a
+	// diagnostic interrupt, a graceful shutdown), by request and by how the wait after it ended.
+	HostRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "metalheal_powercycle_host_requests_total",
+		Help: "Requests answered by the host itself before its forced power-off (DiagnosticInterrupt, GracefulShutdown), by how the wait after them ended (PoweredOff, Rebooted, TimedOut, NotSupported).",
+	}, []string{"request", "result"})
+
 	// CacheWaits counts the reconciles that found the cached PowerCycleRemediation older than the latest
 	// write the remediator knows of (someone else's, after a conflict), and so waited for the cache rather
 	// than act on a stale copy.
@@ -40,5 +47,5 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(PhaseTransitions, RemediationDuration, CacheWaits, CacheSkips)
+	ctrlmetrics.Registry.MustRegister(PhaseTransitions, RemediationDuration, HostRequests, CacheWaits, CacheSkips)
 }

@@ -3,6 +3,7 @@ package powercycle
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +23,8 @@ func (r *RemediationReconciler) phaseHandlers() map[v1alpha1.PowerCyclePhase]pha
 	return map[v1alpha1.PowerCyclePhase]phaseHandler{
 		"":                           r.start,
 		v1alpha1.PhasePending:        r.pending,
+		v1alpha1.PhaseDiagnosing:     r.diagnosing,
+		v1alpha1.PhaseShuttingDown:   r.shuttingDown,
 		v1alpha1.PhasePoweringOff:    r.poweringOff,
 		v1alpha1.PhasePoweredOff:     r.poweredOff,
 		v1alpha1.PhasePoweringOn:     r.poweringOn,
@@ -36,6 +39,8 @@ func (r *RemediationReconciler) phaseHandlers() map[v1alpha1.PowerCyclePhase]pha
 // phaseEvents are the event reasons announcing the entry into each phase.
 var phaseEvents = map[v1alpha1.PowerCyclePhase]string{
 	v1alpha1.PhasePending:        EventRemediationStarted,
+	v1alpha1.PhaseDiagnosing:     EventDiagnosing,
+	v1alpha1.PhaseShuttingDown:   EventShuttingDown,
 	v1alpha1.PhasePoweringOff:    EventPoweringOff,
 	v1alpha1.PhasePoweredOff:     EventPoweredOff,
 	v1alpha1.PhasePoweringOn:     EventPoweringOn,
@@ -64,6 +69,16 @@ type phaseChange struct {
 	from, to        v1alpha1.PowerCyclePhase
 	reason, message string
 	startedAt       *time.Time // when the remediation started: Processing has been True since
+	// after, when set, is the wait that ended with this change (in Diagnosing or ShuttingDown), announced
+	// just before it.
+	after *hostWaitEnd
+}
+
+// hostWaitEnd is how the wait after a request the host answers ended (see hostStep).
+type hostWaitEnd struct {
+	step    hostStep
+	result  v1alpha1.HostRequestResult
+	message string
 }
 
 // enter sets the phase, stamps the time, clears the phase's power request and sets the contract
@@ -100,6 +115,11 @@ func (r *RemediationReconciler) enter(s *scope, to v1alpha1.PowerCyclePhase, rea
 // announce logs, emits and counts the phase changes a write has just recorded, in order.
 func (r *RemediationReconciler) announce(s *scope) {
 	for _, c := range s.entered {
+		if e := c.after; e != nil {
+			s.log.Info("Wait ended", "request", e.step.request, "result", e.result, "message", e.message)
+			r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeNormal, e.step.ended, ActionPowerCycle, "%s: %s", e.result, e.message)
+			HostRequests.WithLabelValues(e.step.request, string(e.result)).Inc()
+		}
 		s.log.Info("Phase changed", "from", c.from, "to", c.to, "reason", c.reason, "message", c.message)
 		eventType := corev1.EventTypeNormal
 		if warningPhases[c.to] {
@@ -134,10 +154,12 @@ func (r *RemediationReconciler) start(ctx context.Context, s *scope) (ctrl.Resul
 	return r.pending(ctx, s)
 }
 
-// startAttempt opens the record of a new attempt and enters PoweringOff, whose work starts at once: the
-// write that records the power-off request records the phase too. A node that does not exist (it was
-// deleted since the request was accepted, or never came while Pending waited for it) gets no power-off:
-// the attempt fails at once, and the next one follows the retry backoff.
+// startAttempt opens the record of a new attempt and enters its first phase, whose work starts at once:
+// Diagnosing when the spec asks for a diagnostic interrupt, else ShuttingDown when it asks for a graceful
+// shutdown, else PoweringOff. The write that records the phase's request to the BMC records the phase
+// too. A node that does not exist (it was deleted since the request was accepted, or never came while
+// Pending waited for it) gets no request: the attempt fails at once, and the next one follows the retry
+// backoff.
 func (r *RemediationReconciler) startAttempt(ctx context.Context, s *scope) (ctrl.Result, error) {
 	st := s.status()
 	if _, err := r.getNode(ctx, s); apierrors.IsNotFound(err) {
@@ -147,9 +169,30 @@ func (r *RemediationReconciler) startAttempt(ctx context.Context, s *scope) (ctr
 		return ctrl.Result{}, fmt.Errorf("reading node %s: %w", st.NodeName, err)
 	}
 	number := openAttempt(s, s.now)
-	r.enter(s, v1alpha1.PhasePoweringOff, v1alpha1.ReasonPoweringOff,
-		fmt.Sprintf("Attempt %d: powering off node %s through BMC %s", number, st.NodeName, st.BMCName))
-	return r.poweringOff(ctx, s)
+	return r.enterOffPhase(ctx, s, nextOffPhase(s.spec, ""), nil, fmt.Sprintf("Attempt %d: ", number))
+}
+
+// enterOffPhase enters phase to, one of the phases on the way to the forced power-off, after the wait
+// that ended (nil for none), and does its work at once. prefix starts the phase's message.
+func (r *RemediationReconciler) enterOffPhase(ctx context.Context, s *scope, to v1alpha1.PowerCyclePhase, after *hostWaitEnd, prefix string) (ctrl.Result, error) {
+	st := s.status()
+	var reason, message string
+	switch to {
+	case v1alpha1.PhaseDiagnosing:
+		reason, message = v1alpha1.ReasonDiagnosing, fmt.Sprintf("asking node %s for a kernel dump: a diagnostic interrupt (NMI) through BMC %s, then up to %s for the host to power off or reboot on its own",
+			st.NodeName, st.BMCName, s.spec.diagnosticTimeout)
+	case v1alpha1.PhaseShuttingDown:
+		reason, message = v1alpha1.ReasonShuttingDown, fmt.Sprintf("asking node %s to shut down gracefully through BMC %s; powered off by force if still on after %s",
+			st.NodeName, st.BMCName, s.spec.gracefulTimeout)
+	default:
+		reason, message = v1alpha1.ReasonPoweringOff, fmt.Sprintf("powering off node %s through BMC %s", st.NodeName, st.BMCName)
+	}
+	if prefix == "" {
+		message = strings.ToUpper(message[:1]) + message[1:]
+	}
+	r.enter(s, to, reason, prefix+message)
+	s.entered[len(s.entered)-1].after = after
+	return r.phases[to](ctx, s)
 }
 
 // openAttempt appends the record of a new attempt, started at started, and returns its number. The last

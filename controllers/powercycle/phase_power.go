@@ -28,13 +28,8 @@ func (r *RemediationReconciler) poweringOff(ctx context.Context, s *scope) (ctrl
 		deadline: s.phaseStart().Add(s.spec.powerOffTimeout),
 		// The remediation taint is claimed by the write that records the power-off request (the one
 		// that enters PoweringOff, for a request that is ready) and added right after it.
-		taints: []corev1.Taint{remediationTaint()},
-		beforeRequest: func() {
-			if r.opts.ManagerNodeName != "" && r.opts.ManagerNodeName == s.status().NodeName && s.status().ClusterName == "" {
-				r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeWarning, EventPoweringOffManagerNode, ActionPowerCycle,
-					"Powering off node %s, where this manager runs: the next manager resumes from this remediation's status", s.status().NodeName)
-			}
-		},
+		taints:        []corev1.Taint{remediationTaint()},
+		beforeRequest: func() { r.warnIfManagerNode(s) },
 		confirmed: func() (ctrl.Result, error) {
 			if a := s.currentAttempt(); a != nil {
 				a.PoweredOff = new(stamp(s.now))
@@ -51,6 +46,15 @@ func (r *RemediationReconciler) poweringOff(ctx context.Context, s *scope) (ctrl
 			return r.poweredOff(ctx, s)
 		},
 	})
+}
+
+// warnIfManagerNode warns, just before a request that takes the host down is sent, when the node is the
+// one this manager runs on.
+func (r *RemediationReconciler) warnIfManagerNode(s *scope) {
+	if r.opts.ManagerNodeName != "" && r.opts.ManagerNodeName == s.status().NodeName && s.status().ClusterName == "" {
+		r.opts.Recorder.Eventf(s.pcr, nil, corev1.EventTypeWarning, EventPoweringOffManagerNode, ActionPowerCycle,
+			"Powering off node %s, where this manager runs: the next manager resumes from this remediation's status", s.status().NodeName)
+	}
 }
 
 // powerWait is one wait for the BMC to report a power state.

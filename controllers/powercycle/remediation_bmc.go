@@ -92,6 +92,18 @@ func (r *RemediationReconciler) readPowerFor(ctx context.Context, s *scope) (bmc
 // still be the old one. The phase does not send it again (see awaitPower and resendDue); a power-off in
 // particular goes out once per attempt.
 func (r *RemediationReconciler) requestPower(ctx context.Context, s *scope, d bmc.Driver, target v1alpha1.PowerState, taints ...corev1.Taint) error {
+	return r.recordThenSend(ctx, s, target, func() error { return r.sendPower(ctx, s, d, target) }, taints...)
+}
+
+// requestOfHost is requestPower for a request the host answers (see hostStep): recorded as a power
+// request towards Off, the state the host is expected to reach on its own, then sent.
+func (r *RemediationReconciler) requestOfHost(ctx context.Context, s *scope, d bmc.Driver, step hostStep, taints ...corev1.Taint) error {
+	return r.recordThenSend(ctx, s, v1alpha1.PowerOff, func() error { return r.sendToHost(ctx, s, d, step) }, taints...)
+}
+
+// recordThenSend records a power request towards target, puts taints on the node, then sends the
+// request (see requestPower).
+func (r *RemediationReconciler) recordThenSend(ctx context.Context, s *scope, target v1alpha1.PowerState, send func() error, taints ...corev1.Taint) error {
 	st := s.status()
 	st.PowerRequest = &v1alpha1.PowerRequest{Target: target, Time: stamp(s.now)}
 	if err := r.ensureTaints(ctx, s, taints...); err != nil || s.abandoned {
@@ -100,7 +112,7 @@ func (r *RemediationReconciler) requestPower(ctx context.Context, s *scope, d bm
 		}
 		return err
 	}
-	return r.sendPower(ctx, s, d, target)
+	return send()
 }
 
 // sendPower sends a power request that is already recorded, bounded by the BMC call timeout.
@@ -119,6 +131,19 @@ func (r *RemediationReconciler) sendPower(ctx context.Context, s *scope, d bmc.D
 		return classify(err, true)
 	}
 	s.log.V(4).Info("Power change requested", "target", target, "bmc", s.status().BMCName)
+	return nil
+}
+
+// sendToHost sends a request the host answers (a diagnostic interrupt, a graceful shutdown) that is
+// already recorded, bounded by the BMC call timeout.
+func (r *RemediationReconciler) sendToHost(ctx context.Context, s *scope, d bmc.Driver, step hostStep) error {
+	callCtx, cancel := context.WithTimeout(ctx, r.opts.BMCCallTimeout)
+	defer cancel()
+	if err := step.send(callCtx, d); err != nil {
+		s.log.V(2).Info("Request to the host refused or unanswered", "request", step.request, "bmc", s.status().BMCName, "error", err.Error())
+		return classify(err, true)
+	}
+	s.log.V(4).Info("Request to the host sent", "request", step.request, "bmc", s.status().BMCName)
 	return nil
 }
 

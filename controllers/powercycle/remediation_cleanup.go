@@ -83,7 +83,8 @@ func (r *RemediationReconciler) settle(ctx context.Context, s *scope) (note stri
 	st := s.status()
 	confirmedOff := st.Phase == v1alpha1.PhasePoweredOff
 	if req := st.PowerRequest; req != nil {
-		verb, want, deadline := "power-off", bmc.PowerStateOff, s.phaseStart().Add(s.spec.powerOffTimeout)
+		bound, verb := hostRequestBound(s)
+		want, deadline := bmc.PowerStateOff, s.phaseStart().Add(bound)
 		if req.Target == v1alpha1.PowerOn {
 			verb, want, deadline = "power-on", bmc.PowerStateOn, r.powerOnStart(s).Add(s.spec.powerOnTimeout)
 		}
@@ -321,17 +322,18 @@ func (r *RemediationReconciler) ensurePoweredOn(ctx context.Context, s *scope) (
 		return trouble(err)
 	}
 	if offRequested {
-		offDeadline := req.Time.Add(s.spec.powerOffTimeout)
+		bound, verb := hostRequestBound(s)
+		offDeadline := req.Time.Add(bound)
 		if state != bmc.PowerStateOff && s.now.Before(offDeadline) {
 			s.log.V(4).Info("Waiting for the power-off the BMC accepted before powering the node back on",
 				"node", st.NodeName, "state", state, "requested", req.Time.UTC().Format(timeFormat))
 			return "", false, poll(offDeadline), nil
 		}
 		if state == bmc.PowerStateOn {
-			note = fmt.Sprintf("the power-off requested at %s was not carried out within %s; the host stayed on",
-				req.Time.UTC().Format(timeFormat), s.spec.powerOffTimeout)
-			s.log.Info("Power-off never carried out; the host is on", "node", st.NodeName,
-				"requested", req.Time.UTC().Format(timeFormat), "timeout", s.spec.powerOffTimeout)
+			note = fmt.Sprintf("the %s requested at %s was not carried out within %s; the host stayed on",
+				verb, req.Time.UTC().Format(timeFormat), bound)
+			s.log.Info("Power-off never carried out; the host is on", "node", st.NodeName, "request", verb,
+				"requested", req.Time.UTC().Format(timeFormat), "timeout", bound)
 			return note, true, ctrl.Result{}, nil
 		}
 		// Off: the power-off landed. Neither On nor Off past its deadline: it may be under way; power on.

@@ -23,6 +23,8 @@ const (
 	defaultPowerOnTimeout     = 600 * time.Second
 	defaultBackoffInitial     = 30 * time.Second
 	defaultBackoffMax         = 10 * time.Minute
+	defaultDiagnosticTimeout  = 300 * time.Second
+	defaultGracefulTimeout    = 60 * time.Second
 )
 
 // effectiveSpec is a remediation's spec with every default applied.
@@ -34,6 +36,10 @@ type effectiveSpec struct {
 	backoffInitial     time.Duration
 	backoffMax         time.Duration
 	outOfServiceTaint  bool
+	// diagnosticTimeout bounds the wait after a diagnostic interrupt; zero: none is sent.
+	diagnosticTimeout time.Duration
+	// gracefulTimeout bounds the wait after a graceful shutdown; zero: none is asked for.
+	gracefulTimeout time.Duration
 }
 
 func specOf(pcr *v1alpha1.PowerCycleRemediation) effectiveSpec {
@@ -68,6 +74,18 @@ func specOf(pcr *v1alpha1.PowerCycleRemediation) effectiveSpec {
 		}
 	}
 	s.backoffMax = max(s.backoffMax, s.backoffInitial)
+	if d := in.DiagnosticInterrupt; d != nil {
+		s.diagnosticTimeout = time.Duration(d.TimeoutSeconds) * time.Second
+		if s.diagnosticTimeout <= 0 {
+			s.diagnosticTimeout = defaultDiagnosticTimeout
+		}
+	}
+	if g := in.GracefulShutdown; g != nil {
+		s.gracefulTimeout = time.Duration(g.TimeoutSeconds) * time.Second
+		if s.gracefulTimeout <= 0 {
+			s.gracefulTimeout = defaultGracefulTimeout
+		}
+	}
 	return s
 }
 

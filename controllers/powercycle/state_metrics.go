@@ -25,7 +25,8 @@ import (
 const overdueGrace = 2 * time.Minute
 
 // remediationPhases are the phase label's values: every phase, and None for a request not yet accepted.
-var remediationPhases = []v1alpha1.PowerCyclePhase{"", v1alpha1.PhasePending, v1alpha1.PhasePoweringOff,
+var remediationPhases = []v1alpha1.PowerCyclePhase{"", v1alpha1.PhasePending, v1alpha1.PhaseDiagnosing,
+	v1alpha1.PhaseShuttingDown, v1alpha1.PhasePoweringOff,
 	v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseRetrying,
 	v1alpha1.PhaseEscalating, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed}
 
@@ -35,7 +36,7 @@ var (
 	descOldest = prometheus.NewDesc("metalheal_powercycle_oldest_remediation_age_seconds",
 		"Age of the oldest PowerCycleRemediation still in flight (neither Succeeded nor Failed); 0 when none is.", nil, nil)
 	descOverdue = prometheus.NewDesc("metalheal_powercycle_remediations_overdue",
-		"PowerCycleRemediations whose current step has run more than 2 minutes past its own timeout (powerOffTimeoutSeconds, powerOnTimeoutSeconds, the retry time): the remediator is not enforcing its bounds.", nil, nil)
+		"PowerCycleRemediations whose current step has run more than 2 minutes past its own timeout (powerOffTimeoutSeconds, powerOnTimeoutSeconds, the diagnostic and graceful-shutdown waits, the retry time): the remediator is not enforcing its bounds.", nil, nil)
 )
 
 // Label combinations registered at start, so that dashboards and alerts find the histograms before the
@@ -117,6 +118,10 @@ func stepDeadline(pcr *v1alpha1.PowerCycleRemediation) (time.Time, bool) {
 	spec := specOf(pcr)
 	phaseStart := status.LastTransitionTime.Time
 	switch status.Phase {
+	case v1alpha1.PhaseDiagnosing:
+		return phaseStart.Add(spec.diagnosticTimeout), true
+	case v1alpha1.PhaseShuttingDown:
+		return phaseStart.Add(spec.gracefulTimeout), true
 	case v1alpha1.PhasePoweringOff:
 		return phaseStart.Add(spec.powerOffTimeout), true
 	case v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode:

@@ -81,10 +81,20 @@ func TestRemediationStateCollector(t *testing.T) {
 				}),
 				// Pending has no bound here (a lease held by someone else, a hand-over).
 				pcr("pending", 5*time.Hour, v1alpha1.PhasePending),
+				// Diagnosing and ShuttingDown: their own waits from the phase's start.
+				pcr("dump-within", time.Hour, v1alpha1.PhaseDiagnosing, inPhaseFor(300*time.Second+overdueGrace), func(p *v1alpha1.PowerCycleRemediation) {
+					p.Spec.DiagnosticInterrupt = &v1alpha1.DiagnosticInterrupt{TimeoutSeconds: 300}
+				}),
+				pcr("dump-past", time.Hour, v1alpha1.PhaseDiagnosing, inPhaseFor(301*time.Second+overdueGrace), func(p *v1alpha1.PowerCycleRemediation) {
+					p.Spec.DiagnosticInterrupt = &v1alpha1.DiagnosticInterrupt{TimeoutSeconds: 300}
+				}),
+				pcr("shutdown-past", time.Hour, v1alpha1.PhaseShuttingDown, inPhaseFor(61*time.Second+overdueGrace), func(p *v1alpha1.PowerCycleRemediation) {
+					p.Spec.GracefulShutdown = &v1alpha1.GracefulShutdown{TimeoutSeconds: 60}
+				}),
 			},
-			byPhase: map[string]int{"Pending": 1, "PoweringOff": 3, "WaitingForNode": 1, "Retrying": 2},
+			byPhase: map[string]int{"Pending": 1, "Diagnosing": 2, "ShuttingDown": 1, "PoweringOff": 3, "WaitingForNode": 1, "Retrying": 2},
 			oldest:  5 * 3600,
-			overdue: 4,
+			overdue: 6,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -493,6 +493,10 @@ func (r *redacting) PowerOff(ctx context.Context, force bool) error {
 	return redact(r.next.PowerOff(ctx, force), r.forms)
 }
 
+func (r *redacting) Diagnose(ctx context.Context) error {
+	return redact(bmc.Diagnose(ctx, r.next), r.forms)
+}
+
 func (r *redacting) Close(ctx context.Context) error {
 	return redact(r.next.Close(ctx), r.forms)
 }

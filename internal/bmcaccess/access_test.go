@@ -446,6 +446,15 @@ func TestDriverErrorsNeverCarryTheCredentials(t *testing.T) {
 	g.Expect(err.Error()).NotTo(ContainSubstring(password))
 	g.Expect(err.Error()).NotTo(ContainSubstring(`Hunter2-\"sw0rdf1sh`), "nor JSON-escaped")
 	g.Expect(err.Error()).NotTo(ContainSubstring(secretForms(bmc.Credentials{Username: "admin", Password: password})[0]), "nor as basic auth")
+
+	// The diagnostic interrupt reaches the driver through the same redaction.
+	fd.FailNext(bmc.OperationDiagnose, &bmc.Error{Driver: "redfish", Operation: bmc.OperationDiagnose, Kind: bmc.ErrUnsupported,
+		Err: fmt.Errorf("no NMI for %s", password)})
+	err = bmc.Diagnose(ctx, d)
+	g.Expect(err).To(MatchError(bmc.ErrUnsupported))
+	g.Expect(err.Error()).To(ContainSubstring("no NMI for <redacted>"))
+	g.Expect(bmc.Diagnose(ctx, d)).To(Succeed())
+	g.Expect(fd.CallCount(bmc.OperationDiagnose)).To(Equal(2))
 }
 
 func TestForgetAndCloseAll(t *testing.T) {

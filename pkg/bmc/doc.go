@@ -2,7 +2,9 @@
 // host off and on even when its operating system is dead.
 //
 // A Driver is a small interface (PowerState, PowerOn, PowerOff) implemented once per protocol: Redfish,
-// IPMI and OpenStack Ironic. A Registry, built explicitly in main, maps an address scheme to the factory
+// IPMI and OpenStack Ironic. PowerOff without force is a graceful shutdown, which a BMC may not offer.
+// A driver that can also send its host a diagnostic interrupt (an NMI, for a kernel dump) is a Diagnoser;
+// callers go through Diagnose, which answers ErrUnsupported for the others, as for a BMC that refuses. A Registry, built explicitly in main, maps an address scheme to the factory
 // of its driver; Registry.New parses a BMC address (metal3's conventions, see ParseAddress) and returns a
 // ready driver. Errors are typed so callers can branch on what went wrong (errors.Is(err, ErrUnreachable),
 // ErrAuthentication, ErrUnsupported, ErrTimeout) without ever seeing a credential in a message.

@@ -29,11 +29,35 @@ type Driver interface {
 	// PowerOn asks the BMC to power the host on. It returns once the request is accepted, not once the
 	// host is on: callers confirm with PowerState.
 	PowerOn(ctx context.Context) error
-	// PowerOff asks the BMC to power the host off. With force the power is cut at once; without it the
-	// driver asks for a graceful shutdown where the protocol allows it. Callers confirm with PowerState.
+	// PowerOff asks the BMC to power the host off. With force the power is cut at once. Without it the
+	// host's operating system is asked to shut down (Redfish GracefulShutdown, IPMI chassis power soft,
+	// Ironic soft power off), which a host may ignore; a BMC that offers no such request is sent nothing
+	// and the call fails with an error of kind ErrUnsupported, for the caller to decide whether to force.
+	// Callers confirm with PowerState.
 	PowerOff(ctx context.Context, force bool) error
 	// Close releases what the driver holds (a Redfish session, say). The driver must not be used after.
 	Close(ctx context.Context) error
+}
+
+// Diagnoser is a Driver that can send its host a diagnostic interrupt: an NMI, on which a host set up for
+// it (kdump, panic on NMI) writes its kernel's memory to disk and then reboots or powers off on its own.
+// Not every BMC offers one; callers go through Diagnose, which checks.
+type Diagnoser interface {
+	// Diagnose asks the BMC to send the host a diagnostic interrupt. It returns once the BMC took the
+	// request: what the host does then shows only in its power state. A BMC that does not offer it (the
+	// Redfish system does not allow the Nmi reset, ipmitool's chassis power diag is refused, Ironic's
+	// driver cannot inject one) fails with an error of kind ErrUnsupported.
+	Diagnose(ctx context.Context) error
+}
+
+// Diagnose sends d's host a diagnostic interrupt (see Diagnoser). A driver that is no Diagnoser fails
+// with an error of kind ErrUnsupported, as a BMC that offers none does.
+func Diagnose(ctx context.Context, d Driver) error {
+	if dd, ok := d.(Diagnoser); ok {
+		return dd.Diagnose(ctx)
+	}
+	return &Error{Driver: fmt.Sprintf("%T", d), Operation: OperationDiagnose, Kind: ErrUnsupported,
+		Err: errors.New("the driver cannot send a diagnostic interrupt")}
 }
 
 // Credentials are a BMC's username and password. They never appear in a string, a log or an error.

@@ -13,6 +13,7 @@ const (
 	OperationPowerState = "PowerState"
 	OperationPowerOn    = "PowerOn"
 	OperationPowerOff   = "PowerOff"
+	OperationDiagnose   = "Diagnose"
 	OperationClose      = "Close"
 )
 
@@ -112,6 +113,12 @@ func (i *instrumented) PowerOn(ctx context.Context) error {
 
 func (i *instrumented) PowerOff(ctx context.Context, force bool) error {
 	return i.observe(OperationPowerOff, func() error { return i.next.PowerOff(ctx, force) })
+}
+
+// Diagnose passes the diagnostic interrupt on (see Diagnose): a driver that cannot send one is counted
+// as unsupported, as a BMC that refuses it is.
+func (i *instrumented) Diagnose(ctx context.Context) error {
+	return i.observe(OperationDiagnose, func() error { return Diagnose(ctx, i.next) })
 }
 
 func (i *instrumented) Close(ctx context.Context) error {

@@ -71,6 +71,38 @@ type customError struct{}
 
 func (customError) Error() string { return "something else" }
 
+// A diagnostic interrupt is counted as Diagnose: sent, refused by the BMC, or impossible for a driver
+// that cannot send one, which is unsupported as a BMC's refusal is.
+func TestInstrumentCountsDiagnosticInterrupts(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	reg := prometheus.NewPedanticRegistry()
+	m := bmc.NewMetrics(reg)
+	host := fake.New(bmc.PowerStateOn)
+	host.FailNext(bmc.OperationDiagnose, &bmc.Error{Driver: "ipmi", Operation: bmc.OperationDiagnose, Kind: bmc.ErrUnsupported})
+	d := bmc.Instrument(host, "ipmi", m)
+	g.Expect(bmc.Diagnose(ctx, d)).To(MatchError(bmc.ErrUnsupported))
+	g.Expect(bmc.Diagnose(ctx, d)).To(Succeed())
+	g.Expect(host.CallCount(bmc.OperationDiagnose)).To(Equal(2), "the wrapper must call through")
+
+	noNMI := bmc.Instrument(powerOnly{host}, "ipmi", m)
+	err := bmc.Diagnose(ctx, noNMI)
+	g.Expect(err).To(MatchError(bmc.ErrUnsupported))
+	g.Expect(err).To(MatchError(ContainSubstring("cannot send a diagnostic interrupt")))
+	g.Expect(host.CallCount(bmc.OperationDiagnose)).To(Equal(2))
+
+	want := `
+# HELP metalheal_bmc_requests_total BMC requests by driver, operation and result (success, or the error kind: unreachable, authentication, timeout, unsupported, error).
+# TYPE metalheal_bmc_requests_total counter
+metalheal_bmc_requests_total{driver="ipmi",operation="Diagnose",result="success"} 1
+metalheal_bmc_requests_total{driver="ipmi",operation="Diagnose",result="unsupported"} 2
+`
+	g.Expect(testutil.GatherAndCompare(reg, strings.NewReader(want), "metalheal_bmc_requests_total")).To(Succeed())
+}
+
+// powerOnly hides every method of a driver but bmc.Driver's.
+type powerOnly struct{ bmc.Driver }
+
 func TestInstrumentTimesRequests(t *testing.T) {
 	g := NewWithT(t)
 	clock := clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))

@@ -75,7 +75,7 @@ func TestNoPasswordInErrors(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			ctx := context.Background()
 			_, stateErr := d.PowerState(ctx)
-			errs := []error{stateErr, d.PowerOn(ctx), d.PowerOff(ctx, true), d.PowerOff(ctx, false), d.Close(ctx)}
+			errs := []error{stateErr, d.PowerOn(ctx), d.PowerOff(ctx, true), d.PowerOff(ctx, false), bmc.Diagnose(ctx, d), d.Close(ctx)}
 
 			failures := 0
 			for _, err := range errs {

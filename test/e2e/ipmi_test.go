@@ -10,12 +10,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/test/harness"
-	"github.com/metalheal/metalheal/test/ipmisim"
 	"github.com/metalheal/metalheal/test/nodesim"
 )
 
@@ -30,34 +26,7 @@ var _ = Describe("A host behind IPMI among Redfish hosts", func() {
 		reportOnFailure(start, ipmiNode, redfishNode, bystander)
 
 		By("a real IPMI BMC (ipmi_sim) powers the host of one more node, registered by its simulated kubelet")
-		sim := ipmisim.Start(ginkgoTB{})
-		power := newIPMIPower(ipmiNode, sim)
-		Expect(power.PoweredOn(ipmiNode)).To(BeTrue())
-		power.Subscribe(func(node string, on bool) { _ = h.Sim.SetPower(node, on) })
-		ipmiHosts.Store(ipmiNode, power)
-		DeferCleanup(func() { ipmiHosts.Delete(ipmiNode) })
-		pollCtx, stopPolling := context.WithCancel(context.Background())
-		go power.run(pollCtx)
-		DeferCleanup(stopPolling)
-		Expect(h.Sim.AddNodes(ctx, nodesim.NodeSpec{Name: ipmiNode, Labels: map[string]string{
-			"node-role.kubernetes.io/worker": "", groupLabel: group}})).To(Succeed())
-		DeferCleanup(func(ctx SpecContext) { Expect(h.Sim.Remove(ctx, ipmiNode)).To(Succeed()) })
-		secret := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: harness.Namespace, Name: "ipmi-credentials"},
-			StringData: map[string]string{"username": ipmisim.Username, "password": ipmisim.Password},
-		}
-		Expect(k8s.Create(ctx, secret)).To(Succeed())
-		DeferCleanup(func(ctx SpecContext) { Expect(k8s.Delete(ctx, secret)).To(Succeed()) })
-		bmc := &v1alpha1.BMC{
-			ObjectMeta: metav1.ObjectMeta{Namespace: harness.Namespace, Name: ipmiNode},
-			Spec: v1alpha1.BMCSpec{
-				NodeName:             ipmiNode,
-				Address:              sim.Address,
-				CredentialsSecretRef: v1alpha1.SecretReference{Name: secret.Name},
-			},
-		}
-		Expect(k8s.Create(ctx, bmc)).To(Succeed())
-		DeferCleanup(func(ctx SpecContext) { Expect(k8s.Delete(ctx, bmc)).To(Succeed()) })
+		startIPMIHost(ctx, ipmiNode, group)
 		remediateGroup(ctx, group, 2, remediation())
 
 		By("the IPMI host's kubelet and a Redfish host's hang at once")

@@ -10,7 +10,12 @@ import (
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/test/harness"
 	"github.com/metalheal/metalheal/test/ipmisim"
 	"github.com/metalheal/metalheal/test/nodesim"
 )
@@ -82,6 +87,42 @@ func (p *ipmiPower) run(ctx context.Context) {
 			fn(p.node, on)
 		}
 	}
+}
+
+// startIPMIHost adds a node of group whose host is behind a real IPMI BMC (ipmi_sim, started with opts),
+// registered by its simulated kubelet, with its BMC object and credentials Secret; all go when the spec
+// ends. The node's power is the simulated host's (see ipmiPower).
+func startIPMIHost(ctx context.Context, node, group string, opts ...ipmisim.Option) *ipmisim.Sim {
+	GinkgoHelper()
+	sim := ipmisim.Start(ginkgoTB{}, opts...)
+	power := newIPMIPower(node, sim)
+	Expect(power.PoweredOn(node)).To(BeTrue())
+	power.Subscribe(func(node string, on bool) { _ = h.Sim.SetPower(node, on) })
+	ipmiHosts.Store(node, power)
+	DeferCleanup(func() { ipmiHosts.Delete(node) })
+	pollCtx, stopPolling := context.WithCancel(context.Background())
+	go power.run(pollCtx)
+	DeferCleanup(stopPolling)
+	Expect(h.Sim.AddNodes(ctx, nodesim.NodeSpec{Name: node, Labels: map[string]string{
+		"node-role.kubernetes.io/worker": "", groupLabel: group}})).To(Succeed())
+	DeferCleanup(func(ctx SpecContext) { Expect(h.Sim.Remove(ctx, node)).To(Succeed()) })
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: harness.Namespace, Name: node + "-ipmi-credentials"},
+		StringData: map[string]string{"username": ipmisim.Username, "password": ipmisim.Password},
+	}
+	Expect(k8s.Create(ctx, secret)).To(Succeed())
+	DeferCleanup(func(ctx SpecContext) { Expect(k8s.Delete(ctx, secret)).To(Succeed()) })
+	bmc := &v1alpha1.BMC{
+		ObjectMeta: metav1.ObjectMeta{Namespace: harness.Namespace, Name: node},
+		Spec: v1alpha1.BMCSpec{
+			NodeName:             node,
+			Address:              sim.Address,
+			CredentialsSecretRef: v1alpha1.SecretReference{Name: secret.Name},
+		},
+	}
+	Expect(k8s.Create(ctx, bmc)).To(Succeed())
+	DeferCleanup(func(ctx SpecContext) { Expect(k8s.Delete(ctx, bmc)).To(Succeed()) })
+	return sim
 }
 
 // ginkgoTB lets helpers written for a *testing.T (test/ipmisim) run inside a Ginkgo spec: a failure fails

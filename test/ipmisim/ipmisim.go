@@ -47,6 +47,8 @@ type Option func(*config)
 type config struct {
 	poweredOn bool
 	ip        string
+	acpi      bool // the host is connected to the system interface (see ACPI)
+	ignoreOff bool // and ignores a graceful shutdown
 }
 
 // PoweredOff starts the simulator with its host powered off (the default is on).
@@ -55,6 +57,19 @@ func PoweredOff() Option { return func(c *config) { c.poweredOn = false } }
 // IPv6 makes the simulator listen on [::1] instead of 127.0.0.1.
 func IPv6() Option { return func(c *config) { c.ip = "::1" } }
 
+// ACPI connects the simulated host to the simulator's system interface, as a virtual machine's link to
+// its BMC is (ipmi_sim's VM protocol, which QEMU's ipmi-bmc-extern speaks), and has it say that it can be
+// asked to shut down. ipmi_sim then accepts a soft power off (ipmitool chassis power soft) and passes it on
+// to the host, which shuts down: its process ends, and ipmi_sim reports the power off. With
+// ignoreShutdown the host, hung, ignores it. Without ACPI ipmi_sim refuses a soft power off. Either way
+// every command ipmi_sim passes on is recorded (Sim.HostCommands). The host runs in bash.
+//
+// No option makes ipmi_sim accept a diagnostic interrupt (chassis power diag): it refuses every one
+// ("Invalid data field in request") without asking the host.
+func ACPI(ignoreShutdown bool) Option {
+	return func(c *config) { c.acpi, c.ignoreOff = true, ignoreShutdown }
+}
+
 // Start runs a simulator for the duration of t, and fails t if it cannot.
 func Start(t testing.TB, opts ...Option) *Sim {
 	t.Helper()
@@ -62,7 +77,11 @@ func Start(t testing.TB, opts ...Option) *Sim {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	for _, bin := range []string{"ipmi_sim", "ipmitool"} {
+	bins := []string{"ipmi_sim", "ipmitool"}
+	if cfg.acpi {
+		bins = append(bins, "bash")
+	}
+	for _, bin := range bins {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Fatalf("ipmisim: %s not found in PATH: install the openipmi and ipmitool packages (apt-get install -y openipmi ipmitool)", bin)
 		}
@@ -72,7 +91,11 @@ func Start(t testing.TB, opts ...Option) *Sim {
 	lanPort, serialPort := freePort(t, "udp", cfg.ip), freePort(t, "tcp", "127.0.0.1")
 	hostport := net.JoinHostPort(cfg.ip, strconv.Itoa(lanPort))
 	s.Address = "ipmi://" + hostport
-	s.write(t, "host.sh", hostScript(s.dir), 0o755)
+	host := hostScript(s.dir)
+	if cfg.acpi {
+		host = acpiHostScript(s.dir, serialPort, cfg.ignoreOff)
+	}
+	s.write(t, "host.sh", host, 0o755)
 	s.write(t, "lan.conf", lanConf(s.dir, cfg.ip, lanPort, serialPort, cfg.poweredOn), 0o644)
 	s.write(t, "bmc.emu", bmcEmu, 0o644)
 	if err := os.Mkdir(filepath.Join(s.dir, "state"), 0o755); err != nil {
@@ -117,6 +140,17 @@ func (s *Sim) HostPoweredOn() bool {
 	return len(fields) > 0 && fields[0] != "Z" && fields[0] != "X"
 }
 
+// HostCommands lists the commands ipmi_sim passed on to the host through the system interface, oldest
+// first, each time the host was on: "graceful-shutdown", "power-off", "nmi", "reset", or "0xNN" for
+// another. Only a host connected to the system interface (see ACPI) receives any.
+func (s *Sim) HostCommands() []string {
+	b, err := os.ReadFile(s.path("host.log"))
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(b))
+}
+
 // Log returns what ipmi_sim printed so far, for failure messages.
 func (s *Sim) Log() string { return s.log.String() }
 
@@ -156,6 +190,48 @@ func freePort(t testing.TB, network, ip string) int {
 // hostScript stands for the host: it runs while the host is powered on.
 func hostScript(dir string) string {
 	return fmt.Sprintf("#!/bin/sh\necho $$ > %s/host.pid\nexec sleep infinity\n", dir)
+}
+
+// acpiHostScript stands for a host connected to the simulator's system interface (the "serial 15 ...
+// codec VM" channel of lanConf) as a virtual machine is: it runs while the host is powered on, tells
+// ipmi_sim which commands it takes (power, graceful shutdown), logs each command ipmi_sim passes on, and
+// ends on a power-off and, unless ignoreShutdown, on a graceful shutdown. The protocol: each command is
+// its bytes followed by 0xA1 (messages, which it ignores, end in 0xA0); 0xFF 0x01 is the protocol version,
+// 0x08 the capabilities (0x01 power, 0x20 graceful shutdown), 0x03 power off, 0x04 reset, 0x07 NMI,
+// 0x09 graceful shutdown.
+func acpiHostScript(dir string, serialPort int, ignoreShutdown bool) string {
+	onShutdown := "exit 0"
+	if ignoreShutdown {
+		onShutdown = ":" // hung: it carries on
+	}
+	return fmt.Sprintf(`#!/bin/bash
+export LC_ALL=C
+dir=%[1]q
+echo $$ > "$dir/host.pid"
+for try in $(seq 100); do
+  if exec 3<>/dev/tcp/127.0.0.1/%[2]d; then break; fi
+  sleep 0.1
+done
+printf 'ÿ¡!¡' >&3
+cmd=
+while IFS= read -r -d '' -n 1 c <&3; do
+  if [ -z "$c" ]; then b=00; else printf -v b '%%02x' "'$c"; fi
+  case "$b" in
+  a0) cmd= ;;
+  a1)
+    case "$cmd" in
+    03) echo power-off >> "$dir/host.log"; exit 0 ;;
+    04) echo reset >> "$dir/host.log" ;;
+    07) echo nmi >> "$dir/host.log" ;;
+    09) echo graceful-shutdown >> "$dir/host.log"; %[3]s ;;
+    ff01|00|01|02|05|06) ;;
+    *) echo "0x$cmd" >> "$dir/host.log" ;;
+    esac
+    cmd= ;;
+  *) cmd="$cmd$b" ;;
+  esac
+done
+`, dir, serialPort, onShutdown)
 }
 
 // lanConf configures one LAN channel on ip and the administrator. The "serial 15 ... codec VM"

@@ -6,6 +6,10 @@
 // (see the redfishmock package), for example:
 //
 //	curl -X POST -d '{"status":503,"count":3}' http://127.0.0.1:8000/mock/systems/1/faults
+//
+// The hosts may ignore a graceful shutdown, or power off (or reboot) on their own some time after an
+// NMI, as a host writing a kernel dump does: --ignore-graceful-shutdown, --power-off-after-nmi 30s, or per
+// system over the control endpoint (POST /mock/systems/N/host).
 package main
 
 import (
@@ -30,6 +34,9 @@ func main() {
 		powerDelay = flag.Duration("power-delay", 0, "how long a power transition takes (PoweringOn/PoweringOff meanwhile)")
 		control    = flag.Bool("control", true, "serve the fault-injection control endpoint under /mock/")
 		noSessions = flag.Bool("no-sessions", false, "offer no SessionService (clients must use basic auth)")
+		ignoreSoft = flag.Bool("ignore-graceful-shutdown", false, "hosts ignore GracefulShutdown and GracefulRestart (a hung operating system)")
+		nmiOff     = flag.Duration("power-off-after-nmi", 0, "hosts power themselves off this long after an Nmi reset (a kernel dump, then power off); 0: an NMI changes nothing")
+		nmiReboot  = flag.Duration("reboot-after-nmi", 0, "hosts restart this long after an Nmi reset (a kernel dump, then a reboot)")
 	)
 	flag.Parse()
 
@@ -37,7 +44,8 @@ func main() {
 		WithSystems(*systems).
 		WithListenAddress(*listen).
 		WithCredentials(*username, *password).
-		WithPowerDelay(*powerDelay)
+		WithPowerDelay(*powerDelay).
+		WithHost(redfishmock.Host{IgnoreGracefulShutdown: *ignoreSoft, PowerOffAfterNMI: *nmiOff, RebootAfterNMI: *nmiReboot})
 	if *useTLS {
 		m = m.WithTLS()
 	}

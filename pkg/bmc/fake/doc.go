@@ -1,8 +1,9 @@
 // Package fake provides a recording, in-memory bmc.Driver for tests of code that power-cycles hosts.
 //
 // A Driver simulates one host behind its BMC: a power state that PowerOn and PowerOff change (at once,
-// or after a number of PowerState reads to simulate a slow host), errors queued per operation, and a
-// record of every call. A Factory plugs into a bmc.Registry and hands out one Driver per address, so a
+// or after a number of PowerState reads to simulate a slow host), a host that may ignore a graceful
+// shutdown (IgnoreGracefulShutdown) and may power off or reboot on its own after a diagnostic interrupt
+// (AfterDiagnose), errors queued per operation, and a record of every call. A Factory plugs into a bmc.Registry and hands out one Driver per address, so a
 // test can reach the host a controller talks to:
 //
 //	hosts := fake.NewFactory(bmc.PowerStateOn)

@@ -10,9 +10,10 @@ import (
 
 // Call is one call a Driver received.
 type Call struct {
-	// Operation is bmc.OperationPowerState, bmc.OperationPowerOn, bmc.OperationPowerOff or bmc.OperationClose.
+	// Operation is bmc.OperationPowerState, bmc.OperationPowerOn, bmc.OperationPowerOff,
+	// bmc.OperationDiagnose or bmc.OperationClose.
 	Operation string
-	// Force is PowerOff's argument (false for the other operations).
+	// Force is PowerOff's argument (false for the other operations): false is a graceful shutdown.
 	Force bool
 }
 
@@ -22,6 +23,9 @@ type Driver struct {
 	state       bmc.PowerState
 	pending     *transition
 	delay       int
+	script      []bmc.PowerState // what the next PowerState reads report, one each (see AfterDiagnose)
+	afterNMI    []bmc.PowerState
+	ignoreSoft  bool
 	calls       []Call
 	next        map[string][]error
 	always      map[string]error
@@ -34,7 +38,10 @@ type transition struct {
 	readsLeft int
 }
 
-var _ bmc.Driver = (*Driver)(nil)
+var (
+	_ bmc.Driver    = (*Driver)(nil)
+	_ bmc.Diagnoser = (*Driver)(nil)
+)
 
 // New returns a Driver for a host in the given power state.
 func New(state bmc.PowerState) *Driver {
@@ -45,7 +52,7 @@ func New(state bmc.PowerState) *Driver {
 func (d *Driver) SetPowerState(state bmc.PowerState) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.state, d.pending = state, nil
+	d.state, d.pending, d.script = state, nil, nil
 }
 
 // SetTransitionDelay makes later PowerOn and PowerOff calls take effect only after n PowerState reads:
@@ -55,6 +62,24 @@ func (d *Driver) SetTransitionDelay(n int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.delay = n
+}
+
+// AfterDiagnose sets what the host does after a diagnostic interrupt: the PowerState reads that follow
+// one report the given states, one each, and the last of them stays (a kernel dump that ends powered
+// off: On, On, Off; a reboot seen by the BMC: On, Unknown, On). With none (the default) the host does
+// nothing.
+func (d *Driver) AfterDiagnose(states ...bmc.PowerState) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.afterNMI = slices.Clone(states)
+}
+
+// IgnoreGracefulShutdown makes the host ignore (true) or obey (false, the default) a graceful shutdown:
+// PowerOff without force is accepted and, ignored, changes nothing.
+func (d *Driver) IgnoreGracefulShutdown(ignore bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ignoreSoft = ignore
 }
 
 // FailNext queues errors for operation: each call to it returns the next queued error, and has no effect,
@@ -111,6 +136,10 @@ func (d *Driver) PowerState(ctx context.Context) (bmc.PowerState, error) {
 	if err := d.begin(ctx, Call{Operation: bmc.OperationPowerState}); err != nil {
 		return "", err
 	}
+	if len(d.script) > 0 {
+		d.state, d.script = d.script[0], d.script[1:]
+		return d.state, nil
+	}
 	if d.pending != nil {
 		if d.pending.readsLeft > 0 {
 			d.pending.readsLeft--
@@ -128,18 +157,38 @@ func (d *Driver) PowerOn(ctx context.Context) error {
 	if err := d.begin(ctx, Call{Operation: bmc.OperationPowerOn}); err != nil {
 		return err
 	}
+	d.script = nil
 	d.powerTo(bmc.PowerStateOn)
 	return nil
 }
 
-// PowerOff powers the host off (see SetTransitionDelay); force is recorded, not simulated.
+// PowerOff powers the host off (see SetTransitionDelay), forced or gracefully alike, unless the host
+// ignores a graceful shutdown (see IgnoreGracefulShutdown). A forced one ends what the host was doing
+// on its own (see AfterDiagnose).
 func (d *Driver) PowerOff(ctx context.Context, force bool) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.begin(ctx, Call{Operation: bmc.OperationPowerOff, Force: force}); err != nil {
 		return err
 	}
+	if !force && d.ignoreSoft {
+		return nil
+	}
+	d.script = nil
 	d.powerTo(bmc.PowerStateOff)
+	return nil
+}
+
+// Diagnose records the diagnostic interrupt; the host then does what AfterDiagnose says, if it is on.
+func (d *Driver) Diagnose(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.begin(ctx, Call{Operation: bmc.OperationDiagnose}); err != nil {
+		return err
+	}
+	if d.state == bmc.PowerStateOn && d.pending == nil {
+		d.script = slices.Clone(d.afterNMI)
+	}
 	return nil
 }
 

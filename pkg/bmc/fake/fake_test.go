@@ -28,7 +28,27 @@ func read(want bmc.PowerState) step { return step{op: bmc.OperationPowerState, w
 var (
 	powerOn  = step{op: bmc.OperationPowerOn}
 	powerOff = step{op: bmc.OperationPowerOff}
+	diagnose = step{op: bmc.OperationDiagnose}
 )
+
+// run takes the steps, checking what each read reports.
+func run(g Gomega, d *fake.Driver, steps []step) {
+	ctx := context.Background()
+	for i, s := range steps {
+		switch s.op {
+		case bmc.OperationPowerState:
+			got, err := d.PowerState(ctx)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got).To(Equal(s.want), "step %d", i)
+		case bmc.OperationPowerOn:
+			g.Expect(d.PowerOn(ctx)).To(Succeed())
+		case bmc.OperationPowerOff:
+			g.Expect(d.PowerOff(ctx, true)).To(Succeed())
+		case bmc.OperationDiagnose:
+			g.Expect(d.Diagnose(ctx)).To(Succeed())
+		}
+	}
+}
 
 func TestDriverPowerTransitions(t *testing.T) {
 	for _, tc := range []struct {
@@ -48,21 +68,9 @@ func TestDriverPowerTransitions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			ctx := context.Background()
 			d := fake.New(tc.initial)
 			d.SetTransitionDelay(tc.delay)
-			for i, s := range tc.steps {
-				switch s.op {
-				case bmc.OperationPowerState:
-					got, err := d.PowerState(ctx)
-					g.Expect(err).NotTo(HaveOccurred())
-					g.Expect(got).To(Equal(s.want), "step %d", i)
-				case bmc.OperationPowerOn:
-					g.Expect(d.PowerOn(ctx)).To(Succeed())
-				case bmc.OperationPowerOff:
-					g.Expect(d.PowerOff(ctx, true)).To(Succeed())
-				}
-			}
+			run(g, d, tc.steps)
 			g.Expect(d.Calls()).To(HaveLen(len(tc.steps)))
 		})
 	}
@@ -166,4 +174,53 @@ func TestFactoryHandsOutOneDriverPerAddress(t *testing.T) {
 	hosts.SetNewError("redfish://10.0.0.3", nil)
 	_, err = registry.New("redfish://10.0.0.3:443", creds, bmc.Options{})
 	g.Expect(err).NotTo(HaveOccurred())
+}
+
+// After a diagnostic interrupt the host does what AfterDiagnose scripted, one state per read, and stays
+// in the last; a forced power-off, a power-on or a hand cuts the script short. A host that is off ignores
+// the interrupt.
+func TestDriverAfterDiagnose(t *testing.T) {
+	unknown := bmc.PowerStateUnknown
+	for _, tc := range []struct {
+		name    string
+		initial bmc.PowerState
+		script  []bmc.PowerState
+		steps   []step
+	}{
+		{name: "nothing by default", initial: on, steps: []step{diagnose, read(on), read(on)}},
+		{name: "a dump, then off", initial: on, script: []bmc.PowerState{on, on, off},
+			steps: []step{read(on), diagnose, read(on), read(on), read(off), read(off)}},
+		{name: "a dump, then a reboot", initial: on, script: []bmc.PowerState{on, unknown, on},
+			steps: []step{diagnose, read(on), read(unknown), read(on), read(on)}},
+		{name: "a forced power-off ends the dump", initial: on, script: []bmc.PowerState{on, on, on},
+			steps: []step{diagnose, read(on), powerOff, read(off), read(off)}},
+		{name: "a host that is off ignores it", initial: off, script: []bmc.PowerState{on},
+			steps: []step{diagnose, read(off)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			d := fake.New(tc.initial)
+			d.AfterDiagnose(tc.script...)
+			run(g, d, tc.steps)
+			g.Expect(d.CallCount(bmc.OperationDiagnose)).To(Equal(1))
+		})
+	}
+}
+
+func TestDriverGracefulShutdown(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	d := fake.New(on)
+	d.IgnoreGracefulShutdown(true)
+	g.Expect(d.PowerOff(ctx, false)).To(Succeed(), "accepted")
+	g.Expect(d.PowerState(ctx)).To(Equal(on), "and ignored")
+	g.Expect(d.PowerOff(ctx, true)).To(Succeed())
+	g.Expect(d.PowerState(ctx)).To(Equal(off), "forced off")
+
+	d.SetPowerState(on)
+	d.IgnoreGracefulShutdown(false)
+	g.Expect(d.PowerOff(ctx, false)).To(Succeed())
+	g.Expect(d.PowerState(ctx)).To(Equal(off), "obeyed")
+	g.Expect(d.Calls()).To(ContainElements(
+		fake.Call{Operation: bmc.OperationPowerOff, Force: false}, fake.Call{Operation: bmc.OperationPowerOff, Force: true}))
 }

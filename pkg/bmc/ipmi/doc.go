@@ -4,7 +4,9 @@
 // (RAKP-HMAC-SHA1 authentication, HMAC-SHA1-96 integrity, AES-CBC-128 confidentiality), administrator
 // privilege. The password reaches ipmitool through its environment, never its command line. The
 // ipmitool binary must be installed (Debian/Ubuntu: apt-get install ipmitool); New fails with
-// bmc.ErrUnsupported when it is not.
+// bmc.ErrUnsupported when it is not. A graceful power-off is chassis power soft (an ACPI shutdown request),
+// the diagnostic interrupt chassis power diag; a BMC that refuses either ("Invalid data field in request")
+// fails with bmc.ErrUnsupported.
 //
 // ipmitool says "Unable to establish IPMI v2 / RMCP+ session" whether the password is wrong or nobody
 // answers. To tell the two apart the driver then sends an RMCP presence ping (see Ping): a BMC that

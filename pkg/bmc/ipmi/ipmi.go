@@ -28,7 +28,10 @@ type Driver struct {
 	opts     bmc.Options
 }
 
-var _ bmc.Driver = (*Driver)(nil)
+var (
+	_ bmc.Driver    = (*Driver)(nil)
+	_ bmc.Diagnoser = (*Driver)(nil)
+)
 
 // New returns an IPMI driver for addr. It matches bmc.Factory. It fails with bmc.ErrUnsupported when
 // the ipmitool binary is missing; it does not contact the BMC.
@@ -99,7 +102,8 @@ func (d *Driver) PowerOn(ctx context.Context) error {
 	return d.set(ctx, bmc.OperationPowerOn, "on")
 }
 
-// PowerOff cuts the chassis power (force) or asks the OS to shut down through ACPI (soft).
+// PowerOff cuts the chassis power (force) or asks the OS to shut down through ACPI (soft). A BMC that
+// refuses the soft power off fails as unsupported.
 func (d *Driver) PowerOff(ctx context.Context, force bool) error {
 	ctx, cancel := context.WithTimeout(ctx, d.opts.Timeout())
 	defer cancel()
@@ -113,6 +117,21 @@ func (d *Driver) PowerOff(ctx context.Context, force bool) error {
 		return err
 	}
 	return d.set(ctx, bmc.OperationPowerOff, "soft")
+}
+
+// Diagnose pulses the diagnostic interrupt (ipmitool chassis power diag: an NMI). A BMC that refuses it
+// ("Invalid data field in request", as OpenIPMI's ipmi_sim always does) fails as unsupported.
+func (d *Driver) Diagnose(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, d.opts.Timeout())
+	defer cancel()
+	conn, err := d.conn(ctx, bmc.OperationDiagnose)
+	if err != nil {
+		return err
+	}
+	if err := conn.SendNMI(ctx); err != nil {
+		return d.wrap(ctx, bmc.OperationDiagnose, err)
+	}
+	return nil
 }
 
 // Close does nothing: every ipmitool call opens and closes its own session.

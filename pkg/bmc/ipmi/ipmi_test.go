@@ -187,3 +187,20 @@ func freeUDPPort(t *testing.T) int {
 	defer c.Close() //nolint:errcheck
 	return c.LocalAddr().(*net.UDPAddr).Port
 }
+
+func TestDiagnoseRefusedBySimulator(t *testing.T) {
+	// ipmi_sim answers every "pulse diagnostic interrupt" (chassis control 4, ipmitool chassis power diag)
+	// with "Invalid data field in request", whatever the host: the request reached the BMC, which does
+	// not offer it. The driver says so (ErrUnsupported), and the host is untouched.
+	g := NewWithT(t)
+	sim := ipmisim.Start(t)
+	d := newDriver(g, sim.Address, sim.Credentials)
+
+	err := bmc.Diagnose(context.Background(), d)
+	g.Expect(err).To(MatchError(bmc.ErrUnsupported))
+	g.Expect(err).To(MatchError(ContainSubstring("ipmi Diagnose")))
+	g.Expect(err).To(MatchError(ContainSubstring("Set Chassis Power Control to Diag failed: Invalid data field in request")))
+	g.Expect(err.Error()).NotTo(ContainSubstring(sim.Credentials.Password))
+	g.Expect(sim.HostPoweredOn()).To(BeTrue())
+	g.Expect(d.PowerState(context.Background())).To(Equal(bmc.PowerStateOn))
+}

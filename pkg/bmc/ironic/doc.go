@@ -4,7 +4,8 @@
 //
 // The address is ironic://host[:6385]/NODE (ironic+https for TLS), NODE being the node's UUID or name.
 // With credentials the driver authenticates with HTTP basic auth (Ironic's http_basic strategy), without
-// them it sends none (noauth). It speaks API microversion 1.27, the first with soft power off.
+// them it sends none (noauth). It speaks API microversion 1.27, the first with soft power off; the
+// diagnostic interrupt (inject_nmi) alone asks for 1.29, the first with it.
 //
 // Requests go to Ironic's origin (the scheme://host:port of the address) only: a redirect within it is
 // followed, one that leaves it ends in a *bmc.RedirectError (ErrUnsupported) before anything is sent there,

@@ -21,8 +21,13 @@ import (
 	"github.com/metalheal/metalheal/pkg/bmc"
 )
 
-// apiVersion is the Ironic API microversion the driver speaks: 1.27 added soft power off.
-const apiVersion = "1.27"
+// apiVersion is the Ironic API microversion the driver speaks: 1.27 added soft power off. The diagnostic
+// interrupt alone asks for nmiAPIVersion, the first with inject_nmi, so that an older Ironic still powers
+// hosts (it answers that one request 406: unsupported).
+const (
+	apiVersion    = "1.27"
+	nmiAPIVersion = "1.29"
+)
 
 // Backoff between power requests refused with 409 (node locked): doubling from initialBackoff up to
 // maxBackoff, for as long as the context allows.
@@ -41,7 +46,10 @@ type Driver struct {
 	clock     clock.Clock
 }
 
-var _ bmc.Driver = (*Driver)(nil)
+var (
+	_ bmc.Driver    = (*Driver)(nil)
+	_ bmc.Diagnoser = (*Driver)(nil)
+)
 
 // New returns an Ironic driver for the node at addr. It matches bmc.Factory. Empty credentials select
 // noauth; otherwise both username and password are needed. It does not contact Ironic.
@@ -133,15 +141,34 @@ func (d *Driver) Close(context.Context) error {
 	return nil
 }
 
+// Diagnose asks Ironic to inject an NMI into the node (PUT /v1/nodes/{node}/management/inject_nmi,
+// microversion 1.29), retrying while the node is locked (409). A driver of Ironic's that cannot inject
+// one (400), or an Ironic too old to know the request (406), fails as unsupported.
+func (d *Driver) Diagnose(ctx context.Context) error {
+	nmi := *d.client
+	nmi.Microversion = nmiAPIVersion
+	return d.whileLocked(ctx, bmc.OperationDiagnose, func(ctx context.Context) error {
+		return nodes.InjectNMI(ctx, &nmi, d.node).ExtractErr()
+	})
+}
+
 // changePower requests target, retrying while the node is locked (409).
 func (d *Driver) changePower(ctx context.Context, operation string, target nodes.TargetPowerState) error {
+	return d.whileLocked(ctx, operation, func(ctx context.Context) error {
+		return nodes.ChangePowerState(ctx, d.client, d.node, nodes.PowerStateOpts{Target: target}).ExtractErr()
+	})
+}
+
+// whileLocked makes request, and makes it again while Ironic answers that the node is locked by another
+// operation (409), with a growing wait, for as long as ctx allows.
+func (d *Driver) whileLocked(ctx context.Context, operation string, request func(ctx context.Context) error) error {
 	ctx, cancel := d.begin(ctx)
 	defer cancel()
 	delay := initialBackoff
 	for {
 		// An answer too large ends the call, whatever its status: a 409 cut off at the cap is no lock to
 		// wait for.
-		err := guarded(ctx, nodes.ChangePowerState(ctx, d.client, d.node, nodes.PowerStateOpts{Target: target}).ExtractErr())
+		err := guarded(ctx, request(ctx))
 		if !gophercloud.ResponseCodeIs(err, http.StatusConflict) {
 			return d.wrap(ctx, operation, err)
 		}

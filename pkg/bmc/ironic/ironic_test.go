@@ -233,3 +233,73 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.n++
 	return c.next.RoundTrip(r)
 }
+
+// The diagnostic interrupt is Ironic's inject_nmi, at the microversion that brought it (1.29); every other
+// request keeps the driver's own. A node whose Ironic driver cannot inject one, or an Ironic too old to
+// know the request, is unsupported; a locked node is waited for, as for a power change.
+func TestDiagnose(t *testing.T) {
+	nmi := ironictest.Request{Method: http.MethodPut, Path: "/v1/nodes/" + nodeUUID + "/management/inject_nmi", APIVersion: "1.29"}
+	for _, tc := range []struct {
+		name         string
+		noNMI        bool
+		locked       int
+		wantErr      error
+		wantStatuses []int
+		wantNMIs     int
+	}{
+		{name: "injected", wantStatuses: []int{http.StatusNoContent}, wantNMIs: 1},
+		{name: "a driver that cannot", noNMI: true, wantErr: bmc.ErrUnsupported, wantStatuses: []int{http.StatusBadRequest}},
+		{name: "a locked node is waited for", locked: 1, wantStatuses: []int{http.StatusConflict, http.StatusNoContent}, wantNMIs: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			srv := ironictest.NewServer(t).WithBasicAuth(user, password).WithNode(nodeUUID, ironictest.PowerOn)
+			if tc.noNMI {
+				srv.WithoutNMI(nodeUUID)
+			}
+			srv.LockNode(nodeUUID, tc.locked)
+			d := newTestDriver(g, srv.Address(nodeUUID), creds, clocktesting.NewFakeClock(time.Now()))
+			done := make(chan error, 1)
+			go func() { done <- bmc.Diagnose(context.Background(), d) }()
+			if tc.locked > 0 {
+				g.Eventually(d.clock.(*clocktesting.FakeClock).HasWaiters).Should(BeTrue())
+				d.clock.(*clocktesting.FakeClock).Step(initialBackoff)
+			}
+			var err error
+			g.Eventually(done).Should(Receive(&err))
+			if tc.wantErr == nil {
+				g.Expect(err).NotTo(HaveOccurred())
+			} else {
+				g.Expect(err).To(MatchError(tc.wantErr))
+				g.Expect(err).To(MatchError(ContainSubstring("does not support inject NMI")))
+			}
+			var want []ironictest.Request
+			for _, status := range tc.wantStatuses {
+				r := nmi
+				r.Status = status
+				want = append(want, r)
+			}
+			g.Expect(srv.Requests()).To(Equal(want))
+			g.Expect(srv.NMIs(nodeUUID)).To(Equal(tc.wantNMIs))
+			g.Expect(srv.PowerState(nodeUUID)).To(Equal(ironictest.PowerOn), "an NMI is no power change")
+
+			g.Expect(d.PowerState(context.Background())).To(Equal(bmc.PowerStateOn))
+			g.Expect(srv.Requests()[len(srv.Requests())-1].APIVersion).To(Equal("1.27"), "the driver's own microversion is left as it was")
+		})
+	}
+}
+
+func TestDiagnoseOnAnIronicTooOld(t *testing.T) {
+	g := NewWithT(t)
+	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-OpenStack-Ironic-API-Version") != "1.27" {
+			w.WriteHeader(http.StatusNotAcceptable)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	t.Cleanup(old.Close)
+	d := newTestDriver(g, "ironic://"+old.Listener.Addr().String()+"/"+nodeUUID, creds, clock.RealClock{})
+	g.Expect(bmc.Diagnose(context.Background(), d)).To(MatchError(bmc.ErrUnsupported))
+	g.Expect(d.PowerOff(context.Background(), true)).To(Succeed(), "it still powers hosts")
+}

@@ -7,7 +7,9 @@
 //
 // The ComputerSystem is the one the BMC address names (/redfish/v1/Systems/ID) or, when it names none,
 // the only one the service lists. Power on is the On reset; power off is ForceOff, or GracefulShutdown
-// when not forced and the system allows it. Both are no-ops when the system is already there.
+// when not forced. Both are no-ops when the system is already there. The diagnostic interrupt is the Nmi
+// reset. A reset type the system does not list among its allowed ones (ResetType@Redfish.AllowableValues)
+// is never sent: the call fails as unsupported, and nothing is sent in its place.
 //
 // The drivers share one HTTP transport (per TLS setting). A BMC keeps its connection between calls while
 // it is polled (idle connections close after 15 s), also when many BMCs share one address (a chassis

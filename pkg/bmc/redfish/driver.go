@@ -90,6 +90,8 @@ type driver struct {
 	system  string       // the ComputerSystem's URI; empty until found
 }
 
+var _ bmc.Diagnoser = (*driver)(nil)
+
 // serviceRoot holds the links the driver needs from /redfish/v1/.
 type serviceRoot struct {
 	Systems common.Link
@@ -165,8 +167,9 @@ func (d *driver) PowerOn(ctx context.Context) error {
 	})
 }
 
-// PowerOff sends ForceOff, or GracefulShutdown when not forced and allowed, unless the system is off (or
-// already shutting down, when not forced).
+// PowerOff sends ForceOff, or GracefulShutdown when not forced, unless the system is off (or already
+// shutting down, when not forced). A system that does not allow GracefulShutdown is sent nothing: the
+// call fails as unsupported, and forcing is the caller's decision.
 func (d *driver) PowerOff(ctx context.Context, force bool) error {
 	return d.call(ctx, "PowerOff", func(c client) error {
 		sys, err := d.computerSystem(c)
@@ -176,15 +179,26 @@ func (d *driver) PowerOff(ctx context.Context, force bool) error {
 		if sys.PowerState == redfish.OffPowerState || (!force && sys.PowerState == redfish.PoweringOffPowerState) {
 			return nil
 		}
-		resetType := redfish.ForceOffResetType
-		if !force {
-			if allowed(sys, redfish.GracefulShutdownResetType) {
-				resetType = redfish.GracefulShutdownResetType
-			} else {
-				d.report("GracefulShutdownUnsupported", "The system does not allow GracefulShutdown; forcing the power off")
-			}
+		if force {
+			return reset(sys, redfish.ForceOffResetType)
 		}
-		return reset(sys, resetType)
+		return reset(sys, redfish.GracefulShutdownResetType)
+	})
+}
+
+// Diagnose sends the Nmi reset: the diagnostic interrupt. A system that does not list Nmi among its
+// allowed reset types is sent nothing (unsupported); one that lists none is sent it, and a refusal (400)
+// is unsupported too. An NMI to a host that is off would change nothing: nothing is sent then.
+func (d *driver) Diagnose(ctx context.Context) error {
+	return d.call(ctx, bmc.OperationDiagnose, func(c client) error {
+		sys, err := d.computerSystem(c)
+		if err != nil {
+			return err
+		}
+		if sys.PowerState == redfish.OffPowerState {
+			return nil
+		}
+		return reset(sys, redfish.NmiResetType)
 	})
 }
 

@@ -139,14 +139,77 @@ func TestResetTypeFallbacks(t *testing.T) {
 	m := startMock(t, redfishmock.New().WithSystems(1).WithResetTypes("ForceOff", "ForceRestart"))
 	d := newDriver(t, m.URL(), m.SystemPath("1"), creds, bmc.Options{Report: r.report})
 
-	g.Expect(d.PowerOff(t.Context(), false)).To(Succeed())
-	g.Expect(m.Resets("1")).To(Equal([]string{"ForceOff"}), "no GracefulShutdown allowed: forced instead")
-	g.Expect(r.get()).To(ContainElement("GracefulShutdownUnsupported"))
+	err := d.PowerOff(t.Context(), false)
+	g.Expect(err).To(MatchError(bmc.ErrUnsupported), "no GracefulShutdown allowed: forcing is the caller's decision")
+	g.Expect(err).To(MatchError(ContainSubstring("does not allow the GracefulShutdown reset")))
+	g.Expect(m.Resets("1")).To(BeEmpty(), "nothing is sent in its place")
+	g.Expect(d.PowerOff(t.Context(), true)).To(Succeed())
+	g.Expect(m.Resets("1")).To(Equal([]string{"ForceOff"}))
+	g.Expect(r.get()).To(BeEmpty())
 
-	err := d.PowerOn(t.Context())
+	err = d.PowerOn(t.Context())
 	g.Expect(err).To(MatchError(bmc.ErrUnsupported), "On is not allowed")
 	g.Expect(err).To(MatchError(ContainSubstring("does not allow the On reset")))
 	g.Expect(m.Resets("1")).To(Equal([]string{"ForceOff"}))
+}
+
+// The diagnostic interrupt is the Nmi reset, sent to a system that allows it and is on. One that does not
+// list Nmi among its allowed reset types (AllowableValues) is sent nothing, and the error is unsupported,
+// as is a BMC's refusal of it.
+func TestDiagnose(t *testing.T) {
+	for name, tc := range map[string]struct {
+		resetTypes  []string // allowed; nil: all
+		off         bool
+		wantErr     error
+		wantResets  []string
+		wantMessage string
+	}{
+		"an NMI is the Nmi reset":             {wantResets: []string{"Nmi"}},
+		"a system that does not allow it":     {resetTypes: []string{"On", "ForceOff"}, wantErr: bmc.ErrUnsupported, wantMessage: "does not allow the Nmi reset"},
+		"a host that is off is sent nothing":  {off: true},
+		"a system that allows it, and others": {resetTypes: []string{"On", "ForceOff", "Nmi"}, wantResets: []string{"Nmi"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			mock := redfishmock.New().WithSystems(1)
+			if tc.resetTypes != nil {
+				mock = mock.WithResetTypes(tc.resetTypes...)
+			}
+			m := startMock(t, mock)
+			if tc.off {
+				g.Expect(m.SetPowerState("1", redfishmock.PowerOff)).To(Succeed())
+			}
+			d := newDriver(t, m.URL(), m.SystemPath("1"), creds, bmc.Options{})
+
+			err := bmc.Diagnose(t.Context(), d)
+			if tc.wantErr == nil {
+				g.Expect(err).NotTo(HaveOccurred())
+			} else {
+				g.Expect(err).To(MatchError(tc.wantErr))
+				g.Expect(err).To(MatchError(ContainSubstring(tc.wantMessage)))
+				g.Expect(err).To(MatchError(ContainSubstring("redfish Diagnose")))
+			}
+			g.Expect(m.Resets("1")).To(Equal(tc.wantResets))
+		})
+	}
+}
+
+// A host that powers itself off after an NMI (a kernel dump): the driver sends the interrupt and reads
+// the host going down on its own.
+func TestDiagnoseThenTheHostPowersOff(t *testing.T) {
+	g := NewWithT(t)
+	clk := fakeClock()
+	m := startMock(t, redfishmock.New().WithSystems(1).WithClock(clk).WithPowerDelay(5*time.Second).
+		WithHost(redfishmock.Host{PowerOffAfterNMI: 20 * time.Second}))
+	d := newDriver(t, m.URL(), m.SystemPath("1"), creds, bmc.Options{})
+
+	g.Expect(bmc.Diagnose(t.Context(), d)).To(Succeed())
+	g.Expect(d.PowerState(t.Context())).To(Equal(bmc.PowerStateOn), "writing its dump")
+	clk.Step(20 * time.Second)
+	g.Expect(d.PowerState(t.Context())).To(Equal(bmc.PowerStateUnknown), "powering off")
+	clk.Step(5 * time.Second)
+	g.Expect(d.PowerState(t.Context())).To(Equal(bmc.PowerStateOff))
+	g.Expect(m.Resets("1")).To(Equal([]string{"Nmi"}), "no power-off was sent")
 }
 
 func TestSessionIsReused(t *testing.T) {

@@ -16,6 +16,8 @@ import (
 //	                                   "stuckPower":true,"refusePowerOff":true,"rejectAuth":true}
 //	DELETE /mock/systems/{id}/faults   heal it
 //	POST   /mock/systems/{id}/power    {"powerState":"On"|"Off"}: set at once, as if by hand
+//	POST   /mock/systems/{id}/host     replace how its host behaves (see Host): {"ignoreGracefulShutdown":true,
+//	                                   "powerOffAfterNMI":"30s"} or {"rebootAfterNMI":"30s"}
 //	POST   /mock/faults                replace the faults of the whole service (same body)
 //	DELETE /mock/faults                heal the service and every system
 //	DELETE /mock/sessions              expire every session
@@ -54,6 +56,13 @@ func (m *Mock) controlRoutes() http.Handler {
 		}
 		reply(w, nil, m.SetPowerState(r.PathValue("id"), body.PowerState))
 	})
+	mux.HandleFunc("POST /mock/systems/{id}/host", func(w http.ResponseWriter, r *http.Request) {
+		var h Host
+		if !decode(w, r, &h) {
+			return
+		}
+		reply(w, nil, m.SetHost(r.PathValue("id"), h))
+	})
 	mux.HandleFunc("POST /mock/faults", func(w http.ResponseWriter, r *http.Request) {
 		var f Faults
 		if !decode(w, r, &f) {
@@ -84,11 +93,14 @@ type systemStatus struct {
 	ID         string     `json:"id"`
 	PowerState PowerState `json:"powerState"`
 	Faults     Faults     `json:"faults"`
+	Host       Host       `json:"host"`
 }
 
 func (m *Mock) status(id string) (systemStatus, error) {
 	st := systemStatus{ID: id}
-	err := m.withSystem(id, func(s *system, _ time.Time, _ *effects) { st.PowerState, st.Faults = s.state(), s.faults })
+	err := m.withSystem(id, func(s *system, _ time.Time, _ *effects) {
+		st.PowerState, st.Faults, st.Host = s.state(), s.faults, s.host
+	})
 	return st, err
 }
 

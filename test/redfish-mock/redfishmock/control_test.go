@@ -52,6 +52,16 @@ func TestControlEndpoint(t *testing.T) {
 		g.Expect(m.PowerState("2")).To(Equal(redfishmock.PowerOff))
 		g.Expect(get(t, m.URL()+"/mock/systems")).To(And(ContainSubstring(`"id":"1","powerState":"On"`), ContainSubstring(`"id":"2","powerState":"Off"`)))
 	})
+	t.Run("host", func(t *testing.T) {
+		g := NewWithT(t)
+		g.Expect(ctl("POST", "/mock/systems/2/host", `{"ignoreGracefulShutdown":true,"powerOffAfterNMI":"45s"}`)).To(Equal(http.StatusNoContent))
+		g.Expect(m.Host("2")).To(Equal(redfishmock.Host{IgnoreGracefulShutdown: true, PowerOffAfterNMI: 45 * time.Second}))
+		g.Expect(get(t, m.URL()+"/mock/systems/2")).To(ContainSubstring(`"host":{"ignoreGracefulShutdown":true,"powerOffAfterNMI":"45s"}`))
+		g.Expect(ctl("POST", "/mock/systems/2/host", `{"powerOffAfterNMI":"1s","rebootAfterNMI":"1s"}`)).To(Equal(http.StatusBadRequest))
+		g.Expect(ctl("POST", "/mock/systems/2/host", `{"rebootAfterNMI":"soon"}`)).To(Equal(http.StatusBadRequest))
+		g.Expect(ctl("POST", "/mock/systems/2/host", `{}`)).To(Equal(http.StatusNoContent))
+		g.Expect(m.Host("2")).To(Equal(redfishmock.Host{}))
+	})
 	t.Run("sessions and requests", func(t *testing.T) {
 		g := NewWithT(t)
 		token := login(t, m)

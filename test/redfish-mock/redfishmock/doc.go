@@ -16,7 +16,9 @@
 // Power transitions take the configured delay on an injected clock (a fake clock in unit tests): the
 // system shows PoweringOn or PoweringOff meanwhile, and OnPowerChange hooks hear every step. Faults are
 // injected per system or for the whole service, from Go (SetFaults, SetGlobalFaults) or, when the control
-// endpoint is on, over HTTP under /mock/ (see control.go). Every Redfish request is recorded with the kind
+// endpoint is on, over HTTP under /mock/ (see control.go). A system's host answers the resets its BMC only
+// passes on (WithHost, SetHost): it may ignore GracefulShutdown, and may power itself off, or reboot, some
+// time after an Nmi, as a host writing a kernel dump does. Every Redfish request is recorded with the kind
 // of authentication it carried, so tests can assert on what a client really sent.
 //
 // Production code never imports this package.

@@ -90,3 +90,46 @@ func (f *Faults) hit() (status int, drop bool) {
 	}
 	return status, drop
 }
+
+// hostJSON is how a Host travels over the control endpoint: the waits are Go duration strings ("5s").
+type hostJSON struct {
+	IgnoreGracefulShutdown bool   `json:"ignoreGracefulShutdown,omitempty"`
+	PowerOffAfterNMI       string `json:"powerOffAfterNMI,omitempty"`
+	RebootAfterNMI         string `json:"rebootAfterNMI,omitempty"`
+}
+
+// MarshalJSON writes the control endpoint's form.
+func (h Host) MarshalJSON() ([]byte, error) {
+	j := hostJSON{IgnoreGracefulShutdown: h.IgnoreGracefulShutdown}
+	if h.PowerOffAfterNMI > 0 {
+		j.PowerOffAfterNMI = h.PowerOffAfterNMI.String()
+	}
+	if h.RebootAfterNMI > 0 {
+		j.RebootAfterNMI = h.RebootAfterNMI.String()
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads the control endpoint's form.
+func (h *Host) UnmarshalJSON(b []byte) error {
+	var j hostJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*h = Host{IgnoreGracefulShutdown: j.IgnoreGracefulShutdown}
+	for _, d := range []struct {
+		name string
+		in   string
+		out  *time.Duration
+	}{{"powerOffAfterNMI", j.PowerOffAfterNMI, &h.PowerOffAfterNMI}, {"rebootAfterNMI", j.RebootAfterNMI, &h.RebootAfterNMI}} {
+		if d.in == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.in)
+		if err != nil {
+			return fmt.Errorf("%s: %w", d.name, err)
+		}
+		*d.out = v
+	}
+	return nil
+}

@@ -66,6 +66,7 @@ type Mock struct {
 	listen       string
 	requestLimit int
 	resetTypes   []string // the ResetType values systems allow
+	host         Host     // the host of systems added from now on (see WithHost)
 	err          error    // the first configuration mistake, returned by Start
 
 	handler        http.Handler // the Redfish API
@@ -117,8 +118,22 @@ func New() *Mock {
 func (m *Mock) WithSystems(n int) *Mock {
 	for range n {
 		id := strconv.Itoa(len(m.ids) + 1)
-		m.systems[id] = &system{id: id, power: PowerOn}
+		m.systems[id] = &system{id: id, power: PowerOn, host: m.host}
 		m.ids = append(m.ids, id)
+	}
+	return m
+}
+
+// WithHost sets how the hosts of every system, those there and those added later, answer a graceful
+// shutdown and a diagnostic interrupt (see Host; SetHost changes one system's).
+func (m *Mock) WithHost(h Host) *Mock {
+	if err := h.validate(); err != nil {
+		m.fail(fmt.Errorf("WithHost: %w", err))
+		return m
+	}
+	m.host = h
+	for _, s := range m.systems {
+		s.host = h
 	}
 	return m
 }
@@ -141,7 +156,7 @@ func (m *Mock) AddSystems(ids ...string) error {
 		seen[id] = true
 	}
 	for _, id := range ids {
-		m.systems[id] = &system{id: id, power: PowerOn}
+		m.systems[id] = &system{id: id, power: PowerOn, host: m.host}
 		m.ids = append(m.ids, id)
 	}
 	return nil
@@ -334,7 +349,26 @@ func (m *Mock) SetPowerState(id string, state PowerState) error {
 	if state != PowerOn && state != PowerOff {
 		return fmt.Errorf("power state %q: want On or Off", state)
 	}
-	return m.withSystem(id, func(s *system, now time.Time, e *effects) { e.moveTo(s, state, 0, now) })
+	return m.withSystem(id, func(s *system, now time.Time, e *effects) {
+		s.hostAt, s.act = time.Time{}, ""
+		e.moveTo(s, state, 0, now)
+	})
+}
+
+// SetHost sets how a system's host answers a graceful shutdown and a diagnostic interrupt (see Host),
+// before or after Start. A wait already running after an NMI keeps the behaviour it started with.
+func (m *Mock) SetHost(id string, h Host) error {
+	if err := h.validate(); err != nil {
+		return err
+	}
+	return m.withSystem(id, func(s *system, _ time.Time, _ *effects) { s.host = h })
+}
+
+// Host returns how a system's host behaves.
+func (m *Mock) Host(id string) (Host, error) {
+	var h Host
+	err := m.withSystem(id, func(s *system, _ time.Time, _ *effects) { h = s.host })
+	return h, err
 }
 
 // Resets lists the ResetType of every reset a system accepted, oldest first.
@@ -446,8 +480,8 @@ func (m *Mock) apply(e effects) {
 	}
 }
 
-// settleAt is a transition's timer: it settles the system as of the transition's deadline. It must not
-// read the clock (a fake clock runs it while holding its own lock).
+// settleAt is a transition's timer (or a host's, see Host): it settles the system as of the deadline. It
+// must neither read the clock nor start a timer (a fake clock runs it while holding its own lock).
 func (m *Mock) settleAt(id string, at time.Time) {
 	var e effects
 	m.mu.Lock()

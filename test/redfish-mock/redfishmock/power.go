@@ -1,6 +1,9 @@
 package redfishmock
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // PowerState is a ComputerSystem's PowerState, spelled as Redfish does.
 type PowerState string
@@ -28,7 +31,47 @@ type system struct {
 
 	faults Faults
 	resets []string // the ResetType of every accepted reset
+
+	host   Host
+	hostAt time.Time     // when the host acts on its own (after an NMI); zero when it will not
+	act    hostAction    // what it does then
+	actFor time.Duration // the power delay of what it does
 }
+
+// Host is how a mock system's host, its operating system, answers the resets a BMC only passes on to it:
+// a graceful shutdown and a diagnostic interrupt (Nmi). The zero value is a host that shuts down when
+// asked and carries on after an NMI as if nothing happened.
+type Host struct {
+	// IgnoreGracefulShutdown makes the host ignore GracefulShutdown and GracefulRestart (a hung operating
+	// system): the reset is accepted (204) and recorded, and the power stays as it was.
+	IgnoreGracefulShutdown bool
+	// PowerOffAfterNMI, when positive, makes the host power itself off this long after an Nmi reset, as
+	// one that writes a kernel dump (kdump) and then powers off does. The power-off takes the mock's
+	// power delay, like any other.
+	PowerOffAfterNMI time.Duration
+	// RebootAfterNMI, when positive, makes the host restart this long after an Nmi reset (a kernel dump,
+	// then a reboot): its power is cut and comes back, taking the mock's power delay (PoweringOn
+	// meanwhile). At most one of PowerOffAfterNMI and RebootAfterNMI may be set.
+	RebootAfterNMI time.Duration
+}
+
+func (h Host) validate() error {
+	if h.PowerOffAfterNMI < 0 || h.RebootAfterNMI < 0 {
+		return fmt.Errorf("host: the waits after an NMI must not be negative")
+	}
+	if h.PowerOffAfterNMI > 0 && h.RebootAfterNMI > 0 {
+		return fmt.Errorf("host: powerOffAfterNMI and rebootAfterNMI exclude each other")
+	}
+	return nil
+}
+
+// hostAction is what a host does on its own once its time comes.
+type hostAction string
+
+const (
+	hostPowersOff hostAction = "power off"
+	hostReboots   hostAction = "reboot"
+)
 
 // state is the PowerState the system reports.
 func (s *system) state() PowerState {
@@ -62,14 +105,47 @@ type effects struct {
 	timers  []timerReq
 }
 
-// settle ends s's transition if its deadline has passed at now.
+// settle ends s's transition if its deadline has passed at now, after starting what its host does on its
+// own (see Host) if that time has come: at that time, so that what it starts ends when it would have.
 func (e *effects) settle(s *system, now time.Time) {
+	if !s.hostAt.IsZero() && !now.Before(s.hostAt) {
+		e.settleTransition(s, s.hostAt)
+		at, act, delay := s.hostAt, s.act, s.actFor
+		s.hostAt, s.act = time.Time{}, ""
+		timers := len(e.timers)
+		switch act {
+		case hostPowersOff:
+			e.moveTo(s, PowerOff, delay, at)
+		case hostReboots:
+			e.cut(s)
+			e.moveTo(s, PowerOn, delay, at)
+		}
+		// hostActs started the timer of this transition already: a timer may not start another (see
+		// settleAt).
+		e.timers = e.timers[:timers]
+	}
+	e.settleTransition(s, now)
+}
+
+// settleTransition ends s's transition if its deadline has passed at now.
+func (e *effects) settleTransition(s *system, now time.Time) {
 	if s.target == "" || now.Before(s.doneAt) {
 		return
 	}
 	from := s.state()
 	s.power, s.target = s.target, ""
 	e.changes = append(e.changes, change{s.id, from, s.power})
+}
+
+// hostActs makes s's host do act on its own after wait (see Host), unless a power change comes first.
+// The timers of both the act and the power transition it starts are started now: the first one's
+// function runs inside the clock, where no timer can be started.
+func (e *effects) hostActs(s *system, act hostAction, wait, delay time.Duration, now time.Time) {
+	s.hostAt, s.act, s.actFor = now.Add(wait), act, delay
+	e.timers = append(e.timers, timerReq{s.id, wait, s.hostAt})
+	if delay > 0 {
+		e.timers = append(e.timers, timerReq{s.id, wait + delay, s.hostAt.Add(delay)})
+	}
 }
 
 // moveTo starts moving s towards to (On or Off), taking delay.
@@ -100,23 +176,55 @@ func (e *effects) cut(s *system) {
 // reset applies a Reset action's type to s (nothing when stuck) and reports whether the type is known.
 func (e *effects) reset(s *system, resetType string, delay time.Duration, now time.Time, stuck bool) (known bool) {
 	var apply func()
+	ignored := s.host.IgnoreGracefulShutdown
 	switch resetType {
 	case "On":
 		apply = func() { e.moveTo(s, PowerOn, delay, now) }
-	case "ForceOff", "GracefulShutdown":
+	case "ForceOff":
 		apply = func() { e.moveTo(s, PowerOff, delay, now) }
-	case "ForceRestart", "GracefulRestart", "PowerCycle":
+	case "GracefulShutdown":
+		apply = func() {
+			if !ignored {
+				e.moveTo(s, PowerOff, delay, now)
+			}
+		}
+	case "ForceRestart", "PowerCycle":
 		apply = func() { e.cut(s); e.moveTo(s, PowerOn, delay, now) }
+	case "GracefulRestart":
+		apply = func() {
+			if !ignored {
+				e.cut(s)
+				e.moveTo(s, PowerOn, delay, now)
+			}
+		}
 	case "Nmi":
-		apply = func() {}
+		apply = func() {
+			switch {
+			case s.state() != PowerOn || !s.hostAt.IsZero():
+				// Off, on its way, or already dumping: an NMI changes nothing.
+			case s.host.PowerOffAfterNMI > 0:
+				e.hostActs(s, hostPowersOff, s.host.PowerOffAfterNMI, delay, now)
+			case s.host.RebootAfterNMI > 0:
+				e.hostActs(s, hostReboots, s.host.RebootAfterNMI, delay, now)
+			}
+		}
 	default:
 		return false
 	}
 	s.resets = append(s.resets, resetType)
-	if !stuck {
-		apply()
+	if stuck {
+		return true
 	}
+	if powersOff(resetType) && (!ignored || !graceful(resetType)) {
+		s.hostAt, s.act = time.Time{}, "" // the power goes: whatever the host was doing ends
+	}
+	apply()
 	return true
+}
+
+// graceful reports whether a reset type only asks the host's operating system.
+func graceful(resetType string) bool {
+	return resetType == "GracefulShutdown" || resetType == "GracefulRestart"
 }
 
 // powersOff reports whether a reset type takes the power away, even for a moment.

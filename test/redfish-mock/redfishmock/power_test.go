@@ -122,3 +122,85 @@ func TestSetPowerState(t *testing.T) {
 	_, err := m.PowerState("9")
 	g.Expect(err).To(MatchError(redfishmock.ErrNoSuchSystem))
 }
+
+// The host behind a system answers the resets its BMC only passes on: a graceful shutdown it may ignore,
+// and an NMI after which it may dump its kernel and power off, or reboot, on its own. Every reset is
+// recorded, answered or ignored.
+func TestHostBehaviour(t *testing.T) {
+	const (
+		delay = 10 * time.Second // the mock's power delay
+		dump  = 30 * time.Second // the host's kernel dump
+	)
+	tests := map[string]struct {
+		host        redfishmock.Host
+		resets      []string
+		after       time.Duration // how long after the resets to look
+		want        redfishmock.PowerState
+		wantChanges []string
+	}{
+		"an ignored graceful shutdown leaves the power on": {host: redfishmock.Host{IgnoreGracefulShutdown: true},
+			resets: []string{"GracefulShutdown"}, after: time.Hour, want: redfishmock.PowerOn},
+		"an ignored graceful restart too": {host: redfishmock.Host{IgnoreGracefulShutdown: true},
+			resets: []string{"GracefulRestart"}, after: time.Hour, want: redfishmock.PowerOn},
+		"a host that ignores the graceful shutdown is forced off": {host: redfishmock.Host{IgnoreGracefulShutdown: true},
+			resets: []string{"GracefulShutdown", "ForceOff"}, after: delay, want: redfishmock.PowerOff,
+			wantChanges: []string{"1:On->PoweringOff", "1:PoweringOff->Off"}},
+		"an NMI changes nothing by default": {resets: []string{"Nmi"}, after: time.Hour, want: redfishmock.PowerOn},
+		"not before the dump is written": {host: redfishmock.Host{PowerOffAfterNMI: dump},
+			resets: []string{"Nmi"}, after: dump - time.Nanosecond, want: redfishmock.PowerOn},
+		"a host powers itself off after its kernel dump": {host: redfishmock.Host{PowerOffAfterNMI: dump},
+			resets: []string{"Nmi"}, after: dump, want: redfishmock.PoweringOff,
+			wantChanges: []string{"1:On->PoweringOff"}},
+		"and is off once the power delay has passed": {host: redfishmock.Host{PowerOffAfterNMI: dump},
+			resets: []string{"Nmi"}, after: dump + delay, want: redfishmock.PowerOff,
+			wantChanges: []string{"1:On->PoweringOff", "1:PoweringOff->Off"}},
+		"a second NMI does not restart the dump": {host: redfishmock.Host{PowerOffAfterNMI: dump},
+			resets: []string{"Nmi", "Nmi"}, after: dump + delay, want: redfishmock.PowerOff,
+			wantChanges: []string{"1:On->PoweringOff", "1:PoweringOff->Off"}},
+		"a host reboots after its kernel dump": {host: redfishmock.Host{RebootAfterNMI: dump},
+			resets: []string{"Nmi"}, after: dump + delay, want: redfishmock.PowerOn,
+			wantChanges: []string{"1:On->Off", "1:Off->PoweringOn", "1:PoweringOn->On"}},
+		"a forced power-off ends the dump": {host: redfishmock.Host{PowerOffAfterNMI: dump},
+			resets: []string{"Nmi", "ForceOff", "On"}, after: dump + delay, want: redfishmock.PowerOn,
+			wantChanges: []string{"1:On->PoweringOff", "1:PoweringOff->PoweringOn", "1:PoweringOn->On"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			clk := fakeClock()
+			m := start(t, redfishmock.New().WithSystems(2).WithClock(clk).WithPowerDelay(delay))
+			g.Expect(m.SetHost("1", tc.host)).To(Succeed())
+			var log powerLog
+			m.OnPowerChange(log.hook)
+
+			for _, r := range tc.resets {
+				g.Expect(send(t, http.DefaultClient, m.URL(), admin("POST", resetPath, resetBody(r))).status).To(Equal(http.StatusNoContent))
+			}
+			clk.Step(tc.after)
+			g.Expect(log.get()).To(Equal(tc.wantChanges), "hooks hear every step, without anyone reading the state")
+			g.Expect(m.PowerState("1")).To(Equal(tc.want))
+			g.Expect(m.Resets("1")).To(Equal(tc.resets), "every reset is recorded, whatever the host made of it")
+			g.Expect(m.PowerState("2")).To(Equal(redfishmock.PowerOn), "other systems are untouched")
+		})
+	}
+}
+
+func TestHostConfiguration(t *testing.T) {
+	g := NewWithT(t)
+	dumpThenOff := redfishmock.Host{PowerOffAfterNMI: time.Minute}
+	m := start(t, redfishmock.New().WithSystems(1).WithHost(dumpThenOff))
+	g.Expect(m.AddSystems("later")).To(Succeed())
+	g.Expect(m.Host("1")).To(Equal(dumpThenOff))
+	g.Expect(m.Host("later")).To(Equal(dumpThenOff), "systems added later get the same host")
+
+	g.Expect(m.SetHost("1", redfishmock.Host{PowerOffAfterNMI: time.Minute, RebootAfterNMI: time.Minute})).
+		To(MatchError(ContainSubstring("exclude each other")))
+	g.Expect(m.SetHost("9", redfishmock.Host{})).To(MatchError(redfishmock.ErrNoSuchSystem))
+	_, err := redfishmock.New().WithHost(redfishmock.Host{RebootAfterNMI: -time.Second}).Start()
+	g.Expect(err).To(MatchError(ContainSubstring("negative")))
+
+	sys := send(t, http.DefaultClient, m.URL(), admin("GET", "/redfish/v1/Systems/1", ""))
+	g.Expect(sys.json["Actions"]).To(HaveKeyWithValue("#ComputerSystem.Reset",
+		HaveKeyWithValue("ResetType@Redfish.AllowableValues", ContainElements("GracefulShutdown", "Nmi"))),
+		"graceful shutdown and NMI are advertised")
+}

@@ -48,7 +48,9 @@ type Server struct {
 
 type node struct {
 	power  string
-	locked int // how many more power requests get 409
+	locked int  // how many more power requests get 409
+	noNMI  bool // the node's driver cannot inject an NMI
+	nmis   int  // NMIs injected
 }
 
 // NewServer starts a server that stops when t ends.
@@ -81,6 +83,22 @@ func (s *Server) LockNode(uuid string, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nodes[uuid].locked = n
+}
+
+// WithoutNMI makes the node's driver one that cannot inject an NMI, as Ironic's drivers without a
+// management interface for it: inject_nmi answers 400.
+func (s *Server) WithoutNMI(uuid string) *Server {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodes[uuid].noNMI = true
+	return s
+}
+
+// NMIs returns how many NMIs were injected into the node.
+func (s *Server) NMIs(uuid string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nodes[uuid].nmis
 }
 
 // PowerState returns the node's power state.
@@ -165,9 +183,26 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, req *Request) in
 		}
 		req.Target = body.Target
 		return s.changePower(w, uuid, n, body.Target, version)
+	case action == "management/inject_nmi" && r.Method == http.MethodPut:
+		return s.injectNMI(w, uuid, n, version)
 	default:
 		return fail(w, http.StatusMethodNotAllowed, "Method not allowed")
 	}
+}
+
+func (s *Server) injectNMI(w http.ResponseWriter, uuid string, n *node, version string) int {
+	switch {
+	case !atLeast(version, 1, 29):
+		return fail(w, http.StatusNotFound, "The resource could not be found.")
+	case n.noNMI:
+		return fail(w, http.StatusBadRequest, fmt.Sprintf("Driver for node %s does not support inject NMI.", uuid))
+	case n.locked > 0:
+		n.locked--
+		return fail(w, http.StatusConflict, fmt.Sprintf("Node %s is locked by host conductor-1, please retry after the current operation is completed.", uuid))
+	}
+	n.nmis++
+	w.WriteHeader(http.StatusNoContent)
+	return http.StatusNoContent
 }
 
 func (s *Server) changePower(w http.ResponseWriter, uuid string, n *node, target, version string) int {
