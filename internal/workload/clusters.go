@@ -12,7 +12,9 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -235,7 +237,7 @@ func (r *Clusters) Get(ctx context.Context, apiReader client.Reader, key types.N
 	r.mu.Unlock()
 	for _, fn := range subscribers {
 		if err := fn(key, c); err != nil {
-			return nil, false, &Error{Cluster: key, Err: fmt.Errorf("watching Nodes: %w", err)}
+			return nil, false, &Error{Cluster: key, Err: fmt.Errorf("watching its Nodes and node leases: %w", err)}
 		}
 	}
 	ctrl.LoggerFrom(ctx).Info("Connected to workload cluster", "cluster", key)
@@ -256,6 +258,7 @@ func (r *Clusters) connect(ctx context.Context, key types.NamespacedName, cfg *r
 	c := &Cluster{key: key, leaseNamespace: r.opts.LeaseNamespace, callTimeout: r.opts.CallTimeout}
 	objects, err := cache.New(cfg, cache.Options{
 		Scheme: scheme,
+		Mapper: restMapper,
 		ByObject: map[client.Object]cache.ByObject{
 			// The same transform as the manager's own Node cache: a workload cluster's admin controls its
 			// Nodes' size, and the manager is shared by every workload cluster.
@@ -277,7 +280,7 @@ func (r *Clusters) connect(ctx context.Context, key types.NamespacedName, cfg *r
 	if err != nil {
 		return nil, fmt.Errorf("creating a cache: %w", err)
 	}
-	direct, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	direct, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme, Mapper: restMapper})
 	if err != nil {
 		return nil, fmt.Errorf("creating a client: %w", err)
 	}
@@ -378,6 +381,25 @@ var scheme = func() *runtime.Scheme {
 		panic(err)
 	}
 	return s
+}()
+
+// restMapper maps the only kinds a connection reads and writes (Nodes, node leases and the lease
+// namespace) without asking the workload cluster: a discovery request cannot be bounded by a caller's
+// context, so a cluster that stops answering would hold the first call of a kind for ever.
+var restMapper = func() meta.RESTMapper {
+	m := meta.NewDefaultRESTMapper(nil)
+	for _, k := range []struct {
+		gvk   schema.GroupVersionKind
+		scope meta.RESTScope
+	}{
+		{corev1.SchemeGroupVersion.WithKind("Node"), meta.RESTScopeRoot},
+		{corev1.SchemeGroupVersion.WithKind("Namespace"), meta.RESTScopeRoot},
+		{coordinationv1.SchemeGroupVersion.WithKind("Lease"), meta.RESTScopeNamespace},
+	} {
+		m.Add(k.gvk, k.scope)
+		m.Add(k.gvk.GroupVersion().WithKind(k.gvk.Kind+"List"), k.scope)
+	}
+	return m
 }()
 
 // ErrUnsafeKubeconfig is returned for a kubeconfig that would make the manager run a command or read a
