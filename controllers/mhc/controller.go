@@ -165,8 +165,12 @@ func New(opts Options) (*Reconciler, error) {
 		served:  &servedVersion{disco: opts.Discovery, clock: opts.Clock, recheck: opts.ClusterAPIRecheckInterval},
 	}
 	if r.remotes == nil {
-		r.remotes, r.ownRemotes = workload.New(workload.Options{Clock: opts.Clock,
+		r.remotes, r.ownRemotes = workload.New(workload.Options{Clock: opts.Clock, LeaseNamespace: opts.LeaseNamespace,
 			SyncTimeout: opts.WorkloadClusterSyncTimeout, Recheck: opts.KubeconfigRecheckInterval}), true
+	}
+	if ns := r.remotes.LeaseNamespace(); ns != opts.LeaseNamespace {
+		return nil, fmt.Errorf("mhc: the workload cluster connections cache the node leases of namespace %q, not %q (Options.LeaseNamespace)",
+			ns, opts.LeaseNamespace)
 	}
 	r.remotes.OnConnect(r.watchRemoteNodes)
 	return r, nil
