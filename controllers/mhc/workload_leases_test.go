@@ -18,8 +18,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/gates"
@@ -104,6 +108,48 @@ var _ = Describe("Node leases in a workload cluster", func() {
 		Entry("a remediation request", true),
 		Entry("the hand-over to the Machine's owner", false),
 	)
+
+	It("hands a workload Node off while node-maintenance holds its lease there, and acts when it is let go (lease watch)", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		w.startManager(ctx)
+		w.workloadCluster(ctx, "wl", workloadEnv.KubeConfig)
+		shared := w.nodeName("held")
+		mgmtNode := w.createNode(ctx, k8s, shared, corev1.ConditionTrue, time.Hour)
+		remote := w.createNode(ctx, workloadK8s, shared, corev1.ConditionTrue, time.Hour)
+		forgetWorkloadLeases(shared)
+		Expect(client.IgnoreAlreadyExists(workloadK8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leases.DefaultNamespace}}))).To(Succeed())
+		maintenance, err := leases.NewManager(workloadK8s, "node-maintenance", w.clock)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(maintenance.RequestLease(ctx, remote, time.Hour)).To(Succeed())
+		w.createCheck(ctx, "remote", func(mhc *v1alpha1.MachineHealthCheck) {
+			mhc.Spec.ClusterName = "wl"
+			mhc.Spec.Selector.MatchLabels = map[string]string{"pool": "r"}
+		})
+		w.createMachine(ctx, "m", withCluster("wl"), withLabels("pool", "r"), withNodeRef(shared))
+
+		By("the workload Node fails under maintenance: skipped, LeaseHeldByOther")
+		w.setReady(ctx, workloadK8s, remote, corev1.ConditionUnknown, time.Hour)
+		Eventually(func(g Gomega) {
+			e := entryOf(w.check(ctx, "remote"), "m")
+			g.Expect(e).NotTo(BeNil())
+			g.Expect(e.SkipReason).To(Equal(v1alpha1.ReasonLeaseHeldByOther))
+			g.Expect(e.SkipMessage).To(ContainSubstring(`"node-maintenance"`))
+		}).WithContext(ctx).WithTimeout(eventuallyTimeout).Should(Succeed())
+		Expect(condition(w.machine(ctx, "m"), clusterv1.MachineOwnerRemediatedCondition)).To(BeNil())
+		Expect(w.rec.all()).To(ContainElement(And(HaveField("Name", "m"), HaveField("Reason", EventRemediationSkipped),
+			HaveField("Note", ContainSubstring("node-maintenance")))))
+
+		By("node-maintenance lets go in the workload cluster: the check acts at once, not at the lease's end an hour on")
+		Expect(maintenance.InvalidateLease(ctx, shared)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(condition(w.machine(ctx, "m"), clusterv1.MachineOwnerRemediatedCondition)).To(
+				haveCondition(metav1.ConditionFalse, clusterv1.MachineOwnerRemediatedWaitingForRemediationReason))
+			l := workloadLease(ctx, shared)
+			g.Expect(l).NotTo(BeNil())
+			g.Expect(l.Spec.HolderIdentity).To(HaveValue(Equal(checkLeaseHolder("remote"))))
+		}).WithContext(ctx).WithTimeout(eventuallyTimeout).Should(Succeed())
+		Expect(leaseHolder(ctx, mgmtNode.Name)).To(BeEmpty(), "the management cluster's Node of that name is not leased")
+	})
 
 	It("remediates two failing control-plane Nodes of one workload cluster one at a time, across its checks", func(ctx SpecContext) {
 		w := newWorld(ctx)
@@ -330,4 +376,26 @@ func (w *world) spyOnStarts() *startSpy {
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() { w.r.remotes.StopAll() })
 	return spy
+}
+
+// startManager runs the world's checks in a manager, as main does, with the resync out of the way: what
+// happens is brought by a watch.
+func (w *world) startManager(ctx context.Context) {
+	GinkgoHelper()
+	mgr, err := ctrl.NewManager(mgmtCfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{w.ns: {}},
+			ByObject: map[client.Object]cache.ByObject{&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{leases.DefaultNamespace: {}}}}},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	r, err := New(Options{Clock: w.clock, Recorder: w.rec, ResyncPeriod: worldResync})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
+	mgrCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mgrCtx) }()
+	DeferCleanup(func() { stop(); Eventually(done).WithTimeout(eventuallyTimeout).Should(Receive(BeNil())) })
 }
