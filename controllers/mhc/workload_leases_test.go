@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -398,4 +400,16 @@ func (w *world) startManager(ctx context.Context) {
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(mgrCtx) }()
 	DeferCleanup(func() { stop(); Eventually(done).WithTimeout(eventuallyTimeout).Should(Receive(BeNil())) })
+}
+
+// The check holds its workload Nodes' leases in its lease namespace, and reads them from the shared
+// connections' cache: connections that cache another namespace would show it none, so New refuses them.
+func TestNewRefusesConnectionsCachingAnotherLeaseNamespace(t *testing.T) {
+	g := NewWithT(t)
+	clk := clocktesting.NewFakeClock(time.Now())
+	_, err := New(Options{Clock: clk, LeaseNamespace: "maintenance", WorkloadClusters: workload.New(workload.Options{Clock: clk})})
+	g.Expect(err).To(MatchError(And(ContainSubstring(`"maintenance"`), ContainSubstring(leases.DefaultNamespace))))
+	_, err = New(Options{Clock: clk, LeaseNamespace: "maintenance",
+		WorkloadClusters: workload.New(workload.Options{Clock: clk, LeaseNamespace: "maintenance"})})
+	g.Expect(err).NotTo(HaveOccurred())
 }
