@@ -221,8 +221,9 @@ func run(cfg config) error {
 		return fmt.Errorf("indexing BMCs: %w", err)
 	}
 
-	// One connection per Cluster API workload cluster, for the MachineHealthCheck and the remediator.
-	workloads := workload.New(workload.Options{Clock: clock.RealClock{}})
+	// One connection per Cluster API workload cluster, for the MachineHealthCheck and the remediator: its
+	// Nodes and the node leases of the lease namespace.
+	workloads := workload.New(workload.Options{Clock: clock.RealClock{}, LeaseNamespace: cfg.leaseNamespace})
 	if err := mgr.Add(workloads); err != nil {
 		return fmt.Errorf("adding the workload cluster connections: %w", err)
 	}

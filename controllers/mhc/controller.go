@@ -68,8 +68,9 @@ type Options struct {
 	// before it is looked up again. Default DefaultKubeconfigRecheckInterval.
 	KubeconfigRecheckInterval time.Duration
 	// WorkloadClusters are the connections to workload clusters, shared with the remediator (whoever
-	// makes them adds them to the manager). When nil, the check makes its own from the two options above,
-	// and SetupWithManager adds them.
+	// makes them adds them to the manager); they must cache the node leases of LeaseNamespace, where the
+	// check holds its workload Nodes' leases. When nil, the check makes its own from the two options above
+	// and LeaseNamespace, and SetupWithManager adds them.
 	WorkloadClusters *workload.Clusters
 	// KindSyncTimeout bounds the first sync of a remediation kind's watch. A kind not synced by then (the
 	// manager may not list it, typically) disables the checks that name it (condition Disabled, reason
@@ -165,8 +166,12 @@ func New(opts Options) (*Reconciler, error) {
 		served:  &servedVersion{disco: opts.Discovery, clock: opts.Clock, recheck: opts.ClusterAPIRecheckInterval},
 	}
 	if r.remotes == nil {
-		r.remotes, r.ownRemotes = workload.New(workload.Options{Clock: opts.Clock,
+		r.remotes, r.ownRemotes = workload.New(workload.Options{Clock: opts.Clock, LeaseNamespace: opts.LeaseNamespace,
 			SyncTimeout: opts.WorkloadClusterSyncTimeout, Recheck: opts.KubeconfigRecheckInterval}), true
+	}
+	if ns := r.remotes.LeaseNamespace(); ns != opts.LeaseNamespace {
+		return nil, fmt.Errorf("mhc: the workload cluster connections cache the node leases of namespace %q, not %q (Options.LeaseNamespace)",
+			ns, opts.LeaseNamespace)
 	}
 	r.remotes.OnConnect(r.watchRemoteNodes)
 	return r, nil

@@ -28,7 +28,8 @@
 // The safety rules are the NodeHealthCheck's, decided by the same code (internal/gates, see safety.go):
 // node leases (holder "MachineHealthCheck.remediation.metalheal.io-<name>", the form of
 // metalheal's NodeHealthCheck: taken before a request, renewed while it lives,
-// released after; a lease held by anyone else hands the Node off), StormActive with stormCooldownDuration,
+// released after; a lease held by anyone else hands the Node off; held in the cluster the Nodes are read
+// from, the workload cluster's included: nodeSite), StormActive with stormCooldownDuration,
 // healthyDelay, control-plane Machines one at a time across all checks of both kinds, and the
 // overlapping rule (the check already remediating keeps a Machine, else the oldest claiming check owns
 // it). observeSafety reads what they need from the cache after observe; planChecks applies them through
@@ -37,7 +38,8 @@
 // lease of a control-plane Machine's Node for a new remediation (a request, or the hand-over to its owner)
 // under the manager's ControlPlaneClaim, shared with the NodeHealthChecks, and only while the API server
 // shows no other control-plane Node's lease held (requestLease): checks deciding at the same moment from
-// the same cache do not start two.
+// the same cache do not start two. A workload cluster's control plane is claimed under its own key and
+// confirmed against its own API server.
 //
 // Inside, a Machine is always a v1beta2 object: v1beta1 ones are converted with Cluster API's conversion
 // and keep their served apiVersion in TypeMeta, so that what is written about them (conditions, the

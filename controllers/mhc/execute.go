@@ -31,8 +31,7 @@ import (
 // longer needs are released first: a control-plane Machine starts only while no other control-plane
 // Node's lease is held, the check's own too (requestLease).
 func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, p *plan) []error {
-	lm, err := leases.NewManager(r.client, checkLeaseHolder(mhc.Name), r.clock,
-		leases.WithNamespace(r.opts.LeaseNamespace), leases.WithLiveReader(r.apiReader))
+	lm, err := r.leaseManager(mhc, p.Site)
 	if err != nil {
 		return []error{fmt.Errorf("lease manager: %w", err)}
 	}
@@ -252,7 +251,7 @@ func (r *Reconciler) takeLease(ctx context.Context, lm *leases.Manager, mhc *v1a
 	if t.Lease == nil {
 		return nil
 	}
-	refusal, err := r.requestLease(ctx, lm, t)
+	refusal, err := r.requestLease(ctx, lm, p.Site, t)
 	var held *leases.AlreadyHeldError
 	switch {
 	case refusal != nil:
@@ -292,8 +291,10 @@ func (r *Reconciler) takeLease(ctx context.Context, lm *leases.Manager, mhc *v1a
 // request to create, or the hand-over to its owner) it does so under the manager's control-plane claim,
 // and only while no other control-plane Node's lease is held, read from the API server (internal/gates):
 // checks deciding at the same moment from the same cache, of either kind, do not start two control-plane
-// Nodes. The refusal names the other Node.
-func (r *Reconciler) requestLease(ctx context.Context, lm *leases.Manager, t *targetPlan) (*gates.ControlPlaneRefusal, error) {
+// Nodes. The refusal names the other Node. Both the claim and the lease are the site's: the management
+// cluster's, or the workload cluster's (a claim of its own, so that its checks start one control-plane Node
+// at a time, whatever the other clusters do).
+func (r *Reconciler) requestLease(ctx context.Context, lm *leases.Manager, site nodeSite, t *targetPlan) (*gates.ControlPlaneRefusal, error) {
 	take := func(ctx context.Context) error {
 		return lm.RequestLeaseFrom(ctx, t.Lease.Node, r.opts.LeaseDuration, t.Lease.From...)
 	}
@@ -301,15 +302,35 @@ func (r *Reconciler) requestLease(ctx context.Context, lm *leases.Manager, t *ta
 	if !starts || !isControlPlaneTarget(observedTarget{Machine: t.Machine, Node: t.Lease.Node}) {
 		return nil, take(ctx)
 	}
-	return r.cpClaim.Start(ctx, r.nodeCluster(), t.Lease.Node.Name, take)
+	return r.cpClaim.Start(ctx, r.nodeCluster(site), t.Lease.Node.Name, take)
 }
 
 // nodeCluster is the cluster of the check's Nodes as the control-plane claim reads it: node leases live,
-// Node roles from the cache. It is the management cluster: the check takes leases only for Nodes read
-// from there (observeSafety), the NodeHealthChecks' cluster.
-func (r *Reconciler) nodeCluster() gates.NodeCluster {
-	return gates.NodeCluster{Leases: r.apiReader, LeaseNamespace: r.opts.LeaseNamespace, Clock: r.clock,
-		IsControlPlane: r.controlPlaneNode}
+// Node roles from the cache. The management cluster (key "", shared with the NodeHealthChecks) reads its
+// leases through the manager's API reader; a workload cluster (keyed by its Cluster) through its
+// connection's client, whose calls are bounded, so that a cluster that stops answering holds up only its
+// own checks.
+func (r *Reconciler) nodeCluster(site nodeSite) gates.NodeCluster {
+	nc := gates.NodeCluster{Leases: r.apiReader, LeaseNamespace: r.opts.LeaseNamespace, Clock: r.clock,
+		IsControlPlane: r.controlPlaneNode(site)}
+	if site.Remote != nil {
+		nc.Key, nc.Leases = "workload "+site.Key.String(), site.Remote.Client()
+	}
+	return nc
+}
+
+// leaseManager is the check's node lease manager in the cluster of its Nodes. In the management cluster it
+// writes through the manager's client (Leases cached in the lease namespace only) and re-reads from the
+// API server after a lost race. In a workload cluster it reads and writes through the connection's
+// client, and makes the lease namespace there on first use: Cluster API makes workload clusters without
+// it.
+func (r *Reconciler) leaseManager(mhc *v1alpha1.MachineHealthCheck, site nodeSite) (*leases.Manager, error) {
+	holder := checkLeaseHolder(mhc.Name)
+	if site.Remote != nil {
+		return leases.NewManager(site.Remote.Client(), holder, r.clock, leases.WithNamespace(r.opts.LeaseNamespace),
+			leases.WithNamespaceCreation())
+	}
+	return leases.NewManager(r.client, holder, r.clock, leases.WithNamespace(r.opts.LeaseNamespace), leases.WithLiveReader(r.apiReader))
 }
 
 // skipped records a skip execute found (a lease or a request someone else created a moment ago): in the

@@ -104,6 +104,7 @@ func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 			}
 			if isRemote {
 				nodes = remote.Nodes()
+				in.Safety.Site = nodeSite{Key: key, Remote: remote}
 			}
 		}
 	}

@@ -212,6 +212,8 @@ type plan struct {
 	Events    []checkEvent
 	// Release are the Nodes whose lease the check holds and no longer needs.
 	Release []string
+	// Site is the cluster of the check's Nodes, where Release and the targets' Lease are carried out.
+	Site nodeSite
 	// Backoff is the repeat-remediation back-off's memory (see backoff.go).
 	Backoff *backoff.Memory
 }
@@ -226,7 +228,7 @@ func planChecks(in planInput) (plan, error) {
 		prev[mhc.Status.UnhealthyMachines[i].Name] = &mhc.Status.UnhealthyMachines[i]
 	}
 
-	p := plan{Backoff: backoff.NewMemory(backoff.PolicyOf(mhc.Spec.RemediationBackoff), mhc.Status.RecentRemediations, now)}
+	p := plan{Site: in.Safety.Site, Backoff: backoff.NewMemory(backoff.PolicyOf(mhc.Spec.RemediationBackoff), mhc.Status.RecentRemediations, now)}
 	var observed []observedTarget
 	healthy := 0
 	for _, o := range in.Machines {

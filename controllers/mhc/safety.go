@@ -20,6 +20,7 @@ import (
 	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/gates"
 	"github.com/metalheal/metalheal/internal/template"
+	"github.com/metalheal/metalheal/internal/workload"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
@@ -49,8 +50,11 @@ type safetyInput struct {
 	// Holder is the check's lease holder identity; LeaseDuration how long it takes a lease for.
 	Holder        string
 	LeaseDuration time.Duration
-	// Leases are the node leases in the lease namespace by Node name; nil when the check's Nodes are in a
-	// workload cluster (leases are taken where the Nodes are: not yet for remote clusters).
+	// Site is the cluster the check's Nodes were read from (observe): their leases are read, claimed,
+	// taken and released there.
+	Site nodeSite
+	// Leases are the node leases in the lease namespace of Site, by Node name (nil: none were read, and
+	// the plan takes, renews and releases none).
 	Leases map[string]gates.Lease
 	// BusyControlPlane are control-plane Nodes other checks (of both kinds) are remediating now, or whose
 	// lease someone else holds.
@@ -78,27 +82,28 @@ func checkLeaseHolder(name string) string {
 	return leases.QualifiedHolderIdentity(holderKind, v1alpha1.GroupVersion.Group, name)
 }
 
-// observeSafety reads what the safety gates need, from the cache: the node leases (only for Nodes in this
-// API server), the other checks of both kinds and the control-plane Nodes they or anyone's lease hold.
+// observeSafety reads what the safety gates need, from the caches: the node leases of the cluster of the
+// check's Nodes (the management cluster's, or the workload cluster's: in.Safety.Site), the other checks of
+// both kinds and the control-plane Nodes they or anyone's lease hold.
 func (r *Reconciler) observeSafety(ctx context.Context, in *planInput) error {
 	mhc := in.Check
 	in.Safety.Holder = checkLeaseHolder(mhc.Name)
 	in.Safety.LeaseDuration = r.opts.LeaseDuration
 	in.Safety.Elsewhere = map[string]string{}
-	remote := r.remoteNodes(mhc)
-	if !remote {
-		ls, err := r.listLeases(ctx)
-		if err != nil {
-			return err
-		}
-		in.Safety.Leases = ls
+	site := in.Safety.Site
+	remote := site.Remote != nil
+	ls, err := r.listLeases(ctx, site)
+	if err != nil {
+		return err
 	}
+	in.Safety.Leases = ls
+	controlPlaneNode := r.controlPlaneNode(site)
 	busy := map[string]bool{}
 	for node, l := range in.Safety.Leases {
 		if _, held := l.HeldByOther(in.Safety.Holder, in.Now); !held {
 			continue
 		}
-		if cp, err := r.controlPlaneNode(ctx, node); err != nil {
+		if cp, err := controlPlaneNode(ctx, node); err != nil {
 			return err
 		} else if cp {
 			busy[node] = true
@@ -117,7 +122,7 @@ func (r *Reconciler) observeSafety(ctx context.Context, in *planInput) error {
 			if busy[node] {
 				continue
 			}
-			if cp, err := r.controlPlaneNode(ctx, node); err != nil {
+			if cp, err := controlPlaneNode(ctx, node); err != nil {
 				return err
 			} else if cp {
 				busy[node] = true
@@ -145,7 +150,7 @@ func (r *Reconciler) observeSafety(ctx context.Context, in *planInput) error {
 				if !sameNodes {
 					continue
 				}
-				node, err := r.busyMachine(ctx, other.Namespace, um.Name, busy)
+				node, err := r.busyMachine(ctx, other.Namespace, um.Name, controlPlaneNode, busy)
 				if err != nil {
 					return err
 				}
@@ -176,26 +181,54 @@ func (r *Reconciler) remoteNodes(mhc *v1alpha1.MachineHealthCheck) bool {
 	return mhc.Spec.ClusterName != "" && r.remotes.Connected(clusterKey(mhc))
 }
 
-// listLeases reads the node leases in the lease namespace from the cache.
-func (r *Reconciler) listLeases(ctx context.Context) (map[string]gates.Lease, error) {
+// nodeSite is the cluster a check's Nodes were read from in one reconcile, as observe found it: the
+// management cluster (the zero value) or a workload cluster. Node names repeat across clusters, so the
+// check's node leases are read, claimed, taken and released in that cluster and nowhere else: a workload
+// cluster's worker-1 is never leased in the management cluster, nor the reverse. The site is decided once
+// per reconcile: a connection dropped or replaced meanwhile still reaches the same cluster.
+type nodeSite struct {
+	// Key names the workload cluster; Remote reaches it (nil for the management cluster).
+	Key    types.NamespacedName
+	Remote *workload.Cluster
+}
+
+// listLeases reads the node leases of the site's lease namespace from a cache: the manager's, or the
+// workload cluster connection's (which holds that namespace's Leases only).
+func (r *Reconciler) listLeases(ctx context.Context, site nodeSite) (map[string]gates.Lease, error) {
+	if site.Remote != nil {
+		ls, err := gates.ListLeases(ctx, site.Remote.Leases(), r.opts.LeaseNamespace)
+		if err != nil {
+			return nil, fmt.Errorf("workload cluster %s: %w", site.Key, err)
+		}
+		return ls, nil
+	}
 	return gates.ListLeases(ctx, r.reader, r.opts.LeaseNamespace)
 }
 
-// controlPlaneNode reports whether the local Node is a control-plane Node.
-func (r *Reconciler) controlPlaneNode(ctx context.Context, name string) (bool, error) {
-	n := &corev1.Node{}
-	if err := r.reader.Get(ctx, types.NamespacedName{Name: name}, n); err != nil {
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		return false, fmt.Errorf("reading Node %s: %w", name, err)
+// controlPlaneNode returns how to tell whether a Node of the site is a control-plane Node, from its Node
+// cache. A Node that is gone is not one.
+func (r *Reconciler) controlPlaneNode(site nodeSite) func(ctx context.Context, name string) (bool, error) {
+	nodes := r.reader
+	if site.Remote != nil {
+		nodes = site.Remote.Nodes()
 	}
-	return gates.IsControlPlane(n.Labels), nil
+	return func(ctx context.Context, name string) (bool, error) {
+		n := &corev1.Node{}
+		if err := nodes.Get(ctx, types.NamespacedName{Name: name}, n); err != nil {
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			return false, fmt.Errorf("reading Node %s: %w", name, err)
+		}
+		return gates.IsControlPlane(n.Labels), nil
+	}
 }
 
 // busyMachine adds the Node (or, without one, the Machine) of another check's control-plane Machine under
-// remediation to busy, and returns the Machine's Node ("" when it has none or is gone).
-func (r *Reconciler) busyMachine(ctx context.Context, ns, name string, busy map[string]bool) (string, error) {
+// remediation to busy, and returns the Machine's Node ("" when it has none or is gone). controlPlaneNode
+// reads the roles of the Nodes of the cluster the two checks share.
+func (r *Reconciler) busyMachine(ctx context.Context, ns, name string, controlPlaneNode func(context.Context, string) (bool, error),
+	busy map[string]bool) (string, error) {
 	version, err := r.served.get()
 	if err != nil {
 		return "", err
@@ -213,7 +246,7 @@ func (r *Reconciler) busyMachine(ctx context.Context, ns, name string, busy map[
 		return n, nil
 	}
 	if n != "" {
-		if cp, err := r.controlPlaneNode(ctx, n); err != nil {
+		if cp, err := controlPlaneNode(ctx, n); err != nil {
 			return "", err
 		} else if cp {
 			busy[n] = true

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -138,16 +139,27 @@ func (r *Reconciler) nodeToChecks(ctx context.Context, node client.Object, clust
 	return out
 }
 
-// leaseToChecks enqueues the checks a node lease changing hands can matter to: those with a Machine on
-// its Node (skipped while someone else held it, or remediating it) and, for a control-plane Node, every
-// check (one control-plane Node acted on at a time, whoever acts on it), as a NodeHealthCheck does.
+// leaseToChecks enqueues the checks a node lease of the management cluster changing hands can matter to:
+// those with a Machine on its Node (skipped while someone else held it, or remediating it) and, for a
+// control-plane Node, every check (one control-plane Node acted on at a time, whoever acts on it), as a
+// NodeHealthCheck does.
 func (r *Reconciler) leaseToChecks(ctx context.Context, lease client.Object) []reconcile.Request {
+	return r.nodeLeaseToChecks(ctx, lease, r.reader, nil)
+}
+
+// nodeLeaseToChecks is leaseToChecks for the cluster whose Nodes nodes reads: the management cluster
+// (cluster nil), or the workload cluster named by cluster, whose control-plane Nodes concern the checks of
+// that cluster only.
+func (r *Reconciler) nodeLeaseToChecks(ctx context.Context, lease client.Object, nodes client.Reader, cluster *types.NamespacedName) []reconcile.Request {
 	name, ok := strings.CutPrefix(lease.GetName(), leases.LeaseName(""))
 	if !ok || name == "" {
 		return nil
 	}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := r.reader.Get(ctx, client.ObjectKeyFromObject(node), node); err == nil && gates.IsControlPlane(node.Labels) {
+	if err := nodes.Get(ctx, client.ObjectKeyFromObject(node), node); err == nil && gates.IsControlPlane(node.Labels) {
+		if cluster != nil {
+			return r.clusterToChecks(ctx, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: cluster.Name}})
+		}
 		var list v1alpha1.MachineHealthCheckList
 		if err := r.reader.List(ctx, &list); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Listing MachineHealthChecks for a lease event", "lease", lease.GetName())
@@ -159,7 +171,7 @@ func (r *Reconciler) leaseToChecks(ctx context.Context, lease client.Object) []r
 		}
 		return out
 	}
-	return r.nodeToChecks(ctx, node, nil)
+	return r.nodeToChecks(ctx, node, cluster)
 }
 
 // requestToCheck maps a remediation request to the check that owns it.
@@ -202,15 +214,23 @@ func (h clusterEvents) Delete(ctx context.Context, e event.DeleteEvent, q workqu
 	h.EventHandler.Delete(ctx, e, q)
 }
 
-// watchRemoteNodes starts watching a workload cluster's Nodes (called once per new connection).
+// watchRemoteNodes starts watching a workload cluster's Nodes and node leases (called once per new
+// connection): a lease changing hands there brings the checks of that cluster, as the management
+// cluster's lease watch does for its own Nodes.
 func (r *Reconciler) watchRemoteNodes(cluster types.NamespacedName, c *workload.Cluster) error {
 	if r.controller == nil {
 		return nil
 	}
-	return r.controller.Watch(source.Kind(c.Cache(), client.Object(&corev1.Node{}),
+	if err := r.controller.Watch(source.Kind(c.Cache(), client.Object(&corev1.Node{}),
 		handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.nodeToChecks(ctx, o, &cluster)
-		}), nodeHealthChanged()))
+		}), nodeHealthChanged())); err != nil {
+		return err
+	}
+	return r.controller.Watch(source.Kind(c.Cache(), client.Object(&coordinationv1.Lease{}),
+		handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return r.nodeLeaseToChecks(ctx, o, c.Nodes(), &cluster)
+		}), engine.LeaseChanged(c.LeaseNamespace())))
 }
 
 // watchKinds tells the kind watcher which kinds the check reads: Machines and Clusters in the served

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,8 +40,13 @@ func (h *hostClaim) leaseManagerAs(ctx context.Context, s *scope, holder leases.
 	if err != nil {
 		return nil, err
 	}
-	return leases.NewManager(nc.leases, holder.Identity, h.clock, leases.WithNamespace(h.leaseNamespace),
-		leases.WithLiveReader(nc.leaseLive), leases.WithHolderNamespace(holder.Namespace))
+	opts := []leases.Option{leases.WithNamespace(h.leaseNamespace), leases.WithLiveReader(nc.leaseLive),
+		leases.WithHolderNamespace(holder.Namespace)}
+	if nc.key.Name != "" {
+		// A workload cluster made by Cluster API has no lease namespace: made there on first use.
+		opts = append(opts, leases.WithNamespaceCreation())
+	}
+	return leases.NewManager(nc.leases, holder.Identity, h.clock, opts...)
 }
 
 // heldByText names the holder of a lease for a condition or an event: its identity, and "of another
@@ -156,12 +160,6 @@ func (h *hostClaim) acquireLease(ctx context.Context, s *scope, node *corev1.Nod
 
 	from := h.leaseTakeOver(ctx, s, holder)
 	err = m.RequestLeaseFromHolders(ctx, node, h.leaseDuration, from...)
-	if apierrors.IsNotFound(err) && s.status().ClusterName != "" {
-		// A workload cluster without the lease namespace: made there on first use.
-		if err = h.ensureLeaseNamespace(ctx, s); err == nil {
-			err = m.RequestLeaseFromHolders(ctx, node, h.leaseDuration, from...)
-		}
-	}
 	var held *leases.AlreadyHeldError
 	if errors.As(err, &held) && heldByOwner(s.pcr, held.Holder) {
 		// The owner took it a moment ago and our cache has not shown it yet (a health check may create
@@ -260,18 +258,3 @@ func (h *hostClaim) leaseTaken(s *scope, node, holder, reason, msg string) {
 
 // reasonLeaseReleased: the remediation is done with the node and gave its lease back.
 const reasonLeaseReleased = "LeaseReleased"
-
-// ensureLeaseNamespace makes the lease namespace in the request's workload cluster, where the node
-// leases of its Nodes live: a workload cluster made by Cluster API does not have it.
-func (h *hostClaim) ensureLeaseNamespace(ctx context.Context, s *scope) error {
-	nc, err := h.nodes.nodeClusterOf(ctx, s)
-	if err != nil {
-		return err
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: h.leaseNamespace}}
-	if err := nc.writer.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace %s in workload cluster %s: %w", h.leaseNamespace, nc.key, err)
-	}
-	s.log.Info("Made the node lease namespace in the workload cluster", "cluster", nc.key, "namespace", h.leaseNamespace)
-	return nil
-}

@@ -155,7 +155,7 @@ func NewRemediationReconciler(opts RemediationReconcilerOptions) (*RemediationRe
 	}
 	ownWorkloads := opts.WorkloadClusters == nil
 	if ownWorkloads {
-		opts.WorkloadClusters = workload.New(workload.Options{Clock: opts.Clock})
+		opts.WorkloadClusters = workload.New(workload.Options{Clock: opts.Clock, LeaseNamespace: opts.LeaseNamespace})
 	}
 	r := &RemediationReconciler{opts: opts, trusted: trustedNamespaces(opts.ManagerNamespace, opts.TrustedNamespaces), ownWorkloads: ownWorkloads}
 	r.claim = &hostClaim{client: opts.Client, trusted: r.trusted, nodes: r, clock: opts.Clock, recorder: opts.Recorder,

@@ -12,7 +12,9 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -24,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/metalheal/metalheal/internal/nodecache"
+	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // The Cluster API convention for reaching a workload cluster: a Secret <clusterName>-kubeconfig in the
@@ -37,6 +40,7 @@ const (
 const (
 	DefaultSyncTimeout = 10 * time.Second
 	DefaultRecheck     = time.Minute
+	DefaultCallTimeout = 10 * time.Second
 )
 
 // Options tune Clusters.
@@ -48,6 +52,13 @@ type Options struct {
 	// Recheck is how long a missing Secret is remembered before it is looked up again. Default
 	// DefaultRecheck.
 	Recheck time.Duration
+	// LeaseNamespace is where the node leases live in every workload cluster (the manager's
+	// --lease-namespace): the only namespace whose Leases the connection caches. Default
+	// leases.DefaultNamespace.
+	LeaseNamespace string
+	// CallTimeout bounds each call of a connection's Client: a workload cluster that accepts connections
+	// but does not answer fails the call, and drops the connection, within it. Default DefaultCallTimeout.
+	CallTimeout time.Duration
 }
 
 // Clusters keeps one connection per workload cluster. It is safe for concurrent use; share one between
@@ -63,57 +74,74 @@ type Clusters struct {
 
 // Cluster is one workload cluster's connection.
 type Cluster struct {
-	key    types.NamespacedName
-	cache  cache.Cache
-	client client.Client
-	cancel context.CancelFunc
+	key            types.NamespacedName
+	leaseNamespace string
+	callTimeout    time.Duration
+	cache          cache.Cache
+	client         client.Client
+	cancel         context.CancelFunc
 	// broken is set when a watch fails for a reason other than the routine expiry of a watch.
 	broken atomic.Bool
+	// watchErr is the last error a watch failed with, for the error of a connection that never synced.
+	watchErr atomic.Pointer[error]
 }
 
 // Nodes reads the workload cluster's Nodes from the cache (slimmed: no images, volumes, managed fields).
 func (c *Cluster) Nodes() client.Reader { return c.cache }
 
-// Cache is the Node cache, for a controller to watch the Nodes.
+// Leases reads the workload cluster's node leases from the cache: only those of the lease namespace
+// (LeaseNamespace), slimmed (slimLease). A read of a Lease of another namespace fails.
+func (c *Cluster) Leases() client.Reader { return c.cache }
+
+// LeaseNamespace is the namespace whose Leases the cache holds.
+func (c *Cluster) LeaseNamespace() string { return c.leaseNamespace }
+
+// Cache is the cache of the Nodes and the node leases, for a controller to watch them.
 func (c *Cluster) Cache() cache.Cache { return c.cache }
 
 // Client reads and writes the workload cluster straight through its API server (Nodes, Leases): for
-// writes, and for the reads that must not open an informer there. A call the API server does not answer
-// (no API status: it is down, or unreachable) fails with an *Error and drops the connection, so that
-// the next Get connects again rather than reading a cache that no longer follows the cluster.
+// writes, and for the reads that must not come from a cache. A call the API server does not answer
+// within Options.CallTimeout (no API status: it is down, unreachable or hung) fails with an *Error and
+// drops the connection, so that the next Get connects again rather than reading a cache that no longer
+// follows the cluster.
 func (c *Cluster) Client() client.Client { return c.client }
 
 // guard turns a call's error that the API server did not answer into an *Error, and marks the
-// connection broken.
-func (c *Cluster) guard(err error) error {
+// connection broken. A call its caller gave up on (ctx ended) says nothing of the cluster.
+func (c *Cluster) guard(ctx context.Context, err error) error {
 	var status apierrors.APIStatus
-	if err == nil || errors.As(err, &status) {
+	if err == nil || errors.As(err, &status) || ctx.Err() != nil {
 		return err
 	}
 	c.broken.Store(true)
 	return &Error{Cluster: c.key, Err: err}
 }
 
-// guarded wraps a client's calls in guard.
+// guarded wraps a client's calls in guard, each bounded by the call timeout.
 func (c *Cluster) guarded(direct client.WithWatch) client.Client {
+	bounded := func(ctx context.Context, call func(context.Context) error) error {
+		callCtx, cancel := context.WithTimeout(ctx, c.callTimeout)
+		defer cancel()
+		return c.guard(ctx, call(callCtx))
+	}
 	return interceptor.NewClient(direct, interceptor.Funcs{
 		Get: func(ctx context.Context, w client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			return c.guard(w.Get(ctx, key, obj, opts...))
+			return bounded(ctx, func(ctx context.Context) error { return w.Get(ctx, key, obj, opts...) })
 		},
 		List: func(ctx context.Context, w client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
-			return c.guard(w.List(ctx, list, opts...))
+			return bounded(ctx, func(ctx context.Context) error { return w.List(ctx, list, opts...) })
 		},
 		Create: func(ctx context.Context, w client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			return c.guard(w.Create(ctx, obj, opts...))
+			return bounded(ctx, func(ctx context.Context) error { return w.Create(ctx, obj, opts...) })
 		},
 		Update: func(ctx context.Context, w client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			return c.guard(w.Update(ctx, obj, opts...))
+			return bounded(ctx, func(ctx context.Context) error { return w.Update(ctx, obj, opts...) })
 		},
 		Patch: func(ctx context.Context, w client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-			return c.guard(w.Patch(ctx, obj, patch, opts...))
+			return bounded(ctx, func(ctx context.Context) error { return w.Patch(ctx, obj, patch, opts...) })
 		},
 		Delete: func(ctx context.Context, w client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-			return c.guard(w.Delete(ctx, obj, opts...))
+			return bounded(ctx, func(ctx context.Context) error { return w.Delete(ctx, obj, opts...) })
 		},
 	})
 }
@@ -129,8 +157,17 @@ func New(opts Options) *Clusters {
 	if opts.Recheck <= 0 {
 		opts.Recheck = DefaultRecheck
 	}
+	if opts.LeaseNamespace == "" {
+		opts.LeaseNamespace = leases.DefaultNamespace
+	}
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = DefaultCallTimeout
+	}
 	return &Clusters{opts: opts, clusters: map[types.NamespacedName]*Cluster{}, noSecret: map[types.NamespacedName]time.Time{}}
 }
+
+// LeaseNamespace is the namespace whose node leases the connections cache (Options.LeaseNamespace).
+func (r *Clusters) LeaseNamespace() string { return r.opts.LeaseNamespace }
 
 // OnConnect registers fn, called with each new connection (a controller watches its Nodes). Register
 // before the first Get.
@@ -200,7 +237,7 @@ func (r *Clusters) Get(ctx context.Context, apiReader client.Reader, key types.N
 	r.mu.Unlock()
 	for _, fn := range subscribers {
 		if err := fn(key, c); err != nil {
-			return nil, false, &Error{Cluster: key, Err: fmt.Errorf("watching Nodes: %w", err)}
+			return nil, false, &Error{Cluster: key, Err: fmt.Errorf("watching its Nodes and node leases: %w", err)}
 		}
 	}
 	ctrl.LoggerFrom(ctx).Info("Connected to workload cluster", "cluster", key)
@@ -213,51 +250,85 @@ func (r *Clusters) rememberNoSecret(key types.NamespacedName) {
 	r.noSecret[key] = r.opts.Clock.Now().Add(r.opts.Recheck)
 }
 
-// connect starts a Node cache for the workload cluster and waits (at most Options.SyncTimeout) for its
-// first list. The cache runs until Forget or StopAll cancels it: its context is detached from ctx, which
-// only lives as long as one reconcile.
+// connect starts the cache of the workload cluster's Nodes and node leases and waits (at most
+// Options.SyncTimeout) for their first lists. The cache runs until Forget or StopAll cancels it: its
+// context is detached from ctx, which only lives as long as one reconcile.
 func (r *Clusters) connect(ctx context.Context, key types.NamespacedName, cfg *rest.Config) (*Cluster, error) {
 	log := ctrl.LoggerFrom(ctx).WithValues("cluster", key)
-	c := &Cluster{key: key}
-	nodes, err := cache.New(cfg, cache.Options{
+	c := &Cluster{key: key, leaseNamespace: r.opts.LeaseNamespace, callTimeout: r.opts.CallTimeout}
+	objects, err := cache.New(cfg, cache.Options{
 		Scheme: scheme,
-		// The same transform as the manager's own Node cache: a workload cluster's admin controls its
-		// Nodes' size, and the manager is shared by every workload cluster.
-		ByObject: map[client.Object]cache.ByObject{&corev1.Node{}: {Transform: nodecache.Slim}},
+		Mapper: restMapper,
+		ByObject: map[client.Object]cache.ByObject{
+			// The same transform as the manager's own Node cache: a workload cluster's admin controls its
+			// Nodes' size, and the manager is shared by every workload cluster.
+			&corev1.Node{}: {Transform: nodecache.Slim},
+			// Only the lease namespace, as the manager's own cache: not the kubelets' heartbeats in
+			// kube-node-lease.
+			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{r.opts.LeaseNamespace: {}}, Transform: slimLease},
+		},
 		DefaultWatchErrorHandler: func(_ context.Context, _ *toolscache.Reflector, err error) {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 				return // a watch ending or expiring is routine
 			}
+			c.watchErr.Store(&err)
 			if !c.broken.Swap(true) {
-				log.Info("Lost the workload cluster's Node watch; reconnecting at the next use", "error", err.Error())
+				log.Info("Lost a watch of the workload cluster; reconnecting at the next use", "error", err.Error())
 			}
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("creating a Node cache: %w", err)
+		return nil, fmt.Errorf("creating a cache: %w", err)
 	}
-	direct, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	direct, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme, Mapper: restMapper})
 	if err != nil {
 		return nil, fmt.Errorf("creating a client: %w", err)
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	c.cache, c.client, c.cancel = nodes, c.guarded(direct), cancel
+	c.cache, c.client, c.cancel = objects, c.guarded(direct), cancel
 	go func() {
-		if err := nodes.Start(runCtx); err != nil {
-			log.Error(err, "Workload cluster Node cache stopped")
+		if err := objects.Start(runCtx); err != nil {
+			log.Error(err, "Workload cluster cache stopped")
 		}
 	}()
 	waitCtx, cancelWait := context.WithTimeout(ctx, r.opts.SyncTimeout)
 	defer cancelWait()
-	if _, err := nodes.GetInformer(waitCtx, &corev1.Node{}); err != nil {
+	notListed := func(err error) error {
 		cancel()
-		return nil, fmt.Errorf("nodes not listed within %s: %w", r.opts.SyncTimeout, err)
+		if last := c.watchErr.Load(); last != nil {
+			err = *last // the reason the lists fail (forbidden, unreachable) says more than the timeout
+		}
+		if err != nil {
+			return fmt.Errorf("nodes and node leases (namespace %s) not listed within %s: %w", r.opts.LeaseNamespace, r.opts.SyncTimeout, err)
+		}
+		return fmt.Errorf("nodes and node leases (namespace %s) not listed within %s", r.opts.LeaseNamespace, r.opts.SyncTimeout)
 	}
-	if !nodes.WaitForCacheSync(waitCtx) {
-		cancel()
-		return nil, fmt.Errorf("nodes not listed within %s", r.opts.SyncTimeout)
+	for _, obj := range []client.Object{&corev1.Node{}, &coordinationv1.Lease{}} {
+		if _, err := objects.GetInformer(waitCtx, obj); err != nil {
+			return nil, notListed(err)
+		}
+	}
+	if !objects.WaitForCacheSync(waitCtx) {
+		return nil, notListed(nil)
 	}
 	return c, nil
+}
+
+// slimLease is the cache transform of node leases: a lease is read for its holder and its times only,
+// so whoever may write Leases in a workload cluster's lease namespace cannot grow the shared manager with
+// labels, annotations (but the holder's namespace, leases.AnnotationHolderNamespace) or managed fields.
+func slimLease(obj any) (any, error) {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return obj, nil // a tombstone: the informer removes it as it is
+	}
+	l.ManagedFields, l.Labels = nil, nil
+	if ns, ok := l.Annotations[leases.AnnotationHolderNamespace]; ok {
+		l.Annotations = map[string]string{leases.AnnotationHolderNamespace: ns}
+	} else {
+		l.Annotations = nil
+	}
+	return l, nil
 }
 
 // Forget drops the workload cluster's connection, if any: the Cluster went away.
@@ -310,6 +381,25 @@ var scheme = func() *runtime.Scheme {
 		panic(err)
 	}
 	return s
+}()
+
+// restMapper maps the only kinds a connection reads and writes (Nodes, node leases and the lease
+// namespace) without asking the workload cluster: a discovery request cannot be bounded by a caller's
+// context, so a cluster that stops answering would hold the first call of a kind for ever.
+var restMapper = func() meta.RESTMapper {
+	m := meta.NewDefaultRESTMapper(nil)
+	for _, k := range []struct {
+		gvk   schema.GroupVersionKind
+		scope meta.RESTScope
+	}{
+		{corev1.SchemeGroupVersion.WithKind("Node"), meta.RESTScopeRoot},
+		{corev1.SchemeGroupVersion.WithKind("Namespace"), meta.RESTScopeRoot},
+		{coordinationv1.SchemeGroupVersion.WithKind("Lease"), meta.RESTScopeNamespace},
+	} {
+		m.Add(k.gvk, k.scope)
+		m.Add(k.gvk.GroupVersion().WithKind(k.gvk.Kind+"List"), k.scope)
+	}
+	return m
 }()
 
 // ErrUnsafeKubeconfig is returned for a kubeconfig that would make the manager run a command or read a

@@ -40,5 +40,7 @@
 // reader): after a lost race, the next attempt reads the lease from the API server rather than the same
 // stale copy.
 //
-// The lease namespace must exist; RequestLease returns a *NamespaceNotFoundError when it does not.
+// The lease namespace must exist; RequestLease returns a *NamespaceNotFoundError when it does not, unless
+// the Manager was made WithNamespaceCreation (for a cluster no one prepared, such as a Cluster API
+// workload cluster): it then creates the namespace and the lease.
 package leases

@@ -121,6 +121,14 @@ func WithHolderNamespace(ns string) Option {
 	return func(m *Manager) { m.holderNamespace = ns }
 }
 
+// WithNamespaceCreation makes the Manager create the lease namespace when a lease is to be created and
+// the namespace does not exist, then create the lease: for a cluster no one prepared for node leases, such
+// as a Cluster API workload cluster (the management cluster's installation ships the namespace). Its client
+// must then be allowed to create namespaces.
+func WithNamespaceCreation() Option {
+	return func(m *Manager) { m.createNamespace = true }
+}
+
 // Manager requests, renews and releases node leases for one holder.
 type Manager struct {
 	client          client.Client
@@ -129,6 +137,7 @@ type Manager struct {
 	holderNamespace string
 	clock           clock.PassiveClock
 	namespace       string
+	createNamespace bool
 }
 
 // reader is what attempt (from 0) reads the lease through: the client first, the live reader after a
@@ -247,6 +256,11 @@ func (m *Manager) requestOnce(ctx context.Context, r client.Reader, node *corev1
 			return true, nil
 		case apierrors.IsAlreadyExists(err):
 			return false, err
+		case apierrors.IsNotFound(err) && m.createNamespace:
+			if err := m.makeNamespace(ctx); err != nil {
+				return true, err
+			}
+			return false, &NamespaceNotFoundError{Namespace: m.namespace, Err: err} // the next attempt creates the lease
 		case apierrors.IsNotFound(err):
 			return true, &NamespaceNotFoundError{Namespace: m.namespace, Err: err}
 		default:
@@ -295,6 +309,19 @@ func (m *Manager) requestOnce(ctx context.Context, r client.Reader, node *corev1
 		logger.V(4).Info(msg)
 	}
 	return true, nil
+}
+
+// makeNamespace creates the lease namespace (WithNamespaceCreation); one made meanwhile by someone else
+// will do.
+func (m *Manager) makeNamespace(ctx context.Context) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: m.namespace}}
+	switch err := m.client.Create(ctx, ns); {
+	case err == nil:
+		log.FromContext(ctx).Info("Created the node lease namespace", "namespace", m.namespace)
+	case !apierrors.IsAlreadyExists(err):
+		return fmt.Errorf("creating the lease namespace %s: %w", m.namespace, err)
+	}
+	return nil
 }
 
 // InvalidateLease releases nodeName's lease if we hold it, by deleting it. A missing lease, or one held by

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -468,4 +469,30 @@ func TestExpiryIsALowerBound(t *testing.T) {
 		g.Expect(until).To(BeTemporally(">=", want), "case %d", i)
 		g.Expect(until).To(BeTemporally("<", want.Add(time.Microsecond)), "case %d", i)
 	}
+}
+
+// A Manager made WithNamespaceCreation creates a missing lease namespace, then the lease; one without it
+// reports the namespace missing (TestMissingNamespace).
+func TestNamespaceCreation(t *testing.T) {
+	g := NewWithT(t)
+	ctx := t.Context()
+	node := newNode(t, "makes-namespace")
+	// envtest deletes no namespace for good (no namespace controller): one of its own per run.
+	ns := "made-on-first-use-" + utilrand.String(5)
+	t.Cleanup(func() {
+		_ = k8s.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	})
+	m := newManager(t, "MachineHealthCheck.remediation.metalheal.io-x", clocktesting.NewFakeClock(t0), WithNamespace(ns), WithNamespaceCreation())
+
+	g.Expect(m.RequestLease(ctx, node, time.Minute)).To(Succeed())
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})).To(Succeed())
+	holder, valid, _, err := m.HolderOf(ctx, node.Name)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(valid).To(BeTrue())
+	g.Expect(holder.Identity).To(Equal(m.HolderIdentity()))
+
+	// A second Manager finds the namespace there, and the lease held.
+	other := newManager(t, otherHolder, clocktesting.NewFakeClock(t0), WithNamespace(ns), WithNamespaceCreation())
+	expectHeldBy(g, other.RequestLease(ctx, node, time.Minute), m.HolderIdentity(), t0.Add(time.Minute))
+	g.Expect(m.InvalidateLease(ctx, node.Name)).To(Succeed())
 }

@@ -34,8 +34,8 @@ var fleetPool = map[string]string{"pool": "workers"}
 // A management cluster and two workload clusters whose Nodes share a name (and a management Node of that
 // name too): a hung kubelet in fleet-a. Only fleet-a's host of that name is powered off and on (the
 // Redfish mock's record), metalheal's taints come and go on fleet-a's Node only, the node lease is held in
-// fleet-a while the remediator acts, and the same-named hosts of fleet-b and of the management cluster
-// are never touched.
+// fleet-a by the check that asked for the power cycle while the remediator acts, and the same-named hosts
+// of fleet-b and of the management cluster are never touched.
 var _ = Describe("A Cluster API fleet", func() {
 	It("power-cycles only the hung workload host, in its own cluster, never a same-named host of another", func(ctx SpecContext) {
 		mgrs.ensure(ctx)
@@ -58,7 +58,7 @@ var _ = Describe("A Cluster API fleet", func() {
 		key := client.ObjectKey{Namespace: fleetNamespace, Name: a.wc.MachineName(shared)}
 		pcr := waitRequestOf(ctx, key, a.wc.MachineName(shared))
 
-		By("the remediator places it in fleet-a and holds the node lease there while it acts")
+		By("the remediator places it in fleet-a, where the check holds the node lease for it while it acts")
 		var holder string
 		Eventually(func(g Gomega) {
 			p, err := getPCR(ctx, key)
@@ -71,7 +71,7 @@ var _ = Describe("A Cluster API fleet", func() {
 			g.Expect(l.Spec.HolderIdentity).NotTo(BeNil())
 			holder = *l.Spec.HolderIdentity
 		}).WithContext(ctx).WithTimeout(settledWait).WithPolling(poll).Should(Succeed())
-		Expect(holder).To(Equal("PowerCycleRemediation-" + pcr.Name))
+		Expect(holder).To(Equal("MachineHealthCheck.remediation.metalheal.io-"+a.name), "the check took it before its request")
 
 		By("fleet-a's host is power-cycled once, its Node comes back Ready; the check deletes the request")
 		waitGone(ctx, client.ObjectKeyFromObject(pcr), remedyWait)
