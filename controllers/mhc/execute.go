@@ -107,7 +107,7 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm *leases.Manager, mhc 
 			"Deleted %s %s", req.GetKind(), req.GetName())
 	}
 	if t.Unconfirm && len(errs) == 0 { // after the requests it confirmed are deleted
-		if err := r.unconfirm(ctx, mhc, t.Machine.Status.NodeRef.Name); err != nil {
+		if err := r.unconfirm(ctx, p.Site, t.Machine.Status.NodeRef.Name); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -365,16 +365,12 @@ func (r *Reconciler) releaseLeases(ctx context.Context, lm *leases.Manager, node
 	return errs
 }
 
-// unconfirm removes the confirmation annotation from the Node, in the cluster the check reads its Nodes
-// from.
-func (r *Reconciler) unconfirm(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, node string) error {
+// unconfirm removes the confirmation annotation from the Node, in the cluster the check read its Nodes
+// from in this reconcile (site): never a same-named Node of another cluster.
+func (r *Reconciler) unconfirm(ctx context.Context, site nodeSite, node string) error {
 	c := r.client
-	if r.remoteNodes(mhc) {
-		remote, _, err := r.remotes.Get(ctx, r.apiReader, clusterKey(mhc))
-		if err != nil {
-			return err
-		}
-		c = remote.Client()
+	if site.Remote != nil {
+		c = site.Remote.Client()
 	}
 	return engine.Unconfirm(ctx, c, node)
 }
