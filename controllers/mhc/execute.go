@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -26,7 +27,8 @@ import (
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
-// execute carries out the plan, Machine by Machine. A failure for one Machine is collected and the
+// execute carries out the plan, Machine by Machine, several at once (executeParallel): a burst of failures
+// is sent as one, not one round trip after the other. A failure for one Machine is collected and the
 // others proceed. A request that could not be created is dropped from p.Status. The leases the check no
 // longer needs are released first: a control-plane Machine starts only while no other control-plane
 // Node's lease is held, the check's own too (requestLease).
@@ -36,19 +38,38 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 		return []error{fmt.Errorf("lease manager: %w", err)}
 	}
 	errs := r.releaseLeases(ctx, lm, p.Release)
-	templates := map[v1alpha1.TemplateReference]templateResult{}
+	templates := &templateMemo{m: map[v1alpha1.TemplateReference]templateResult{}}
+	p.mu = &sync.Mutex{}
+	var work []int
 	for i := range p.Targets {
 		t := &p.Targets[i]
 		if t.NewlyUnhealthy && t.Blocked != notBlocked {
 			countSkipped(t.Blocked)
 		}
-		if err := r.takeLease(ctx, lm, mhc, t, p); err != nil {
-			errs = append(errs, err)
-		}
-		if err := r.executeTarget(ctx, lm, mhc, t, p, templates); err != nil {
-			errs = append(errs, err)
+		if t.Lease != nil || t.Conditions != nil || t.Create != nil || len(t.TimeOut) > 0 || len(t.Delete) > 0 ||
+			t.Exhausted || t.Unconfirm {
+			work = append(work, i)
 		}
 	}
+	sem := make(chan struct{}, executeParallel)
+	var wg sync.WaitGroup
+	for _, i := range work {
+		t := &p.Targets[i]
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			var terrs []error
+			if err := r.takeLease(ctx, lm, mhc, t, p); err != nil {
+				terrs = append(terrs, err)
+			}
+			if err := r.executeTarget(ctx, lm, mhc, t, p, templates); err != nil {
+				terrs = append(terrs, err)
+			}
+			defer p.lock()()
+			errs = append(errs, terrs...)
+		})
+	}
+	wg.Wait()
 	for _, req := range p.Orphans {
 		if err := r.client.Delete(ctx, req, client.Preconditions{UID: ptr.To(req.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("deleting %s %s/%s of a Machine that is gone: %w", req.GetKind(), req.GetNamespace(), req.GetName(), err))
@@ -64,13 +85,35 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 	return errs
 }
 
+// executeParallel is how many Machines execute works on at once.
+const executeParallel = 16
+
 // templateResult memoises one template read per reconcile.
 type templateResult struct {
 	obj *unstructured.Unstructured
 	err error
 }
 
-func (r *Reconciler) executeTarget(ctx context.Context, lm *leases.Manager, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan, templates map[v1alpha1.TemplateReference]templateResult) error {
+// templateMemo holds the templates read in one reconcile, for the Machines executed at once.
+type templateMemo struct {
+	mu sync.Mutex
+	m  map[v1alpha1.TemplateReference]templateResult
+}
+
+// get returns the step's template, read once (load) for every Machine of the reconcile: the others wait
+// for the first read.
+func (m *templateMemo) get(s step, load func() templateResult) templateResult {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	res, ok := m.m[s.Template]
+	if !ok {
+		res = load()
+		m.m[s.Template] = res
+	}
+	return res
+}
+
+func (r *Reconciler) executeTarget(ctx context.Context, lm *leases.Manager, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan, templates *templateMemo) error {
 	log := ctrl.LoggerFrom(ctx).WithValues("machine", klog.KObj(t.Machine))
 	var errs []error
 	if t.Conditions != nil {
@@ -115,11 +158,11 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm *leases.Manager, mhc 
 		created, err := r.createRequest(ctx, mhc, t, templates)
 		switch {
 		case errors.Is(err, errRemediationExists):
-			dropRecord(&p.Status, t.Machine.Name, t.Create.Step)
+			p.dropRecord(t.Machine.Name, t.Create.Step)
 			r.skipped(ctx, lm, mhc, t, p, blockedRemediationExists, err.Error())
 		case err != nil:
 			errs = append(errs, err)
-			dropRecord(&p.Status, t.Machine.Name, t.Create.Step)
+			p.dropRecord(t.Machine.Name, t.Create.Step)
 		case created:
 			log.Info("Created remediation request", "kind", t.Create.Step.GVK.Kind, "template", t.Create.Step.Template.Name, "reason", t.Verdict.Reason)
 			r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeNormal, EventRemediationRequestCreated, actionRemediate,
@@ -147,20 +190,19 @@ func (r *Reconciler) patchMachineConditions(ctx context.Context, t *targetPlan) 
 
 // createRequest instantiates the step's template for the Machine. created is false when the request
 // already existed.
-func (r *Reconciler) createRequest(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, templates map[v1alpha1.TemplateReference]templateResult) (created bool, err error) {
+func (r *Reconciler) createRequest(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, templates *templateMemo) (created bool, err error) {
 	s := t.Create.Step
 	key := types.NamespacedName{Namespace: s.Template.Namespace, Name: s.Template.Name}
-	res, ok := templates[s.Template]
-	if !ok {
-		res = templateResult{obj: &unstructured.Unstructured{}}
+	res := templates.get(s, func() templateResult {
+		res := templateResult{obj: &unstructured.Unstructured{}}
 		res.obj.SetAPIVersion(s.Template.APIVersion)
 		res.obj.SetKind(s.Template.Kind)
 		if res.err = r.apiReader.Get(ctx, key, res.obj); res.err != nil {
 			res.err = fmt.Errorf("reading remediation template %s %s: %w", s.Template.Kind, key, res.err)
 			r.recorder.Eventf(mhc, nil, corev1.EventTypeWarning, EventRemediationFailed, actionRemediate, "%s", res.err.Error())
 		}
-		templates[s.Template] = res
-	}
+		return res
+	})
 	if res.err != nil {
 		return false, res.err
 	}
@@ -185,6 +227,21 @@ func (r *Reconciler) createRequest(ctx context.Context, mhc *v1alpha1.MachineHea
 		return false, fmt.Errorf("creating %s %s/%s: %w", emr.GetKind(), emr.GetNamespace(), emr.GetName(), err)
 	}
 	return true, nil
+}
+
+// lock takes the plan's lock, when execute works on several Machines at once, and returns its release.
+func (p *plan) lock() func() {
+	if p.mu == nil {
+		return func() {}
+	}
+	p.mu.Lock()
+	return p.mu.Unlock
+}
+
+// dropRecord removes the record of a request that could not be created.
+func (p *plan) dropRecord(machine string, s step) {
+	defer p.lock()()
+	dropRecord(&p.Status, machine, s)
 }
 
 // dropRecord removes the record of a request that could not be created.
@@ -256,17 +313,19 @@ func (r *Reconciler) takeLease(ctx context.Context, lm *leases.Manager, mhc *v1a
 	switch {
 	case refusal != nil:
 		if t.Create != nil {
-			dropRecord(&p.Status, t.Machine.Name, t.Create.Step)
+			p.dropRecord(t.Machine.Name, t.Create.Step)
 			t.Create = nil
 		}
 		t.keepFromOwner()
 		r.skipped(ctx, nil, mhc, t, p, blockedControlPlaneBusy, refusal.Message())
+		unlock := p.lock()
 		p.NextCheck = earliest(p.NextCheck, refusal.RetryAt)
+		unlock()
 		return nil
 	case err == nil:
 		return nil
 	case errors.As(err, &held) && t.Create != nil:
-		dropRecord(&p.Status, t.Machine.Name, t.Create.Step)
+		p.dropRecord(t.Machine.Name, t.Create.Step)
 		t.Create = nil
 		r.skipped(ctx, nil, mhc, t, p, blockedLeaseHeld, fmt.Sprintf("The node's lease is held by %q", held.Holder))
 		return nil
@@ -280,7 +339,7 @@ func (r *Reconciler) takeLease(ctx context.Context, lm *leases.Manager, mhc *v1a
 		return nil
 	}
 	if t.Create != nil {
-		dropRecord(&p.Status, t.Machine.Name, t.Create.Step)
+		p.dropRecord(t.Machine.Name, t.Create.Step)
 		t.Create = nil // the lease first, always
 	}
 	t.keepFromOwner()
@@ -338,11 +397,13 @@ func (r *Reconciler) leaseManager(mhc *v1alpha1.MachineHealthCheck, site nodeSit
 func (r *Reconciler) skipped(ctx context.Context, lm *leases.Manager, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan, b blocker, msg string) {
 	t.Blocked, t.SkipMessage = b, msg
 	countSkipped(b)
+	unlock := p.lock()
 	for i := range p.Status.UnhealthyMachines {
 		if um := &p.Status.UnhealthyMachines[i]; um.Name == t.Machine.Name {
 			um.SkipReason, um.SkipMessage = string(b), msg
 		}
 	}
+	unlock()
 	r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventRemediationSkipped, actionRemediate,
 		"Machine is unhealthy (%s) but is not remediated: %s", t.Verdict.Reason, msg)
 	if lm != nil && t.Lease != nil && t.Lease.Fresh {

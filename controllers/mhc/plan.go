@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -200,6 +201,8 @@ type checkEvent struct {
 
 // plan is the outcome of planChecks: the check's new status and what to do.
 type plan struct {
+	// mu guards Status and NextCheck while execute works on several Machines at once (nil before).
+	mu        *sync.Mutex
 	Status    v1alpha1.MachineHealthCheckStatus
 	Decision  budget.Decision
 	Unhealthy int
