@@ -8,8 +8,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -73,11 +72,22 @@ func conditionsChanged(a, b []corev1.NodeCondition) bool {
 }
 
 // Unconfirm removes a person's confirmation (v1alpha1.AnnotationConfirmedHealthy) from the Node once the
-// remediation it confirmed is over, so that it never confirms the next one. A Node gone is nothing to do.
+// remediation it confirmed is over, so that it never confirms the next one. It updates the Node under
+// its resourceVersion (the manager may update Nodes, not patch them), reading it again after a conflict.
+// A Node gone, or without the annotation, is nothing to do.
 func Unconfirm(ctx context.Context, c client.Client, node string) error {
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, v1alpha1.AnnotationConfirmedHealthy)
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
-	if err := c.Patch(ctx, n, client.RawPatch(types.MergePatchType, []byte(patch))); client.IgnoreNotFound(err) != nil {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := &corev1.Node{}
+		if err := c.Get(ctx, client.ObjectKey{Name: node}, n); err != nil {
+			return err
+		}
+		if !Confirmed(n) {
+			return nil
+		}
+		delete(n.Annotations, v1alpha1.AnnotationConfirmedHealthy)
+		return c.Update(ctx, n)
+	})
+	if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("removing %s from node %s: %w", v1alpha1.AnnotationConfirmedHealthy, node, err)
 	}
 	return nil
