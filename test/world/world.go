@@ -136,9 +136,15 @@ type World struct {
 	kubeconfig string
 	kcm        *controllerManager
 	logFiles   []*os.File
+	apiLog     *os.File
 
 	mu    sync.Mutex
 	users int
+
+	// apiMu orders the API server's stops and starts (StopAPIServer, StartAPIServer, Stop).
+	apiMu      sync.Mutex
+	apiStopped bool // by StopAPIServer
+	stopped    bool // by Stop
 
 	stopOnce sync.Once
 	stopErr  error
@@ -220,17 +226,25 @@ func (w *World) startAPIServer() error {
 	if err != nil {
 		return err
 	}
+	w.apiLog = apiLog
+	// The API server's certificates and keys live in the world's directory, not in a directory envtest
+	// makes and removes when the API server stops: StartAPIServer serves the same ones again.
+	certDir := filepath.Join(w.dir, "kube-apiserver")
+	if err := os.Mkdir(certDir, 0o700); err != nil {
+		return fmt.Errorf("making the API server's certificate directory: %w", err)
+	}
 	w.env = &envtest.Environment{
 		BinaryAssetsDirectory:    w.binDir,
 		CRDDirectoryPaths:        crds,
 		ErrorIfCRDPathMissing:    true,
 		ControlPlaneStartTimeout: w.opts.StartTimeout,
-		ControlPlaneStopTimeout:  30 * time.Second,
+		ControlPlaneStopTimeout:  processStopTimeout,
 		UseExistingCluster:       ptr.To(false), // never a cluster from $USE_EXISTING_CLUSTER
 	}
 	w.env.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog}
 	api := w.env.ControlPlane.GetAPIServer()
 	api.Out, api.Err = apiLog, apiLog
+	api.CertDir = certDir
 	// envtest's binary lookup prefers $KUBEBUILDER_ASSETS over BinaryAssetsDirectory: name them outright.
 	api.Path = filepath.Join(w.binDir, "kube-apiserver")
 	w.env.ControlPlane.Etcd.Path = filepath.Join(w.binDir, "etcd")
@@ -321,11 +335,14 @@ func (w *World) Stop() error {
 		if w.kcm != nil {
 			errs = append(errs, w.kcm.stop())
 		}
+		w.apiMu.Lock()
+		w.stopped = true
 		if w.env != nil {
 			if err := w.env.Stop(); err != nil {
 				errs = append(errs, fmt.Errorf("stopping etcd and kube-apiserver: %w", err))
 			}
 		}
+		w.apiMu.Unlock()
 		for _, f := range slices.Backward(w.logFiles) {
 			_ = f.Close()
 		}

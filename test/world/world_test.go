@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -189,6 +190,97 @@ func TestWorldsSideBySide(t *testing.T) {
 		slices.Sort(names)
 		g.Expect(names).To(Equal([]string{"etcd", "kube-apiserver", "kube-controller-manager"}), name)
 	}
+}
+
+// A world's API server stops and starts again on the same address, certificates and etcd, the
+// controller-manager running on: clients that knew it before reach it again, and what was stored is
+// there.
+func TestAPIServerRestart(t *testing.T) {
+	g := NewWithT(t)
+	ctx := t.Context()
+	w, err := world.Start(ctx, world.Options{Name: "restart", SkipCRDs: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = w.Stop() })
+	cs, err := kubernetes.NewForConfig(w.RESTConfig()) // a client from before the stop
+	g.Expect(err).NotTo(HaveOccurred())
+	fromFile := func() *kubernetes.Clientset {
+		cfg, err := clientcmd.BuildConfigFromFlags("", w.Kubeconfig())
+		g.Expect(err).NotTo(HaveOccurred())
+		kc, err := kubernetes.NewForConfig(cfg)
+		g.Expect(err).NotTo(HaveOccurred())
+		return kc
+	}
+	nobody, err := w.AddUser("nobody", nil, nil) // a client certificate made before the stop
+	g.Expect(err).NotTo(HaveOccurred())
+	stored, err := cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "before"}, Data: map[string]string{"k": "v"}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	apiPID := func() int {
+		procs, err := w.Processes()
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, p := range procs {
+			if p.Name == "kube-apiserver" {
+				return p.PID
+			}
+		}
+		return 0
+	}
+	first := apiPID()
+	g.Expect(first).NotTo(BeZero())
+	g.Expect(w.StartAPIServer()).To(MatchError(world.ErrAPIServerRunning))
+
+	stopping := time.Now()
+	g.Expect(w.StopAPIServer()).To(Succeed())
+	g.Expect(time.Since(stopping)).To(BeNumerically("<", 15*time.Second), "stopping the API server")
+	t.Logf("kube-apiserver stopped in %s", time.Since(stopping).Round(time.Millisecond))
+	g.Expect(w.StopAPIServer()).To(Succeed(), "a second stop")
+	g.Expect(apiPID()).To(BeZero(), "kube-apiserver still runs")
+	_, err = fromFile().CoreV1().ConfigMaps("default").Get(ctx, "before", metav1.GetOptions{})
+	g.Expect(err).To(MatchError(syscall.ECONNREFUSED), "a call while the API server is stopped")
+	_, err = cs.CoreV1().ConfigMaps("default").Get(ctx, "before", metav1.GetOptions{})
+	var status apierrors.APIStatus
+	g.Expect(err).To(HaveOccurred(), "a call of a client connected before the stop")
+	g.Expect(errors.As(err, &status)).To(BeFalse(), "an answer from a stopped API server: %v", err)
+
+	starting := time.Now()
+	g.Expect(w.StartAPIServer()).To(Succeed())
+	t.Logf("kube-apiserver started again in %s", time.Since(starting).Round(time.Millisecond))
+	g.Expect(apiPID()).To(And(Not(BeZero()), Not(Equal(first))), "a new kube-apiserver process")
+	for name, kc := range map[string]*kubernetes.Clientset{"the kubeconfig file": fromFile(), "the client from before": cs} {
+		got, err := kc.CoreV1().ConfigMaps("default").Get(ctx, "before", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred(), name)
+		g.Expect(got.UID).To(Equal(stored.UID), name)
+		g.Expect(got.Data).To(Equal(stored.Data), name)
+	}
+	kc, err := kubernetes.NewForConfig(nobody.Config)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = kc.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a user added before the stop is still authenticated: %v", err)
+	log, err := os.ReadFile(filepath.Join(w.LogDir(), "kube-apiserver.log"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(log)).To(And(ContainSubstring("stopping kube-apiserver"), ContainSubstring("starting kube-apiserver again")),
+		"the log tells the two runs apart")
+
+	// The controller-manager, which ran on, reaches it again: its garbage collector deletes a dependent.
+	owner, err := cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Name:            "dependent",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID}},
+	}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cs.CoreV1().ConfigMaps("default").Delete(ctx, owner.Name, metav1.DeleteOptions{})).To(Succeed())
+	collecting := time.Now()
+	g.Eventually(func() error {
+		_, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "dependent", metav1.GetOptions{})
+		return err
+	}).WithTimeout(60 * time.Second).Should(Satisfy(apierrors.IsNotFound))
+	t.Logf("the garbage collector deleted the dependent %s after its owner", time.Since(collecting).Round(time.Millisecond))
+
+	g.Expect(w.Stop()).To(Succeed())
+	g.Expect(w.StartAPIServer()).To(MatchError(world.ErrWorldStopped))
+	g.Expect(w.StopAPIServer()).To(MatchError(world.ErrWorldStopped))
 }
 
 func TestStartWithoutBinaries(t *testing.T) {
