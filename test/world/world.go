@@ -134,15 +134,19 @@ type World struct {
 	env        *envtest.Environment
 	cfg        *rest.Config
 	kubeconfig string
-	kcm        *controllerManager
 	logFiles   []*os.File
 	apiLog     *os.File
+	// The controller-manager's kubeconfig and log, made once: StartAPIServer starts a new one.
+	kcmKubeconfig string
+	kcmLog        *os.File
 
 	mu    sync.Mutex
 	users int
 
-	// apiMu orders the API server's stops and starts (StopAPIServer, StartAPIServer, Stop).
+	// apiMu orders the API server's stops and starts (StopAPIServer, StartAPIServer, Stop), and guards
+	// what they change.
 	apiMu      sync.Mutex
+	kcm        *controllerManager
 	apiStopped bool // by StopAPIServer
 	stopped    bool // by Stop
 
@@ -182,10 +186,13 @@ func Start(ctx context.Context, opts Options) (_ *World, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	w.kcm, err = w.startControllerManager(ctx)
+	kcm, err := w.startControllerManager(ctx, 0)
 	if err != nil {
 		return nil, err
 	}
+	w.apiMu.Lock()
+	w.kcm = kcm
+	w.apiMu.Unlock()
 	return w, nil
 }
 
@@ -295,7 +302,11 @@ func (w *World) NodeMonitorPeriod() time.Duration { return w.opts.NodeMonitorPer
 
 // ControllerManagerURL is the base URL of the controller-manager's HTTPS endpoint (self-signed
 // certificate; /healthz and /metrics need no credentials).
-func (w *World) ControllerManagerURL() string { return w.kcm.url }
+func (w *World) ControllerManagerURL() string {
+	w.apiMu.Lock()
+	defer w.apiMu.Unlock()
+	return w.kcm.url
+}
 
 // User is a user of the world's API server, authenticated by a client certificate.
 type User struct {
@@ -332,11 +343,11 @@ func (w *World) AddUser(name string, groups []string, base *rest.Config) (User, 
 func (w *World) Stop() error {
 	w.stopOnce.Do(func() {
 		var errs []error
+		w.apiMu.Lock()
+		w.stopped = true
 		if w.kcm != nil {
 			errs = append(errs, w.kcm.stop())
 		}
-		w.apiMu.Lock()
-		w.stopped = true
 		if w.env != nil {
 			if err := w.env.Stop(); err != nil {
 				errs = append(errs, fmt.Errorf("stopping etcd and kube-apiserver: %w", err))
