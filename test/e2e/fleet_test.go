@@ -23,10 +23,15 @@ import (
 	"github.com/metalheal/metalheal/test/nodesim"
 )
 
-// fleetNamespace holds, in the management cluster, the fleet scenario's Clusters, Machines, health
-// checks and remediation requests. The manager trusts it (managerArgs' --remediation-namespaces) and the
-// scenario grants it there what config/cluster-api grants in the Clusters' namespace.
-const fleetNamespace = "e2e-fleet"
+// fleetNamespace and fleetCutNamespace hold, in the management cluster, the fleet scenarios' Clusters,
+// Machines, health checks and remediation requests, one namespace per scenario (the suite shuffles them;
+// a namespace being deleted cannot be made again). The manager trusts them (managerArgs'
+// --remediation-namespaces) and each scenario grants it in its own what config/cluster-api grants in the
+// Clusters' namespace.
+const (
+	fleetNamespace    = "e2e-fleet"
+	fleetCutNamespace = "e2e-fleet-cut"
+)
 
 // fleetPool labels the Machines of every workload cluster: the health checks select them.
 var fleetPool = map[string]string{"pool": "workers"}
@@ -44,7 +49,7 @@ var _ = Describe("A Cluster API fleet", func() {
 		// cluster. worker-0 is only in the workload clusters: the checks find it only if they read them.
 		shared := pool.take(ctx, "fleet", 1)[0]
 		reportOnFailure(start, shared, "worker-0")
-		f := startFleet(ctx, []string{shared, "worker-0"}, "fleet-a", "fleet-b")
+		f := startFleet(ctx, fleetNamespace, []string{shared, "worker-0"}, "fleet-a", "fleet-b")
 		a, b := f.workload("fleet-a"), f.workload("fleet-b")
 		createTemplate(ctx, fleetNamespace, "power-cycle", remediation())
 		for _, c := range f.workloads {
@@ -139,14 +144,14 @@ func (c *fleetCluster) host(node string) string {
 	return c.wc.Host(node)
 }
 
-// startFleet starts workload clusters named names, each with Nodes nodes, described in fleetNamespace
+// startFleet starts workload clusters named names, each with Nodes nodes, described in namespace ns
 // (which it creates, granting the manager what config/cluster-api grants there), their Nodes' changes
 // recorded in the timeline. Everything is removed when the scenario ends.
-func startFleet(ctx context.Context, nodes []string, names ...string) *fleet {
+func startFleet(ctx context.Context, ns string, nodes []string, names ...string) *fleet {
 	GinkgoHelper()
-	namespace(ctx, fleetNamespace)
-	Expect(h.GrantClusterNamespace(ctx, fleetNamespace)).To(Succeed())
-	opts := harness.FleetOptions{Namespace: fleetNamespace, MachineLabels: fleetPool}
+	namespace(ctx, ns)
+	Expect(h.GrantClusterNamespace(ctx, ns)).To(Succeed())
+	opts := harness.FleetOptions{Namespace: ns, MachineLabels: fleetPool}
 	for _, name := range names {
 		opts.Clusters = append(opts.Clusters, harness.Workload{Name: name, Nodes: nodes})
 	}
@@ -293,12 +298,12 @@ func leaseIn(ctx context.Context, g Gomega, c *fleetCluster, node string) *coord
 }
 
 // createMachineHealthCheck creates our MachineHealthCheck of a workload cluster's Machines (fleetPool),
-// remediating with a template of fleetNamespace, and waits until it reads every Node of the cluster
+// remediating with a template of the Cluster's namespace, and waits until it reads every Node of the cluster
 // healthy (through the Cluster's kubeconfig Secret). It is deleted, and gone, when the scenario ends.
 func createMachineHealthCheck(ctx context.Context, c *fleetCluster, template string) *v1alpha1.MachineHealthCheck {
 	GinkgoHelper()
 	mhc := &v1alpha1.MachineHealthCheck{
-		ObjectMeta: metav1.ObjectMeta{Namespace: fleetNamespace, Name: c.name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.wc.Namespace, Name: c.name},
 		Spec: v1alpha1.MachineHealthCheckSpec{
 			ClusterName: c.name,
 			Selector:    metav1.LabelSelector{MatchLabels: fleetPool},
