@@ -14,7 +14,9 @@
 // The Cluster API fleet scenario adds, for its duration, workload clusters of its own (each its own
 // control plane and simulated kubelets, hosts in the same Redfish mock, Node names repeating the
 // management cluster's), described in the management cluster as Cluster API would, and asserts per host:
-// which cluster's Node, which Redfish system, which lease namespace.
+// which cluster's Node, which Redfish system, which lease namespace. Another stops a workload cluster's
+// API server mid-remediation (test/world) and starts it again: reported on the request and the check,
+// nothing sent to the host while it lasts, one power cycle in all.
 //
 // Two instruments make the assertions precise:
 //

@@ -119,15 +119,21 @@ func getPCR(ctx context.Context, key client.ObjectKey) (*v1alpha1.PowerCycleReme
 // result, the request's check, and the power cycle's off and on, each confirmed by the BMC.
 func expectRecorded(ctx context.Context, node string, request *v1alpha1.PowerCycleRemediation, result v1alpha1.RemediationResult) {
 	GinkgoHelper()
+	expectRecordedOn(ctx, node, node, request, result, "NodeHealthCheck")
+}
+
+// expectRecordedOn is expectRecorded for the BMC of a name (in harness.Namespace) and a check of a kind.
+func expectRecordedOn(ctx context.Context, bmcName, node string, request *v1alpha1.PowerCycleRemediation, result v1alpha1.RemediationResult, checkKind string) {
+	GinkgoHelper()
 	b := &v1alpha1.BMC{}
-	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: harness.Namespace, Name: node}, b)).To(Succeed())
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: harness.Namespace, Name: bmcName}, b)).To(Succeed())
 	var found []v1alpha1.RemediationRecord
 	for _, r := range b.Status.RecentRemediations {
 		if r.UID == request.UID {
 			found = append(found, r)
 		}
 	}
-	Expect(found).To(HaveLen(1), "one record of %s/%s on BMC %s: %+v", request.Namespace, request.Name, node, b.Status.RecentRemediations)
+	Expect(found).To(HaveLen(1), "one record of %s/%s on BMC %s: %+v", request.Namespace, request.Name, bmcName, b.Status.RecentRemediations)
 	rec := found[0]
 	Expect(rec.Name).To(Equal(request.Name))
 	Expect(rec.NodeName).To(Equal(node))
@@ -135,7 +141,7 @@ func expectRecorded(ctx context.Context, node string, request *v1alpha1.PowerCyc
 	Expect(rec.Started).To(Equal(request.CreationTimestamp))
 	Expect(rec.Finished.Before(&rec.Started)).To(BeFalse())
 	Expect(rec.HealthCheck).NotTo(BeNil())
-	Expect(rec.HealthCheck.Kind).To(Equal("NodeHealthCheck"))
+	Expect(rec.HealthCheck.Kind).To(Equal(checkKind))
 	var power []string
 	for _, c := range rec.PowerChanges {
 		Expect(c.Confirmed).NotTo(BeNil(), "the BMC confirmed the %s", c.Target)

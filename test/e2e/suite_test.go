@@ -21,6 +21,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/testenv"
@@ -58,7 +59,7 @@ const groupLabel = "e2e.metalheal.io/group"
 // calls bounded at 3s, BMCs checked every 10s. Logs at V(2) for the failure reports. The Cluster API
 // scenarios' namespaces are trusted with remediation requests, as an admin lists their cluster namespaces.
 var managerArgs = []string{
-	"--remediation-namespaces=e2e-mhc," + fleetNamespace,
+	"--remediation-namespaces=e2e-mhc," + fleetNamespace + "," + fleetCutNamespace,
 	"--power-poll-interval=1s",
 	"--bmc-call-timeout=3s",
 	"--bmc-check-interval=10s",
@@ -83,6 +84,9 @@ func TestE2E(t *testing.T) {
 }
 
 var _ = BeforeSuite(func(ctx SpecContext) {
+	// The suite's own caches (the timeline's, a workload cluster's Node watch) log through
+	// controller-runtime: a watch broken by a stopped API server, say.
+	ctrllog.SetLogger(GinkgoLogr)
 	capiCRDs, err := testenv.ClusterAPICRDs()
 	Expect(err).NotTo(HaveOccurred())
 	By("building the manager")

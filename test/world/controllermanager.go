@@ -33,38 +33,30 @@ const startAttempts = 3
 // controllerManager is a running kube-controller-manager process.
 type controllerManager struct {
 	cmd     *exec.Cmd
+	port    int
 	url     string
 	logPath string
 	done    chan struct{} // closed when the process has exited
 	exitErr error         // how it exited, once done is closed
 }
 
-// startControllerManager writes the controller-manager's kubeconfig and starts it, retrying when it
-// cannot bind its port.
-func (w *World) startControllerManager(ctx context.Context) (*controllerManager, error) {
-	u, err := w.env.AddUser(envtest.User{Name: controllerManagerUser, Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return nil, fmt.Errorf("provisioning the controller-manager's user: %w", err)
-	}
-	kubeconfig, err := u.KubeConfig()
-	if err != nil {
-		return nil, fmt.Errorf("the controller-manager's kubeconfig: %w", err)
-	}
-	kubeconfigPath := filepath.Join(w.dir, "kube-controller-manager.kubeconfig")
-	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
-		return nil, fmt.Errorf("writing the controller-manager's kubeconfig: %w", err)
-	}
-	log, err := w.logFile("kube-controller-manager.log")
-	if err != nil {
-		return nil, err
-	}
-
-	for attempt := 1; ; attempt++ {
-		port, err := freePort()
-		if err != nil {
+// startControllerManager starts the controller-manager, retrying when it cannot bind its port: port, when
+// not 0, is tried first (one started again keeps its URL). Its user, kubeconfig and log file are made by
+// the first call; the next ones reuse them, the log going on.
+func (w *World) startControllerManager(ctx context.Context, port int) (*controllerManager, error) {
+	if w.kcmLog == nil {
+		if err := w.prepareControllerManager(); err != nil {
 			return nil, err
 		}
-		kcm, err := w.launchControllerManager(kubeconfigPath, port, log)
+	}
+	for attempt := 1; ; attempt++ {
+		if port == 0 {
+			var err error
+			if port, err = freePort(); err != nil {
+				return nil, err
+			}
+		}
+		kcm, err := w.launchControllerManager(w.kcmKubeconfig, port, w.kcmLog)
 		if err != nil {
 			return nil, err
 		}
@@ -76,7 +68,31 @@ func (w *World) startControllerManager(ctx context.Context) (*controllerManager,
 		if !errors.Is(err, ErrControllerManagerExited) || attempt == startAttempts {
 			return nil, err
 		}
+		port = 0
 	}
+}
+
+// prepareControllerManager provisions the controller-manager's user and writes its kubeconfig, and
+// creates its log file.
+func (w *World) prepareControllerManager() error {
+	u, err := w.env.AddUser(envtest.User{Name: controllerManagerUser, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return fmt.Errorf("provisioning the controller-manager's user: %w", err)
+	}
+	kubeconfig, err := u.KubeConfig()
+	if err != nil {
+		return fmt.Errorf("the controller-manager's kubeconfig: %w", err)
+	}
+	path := filepath.Join(w.dir, "kube-controller-manager.kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		return fmt.Errorf("writing the controller-manager's kubeconfig: %w", err)
+	}
+	log, err := w.logFile("kube-controller-manager.log")
+	if err != nil {
+		return err
+	}
+	w.kcmKubeconfig, w.kcmLog = path, log
+	return nil
 }
 
 // controllerManagerArgs are the controller-manager's flags.
@@ -123,6 +139,7 @@ func (w *World) launchControllerManager(kubeconfig string, port int, log *os.Fil
 	}
 	kcm := &controllerManager{
 		cmd:     cmd,
+		port:    port,
 		url:     "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		logPath: log.Name(),
 		done:    make(chan struct{}),
@@ -178,6 +195,16 @@ func probe(ctx context.Context, client *http.Client, url string) error {
 		return fmt.Errorf("%s: %s: %s", url, resp.Status, body)
 	}
 	return nil
+}
+
+// running reports whether the process has not exited.
+func (kcm *controllerManager) running() bool {
+	select {
+	case <-kcm.done:
+		return false
+	default:
+		return true
+	}
 }
 
 // stop terminates the process: SIGTERM, then SIGKILL if it has not exited within 10s.

@@ -19,6 +19,10 @@
 //	path := w.Kubeconfig()  // kubectl --kubeconfig=path get nodes
 //
 // The context bounds start-up only; the world lives until Stop. Process logs are in w.Dir()/logs.
+// StopAPIServer and StartAPIServer stop the kube-apiserver process and start it again on the same
+// address, certificates and etcd (an API server down for a while, etcd running on): clients that knew it
+// reconnect to the same endpoint and find what was stored before. The controller-manager goes and comes
+// back with it, as a real one that loses its leader lease does.
 // Several worlds may run side by side (a Cluster API management cluster and its workload clusters, see
 // test/harness): Options.Name tells their directories apart, and each lists only its own Processes.
 package world

@@ -68,8 +68,11 @@ func (w *World) Processes() ([]Process, error) {
 			}
 		}
 	}
-	if w.kcm != nil {
-		procs = append(procs, Process{Name: "kube-controller-manager", PID: w.kcm.cmd.Process.Pid})
+	w.apiMu.Lock()
+	kcm := w.kcm
+	w.apiMu.Unlock()
+	if kcm != nil && kcm.running() {
+		procs = append(procs, Process{Name: "kube-controller-manager", PID: kcm.cmd.Process.Pid})
 	}
 	return procs, nil
 }

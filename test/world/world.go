@@ -134,11 +134,21 @@ type World struct {
 	env        *envtest.Environment
 	cfg        *rest.Config
 	kubeconfig string
-	kcm        *controllerManager
 	logFiles   []*os.File
+	apiLog     *os.File
+	// The controller-manager's kubeconfig and log, made once: StartAPIServer starts a new one.
+	kcmKubeconfig string
+	kcmLog        *os.File
 
 	mu    sync.Mutex
 	users int
+
+	// apiMu orders the API server's stops and starts (StopAPIServer, StartAPIServer, Stop), and guards
+	// what they change.
+	apiMu      sync.Mutex
+	kcm        *controllerManager
+	apiStopped bool // by StopAPIServer
+	stopped    bool // by Stop
 
 	stopOnce sync.Once
 	stopErr  error
@@ -176,10 +186,13 @@ func Start(ctx context.Context, opts Options) (_ *World, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	w.kcm, err = w.startControllerManager(ctx)
+	kcm, err := w.startControllerManager(ctx, 0)
 	if err != nil {
 		return nil, err
 	}
+	w.apiMu.Lock()
+	w.kcm = kcm
+	w.apiMu.Unlock()
 	return w, nil
 }
 
@@ -220,17 +233,25 @@ func (w *World) startAPIServer() error {
 	if err != nil {
 		return err
 	}
+	w.apiLog = apiLog
+	// The API server's certificates and keys live in the world's directory, not in a directory envtest
+	// makes and removes when the API server stops: StartAPIServer serves the same ones again.
+	certDir := filepath.Join(w.dir, "kube-apiserver")
+	if err := os.Mkdir(certDir, 0o700); err != nil {
+		return fmt.Errorf("making the API server's certificate directory: %w", err)
+	}
 	w.env = &envtest.Environment{
 		BinaryAssetsDirectory:    w.binDir,
 		CRDDirectoryPaths:        crds,
 		ErrorIfCRDPathMissing:    true,
 		ControlPlaneStartTimeout: w.opts.StartTimeout,
-		ControlPlaneStopTimeout:  30 * time.Second,
+		ControlPlaneStopTimeout:  processStopTimeout,
 		UseExistingCluster:       ptr.To(false), // never a cluster from $USE_EXISTING_CLUSTER
 	}
 	w.env.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog}
 	api := w.env.ControlPlane.GetAPIServer()
 	api.Out, api.Err = apiLog, apiLog
+	api.CertDir = certDir
 	// envtest's binary lookup prefers $KUBEBUILDER_ASSETS over BinaryAssetsDirectory: name them outright.
 	api.Path = filepath.Join(w.binDir, "kube-apiserver")
 	w.env.ControlPlane.Etcd.Path = filepath.Join(w.binDir, "etcd")
@@ -281,7 +302,11 @@ func (w *World) NodeMonitorPeriod() time.Duration { return w.opts.NodeMonitorPer
 
 // ControllerManagerURL is the base URL of the controller-manager's HTTPS endpoint (self-signed
 // certificate; /healthz and /metrics need no credentials).
-func (w *World) ControllerManagerURL() string { return w.kcm.url }
+func (w *World) ControllerManagerURL() string {
+	w.apiMu.Lock()
+	defer w.apiMu.Unlock()
+	return w.kcm.url
+}
 
 // User is a user of the world's API server, authenticated by a client certificate.
 type User struct {
@@ -318,6 +343,8 @@ func (w *World) AddUser(name string, groups []string, base *rest.Config) (User, 
 func (w *World) Stop() error {
 	w.stopOnce.Do(func() {
 		var errs []error
+		w.apiMu.Lock()
+		w.stopped = true
 		if w.kcm != nil {
 			errs = append(errs, w.kcm.stop())
 		}
@@ -326,6 +353,7 @@ func (w *World) Stop() error {
 				errs = append(errs, fmt.Errorf("stopping etcd and kube-apiserver: %w", err))
 			}
 		}
+		w.apiMu.Unlock()
 		for _, f := range slices.Backward(w.logFiles) {
 			_ = f.Close()
 		}
