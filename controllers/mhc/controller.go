@@ -116,7 +116,9 @@ type Reconciler struct {
 	// ownRemotes: remotes were made here, not shared (SetupWithManager adds them to the manager).
 	ownRemotes bool
 	served     *servedVersion
-	cpClaim    *gates.ControlPlaneClaim
+	// unreachable are the checks whose workload cluster's outage was reported (once per outage).
+	unreachable sync.Map
+	cpClaim     *gates.ControlPlaneClaim
 
 	// Set by SetupWithManager: dynamic watches on workload clusters' Nodes and on remediation kinds.
 	controller controller.Controller
@@ -273,8 +275,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	case errors.As(err, &unwatchable):
 		return r.disable(ctx, mhc, unwatchable)
 	case err != nil:
-		return ctrl.Result{}, r.observeFailed(mhc, err)
+		return r.observeFailed(mhc, req.NamespacedName, err)
 	}
+	r.unreachable.Delete(req.NamespacedName)
 	if err := r.observeSafety(ctx, &in); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -296,19 +299,30 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: engine.RequeueAfter(p.NextCheck, r.clock.Now(), r.opts.ResyncPeriod, 0)}, nil
 }
 
-// observeFailed reports why the check's inputs could not be read.
-func (r *Reconciler) observeFailed(mhc *v1alpha1.MachineHealthCheck, err error) error {
+// observeFailed reports why the check's inputs could not be read. A workload cluster that does not answer
+// is said once per outage (a warning) and looked at again every workloadRetry, not at the controller's
+// growing backoff: the check resumes within that bound of the cluster answering again, however long the
+// outage was.
+func (r *Reconciler) observeFailed(mhc *v1alpha1.MachineHealthCheck, key types.NamespacedName, err error) (ctrl.Result, error) {
 	var spec *InvalidSpecError
 	var wc *workload.Error
 	switch {
 	case errors.As(err, &spec):
 		r.recorder.Eventf(mhc, nil, corev1.EventTypeWarning, EventRemediationFailed, actionCheck, "%s", err.Error())
-		return reconcile.TerminalError(err)
+		return ctrl.Result{}, reconcile.TerminalError(err)
 	case errors.As(err, &wc):
-		r.recorder.Eventf(mhc, nil, corev1.EventTypeWarning, EventWorkloadClusterUnreachable, actionCheck, "%s", err.Error())
+		if _, told := r.unreachable.LoadOrStore(key, true); !told {
+			r.recorder.Eventf(mhc, nil, corev1.EventTypeWarning, EventWorkloadClusterUnreachable, actionCheck, "%s", err.Error())
+		}
+		if !errors.Is(err, workload.ErrUnsafeKubeconfig) { // only a new Secret cures that one
+			return ctrl.Result{RequeueAfter: workloadRetry}, nil
+		}
 	}
-	return err
+	return ctrl.Result{}, err
 }
+
+// workloadRetry is how often a check whose workload cluster does not answer looks at it again.
+const workloadRetry = 10 * time.Second
 
 // disable records that the check cannot work because a remediation kind it names cannot be watched: its
 // Disabled condition says why (the rest of its status is kept as it was: nothing was observed), a Warning

@@ -549,6 +549,34 @@ var _ = Describe("Workload clusters", func() {
 		Expect(w.r.remotes.Connected(key)).To(BeFalse())
 	})
 
+	It("looks at a workload cluster that does not answer again every few seconds, and says so once per outage", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		r, err := New(Options{Client: k8s, Reader: k8s, APIReader: k8s, Recorder: w.rec, Clock: w.clock, Discovery: mgmtDiscovery,
+			ResyncPeriod: worldResync, WorkloadClusterSyncTimeout: time.Second})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { r.remotes.StopAll() })
+		Expect(k8s.Create(ctx, newCluster(w.ns, "down"))).To(Succeed())
+		kubeconfig := `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: not-a-token}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`
+		Expect(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "down-kubeconfig", Namespace: w.ns},
+			Data: map[string][]byte{"value": []byte(kubeconfig)}})).To(Succeed())
+		w.createCheck(ctx, "workers", func(mhc *v1alpha1.MachineHealthCheck) { mhc.Spec.ClusterName = "down" })
+		w.createMachine(ctx, "m", withCluster("down"), withNodeRef(w.nodeName("n")))
+
+		for range 2 {
+			res, err := r.Reconcile(ctx, reconcileRequest(w.ns, "workers"))
+			Expect(err).NotTo(HaveOccurred(), "not an error with the controller's growing backoff")
+			Expect(res.RequeueAfter).To(Equal(workloadRetry))
+		}
+		Expect(countReason(w.rec.all(), EventWorkloadClusterUnreachable)).To(Equal(1), "once per outage")
+		Expect(w.machine(ctx, "m").Status.Conditions).To(BeEmpty(), "nothing is decided without the workload cluster's Nodes")
+	})
+
 	It("refuses a kubeconfig that points at local files or credential plugins", func(ctx SpecContext) {
 		w := newWorld(ctx)
 		Expect(k8s.Create(ctx, newCluster(w.ns, "evil"))).To(Succeed())
