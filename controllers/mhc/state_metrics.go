@@ -1,7 +1,6 @@
 package mhc
 
 import (
-	"context"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -16,18 +15,8 @@ import (
 // disabled, in-flight requests), read from reader (the manager's cache) at scrape time once elected is
 // closed.
 func RegisterStateMetrics(reader client.Reader, clk clock.PassiveClock, elected <-chan struct{}) {
-	metrics.AddHealthChecks(metrics.CheckerMHC, elected, func(ctx context.Context) ([]metrics.CheckState, error) {
-		var list v1alpha1.MachineHealthCheckList
-		if err := reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
-			return nil, err
-		}
-		now := clk.Now()
-		out := make([]metrics.CheckState, 0, len(list.Items))
-		for i := range list.Items {
-			out = append(out, machineCheckState(&list.Items[i], now))
-		}
-		return out, nil
-	})
+	metrics.AddCheckKind(metrics.CheckerMHC, reader, clk, elected,
+		func(l *v1alpha1.MachineHealthCheckList) []v1alpha1.MachineHealthCheck { return l.Items }, machineCheckState)
 }
 
 // machineCheckState is what c's status says now.

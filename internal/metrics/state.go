@@ -8,7 +8,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
@@ -108,6 +110,29 @@ var checks = &healthChecks{sources: map[string]source{}}
 
 func init() {
 	ctrlmetrics.Registry.MustRegister(checks)
+}
+
+// AddCheckKind reports every check of one kind under checker, once elected is closed: at scrape time its
+// list L is read from reader (the manager's cache), and each of its items (items) becomes its state at the
+// clock's now (state). Both health checks register this way; only their status shapes differ.
+func AddCheckKind[L any, P interface {
+	*L
+	client.ObjectList
+}, T any](checker string, reader client.Reader, clk clock.PassiveClock, elected <-chan struct{},
+	items func(*L) []T, state func(*T, time.Time) CheckState) {
+	AddHealthChecks(checker, elected, func(ctx context.Context) ([]CheckState, error) {
+		list := P(new(L))
+		if err := reader.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, err
+		}
+		now := clk.Now()
+		all := items(list)
+		out := make([]CheckState, 0, len(all))
+		for i := range all {
+			out = append(out, state(&all[i], now))
+		}
+		return out, nil
+	})
 }
 
 // AddHealthChecks reports the checks list returns under checker, once elected is closed (the manager's

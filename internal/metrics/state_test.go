@@ -12,7 +12,10 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 )
@@ -126,4 +129,34 @@ func TestFromConditionsAllowed(t *testing.T) {
 			NewWithT(t).Expect(FromConditions(tc.conds, nil, at.Add(time.Minute)).RemediationAllowed).To(Equal(tc.want))
 		})
 	}
+}
+
+// AddCheckKind lists a kind of check from the reader at scrape time and reports each item's state.
+func TestAddCheckKind(t *testing.T) {
+	g := NewWithT(t)
+	scheme := runtime.NewScheme()
+	g.Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
+	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		&v1alpha1.NodeHealthCheck{ObjectMeta: metav1.ObjectMeta{Name: "a"}},
+		&v1alpha1.NodeHealthCheck{ObjectMeta: metav1.ObjectMeta{Name: "b"}}).Build()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	closed := make(chan struct{})
+	close(closed)
+	AddCheckKind("test-kind", reader, clocktesting.NewFakePassiveClock(now), closed,
+		func(l *v1alpha1.NodeHealthCheckList) []v1alpha1.NodeHealthCheck { return l.Items },
+		func(c *v1alpha1.NodeHealthCheck, at time.Time) CheckState {
+			g.Expect(at).To(Equal(now))
+			return CheckState{Name: c.Name, InFlight: len(c.Name)}
+		})
+	t.Cleanup(func() {
+		checks.mu.Lock()
+		defer checks.mu.Unlock()
+		delete(checks.sources, "test-kind")
+	})
+	checks.mu.Lock()
+	src := checks.sources["test-kind"]
+	checks.mu.Unlock()
+	states, err := src.list(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(states).To(ConsistOf(HaveField("Name", "a"), HaveField("Name", "b")))
 }
