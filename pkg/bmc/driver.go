@@ -60,6 +60,30 @@ func Diagnose(ctx context.Context, d Driver) error {
 		Err: errors.New("the driver cannot send a diagnostic interrupt")}
 }
 
+// PowerWatcher is a Driver whose BMC can tell of changes to its host's power as they happen: Redfish's
+// event stream (DMTF Server-Sent Events on the EventService). Drivers whose BMC offers nothing of the kind
+// (IPMI, Ironic) are no PowerWatcher; callers go through WatchPower, which checks, and poll PowerState.
+type PowerWatcher interface {
+	// WatchPower holds one event stream to the BMC open until ctx ends or the stream drops, and calls
+	// changed, from the calling goroutine, each time the BMC tells of a change to the host's system (its
+	// power among them). What an event says is not trusted: the caller reads PowerState to learn the
+	// state, as it would after a poll. It returns nil once ctx ends; an error of kind ErrUnsupported when
+	// the BMC offers no event stream (the caller polls instead); any other error when the stream could not
+	// be opened, was refused or dropped (the caller opens it again, with backoff). It never holds the
+	// driver's other calls back: PowerState may be called while a stream is open, from changed as well.
+	WatchPower(ctx context.Context, changed func()) error
+}
+
+// WatchPower holds d's event stream open (see PowerWatcher). A driver that is no PowerWatcher fails at
+// once with an error of kind ErrUnsupported, as a BMC that offers no stream does.
+func WatchPower(ctx context.Context, d Driver, changed func()) error {
+	if w, ok := d.(PowerWatcher); ok {
+		return w.WatchPower(ctx, changed)
+	}
+	return &Error{Driver: fmt.Sprintf("%T", d), Operation: OperationWatchPower, Kind: ErrUnsupported,
+		Err: errors.New("the driver cannot follow an event stream")}
+}
+
 // Credentials are a BMC's username and password. They never appear in a string, a log or an error.
 type Credentials struct {
 	Username string

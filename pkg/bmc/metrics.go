@@ -14,6 +14,7 @@ const (
 	OperationPowerOn    = "PowerOn"
 	OperationPowerOff   = "PowerOff"
 	OperationDiagnose   = "Diagnose"
+	OperationWatchPower = "WatchPower"
 	OperationClose      = "Close"
 )
 
@@ -119,6 +120,12 @@ func (i *instrumented) PowerOff(ctx context.Context, force bool) error {
 // as unsupported, as a BMC that refuses it is.
 func (i *instrumented) Diagnose(ctx context.Context) error {
 	return i.observe(OperationDiagnose, func() error { return Diagnose(ctx, i.next) })
+}
+
+// WatchPower passes the event stream on (see WatchPower) untimed: a stream lasts as long as it stays open,
+// which says nothing of the BMC's answers; the PowerState reads it prompts are counted as any other.
+func (i *instrumented) WatchPower(ctx context.Context, changed func()) error {
+	return WatchPower(ctx, i.next, changed)
 }
 
 func (i *instrumented) Close(ctx context.Context) error {
