@@ -497,6 +497,10 @@ func (r *redacting) Diagnose(ctx context.Context) error {
 	return redact(bmc.Diagnose(ctx, r.next), r.forms)
 }
 
+func (r *redacting) WatchPower(ctx context.Context, changed func()) error {
+	return redact(bmc.WatchPower(ctx, r.next, changed), r.forms)
+}
+
 func (r *redacting) Close(ctx context.Context) error {
 	return redact(r.next.Close(ctx), r.forms)
 }
