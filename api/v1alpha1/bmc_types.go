@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -149,7 +151,64 @@ type BMCSpec struct {
 	// disableCertificateVerification.
 	// +optional
 	CABundleRef *CABundleReference `json:"caBundleRef,omitempty"`
+
+	// powerWatch, when set, has the manager watch the host's power through this BMC between remediations:
+	// a host its BMC reports off while no metalheal remediation is at work on it, and whose kubelet does
+	// not answer either, gets the Node condition PoweredOff=True (reason BMCReportedOff), which a health
+	// check may list among its unhealthy conditions to fence the host at once. Absent: not watched.
+	// BMCs of one node pool usually share it (one kustomize patch or Helm value).
+	// +optional
+	PowerWatch *PowerWatch `json:"powerWatch,omitempty"`
 }
+
+// PowerWatchEventStream says whether the power watch follows the BMC's event stream.
+// +kubebuilder:validation:Enum=Auto;Disabled
+type PowerWatchEventStream string
+
+const (
+	// PowerWatchEventStreamAuto follows the BMC's event stream when it offers one (Redfish Server-Sent
+	// Events), and polls while none is open.
+	PowerWatchEventStreamAuto PowerWatchEventStream = "Auto"
+	// PowerWatchEventStreamDisabled only polls.
+	PowerWatchEventStreamDisabled PowerWatchEventStream = "Disabled"
+)
+
+// Bounds and default of PowerWatch.PollIntervalSeconds.
+const (
+	DefaultPowerWatchPollIntervalSeconds = 30
+	MinPowerWatchPollIntervalSeconds     = 5
+	MaxPowerWatchPollIntervalSeconds     = 3600
+)
+
+// PowerWatch is how the manager follows a host's power through its BMC (BMC spec.powerWatch).
+type PowerWatch struct {
+	// eventStream is Auto (the default: follow the BMC's event stream, Redfish Server-Sent Events, when it
+	// offers one, and poll while none is open) or Disabled (only poll).
+	// +optional
+	// +kubebuilder:default=Auto
+	EventStream PowerWatchEventStream `json:"eventStream,omitempty"`
+
+	// pollIntervalSeconds is how often the host's power state is read while no event stream is open:
+	// always for IPMI, Ironic and Redfish BMCs without an event stream, and while a dropped stream is being
+	// opened again. 5 to 3600; defaults to 30. A power loss is seen within it.
+	// +optional
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:Minimum=5
+	// +kubebuilder:validation:Maximum=3600
+	// +kubebuilder:validation:XValidation:rule="self >= 5 && self <= 3600",message="pollIntervalSeconds is how often the power is read while no event stream is open: from 5 to 3600 seconds (30 by default)"
+	PollIntervalSeconds int32 `json:"pollIntervalSeconds,omitempty"`
+}
+
+// PollInterval is pollIntervalSeconds as a duration, DefaultPowerWatchPollIntervalSeconds when unset.
+func (w PowerWatch) PollInterval() time.Duration {
+	if w.PollIntervalSeconds <= 0 {
+		return DefaultPowerWatchPollIntervalSeconds * time.Second
+	}
+	return time.Duration(w.PollIntervalSeconds) * time.Second
+}
+
+// StreamEnabled reports whether the BMC's event stream is followed (Auto, or unset).
+func (w PowerWatch) StreamEnabled() bool { return w.EventStream != PowerWatchEventStreamDisabled }
 
 // BMCStatus is what the last check of the BMC found.
 type BMCStatus struct {

@@ -237,6 +237,9 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 		{"bmc caBundleRef with verification disabled", with(t, with(t, validBMC, "spec.disableCertificateVerification", true), "spec.caBundleRef", map[string]any{"kind": "ConfigMap", "name": "site-ca"}), []string{"spec", "caBundleRef and disableCertificateVerification: true exclude each other"}},
 		{"bmc caBundleRef unknown kind", with(t, validBMC, "spec.caBundleRef", map[string]any{"kind": "Namespace", "name": "site-ca"}), []string{"spec.caBundleRef.kind", "Unsupported value", "Secret", "ConfigMap"}},
 		{"bmc caBundleRef without name", with(t, validBMC, "spec.caBundleRef", map[string]any{"kind": "Secret"}), []string{"spec.caBundleRef.name", "Required value"}},
+		{"bmc powerWatch poll every 2s", with(t, validBMC, "spec.powerWatch", map[string]any{"pollIntervalSeconds": int64(2)}), []string{"spec.powerWatch.pollIntervalSeconds", "from 5 to 3600 seconds"}},
+		{"bmc powerWatch poll every 2h", with(t, validBMC, "spec.powerWatch", map[string]any{"pollIntervalSeconds": int64(7200)}), []string{"spec.powerWatch.pollIntervalSeconds", "from 5 to 3600 seconds"}},
+		{"bmc powerWatch unknown eventStream", with(t, validBMC, "spec.powerWatch", map[string]any{"eventStream": "Always"}), []string{"spec.powerWatch.eventStream", "Unsupported value", "Auto", "Disabled"}},
 		{"bmc caBundleRef bad key", with(t, validBMC, "spec.caBundleRef", map[string]any{"kind": "Secret", "name": "site-ca", "key": "ca/crt"}), []string{"spec.caBundleRef.key", "alphanumeric characters, '-', '_' or '.'"}},
 	}
 	if len(cases) < 25 {
@@ -313,6 +316,12 @@ func TestDefaultsAreApplied(t *testing.T) {
 	var gotBMC v1alpha1.BMC
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "defaults"}, &gotBMC)).To(Succeed())
 	g.Expect(gotBMC.Spec.DisableCertificateVerification).To(BeFalse(), "certificates are verified unless the BMC says otherwise")
+	g.Expect(gotBMC.Spec.PowerWatch).To(BeNil(), "the power is not watched unless the BMC asks for it")
+
+	watched := with(t, with(t, validBMC, "metadata.name", "defaults-watched"), "spec.powerWatch", map[string]any{})
+	g.Expect(k8s.Create(ctx, watched)).To(Succeed())
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "defaults-watched"}, &gotBMC)).To(Succeed())
+	g.Expect(gotBMC.Spec.PowerWatch).To(Equal(&v1alpha1.PowerWatch{EventStream: v1alpha1.PowerWatchEventStreamAuto, PollIntervalSeconds: 30}))
 }
 
 func TestValidAddressesAreAccepted(t *testing.T) {
