@@ -2,6 +2,7 @@ package fake
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 
@@ -11,7 +12,7 @@ import (
 // Call is one call a Driver received.
 type Call struct {
 	// Operation is bmc.OperationPowerState, bmc.OperationPowerOn, bmc.OperationPowerOff,
-	// bmc.OperationDiagnose or bmc.OperationClose.
+	// bmc.OperationDiagnose, bmc.OperationWatchPower or bmc.OperationClose.
 	Operation string
 	// Force is PowerOff's argument (false for the other operations): false is a graceful shutdown.
 	Force bool
@@ -30,6 +31,16 @@ type Driver struct {
 	next        map[string][]error
 	always      map[string]error
 	credentials bmc.Credentials
+	// noStream makes WatchPower unsupported; streams are the event streams open (see WatchPower).
+	noStream bool
+	streams  map[*stream]struct{}
+}
+
+// stream is one open event stream: events coalesce (one pending change is as good as several, the
+// reader reads the state anyway), drop ends it with an error.
+type stream struct {
+	events chan struct{}
+	drop   chan error
 }
 
 // transition is a power change in progress: the host reaches to after readsLeft more PowerState reads.
@@ -39,20 +50,114 @@ type transition struct {
 }
 
 var (
-	_ bmc.Driver    = (*Driver)(nil)
-	_ bmc.Diagnoser = (*Driver)(nil)
+	_ bmc.Driver       = (*Driver)(nil)
+	_ bmc.Diagnoser    = (*Driver)(nil)
+	_ bmc.PowerWatcher = (*Driver)(nil)
 )
 
 // New returns a Driver for a host in the given power state.
 func New(state bmc.PowerState) *Driver {
-	return &Driver{state: state, next: map[string][]error{}, always: map[string]error{}}
+	return &Driver{state: state, next: map[string][]error{}, always: map[string]error{}, streams: map[*stream]struct{}{}}
 }
 
-// SetPowerState sets the host's power state, cancelling any transition in progress.
+// SetPowerState sets the host's power state, cancelling any transition in progress, and tells every
+// open event stream (see WatchPower), as a BMC tells of a power change.
 func (d *Driver) SetPowerState(state bmc.PowerState) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.state, d.pending, d.script = state, nil, nil
+	d.notifyLocked()
+}
+
+// SetPowerStateQuietly sets the host's power state as SetPowerState does, but tells no event stream: a
+// change the BMC's stream missed, which only a poll sees.
+func (d *Driver) SetPowerStateQuietly(state bmc.PowerState) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.state, d.pending, d.script = state, nil, nil
+}
+
+// Notify sends an event on every open event stream without changing anything (an event about something
+// else of the system, or a BMC that tells of changes that did not happen).
+func (d *Driver) Notify() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.notifyLocked()
+}
+
+// SetWatchUnsupported makes WatchPower fail at once with an error of kind bmc.ErrUnsupported (true), as a
+// BMC without an event stream does, or open streams again (false, the default). Streams already open
+// stay open.
+func (d *Driver) SetWatchUnsupported(unsupported bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.noStream = unsupported
+}
+
+// DropStreams ends every open event stream: WatchPower returns err (one of kind bmc.ErrUnreachable, say,
+// as for a connection the BMC closed). It returns how many it ended.
+func (d *Driver) DropStreams(err error) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := len(d.streams)
+	for s := range d.streams {
+		s.drop <- err
+		delete(d.streams, s)
+	}
+	return n
+}
+
+// OpenStreams returns how many event streams are open now.
+func (d *Driver) OpenStreams() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.streams)
+}
+
+// WatchPower holds an event stream open until ctx ends (nil), DropStreams ends it (its error), or fails at
+// once: with a queued error (FailNext(bmc.OperationWatchPower, ...)) or, after SetWatchUnsupported(true),
+// bmc.ErrUnsupported. Each power change made through SetPowerState, PowerOn or PowerOff, and each Notify,
+// calls changed once, from this goroutine, without the driver's lock held; changes that come while changed
+// runs coalesce into one more call.
+func (d *Driver) WatchPower(ctx context.Context, changed func()) error {
+	d.mu.Lock()
+	if err := d.begin(ctx, Call{Operation: bmc.OperationWatchPower}); err != nil {
+		d.mu.Unlock()
+		return err
+	}
+	if d.noStream {
+		d.mu.Unlock()
+		return &bmc.Error{Driver: "fake", Operation: bmc.OperationWatchPower, Kind: bmc.ErrUnsupported,
+			Err: errors.New("the BMC offers no event stream")}
+	}
+	s := &stream{events: make(chan struct{}, 1), drop: make(chan error, 1)}
+	d.streams[s] = struct{}{}
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.streams, s)
+		d.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-s.drop:
+			return err
+		case <-s.events:
+			changed()
+		}
+	}
+}
+
+// notifyLocked tells every open stream of a change. d.mu must be held.
+func (d *Driver) notifyLocked() {
+	for s := range d.streams {
+		select {
+		case s.events <- struct{}{}:
+		default: // one is pending already
+		}
+	}
 }
 
 // SetTransitionDelay makes later PowerOn and PowerOff calls take effect only after n PowerState reads:
@@ -221,6 +326,7 @@ func (d *Driver) powerTo(target bmc.PowerState) {
 		d.pending = nil // a change the other way, if any, is cancelled
 	case d.delay == 0:
 		d.state, d.pending = target, nil
+		d.notifyLocked()
 	default:
 		d.pending = &transition{to: target, readsLeft: d.delay}
 	}

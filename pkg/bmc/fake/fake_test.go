@@ -224,3 +224,42 @@ func TestDriverGracefulShutdown(t *testing.T) {
 	g.Expect(d.Calls()).To(ContainElements(
 		fake.Call{Operation: bmc.OperationPowerOff, Force: false}, fake.Call{Operation: bmc.OperationPowerOff, Force: true}))
 }
+
+// The event stream: power changes and Notify reach an open stream, DropStreams ends it with its error,
+// a queued error or an unsupported BMC fails the open, and the end of ctx closes it with nil.
+func TestWatchPower(t *testing.T) {
+	g := NewWithT(t)
+	d := fake.New(on)
+	ctx, cancel := context.WithCancel(context.Background())
+	changes := make(chan struct{}, 8)
+	done := make(chan error, 1)
+	go func() { done <- bmc.WatchPower(ctx, d, func() { changes <- struct{}{} }) }()
+	g.Eventually(d.OpenStreams).Should(Equal(1))
+
+	d.SetPowerState(off)
+	g.Eventually(changes).Should(Receive())
+	d.Notify()
+	g.Eventually(changes).Should(Receive())
+	d.SetPowerStateQuietly(on)
+	g.Consistently(changes, "50ms").ShouldNot(Receive(), "a quiet change reaches no stream")
+	g.Expect(d.PowerOff(ctx, true)).To(Succeed())
+	g.Eventually(changes).Should(Receive(), "a power-off the BMC carries out is an event too")
+
+	dropped := &bmc.Error{Driver: "fake", Operation: bmc.OperationWatchPower, Kind: bmc.ErrUnreachable}
+	g.Expect(d.DropStreams(dropped)).To(Equal(1))
+	g.Eventually(done).Should(Receive(MatchError(bmc.ErrUnreachable)))
+	g.Expect(d.OpenStreams()).To(Equal(0))
+
+	d.FailNext(bmc.OperationWatchPower, dropped)
+	g.Expect(bmc.WatchPower(ctx, d, func() {})).To(MatchError(bmc.ErrUnreachable))
+	d.SetWatchUnsupported(true)
+	g.Expect(bmc.WatchPower(ctx, d, func() {})).To(MatchError(bmc.ErrUnsupported))
+	d.SetWatchUnsupported(false)
+
+	go func() { done <- bmc.WatchPower(ctx, d, func() {}) }()
+	g.Eventually(d.OpenStreams).Should(Equal(1))
+	cancel()
+	g.Eventually(done).Should(Receive(BeNil()))
+	g.Expect(d.OpenStreams()).To(Equal(0))
+	g.Expect(d.CallCount(bmc.OperationWatchPower)).To(Equal(4))
+}
