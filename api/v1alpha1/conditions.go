@@ -123,6 +123,22 @@ const (
 	ReasonKubeconfigNotReadable = "KubeconfigNotReadable"
 )
 
+// The Node condition the power watch writes (BMC spec.powerWatch): a health check that lists
+// {type: PoweredOff, status: "True", duration: 0s} among its unhealthy conditions fences the host on its
+// BMC's word, at once. Only this condition is written, with a strategic merge patch of the Node's status;
+// the kubelet keeps its own.
+const (
+	// NodeConditionPoweredOff is True when the host's BMC reported it off, read it off again, and the
+	// host's kubelet did not answer either, while no metalheal remediation was at work on it; False once
+	// the BMC reports it on again. Absent on Nodes whose BMC never reported them off.
+	NodeConditionPoweredOff = "PoweredOff"
+	// ReasonBMCReportedOff (PoweredOff=True): the BMC reported the host off (message: when, and whether
+	// its event stream or a poll told), and the kubelet did not answer.
+	ReasonBMCReportedOff = "BMCReportedOff"
+	// ReasonBMCReportedOn (PoweredOff=False): the BMC reports the host on again.
+	ReasonBMCReportedOn = "BMCReportedOn"
+)
+
 // Condition reasons of a remediation that lets go of its Node while another request for the same Node
 // carries on (one hand per host).
 const (

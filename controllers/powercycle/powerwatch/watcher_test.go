@@ -1,0 +1,343 @@
+package powerwatch
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/bmcaccess"
+	"github.com/metalheal/metalheal/pkg/bmc"
+	"github.com/metalheal/metalheal/pkg/bmc/fake"
+)
+
+// wait bounds the waits on a running manager: generous, for a shared, loaded machine.
+const wait = 20 * time.Second
+
+var unreachable = &bmc.Error{Driver: "fake", Operation: bmc.OperationWatchPower, Kind: bmc.ErrUnreachable}
+
+// remediations is a fake remediator: the hosts it says it is at work on.
+type remediations struct {
+	mu    sync.Mutex
+	hosts map[string]bool
+}
+
+func (r *remediations) Remediating(_ context.Context, host string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.hosts[host]
+}
+
+func (r *remediations) set(host string, at bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hosts[host] = at
+}
+
+// world is one spec's manager with the power watch, its fake BMCs, clock, recorder and remediator.
+type world struct {
+	ns           string
+	hosts        *fake.Factory
+	clock        *clocktesting.FakeClock
+	recorder     *events.FakeRecorder
+	seen         []string
+	remediations *remediations
+	watcher      *Watcher
+}
+
+func startWorld(ctx context.Context) *world {
+	w := &world{ns: newNamespace(ctx), hosts: fake.NewFactory(bmc.PowerStateOn), clock: clocktesting.NewFakeClock(time.Now()),
+		recorder: events.NewFakeRecorder(100), remediations: &remediations{hosts: map[string]bool{}}}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Logger:                 GinkgoLogr,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Secret{}: {Namespaces: map[string]cache.Config{w.ns: {}}},
+		}},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	reg := bmc.NewRegistry()
+	Expect(reg.Register(bmc.DriverRedfish, w.hosts.New)).To(Succeed())
+	access := bmcaccess.New(mgr.GetClient(), w.ns, reg, bmcaccess.Options{})
+	w.watcher, err = New(Options{Client: mgr.GetClient(), Access: access, Recorder: w.recorder, Clock: w.clock,
+		Remediations: w.remediations, ProbeTimeout: 500 * time.Millisecond})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(w.watcher.SetupWithManager(ctx, mgr)).To(Succeed())
+	Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "bmc"},
+		StringData: map[string]string{"username": "admin", "password": "pw"}})).To(Succeed())
+
+	mgrCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() {
+		defer GinkgoRecover()
+		done <- mgr.Start(mgrCtx)
+	}()
+	DeferCleanup(func() {
+		cancel()
+		Eventually(done).WithTimeout(time.Minute).Should(Receive(BeNil()))
+		Expect(w.watcher.goroutines.Load()).To(BeZero(), "every watch ends with the manager")
+	})
+	return w
+}
+
+// kubeletPort is a host's kubelet port: a listener that accepts (the host runs) until stopped.
+type kubeletPort struct {
+	ln   net.Listener
+	port int32
+}
+
+func startKubelet() *kubeletPort {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	p, _ := strconv.Atoi(port)
+	k := &kubeletPort{ln: ln, port: int32(p)}
+	DeferCleanup(k.stop)
+	return k
+}
+
+// stop closes the port: connections are refused from now on.
+func (k *kubeletPort) stop() { _ = k.ln.Close() }
+
+// silentKubelet is a kubelet port where nothing listens.
+func silentKubelet() *kubeletPort {
+	k := startKubelet()
+	k.stop()
+	return k
+}
+
+// addHost creates a Node whose kubelet listens at k (nil: the Node publishes no endpoint) and its BMC
+// with watch, and returns the host's fake BMC.
+func (w *world) addHost(ctx context.Context, name string, watch *v1alpha1.PowerWatch, k *kubeletPort) (*fake.Driver, *v1alpha1.BMC) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: w.ns + "-" + name}}
+	Expect(k8sClient.Create(ctx, node)).To(Succeed())
+	DeferCleanup(func(ctx context.Context) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, node))).To(Succeed()) })
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	if k != nil {
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}
+		node.Status.DaemonEndpoints.KubeletEndpoint.Port = k.port
+	}
+	Expect(k8sClient.Status().Update(ctx, node)).To(Succeed())
+
+	address := "redfish://" + name + ".bmc.example.com/redfish/v1/Systems/" + strings.TrimPrefix(w.ns, "powerwatch-test-")
+	d := w.hosts.Driver(address)
+	b := &v1alpha1.BMC{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: name},
+		Spec: v1alpha1.BMCSpec{NodeName: node.Name, Address: address, CredentialsSecretRef: v1alpha1.SecretReference{Name: "bmc"}, PowerWatch: watch}}
+	Expect(k8sClient.Create(ctx, b)).To(Succeed())
+	return d, b
+}
+
+// condition is the Node's PoweredOff condition as the API server holds it, nil when it has none.
+func condition(ctx context.Context, b *v1alpha1.BMC) *corev1.NodeCondition {
+	n := &corev1.Node{}
+	Expect(k8sClient.Get(ctx, types.NamespacedName{Name: b.Spec.NodeName}, n)).To(Succeed())
+	return poweredOff(n)
+}
+
+// conditionState is "Status/Reason" of the Node's PoweredOff condition, "" when it has none.
+func conditionState(ctx context.Context, b *v1alpha1.BMC) func() string {
+	return func() string {
+		if c := condition(ctx, b); c != nil {
+			return string(c.Status) + "/" + c.Reason
+		}
+		return ""
+	}
+}
+
+// events returns the events emitted so far, as "Type Reason note".
+func (w *world) events() []string {
+	for {
+		select {
+		case e := <-w.recorder.Events:
+			w.seen = append(w.seen, e)
+		default:
+			return w.seen
+		}
+	}
+}
+
+// eventsWith counts the events emitted so far with this reason.
+func (w *world) eventsWith(reason string) func() int {
+	return func() int {
+		n := 0
+		for _, e := range w.events() {
+			if strings.Split(e, " ")[1] == reason {
+				n++
+			}
+		}
+		return n
+	}
+}
+
+func reads(d *fake.Driver) func() int {
+	return func() int { return d.CallCount(bmc.OperationPowerState) }
+}
+
+func decisions(act action) float64 { return testutil.ToFloat64(Decisions.WithLabelValues(string(act))) }
+
+var streamed = &v1alpha1.PowerWatch{EventStream: v1alpha1.PowerWatchEventStreamAuto, PollIntervalSeconds: 5}
+
+var _ = Describe("Power watch", func() {
+	It("sets PoweredOff=True when the BMC's stream reports a power loss nobody asked for, and False when it is on again", func(ctx SpecContext) {
+		w := startWorld(ctx)
+		d, b := w.addHost(ctx, "lost", streamed, silentKubelet())
+		Eventually(d.OpenStreams).WithTimeout(wait).Should(Equal(1))
+
+		d.SetPowerState(bmc.PowerStateOff) // the stream tells; the clock does not move: no poll is due
+		Eventually(conditionState(ctx, b)).WithTimeout(wait).Should(Equal("True/" + v1alpha1.ReasonBMCReportedOff))
+		msg := condition(ctx, b).Message
+		Expect(msg).To(ContainSubstring("its event stream"))
+		Expect(msg).To(ContainSubstring("read it off again"))
+		Expect(msg).To(ContainSubstring("did not answer"))
+		Expect(w.eventsWith(EventHostPoweredOff)()).To(Equal(1))
+		n := &corev1.Node{}
+		Expect(k8sClient.Get(ctx, types.NamespacedName{Name: b.Spec.NodeName}, n)).To(Succeed())
+		Expect(n.Status.Conditions).To(ContainElement(HaveField("Type", corev1.NodeReady)), "the kubelet's conditions stay")
+
+		d.SetPowerState(bmc.PowerStateOn)
+		Eventually(conditionState(ctx, b)).WithTimeout(wait).Should(Equal("False/" + v1alpha1.ReasonBMCReportedOn))
+		Expect(w.eventsWith(EventHostPoweredOn)()).To(Equal(1))
+	})
+
+	It("leaves a power-off to the remediation at work on the host", func(ctx SpecContext) {
+		w := startWorld(ctx)
+		d, b := w.addHost(ctx, "remediated", streamed, silentKubelet())
+		Eventually(d.OpenStreams).WithTimeout(wait).Should(Equal(1))
+		w.remediations.set(b.Spec.NodeName, true)
+
+		before := decisions(actRemediating)
+		d.SetPowerState(bmc.PowerStateOff)
+		Eventually(func() float64 { return decisions(actRemediating) }).WithTimeout(wait).Should(Equal(before + 1))
+		Expect(condition(ctx, b)).To(BeNil())
+		Expect(w.events()).To(BeEmpty())
+	})
+
+	It("does not fence a host whose kubelet answers while its BMC says off: one warning, however many readings", func(ctx SpecContext) {
+		w := startWorld(ctx)
+		k := startKubelet()
+		d, b := w.addHost(ctx, "liar", streamed, k)
+		Eventually(d.OpenStreams).WithTimeout(wait).Should(Equal(1))
+
+		d.SetPowerState(bmc.PowerStateOff) // a lying BMC: the host runs
+		Eventually(w.eventsWith(EventPowerReadingContradicted)).WithTimeout(wait).Should(Equal(1))
+		for range 3 {
+			at := reads(d)()
+			d.Notify()
+			Eventually(reads(d)).WithTimeout(wait).Should(Equal(at+2), "read, and read again to confirm")
+		}
+		Expect(condition(ctx, b)).To(BeNil())
+
+		By("the kubelet goes silent too: now the readings agree")
+		k.stop()
+		d.Notify()
+		Eventually(conditionState(ctx, b)).WithTimeout(wait).Should(Equal("True/" + v1alpha1.ReasonBMCReportedOff))
+		Expect(w.eventsWith(EventPowerReadingContradicted)()).To(Equal(1), "one warning for the whole contradiction")
+		Expect(w.events()).To(ContainElement(ContainSubstring("kubelet at 127.0.0.1:" + strconv.Itoa(int(k.port)) + " answers")))
+	})
+
+	It("does not fence a host whose Node publishes no kubelet endpoint", func(ctx SpecContext) {
+		w := startWorld(ctx)
+		d, b := w.addHost(ctx, "noendpoint", streamed, nil)
+		Eventually(d.OpenStreams).WithTimeout(wait).Should(Equal(1))
+		d.SetPowerState(bmc.PowerStateOff)
+		Eventually(w.eventsWith(EventPowerReadingUnverifiable)).WithTimeout(wait).Should(Equal(1))
+		Expect(condition(ctx, b)).To(BeNil())
+	})
+
+	It("polls a BMC without an event stream, and catches a power loss within the interval", func(ctx SpecContext) {
+		w := startWorld(ctx)
+		d, b := w.addHostUnsupported(ctx, "polled")
+		// The first reading at the start, the attempt at a stream, and the reading after it failed.
+		Eventually(func() int { return d.CallCount(bmc.OperationWatchPower) }).WithTimeout(wait).Should(Equal(1))
+		Eventually(reads(d)).WithTimeout(wait).Should(Equal(2))
+
+		d.SetPowerStateQuietly(bmc.PowerStateOff)
+		Expect(reads(d)()).To(Equal(2), "nothing reads the power until the poll")
+		w.clock.Step(5 * time.Second)
+		Eventually(conditionState(ctx, b)).WithTimeout(wait).Should(Equal("True/" + v1alpha1.ReasonBMCReportedOff))
+		Expect(condition(ctx, b).Message).To(ContainSubstring("(a poll)"))
+		Expect(d.CallCount(bmc.OperationWatchPower)).To(Equal(1), "a BMC without a stream is not asked again")
+	})
+
+	It("polls while a dropped stream is down, and opens it again with backoff", func(ctx SpecContext) {
+		w := startWorld(ctx)
+		d, b := w.addHost(ctx, "dropped", streamed, silentKubelet())
+		Eventually(d.OpenStreams).WithTimeout(wait).Should(Equal(1))
+		Eventually(reads(d)).WithTimeout(wait).Should(Equal(1))
+
+		d.FailAlways(bmc.OperationWatchPower, unreachable) // the BMC refuses new streams for a while
+		Expect(d.DropStreams(unreachable)).To(Equal(1))
+		Eventually(reads(d)).WithTimeout(wait).Should(Equal(2), "a change may have been missed: read at once")
+
+		d.SetPowerStateQuietly(bmc.PowerStateOff) // no stream to tell
+		Eventually(w.clock.HasWaiters).WithTimeout(wait).Should(BeTrue())
+		w.clock.Step(5 * time.Second) // the poll's interval; the reopening (after 1s) fails again
+		Eventually(conditionState(ctx, b)).WithTimeout(wait).Should(Equal("True/" + v1alpha1.ReasonBMCReportedOff))
+		Expect(condition(ctx, b).Message).To(ContainSubstring("(a poll)"))
+		Expect(d.OpenStreams()).To(BeZero())
+
+		d.FailAlways(bmc.OperationWatchPower, nil)
+		w.clock.Step(DefaultStreamBackoffMax)
+		Eventually(d.OpenStreams).WithTimeout(wait).Should(Equal(1), "the stream is opened again")
+		Expect(d.CallCount(bmc.OperationWatchPower)).To(BeNumerically(">=", 3))
+		d.SetPowerState(bmc.PowerStateOn)
+		Eventually(conditionState(ctx, b)).WithTimeout(wait).Should(Equal("False/" + v1alpha1.ReasonBMCReportedOn))
+		Expect(condition(ctx, b).Message).To(ContainSubstring("its event stream"))
+	})
+
+	It("restarts a watch whose spec changes and stops it, goroutines and stream, when the BMC goes", func(ctx SpecContext) {
+		w := startWorld(ctx)
+		d, b := w.addHost(ctx, "deleted", streamed, silentKubelet())
+		Eventually(d.OpenStreams).WithTimeout(wait).Should(Equal(1))
+		Expect(w.watcher.watching()).To(Equal(1))
+		Expect(w.watcher.goroutines.Load()).To(Equal(int64(2)), "one for the watch, one for its stream")
+
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(b), b)).To(Succeed())
+		b.Spec.PowerWatch = &v1alpha1.PowerWatch{EventStream: v1alpha1.PowerWatchEventStreamDisabled, PollIntervalSeconds: 60}
+		Expect(k8sClient.Update(ctx, b)).To(Succeed())
+		Eventually(d.OpenStreams).WithTimeout(wait).Should(BeZero(), "eventStream: Disabled")
+		Eventually(w.watcher.goroutines.Load).WithTimeout(wait).Should(Equal(int64(1)))
+
+		Expect(k8sClient.Delete(ctx, b)).To(Succeed())
+		Eventually(w.watcher.goroutines.Load).WithTimeout(wait).Should(BeZero())
+		Expect(w.watcher.watching()).To(BeZero())
+	})
+})
+
+// addHostUnsupported adds a host whose BMC offers no event stream, polled every 5s.
+func (w *world) addHostUnsupported(ctx context.Context, name string) (*fake.Driver, *v1alpha1.BMC) {
+	address := "redfish://" + name + ".bmc.example.com/redfish/v1/Systems/" + strings.TrimPrefix(w.ns, "powerwatch-test-")
+	w.hosts.Driver(address).SetWatchUnsupported(true)
+	return w.addHost(ctx, name, streamed, silentKubelet())
+}
