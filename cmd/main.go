@@ -37,6 +37,7 @@ import (
 	"github.com/metalheal/metalheal/controllers/nhc"
 	"github.com/metalheal/metalheal/controllers/powercycle"
 	"github.com/metalheal/metalheal/controllers/powercycle/bmcinventory"
+	"github.com/metalheal/metalheal/controllers/powercycle/powerwatch"
 	"github.com/metalheal/metalheal/internal/bmcaccess"
 	"github.com/metalheal/metalheal/internal/gates"
 	"github.com/metalheal/metalheal/internal/logging"
@@ -80,7 +81,7 @@ type config struct {
 }
 
 // controllerNames are the controllers the manager can run; all are on by default.
-var controllerNames = []string{"machinehealthcheck", "nodehealthcheck", "powercycle", "bmc"}
+var controllerNames = []string{"machinehealthcheck", "nodehealthcheck", "powercycle", "bmc", "powerwatch"}
 
 func main() {
 	var cfg config
@@ -287,6 +288,30 @@ var setups = map[string]func(context.Context, ctrl.Manager, *dependencies) error
 	"nodehealthcheck":    setupNHC,
 	"powercycle":         setupPowerCycle,
 	"bmc":                setupBMC,
+	"powerwatch":         setupPowerWatch,
+}
+
+// setupPowerWatch follows the power of the hosts whose BMC asks for it (spec.powerWatch), sharing the
+// drivers with the remediator and the BMC inventory, and leaving the hosts the remediator is at work on to
+// it.
+func setupPowerWatch(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
+	opts := powerwatch.Options{
+		Client:           mgr.GetClient(),
+		APIReader:        mgr.GetAPIReader(),
+		Access:           deps.access,
+		Recorder:         mgr.GetEventRecorder(powerwatch.ControllerName),
+		Clock:            deps.clock,
+		WorkloadClusters: deps.workloads,
+		ReadTimeout:      deps.cfg.bmcCallTimeout,
+	}
+	if deps.remediator != nil {
+		opts.Remediations = deps.remediator
+	}
+	w, err := powerwatch.New(opts)
+	if err != nil {
+		return err
+	}
+	return w.SetupWithManager(ctx, mgr)
 }
 
 func setupBMC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {

@@ -6,13 +6,13 @@ import (
 )
 
 // The controllers run in the order of controllerNames, whatever the flag's order: the BMC inventory is
-// set up after the remediator it asks which hosts are being power-cycled.
+// set up after the remediator it asks which hosts are being power-cycled, and so is the power watch.
 func TestParseControllers(t *testing.T) {
 	for flag, want := range map[string][]string{
 		"bmc,powercycle":              {"powercycle", "bmc"},
 		" bmc , nodehealthcheck,bmc ": {"nodehealthcheck", "bmc"},
 		"":                            nil,
-		"bmc,powercycle,nodehealthcheck,machinehealthcheck": controllerNames,
+		"powerwatch,bmc,powercycle,nodehealthcheck,machinehealthcheck": controllerNames,
 	} {
 		got, err := parseControllers(flag)
 		if err != nil {

@@ -219,6 +219,8 @@ func TestWhoMayDoWhatUnderDeployedRBAC(t *testing.T) {
 		{manager, false, "delete a Machine in a namespace it does not trust", can("delete", capiGroup, "machines", "", teamNS)},
 		{manager, true, "update a Node (the remediator's taints)", can("update", "", "nodes", "", "")},
 		{manager, false, "patch a Node", can("patch", "", "nodes", "", "")},
+		{manager, true, "patch a Node's status (the power watch's PoweredOff condition)", can("patch", "", "nodes", "status", "")},
+		{manager, false, "update a Node's status", can("update", "", "nodes", "status", "")},
 		{manager, false, "create a MachineHealthCheck", create(check(teamNS))},
 		{manager, true, "review a token (its /metrics authentication)", func(ctx context.Context, c client.Client) error {
 			return c.Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: "not-a-token"}})

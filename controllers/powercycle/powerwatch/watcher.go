@@ -53,7 +53,7 @@ type Options struct {
 	// Recorder emits events on the BMCs.
 	Recorder events.EventRecorder
 	// Clock times the polls and the stream's backoff, and stamps the conditions.
-	Clock clock.WithTicker
+	Clock clock.Clock
 	// Remediations tells which hosts a metalheal remediation is at work on; nil: none is (no remediator
 	// runs in this manager).
 	Remediations NodeRemediations
