@@ -17,6 +17,10 @@
 //	FaultTransient   → the kubelet hangs while the host stays on; a power cycle cures it
 //	FaultPersistent  → the host never comes back, however often it is power-cycled, until ClearFault
 //
+// With Options.KubeletPorts each kubelet also listens on a real TCP port of 127.0.0.1, published in its
+// Node's status (InternalIP and daemonEndpoints.kubeletEndpoint.Port) and closed while the host has no
+// power, for whoever probes a kubelet to tell a live host from a dead one. Off by default.
+//
 // Pods on a node whose kubelet is down are left alone, as on a dead host: only PodGC (after the
 // out-of-service taint) or the kubelet's return removes them.
 //

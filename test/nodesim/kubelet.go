@@ -207,9 +207,14 @@ func (s *Simulator) nodeObject(t task, now time.Time) *corev1.Node {
 		capacity = defaultCapacity()
 	}
 	addresses := spec.Addresses
+	port := s.ports.port(spec.Name) // 0 unless Options.KubeletPorts
 	if addresses == nil {
+		ip := hostIP(t.index)
+		if port != 0 {
+			ip = KubeletAddress
+		}
 		addresses = []corev1.NodeAddress{
-			{Type: corev1.NodeInternalIP, Address: hostIP(t.index)},
+			{Type: corev1.NodeInternalIP, Address: ip},
 			{Type: corev1.NodeHostName, Address: spec.Name},
 		}
 	}
@@ -221,6 +226,9 @@ func (s *Simulator) nodeObject(t task, now time.Time) *corev1.Node {
 			Allocatable: capacity,
 			Addresses:   addresses,
 			Conditions:  conditions(now, now),
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{
+				KubeletEndpoint: corev1.DaemonEndpoint{Port: port},
+			},
 			NodeInfo: corev1.NodeSystemInfo{
 				MachineID:               spec.Name,
 				SystemUUID:              spec.Name,

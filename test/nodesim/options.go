@@ -64,6 +64,13 @@ type Options struct {
 	// boot is recorded (AddNodes may have returned already).
 	OnBoot func(node string, at time.Time)
 
+	// KubeletPorts gives each simulated kubelet a real TCP port of KubeletAddress (127.0.0.1), a port per
+	// node published in its Node's status (InternalIP KubeletAddress, unless NodeSpec.Addresses says
+	// otherwise, and daemonEndpoints.kubeletEndpoint.Port), that accepts connections while the host has
+	// power: closed at power-off, open again at power-on, the same port. For a prober of the kubelet (the
+	// power watch's second reading). Off by default: a port and a goroutine per node.
+	KubeletPorts bool
+
 	// KubeletVersion is reported in each node's status. Default v1.36.3.
 	KubeletVersion string
 }

@@ -1,9 +1,16 @@
 package nodesim_test
 
 import (
+	"context"
+	"net"
+	"strconv"
+	"syscall"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/metalheal/metalheal/test/nodesim"
 	"github.com/metalheal/metalheal/test/redfish-mock/redfishmock"
@@ -66,4 +73,50 @@ func TestRedfishPowerByID(t *testing.T) {
 		_, ok := p.System(spec.Name)
 		g.Expect(ok).To(BeTrue(), spec.Name)
 	}
+}
+
+// With KubeletPorts, each kubelet's port is published in its Node's status and answers while the host
+// has power: refused from the power-off, open again (the same port) from the power-on.
+func TestKubeletPortsFollowThePower(t *testing.T) {
+	g := NewWithT(t)
+	w := sharedWorld(t)
+	ctx := t.Context()
+	cs, err := nodesim.NewClient(w.RESTConfig(), "ports")
+	g.Expect(err).NotTo(HaveOccurred())
+	m, err := redfishmock.New().WithSystems(2).Start()
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(m.Close)
+	power, err := nodesim.RedfishPowerByID(m, func(id string) string { return "ports-" + id })
+	g.Expect(err).NotTo(HaveOccurred())
+	sim := nodesim.New(cs, nodesim.Options{Name: "ports", Power: power, KubeletPorts: true, BootDelay: -1})
+	g.Expect(sim.Start(ctx)).To(Succeed())
+	t.Cleanup(func() { _ = sim.RemoveAll(context.WithoutCancel(ctx)) })
+	g.Expect(sim.AddNodes(ctx, nodesim.Nodes("ports", 2, nil)...)).To(Succeed())
+
+	endpoint := func(name string) string {
+		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(n.Status.Addresses).To(ContainElement(corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: nodesim.KubeletAddress}))
+		port := n.Status.DaemonEndpoints.KubeletEndpoint.Port
+		g.Expect(port).To(BeNumerically(">", 0))
+		return net.JoinHostPort(nodesim.KubeletAddress, strconv.Itoa(int(port)))
+	}
+	answers := func(endpoint string) error {
+		c, err := net.DialTimeout("tcp", endpoint, time.Second)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err
+	}
+	one, two := endpoint("ports-1"), endpoint("ports-2")
+	g.Expect(one).NotTo(Equal(two), "a port per node")
+	g.Expect(answers(one)).To(Succeed())
+
+	g.Expect(m.SetPowerState("1", redfishmock.PowerOff)).To(Succeed()) // no power delay: the hooks ran
+	g.Expect(answers(one)).To(MatchError(syscall.ECONNREFUSED))
+	g.Expect(answers(two)).To(Succeed(), "the other host still runs")
+
+	g.Expect(m.SetPowerState("1", redfishmock.PowerOn)).To(Succeed())
+	g.Expect(answers(one)).To(Succeed())
+	g.Eventually(func() string { return endpoint("ports-1") }).Should(Equal(one), "the same port after the power cycle")
 }

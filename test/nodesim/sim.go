@@ -56,6 +56,7 @@ type Simulator struct {
 	stats  counters
 	podIPs atomic.Int64 // pod IPs handed out
 	leases leaseMemory  // each node's lease as last written, for the next renewal
+	ports  kubeletPorts // the kubelets' TCP ports (Options.KubeletPorts)
 }
 
 // counters are the simulator's statistics.
@@ -150,6 +151,7 @@ func (s *Simulator) Start(ctx context.Context) (err error) {
 	wg.Go(func() { s.schedule(ctx) })
 	go func() {
 		wg.Wait()
+		s.ports.closeAll()
 		factory.Shutdown()
 		pods.factory.Shutdown()
 		close(s.done)
@@ -180,6 +182,12 @@ func (s *Simulator) AddNodes(ctx context.Context, specs ...NodeSpec) error {
 		if err != nil {
 			s.mu.Unlock()
 			return err
+		}
+		if s.opts.KubeletPorts {
+			if err := s.ports.add(spec.Name, on); err != nil {
+				s.mu.Unlock()
+				return err
+			}
 		}
 		h, err := s.fleet.add(&spec, on)
 		if err != nil {
@@ -213,6 +221,7 @@ func (s *Simulator) Remove(ctx context.Context, names ...string) error {
 	s.mu.Lock()
 	for _, name := range names {
 		s.fleet.remove(name)
+		s.ports.remove(name)
 	}
 	s.mu.Unlock()
 	for _, name := range names {
@@ -234,6 +243,7 @@ func (s *Simulator) RemoveAll(ctx context.Context) error {
 	s.mu.Lock()
 	for name := range s.fleet.hosts {
 		s.fleet.remove(name)
+		s.ports.remove(name)
 	}
 	s.mu.Unlock()
 	sel := metav1.ListOptions{LabelSelector: SimulatorLabel + "=" + s.opts.Name}
@@ -247,13 +257,17 @@ func (s *Simulator) RemoveAll(ctx context.Context) error {
 }
 
 // SetPower tells the simulator that a node's host gained or lost power (a PowerSource calls it; tests
-// may too). Losing power stops the heartbeats at once; gaining it boots the host after the boot delay.
+// may too). Losing power stops the heartbeats at once, and closes the kubelet's port (Options.KubeletPorts);
+// gaining it opens the port again and boots the host after the boot delay.
 func (s *Simulator) SetPower(node string, on bool) error {
 	s.mu.Lock()
 	ok := s.fleet.setPower(node, on)
 	s.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("%q: %w", node, ErrUnknownNode)
+	}
+	if err := s.ports.setPower(node, on); err != nil {
+		s.log.Error(err, "Kubelet port not reopened", "node", node)
 	}
 	s.poke()
 	return nil
