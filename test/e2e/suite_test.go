@@ -99,6 +99,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		LeaseInterval: leaseInterval,
 		BootDelay:     bootDelay,
 		PowerDelay:    powerDelay,
+		KubeletPorts:  true, // the power watch's second reading
 		World: world.Options{
 			NodeMonitorGracePeriod: gracePeriod,
 			ExtraCRDPaths:          []string{capiCRDs},

@@ -216,6 +216,9 @@ func (t *timeline) nodeChangedAs(key string, old, cur *corev1.Node) {
 	if was, is := nodeReady(old), nodeReady(cur); was != is {
 		t.recordStored(key, "Ready="+is, cur)
 	}
+	if was, is := nodeCondition(old, v1alpha1.NodeConditionPoweredOff), nodeCondition(cur, v1alpha1.NodeConditionPoweredOff); was != is {
+		t.recordStored(key, v1alpha1.NodeConditionPoweredOff+"="+is, cur)
+	}
 	had, has := taintKeys(old), taintKeys(cur)
 	for k := range has {
 		if !had[k] {
@@ -288,9 +291,12 @@ func nsKey(kind string, o client.Object) string {
 func podKey(p *corev1.Pod) string { return nsKey("pod", p) }
 
 // nodeReady is the status of a Node's Ready condition ("" when it has none).
-func nodeReady(n *corev1.Node) string {
+func nodeReady(n *corev1.Node) string { return nodeCondition(n, string(corev1.NodeReady)) }
+
+// nodeCondition is the status of a Node's condition of this type, "" when it has none.
+func nodeCondition(n *corev1.Node, condType string) string {
 	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
+		if string(c.Type) == condType {
 			return string(c.Status)
 		}
 	}

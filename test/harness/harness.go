@@ -60,6 +60,9 @@ type Options struct {
 	SkipBMCs bool
 	// RedfishRequestLimit is how many requests the Redfish mock's record keeps (0: the mock's default).
 	RedfishRequestLimit int
+	// KubeletPorts gives every simulated kubelet a real TCP port of 127.0.0.1, closed while its host has no
+	// power (see nodesim.Options.KubeletPorts): what the manager's power watch probes.
+	KubeletPorts bool
 	// OnBoot, if set, hears every simulated host that has booted (see nodesim.Options.OnBoot).
 	OnBoot func(node string, at time.Time)
 	// Log receives progress lines; nil discards them.
@@ -173,7 +176,7 @@ func Start(ctx context.Context, opts Options) (_ *Harness, err error) {
 	simCtx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	h.Sim = nodesim.New(cs, nodesim.Options{Power: power, LeaseInterval: opts.LeaseInterval, BootDelay: opts.BootDelay,
-		Workers: simulatorWorkers(opts.Workers), OnBoot: opts.OnBoot})
+		Workers: simulatorWorkers(opts.Workers), OnBoot: opts.OnBoot, KubeletPorts: opts.KubeletPorts})
 	if err := h.Sim.Start(simCtx); err != nil {
 		return nil, err
 	}

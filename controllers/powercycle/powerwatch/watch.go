@@ -43,7 +43,7 @@ type stream struct {
 }
 
 // run reads the power once, then follows the event stream (when the BMC offers one and the spec allows
-// it) and polls while no stream is open, until ctx ends. A stream that fails or drops is opened again
+// it) and polls while no stream is open (and once more after one opened), until ctx ends. A stream that fails or drops is opened again
 // after a backoff (StreamBackoff doubling to StreamBackoffMax); ErrUnsupported means the BMC has none,
 // and the watch polls from then on.
 func (wt *watch) run(ctx context.Context) {
@@ -52,6 +52,9 @@ func (wt *watch) run(ctx context.Context) {
 	changed := make(chan struct{}, 1)
 	ended := make(chan error, 1)
 	var open *stream
+	// settle keeps the poll going for one more tick after a stream opened: WatchPower cannot say when the
+	// BMC has taken the subscription, and a change before that is on no stream.
+	settle := false
 	wantStream := wt.spec.StreamEnabled()
 	delay := wt.w.opts.StreamBackoff
 	var reopen clock.Timer
@@ -74,7 +77,7 @@ func (wt *watch) run(ctx context.Context) {
 			return
 		}
 		sctx, cancel := context.WithCancel(ctx)
-		open = &stream{cancel: cancel, opened: clk.Now()}
+		open, settle = &stream{cancel: cancel, opened: clk.Now()}, true
 		Streams.Inc()
 		wt.w.goroutines.Add(1)
 		go func() {
@@ -95,7 +98,7 @@ func (wt *watch) run(ctx context.Context) {
 	}
 	for {
 		var pollC, reopenC <-chan time.Time
-		if open == nil {
+		if open == nil || settle {
 			pollC = poll.C()
 		}
 		if reopen != nil {
@@ -107,6 +110,7 @@ func (wt *watch) run(ctx context.Context) {
 		case <-changed:
 			wt.look(ctx, triggerStream)
 		case <-pollC:
+			settle = false
 			wt.look(ctx, triggerPoll)
 			poll.Reset(wt.spec.PollInterval())
 		case <-reopenC:
