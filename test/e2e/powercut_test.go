@@ -1,0 +1,211 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/test/harness"
+	"github.com/metalheal/metalheal/test/redfish-mock/redfishmock"
+)
+
+// fenceWithin is how soon after a power cut the out-of-service taint must be on when the BMC's event
+// stream tells of it (issue 34); a poll adds its interval.
+const fenceWithin = 5 * time.Second
+
+// powerWatchPoll is the power watch's poll interval in these scenarios: the API's least.
+const powerWatchPoll = 5 * time.Second
+
+// fenceOnTheBMCsWord is a NodeHealthCheck mutation: a node is also unhealthy as soon as the power watch
+// says its BMC reported it off (PoweredOff=True, duration 0s).
+func fenceOnTheBMCsWord(n *v1alpha1.NodeHealthCheck) {
+	n.Spec.UnhealthyConditions = append(n.Spec.UnhealthyConditions,
+		v1alpha1.NodeUnhealthyCondition{Type: v1alpha1.NodeConditionPoweredOff, Status: "True", Duration: metav1.Duration{}})
+}
+
+// watchPower sets spec.powerWatch on the BMCs of nodes for the rest of the scenario.
+func watchPower(ctx context.Context, watch *v1alpha1.PowerWatch, nodes ...string) {
+	GinkgoHelper()
+	for _, node := range nodes {
+		b := &v1alpha1.BMC{}
+		key := client.ObjectKey{Namespace: harness.Namespace, Name: node}
+		Expect(k8s.Get(ctx, key, b)).To(Succeed())
+		patch := client.MergeFrom(b.DeepCopy())
+		b.Spec.PowerWatch = watch
+		Expect(k8s.Patch(ctx, b, patch)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) {
+			b := &v1alpha1.BMC{}
+			Expect(k8s.Get(ctx, key, b)).To(Succeed())
+			patch := client.MergeFrom(b.DeepCopy())
+			b.Spec.PowerWatch = nil
+			Expect(k8s.Patch(ctx, b, patch)).To(Succeed())
+		})
+	}
+}
+
+// cutPower cuts a host's power through the Redfish mock's control API, as someone pulling its plugs: no
+// BMC request, nothing metalheal asked for. It returns when the mock has it.
+func cutPower(ctx context.Context, node string) time.Time {
+	GinkgoHelper()
+	url := h.Mock.URL() + "/mock/systems/" + harness.SystemID(node) + "/power"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewBufferString(`{"powerState":"Off"}`))
+	Expect(err).NotTo(HaveOccurred())
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req) // the harness's mock serves plain HTTP
+	Expect(err).NotTo(HaveOccurred())
+	_ = resp.Body.Close()
+	Expect(resp.StatusCode).To(BeNumerically("<", 300), "the control API refused the cut")
+	at := time.Now()
+	state, err := h.Mock.PowerState(harness.SystemID(node))
+	Expect(err).NotTo(HaveOccurred())
+	Expect(state).To(Equal(redfishmock.PowerOff))
+	return at
+}
+
+// managerGauge reads a gauge of a manager's metrics (0 when absent).
+func managerGauge(ctx context.Context, m *harness.Manager, name string) (float64, error) {
+	body, err := m.Metrics(ctx)
+	if err != nil {
+		return 0, err
+	}
+	match := regexp.MustCompile(`(?m)^` + name + ` ([0-9.e+]+)$`).FindSubmatch(body)
+	if match == nil {
+		return 0, nil
+	}
+	return strconv.ParseFloat(string(match[1]), 64)
+}
+
+// streamsOpen says whether the manager holds n event streams open within a few seconds: whether the
+// Redfish mock offers its event stream (the power watch then follows it) or the watch polls.
+func streamsOpen(ctx context.Context, m *harness.Manager, n int) bool {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if v, err := managerGauge(ctx, m, "metalheal_power_watch_streams"); err == nil && v >= float64(n) {
+			return true
+		}
+		time.Sleep(poll) // an observation, not an assertion: which path the watch took
+	}
+	return false
+}
+
+// fencedOnTheBMCsWord cuts the power of node, whose BMC the manager watches, and checks that the node is
+// fenced on the BMC's word: PoweredOff=True, a request, the out-of-service taint on within bound of the
+// cut, with no power-off sent (the host read off already). It returns the time from the cut to the taint,
+// and whether the Node was still Ready when the taint went on.
+func fencedOnTheBMCsWord(ctx context.Context, node string, start time.Time, bound time.Duration) (time.Duration, bool) {
+	GinkgoHelper()
+	nodeObj := "node/" + node
+	n := &corev1.Node{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Name: node}, n)).To(Succeed())
+	Expect(nodeReady(n)).To(Equal(string(corev1.ConditionTrue)))
+
+	cutAt := cutPower(ctx, node)
+	Eventually(func() bool { return tl.has(nodeObj, "taint+"+v1alpha1.TaintOutOfService, cutAt) }).
+		WithContext(ctx).WithTimeout(bound + 10*time.Second).WithPolling(50 * time.Millisecond).Should(BeTrue())
+	taintAt := tl.at(nodeObj, "taint+"+v1alpha1.TaintOutOfService, cutAt)
+	conditionAt := tl.at(nodeObj, v1alpha1.NodeConditionPoweredOff+"=True", cutAt)
+	unknownAt, wentUnknown := tl.first(nodeObj, "Ready=Unknown", cutAt)
+	stillReady := !wentUnknown || unknownAt.After(taintAt)
+	took := taintAt.Sub(cutAt)
+	AddReportEntry("cut → taint", fmt.Sprintf("%s: power cut → PoweredOff=True %s, → out-of-service taint %s (bound %s); Node still Ready then: %t",
+		node, conditionAt.Sub(cutAt).Round(time.Millisecond), took.Round(time.Millisecond), bound, stillReady))
+	fmt.Fprintf(GinkgoWriter, "%s: cut → PoweredOff=True %s, cut → out-of-service taint %s, still Ready: %t\n",
+		node, conditionAt.Sub(cutAt).Round(time.Millisecond), took.Round(time.Millisecond), stillReady)
+	Expect(took).To(BeNumerically("<=", bound), "the out-of-service taint came %s after the cut:\n%s", took, tl.dump(start, node))
+
+	By("the request took the BMC's reading as the confirmed power-off: no power-off was sent")
+	cond := nodeConditionOf(ctx, node, v1alpha1.NodeConditionPoweredOff)
+	Expect(cond.Reason).To(Equal(v1alpha1.ReasonBMCReportedOff))
+	Expect(cond.Message).To(ContainSubstring("did not answer"))
+	Expect(resets(node)).NotTo(ContainElement("ForceOff"))
+	return took, stillReady
+}
+
+// nodeConditionOf returns a Node's condition of this type, or an empty one.
+func nodeConditionOf(ctx context.Context, node, condType string) corev1.NodeCondition {
+	GinkgoHelper()
+	n := &corev1.Node{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Name: node}, n)).To(Succeed())
+	for _, c := range n.Status.Conditions {
+		if string(c.Type) == condType {
+			return c
+		}
+	}
+	return corev1.NodeCondition{}
+}
+
+// expectBackOn waits for the remediation of node to be over: powered on, Ready, PoweredOff=False, the
+// request gone, everything settled.
+func expectBackOn(ctx context.Context, node, group string) {
+	GinkgoHelper()
+	waitGone(ctx, pcrKey(node), remedyWait)
+	Eventually(func() string { return nodeConditionOf(ctx, node, v1alpha1.NodeConditionPoweredOff).Reason }).
+		WithContext(ctx).WithTimeout(settledWait).WithPolling(poll).Should(Equal(v1alpha1.ReasonBMCReportedOn))
+	expectSettled(ctx, node)
+	expectCheckSettled(ctx, group)
+	Expect(resets(node)).To(Equal([]string{"On"}), "the host was powered on again, never off")
+}
+
+var _ = Describe("Fence on the BMC's word", func() {
+	It("fences a host whose power is cut while its Node is still Ready, and brings it back", func(ctx SpecContext) {
+		m := mgrs.ensure(ctx)
+		start := time.Now()
+		nodes := pool.take(ctx, "powercut", 2)
+		cut, bystander := nodes[0], nodes[1]
+		reportOnFailure(start, nodes...)
+		createTemplate(ctx, harness.Namespace, "powercut", remediation())
+		createNodeHealthCheck(ctx, "powercut", maxUnhealthy(intstr.FromInt32(1)), fenceOnTheBMCsWord)
+
+		By("the BMCs of the pool are watched: their event stream if the BMC offers one, a poll every 5s otherwise")
+		watchPower(ctx, &v1alpha1.PowerWatch{EventStream: v1alpha1.PowerWatchEventStreamAuto, PollIntervalSeconds: int32(powerWatchPoll / time.Second)}, nodes...)
+		Eventually(func() (float64, error) { return managerGauge(ctx, m, "metalheal_power_watch_hosts") }).
+			WithContext(ctx).WithTimeout(settledWait).WithPolling(poll).Should(BeNumerically(">=", len(nodes)))
+		bound := fenceWithin
+		streamed := streamsOpen(ctx, m, len(nodes))
+		if !streamed {
+			bound += powerWatchPoll
+		}
+		fmt.Fprintf(GinkgoWriter, "event streams open: %t; the taint must be on within %s of the cut\n", streamed, bound)
+
+		By("the host's power is cut: the out-of-service taint is on within the bound, with no power-off sent")
+		_, stillReady := fencedOnTheBMCsWord(ctx, cut, start, bound)
+		if streamed {
+			Expect(stillReady).To(BeTrue(), "fenced before the node lifecycle controller even noticed the silence")
+		}
+
+		By("the remediation powers the host on; the BMC reads On, PoweredOff turns False and the request goes")
+		expectBackOn(ctx, cut, "powercut")
+		Expect(resets(bystander)).To(BeEmpty())
+		expectSettled(ctx, bystander)
+	}, SpecTimeout(scenarioMax))
+
+	It("catches the cut with its poll when the stream is off, within the poll interval plus 5s", func(ctx SpecContext) {
+		m := mgrs.ensure(ctx)
+		start := time.Now()
+		node := pool.take(ctx, "powercut-poll", 1)[0]
+		reportOnFailure(start, node)
+		createTemplate(ctx, harness.Namespace, "powercut-poll", remediation())
+		createNodeHealthCheck(ctx, "powercut-poll", maxUnhealthy(intstr.FromInt32(1)), fenceOnTheBMCsWord)
+		watchPower(ctx, &v1alpha1.PowerWatch{EventStream: v1alpha1.PowerWatchEventStreamDisabled, PollIntervalSeconds: int32(powerWatchPoll / time.Second)}, node)
+		Eventually(func() (float64, error) { return managerGauge(ctx, m, "metalheal_power_watch_hosts") }).
+			WithContext(ctx).WithTimeout(settledWait).WithPolling(poll).Should(BeNumerically(">=", 1))
+
+		fencedOnTheBMCsWord(ctx, node, start, powerWatchPoll+fenceWithin)
+		Expect(nodeConditionOf(ctx, node, v1alpha1.NodeConditionPoweredOff).Message).To(ContainSubstring("(a poll)"))
+		expectBackOn(ctx, node, "powercut-poll")
+	}, SpecTimeout(scenarioMax))
+})
