@@ -383,8 +383,8 @@ func TestRemediationRecord(t *testing.T) {
 		"a power-off asked for during the last attempt is that attempt's, not an escalation's": {
 			status: v1alpha1.PowerCycleRemediationStatus{Phase: v1alpha1.PhaseFailed, PowerState: v1alpha1.PowerOn,
 				LastTransitionTime: ptr(at(50)),
-				Attempts: []v1alpha1.PowerCycleAttempt{{Number: 1, Started: at(10), Finished: ptr(at(40)), Result: attemptFailed}},
-				PowerRequest: &v1alpha1.PowerRequest{Target: v1alpha1.PowerOff, Time: at(10)},
+				Attempts:           []v1alpha1.PowerCycleAttempt{{Number: 1, Started: at(10), Finished: ptr(at(40)), Result: attemptFailed}},
+				PowerRequest:       &v1alpha1.PowerRequest{Target: v1alpha1.PowerOff, Time: at(10)},
 				Conditions: []metav1.Condition{cond(v1alpha1.ConditionSucceeded, metav1.ConditionFalse, v1alpha1.ReasonRetriesExhausted,
 					"1 attempts failed; node w could not be left powered off", 50)}},
 			wantResult: v1alpha1.RemediationFailed, wantReason: v1alpha1.ReasonRetriesExhausted,
