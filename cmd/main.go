@@ -189,16 +189,17 @@ func run(cfg config) error {
 			SyncPeriod: &cfg.resyncPeriod,
 			// Nothing reads managedFields: dropping them keeps the cache small at thousands of nodes.
 			DefaultTransform: cache.TransformStripManagedFields(),
-			// Least privilege and a small cache: Secrets and ConfigMaps (BMC credentials, CA bundles) only in
-			// our namespace, Leases only in the maintenance lease namespace (a cached Get of one lease would
+			// Least privilege and a small cache: Secrets and ConfigMaps (BMC credentials, CA bundles) and BMCs
+			// only in our namespace, Leases only in the maintenance lease namespace (a cached Get of one lease would
 			// otherwise watch every lease in the cluster, including the kubelets' heartbeats).
 			ByObject: map[client.Object]cache.ByObject{
 				&corev1.Secret{}:        {Namespaces: map[string]cache.Config{cfg.namespace: {}}},
 				&corev1.ConfigMap{}:     {Namespaces: map[string]cache.Config{cfg.namespace: {}}},
 				&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{cfg.leaseNamespace: {}}},
 				&corev1.Node{}:          {Transform: nodecache.Slim},
-				// The host's record of its remediations is read live by the remediator, once per remediation.
-				&remediationv1alpha1.BMC{}: {Transform: bmcaccess.SlimBMC},
+				// BMCs only in our namespace, where they are read from; the host's record of its remediations
+				// is read live by the remediator, once per remediation.
+				&remediationv1alpha1.BMC{}: {Namespaces: map[string]cache.Config{cfg.namespace: {}}, Transform: bmcaccess.SlimBMC},
 			},
 		},
 	})

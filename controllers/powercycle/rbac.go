@@ -17,8 +17,8 @@ package powercycle
 // +kubebuilder:rbac:groups=remediation.metalheal.io,resources=powercycleremediations/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=remediation.metalheal.io,resources=powercycleremediations/finalizers,verbs=update
 // +kubebuilder:rbac:groups=remediation.metalheal.io,resources=powercycleremediationtemplates,verbs=get;list;watch
-// +kubebuilder:rbac:groups=remediation.metalheal.io,resources=bmcs,verbs=get;list;watch
-// +kubebuilder:rbac:groups=remediation.metalheal.io,resources=bmcs/status,verbs=patch
+// +kubebuilder:rbac:groups=remediation.metalheal.io,resources=bmcs,verbs=get;list;watch,namespace=metalheal-system
+// +kubebuilder:rbac:groups=remediation.metalheal.io,resources=bmcs/status,verbs=patch,namespace=metalheal-system
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;update
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;list;watch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=delete,namespace=metalheal-system

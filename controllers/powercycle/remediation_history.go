@@ -178,9 +178,28 @@ func healthCheckOf(pcr *v1alpha1.PowerCycleRemediation) *v1alpha1.HealthCheckRef
 	return nil
 }
 
+// escalationPowerOff is the power-off a bare node's escalation asked for after its last attempt ended (its
+// host is left off and fenced for the health check's next step): confirmed when the remediation ended with
+// the host read Off. A power request from before the last attempt ended is that attempt's.
+func escalationPowerOff(st *v1alpha1.PowerCycleRemediationStatus) (v1alpha1.PowerChange, bool) {
+	req := st.PowerRequest
+	if req == nil || req.Target != v1alpha1.PowerOff || len(st.Attempts) == 0 {
+		return v1alpha1.PowerChange{}, false
+	}
+	if last := st.Attempts[len(st.Attempts)-1]; last.Finished == nil || req.Time.Before(last.Finished) {
+		return v1alpha1.PowerChange{}, false
+	}
+	c := v1alpha1.PowerChange{Target: v1alpha1.PowerOff, Requested: req.Time}
+	if st.Phase == v1alpha1.PhaseFailed && st.PowerState == v1alpha1.PowerOff && st.LastTransitionTime != nil {
+		c.Confirmed = st.LastTransitionTime.DeepCopy()
+	}
+	return c, true
+}
+
 // powerChanges are the power changes st records, oldest first (the last MaxRecordedPowerChanges): each
 // attempt's power-off once the BMC confirmed it (or, for the attempt in PoweringOff when the request was
-// deleted, once it was asked for), its power-on once asked for, and clean-up's power-on. A power-on
+// deleted, once it was asked for), its power-on once asked for, an escalation's power-off, and clean-up's
+// power-on. A power-on
 // clean-up asked for and then read On (restored, now) is confirmed now.
 func powerChanges(st *v1alpha1.PowerCycleRemediationStatus, how letGoKind, now time.Time) []v1alpha1.PowerChange {
 	var out []v1alpha1.PowerChange
@@ -192,6 +211,9 @@ func powerChanges(st *v1alpha1.PowerCycleRemediationStatus, how letGoKind, now t
 		if a.PowerOnRequested != nil {
 			out = append(out, v1alpha1.PowerChange{Target: v1alpha1.PowerOn, Requested: *a.PowerOnRequested, Confirmed: a.PoweredOn})
 		}
+	}
+	if c, ok := escalationPowerOff(st); ok {
+		out = append(out, c)
 	}
 	if req := st.PowerRequest; req != nil && req.Target == v1alpha1.PowerOn {
 		if n := len(out); n == 0 || out[n-1].Target != v1alpha1.PowerOn || !out[n-1].Requested.Equal(&req.Time) {

@@ -330,7 +330,24 @@ func requestCandidates(p *v1alpha1.PowerCycleRemediation, lease *coordinationv1.
 	add(StepEMRCreated, "", &p.CreationTimestamp, RequestCreatedDetail(p.Namespace, p.Name, RequestCreator(p),
 		p.Annotations["remediation.medik8s.io/template-name"]))
 	for _, a := range st.Attempts {
-		add(StepPoweringOff, "", &a.Started, detail(v1alpha1.PhasePoweringOff, PoweringOffDetail))
+		powerOff := &a.Started // the forced power-off follows the requests the host answers, if any
+		for _, hr := range []struct {
+			label string
+			req   *v1alpha1.HostRequest
+		}{{DiagnosticInterruptLabel, a.DiagnosticInterrupt}, {GracefulShutdownLabel, a.GracefulShutdown}} {
+			if hr.req == nil {
+				continue
+			}
+			at := hr.req.Requested
+			if at == nil {
+				at = hr.req.Ended
+			}
+			add(StepNote, hr.label, at, HostRequestDetail(hr.req))
+			if hr.req.Ended != nil && hr.req.Ended.After(powerOff.Time) {
+				powerOff = hr.req.Ended
+			}
+		}
+		add(StepPoweringOff, "", powerOff, detail(v1alpha1.PhasePoweringOff, PoweringOffDetail))
 		add(StepPoweredOff, "", a.PoweredOff, detail(v1alpha1.PhasePoweredOff, PoweredOffDetail))
 		add(StepPoweringOn, "", a.PowerOnRequested, detail(v1alpha1.PhasePoweringOn, PoweringOnDetail))
 		add(StepPoweredOn, "", a.PoweredOn, detail(v1alpha1.PhaseWaitingForNode, PoweredOnDetail))

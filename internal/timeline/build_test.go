@@ -250,6 +250,23 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
+			name: "a kernel dump and a graceful shutdown asked first are notes; the power-off is dated after them",
+			record: Record{Node: "w-2", Requests: []v1alpha1.PowerCycleRemediation{{
+				ObjectMeta: metav1.ObjectMeta{Name: "w-2", Namespace: "ns", CreationTimestamp: metav1.NewTime(at(13))},
+				Status: v1alpha1.PowerCycleRemediationStatus{Phase: v1alpha1.PhasePoweredOff,
+					Attempts: []v1alpha1.PowerCycleAttempt{{Number: 1, Started: metav1.NewTime(at(13.6)),
+						DiagnosticInterrupt: &v1alpha1.HostRequest{Requested: ptr.To(metav1.NewTime(at(13.6))),
+							Ended: ptr.To(metav1.NewTime(at(18.6))), Result: v1alpha1.HostRequestTimedOut, Message: "still on"},
+						GracefulShutdown: &v1alpha1.HostRequest{Requested: ptr.To(metav1.NewTime(at(18.7))),
+							Ended: ptr.To(metav1.NewTime(at(20))), Result: v1alpha1.HostRequestPoweredOff},
+						PoweredOff: ptr.To(metav1.NewTime(at(20.5)))}}},
+			}}},
+			wantStart: at(13),
+			want:      []Step{StepEMRCreated, StepPoweringOff, StepPoweredOff},
+			wantAt:    map[Step]float64{StepPoweringOff: 7, StepPoweredOff: 7.5},
+			wantNotes: []string{DiagnosticInterruptLabel, GracefulShutdownLabel},
+		},
+		{
 			name: "a failed attempt, giving up and the warnings about the node and its request are notes",
 			record: Record{Node: "w-2", Events: []eventsv1.Event{
 				ev(ReasonRemediationCreated, 13, checkRef, &nodeRef, false),

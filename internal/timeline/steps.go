@@ -180,6 +180,25 @@ const (
 	RequestGoneDetail     = "the remediator's finalizer is done (host on, taints off): the request is gone"
 )
 
+// The labels of the requests a host answers before its power is cut (a template's diagnosticInterrupt and
+// gracefulShutdown).
+const (
+	DiagnosticInterruptLabel = "diagnostic interrupt"
+	GracefulShutdownLabel    = "graceful shutdown"
+)
+
+// HostRequestDetail says how a request the host answers ended: its result and what was seen, or that the
+// wait still runs.
+func HostRequestDetail(r *v1alpha1.HostRequest) string {
+	if r.Result == "" {
+		return "sent; waiting for the host"
+	}
+	if r.Message == "" {
+		return string(r.Result)
+	}
+	return fmt.Sprintf("%s: %s", r.Result, r.Message)
+}
+
 // WarningLabel is the label of a note about a phase entered because something went wrong.
 func WarningLabel(phase v1alpha1.PowerCyclePhase) string { return "WARNING " + string(phase) }
 
