@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,6 +52,10 @@ const (
 	powerOffTimeout = 10              // seconds: the BMC must confirm the power-off within this
 	powerOnTimeout  = 30              // seconds: from power-on until the node is Ready
 
+	// powerWatchPoll is the power watch's poll interval in the power-cut story (the API's least): the
+	// BMC's power is read this often while no event stream is open.
+	powerWatchPoll = 5 * time.Second
+
 	// readyTimeout bounds the wait for the BMCs and the NodeHealthCheck before the failure.
 	readyTimeout = time.Minute
 	// cleanTimeout bounds the final check that nothing was left behind.
@@ -56,8 +64,20 @@ const (
 	pollInterval = 250 * time.Millisecond
 )
 
+// The stories the demo tells (--story).
+const (
+	// storyKubeletHang: a node's kubelet hangs while its host stays on; the node lifecycle controller
+	// notices the silence, the NodeHealthCheck waits its duration, the host is power-cycled.
+	storyKubeletHang = "kubelet-hang"
+	// storyPowerCut: a host's power is cut; its BMC says so, and the host is fenced on the BMC's word while
+	// its Node is still Ready (docs/bmc.md, Fence on the BMC's word).
+	storyPowerCut = "power-cut"
+)
+
 // options are the command line's.
 type options struct {
+	// Story is which story to tell: storyKubeletHang (the default) or storyPowerCut.
+	Story string
 	// Workers is the number of hosts (and nodes). At least 2.
 	Workers int
 	// Keep leaves everything running until ctx is done, and prints how to look around.
@@ -71,6 +91,11 @@ type options struct {
 }
 
 func (o options) validate() error {
+	switch o.Story {
+	case "", storyKubeletHang, storyPowerCut:
+	default:
+		return fmt.Errorf("--story %q: must be %s or %s", o.Story, storyKubeletHang, storyPowerCut)
+	}
 	if o.Workers < 2 {
 		return fmt.Errorf("--workers %d: the demo needs at least 2 (one to break, one to stay healthy)", o.Workers)
 	}
@@ -123,6 +148,7 @@ func runStory(ctx context.Context, opts options, out io.Writer) (_ *story, err e
 		LeaseInterval: leaseInterval,
 		BootDelay:     bootDelay,
 		PowerDelay:    bmcPowerDelay,
+		KubeletPorts:  opts.Story == storyPowerCut, // the power watch's second reading
 		Log:           prefixWriter{out: out, prefix: "==> "},
 	})
 	if err != nil {
@@ -171,15 +197,26 @@ func runStory(ctx context.Context, opts options, out io.Writer) (_ *story, err e
 // tell applies the health check, breaks a node and follows the story to a clean end.
 func tell(storyCtx, ctx context.Context, opts options, out io.Writer, h *harness.Harness, m *harness.Manager) (*story, error) {
 	say := func(format string, args ...any) { fmt.Fprintf(out, "==> "+format+"\n", args...) }
-	if err := apply(storyCtx, h.Client); err != nil {
+	powerCut := opts.Story == storyPowerCut
+	if err := apply(storyCtx, h.Client, powerCut); err != nil {
 		return nil, err
 	}
 	say("applied PowerCycleRemediationTemplate %s/%s and NodeHealthCheck %s:", harness.Namespace, checkName, checkName)
 	fmt.Fprintf(out, "      a worker NotReady for %s is power-cycled through its BMC (power-off confirmed within %ds, Ready within %ds)\n",
 		unhealthyFor, powerOffTimeout, powerOnTimeout)
+	if powerCut {
+		fmt.Fprintf(out, "      and so is one whose BMC reports it powered off (PoweredOff=True, for 0s)\n")
+		if err := watchPower(storyCtx, h.Client); err != nil {
+			return nil, err
+		}
+		say("every BMC's power is watched: its event stream if it offers one, a poll every %s otherwise (spec.powerWatch)", powerWatchPoll)
+	}
 
 	node := harness.NodeName(2)
 	st := newStory(opts.Clock, out, node, harness.SystemID(node))
+	if powerCut {
+		st.required = powerCutSteps
+	}
 	h.Mock.OnPowerChange(func(id string, from, to redfishmock.PowerState) {
 		st.observePower(id, string(from), string(to))
 	})
@@ -190,6 +227,9 @@ func tell(storyCtx, ctx context.Context, opts options, out io.Writer, h *harness
 	say("waiting for the %d BMCs to be reachable and the NodeHealthCheck to see %d healthy nodes", opts.Workers, opts.Workers)
 	if err := waitReady(storyCtx, h.Client, opts.Workers); err != nil {
 		return st, err
+	}
+	if powerCut {
+		return st, tellPowerCut(storyCtx, ctx, opts, out, h, m, st)
 	}
 
 	fmt.Fprintf(out, "\nBreaking %s: its kubelet hangs while the host stays on (a power cycle cures it).\n", node)
@@ -205,7 +245,7 @@ func tell(storyCtx, ctx context.Context, opts options, out io.Writer, h *harness
 	if err != nil {
 		return st, err
 	}
-	if err := verifyClean(storyCtx, h, node); err != nil {
+	if err := verifyClean(storyCtx, h, node, []string{"ForceOff", "On"}); err != nil {
 		return st, err
 	}
 
@@ -219,8 +259,110 @@ func tell(storyCtx, ctx context.Context, opts options, out io.Writer, h *harness
 	return st, nil
 }
 
-// apply creates the demo's template and health check, as config/samples does with shorter timeouts.
-func apply(ctx context.Context, c client.Client) error {
+// tellPowerCut cuts the power of worker-2's host and follows its fence on the BMC's word, and its return.
+func tellPowerCut(storyCtx, ctx context.Context, opts options, out io.Writer, h *harness.Harness, m *harness.Manager, st *story) error {
+	node := st.node
+	if err := waitWatched(storyCtx, m, opts.Workers); err != nil {
+		return err
+	}
+	how := fmt.Sprintf("a poll every %s", powerWatchPoll)
+	if streams, _ := managerGauge(storyCtx, m, "metalheal_power_watch_streams"); streams > 0 {
+		how = "its event stream"
+	}
+	fmt.Fprintf(out, "\nCutting the power of %s's host (the BMC simulator's control API): its kubelet stops at once,\n", node)
+	fmt.Fprintf(out, "its Node stays Ready until the grace period (%s) runs out. The BMC tells metalheal through %s.\n\n", gracePeriod, how)
+	st.begin(fmt.Sprintf("the power of %s's host is cut; its Node is still Ready", node))
+	if err := cutPower(storyCtx, h, st.system); err != nil {
+		return err
+	}
+
+	err := follow(storyCtx, ctx, st, m)
+	st.end()
+	if err != nil {
+		return err
+	}
+	if err := verifyClean(storyCtx, h, node, []string{"On"}); err != nil {
+		return err
+	}
+	poweredOffAt, _ := st.PoweredOffAt()
+	fmt.Fprintf(out, "\nSummary (times since the power cut)\n")
+	for _, line := range summarizePowerCut(st.Seen(), poweredOffAt, how, timings{GracePeriod: gracePeriod, UnhealthyFor: unhealthyFor,
+		BootDelay: bootDelay, HealthyDelay: healthyDelay, SimulatedBMCTime: bmcPowerDelay}) {
+		fmt.Fprintln(out, line)
+	}
+	fmt.Fprintf(out, "\nAll clean: %s is Ready, every host is on, no taint, remediation request or node lease is left;\n", node)
+	fmt.Fprintf(out, "%s's host was only powered on again (its BMC's reading was the confirmed power-off), the others never touched.\n", node)
+	return nil
+}
+
+// watchPower sets spec.powerWatch on every BMC: the BMC's event stream when it offers one, a poll every
+// powerWatchPoll otherwise.
+func watchPower(ctx context.Context, c client.Client) error {
+	var bmcs v1alpha1.BMCList
+	if err := c.List(ctx, &bmcs, client.InNamespace(harness.Namespace)); err != nil {
+		return err
+	}
+	for i := range bmcs.Items {
+		b := &bmcs.Items[i]
+		patch := client.MergeFrom(b.DeepCopy())
+		b.Spec.PowerWatch = &v1alpha1.PowerWatch{EventStream: v1alpha1.PowerWatchEventStreamAuto, PollIntervalSeconds: int32(powerWatchPoll / time.Second)}
+		if err := c.Patch(ctx, b, patch); err != nil {
+			return fmt.Errorf("watching the power of BMC %s: %w", b.Name, err)
+		}
+	}
+	return nil
+}
+
+// waitWatched waits until the manager watches the power of every host, and a poll interval more (the
+// event streams open, or the first polls are done).
+func waitWatched(ctx context.Context, m *harness.Manager, workers int) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
+		v, err := managerGauge(ctx, m, "metalheal_power_watch_hosts")
+		return err == nil && v >= float64(workers), nil
+	})
+	if err != nil {
+		return fmt.Errorf("the manager did not watch the %d hosts' power within %s: %w", workers, readyTimeout, err)
+	}
+	return nil
+}
+
+// managerGauge reads a gauge of the manager's metrics (0 when absent).
+func managerGauge(ctx context.Context, m *harness.Manager, name string) (float64, error) {
+	body, err := m.Metrics(ctx)
+	if err != nil {
+		return 0, err
+	}
+	match := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` ([0-9.e+]+)$`).FindSubmatch(body)
+	if match == nil {
+		return 0, nil
+	}
+	return strconv.ParseFloat(string(match[1]), 64)
+}
+
+// cutPower cuts a host's power through the BMC simulator's control API, as the README's curl does.
+func cutPower(ctx context.Context, h *harness.Harness, system string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.Mock.URL()+"/mock/systems/"+system+"/power",
+		strings.NewReader(`{"powerState":"Off"}`))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("cutting the power of system %s: %w", system, err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("cutting the power of system %s: the control API answered %s", system, resp.Status)
+	}
+	return nil
+}
+
+// apply creates the demo's template and health check, as config/samples does with shorter timeouts; with
+// powerCut the check also fences on the BMC's word (PoweredOff=True for 0s).
+func apply(ctx context.Context, c client.Client, powerCut bool) error {
 	tmpl := &v1alpha1.PowerCycleRemediationTemplate{
 		ObjectMeta: metav1.ObjectMeta{Name: checkName, Namespace: harness.Namespace},
 		Spec: v1alpha1.PowerCycleRemediationTemplateSpec{Template: v1alpha1.PowerCycleRemediationTemplateResource{
@@ -257,6 +399,10 @@ func apply(ctx context.Context, c client.Client) error {
 				Namespace:  harness.Namespace,
 			},
 		},
+	}
+	if powerCut {
+		check.Spec.UnhealthyConditions = append(check.Spec.UnhealthyConditions,
+			v1alpha1.NodeUnhealthyCondition{Type: v1alpha1.NodeConditionPoweredOff, Status: "True", Duration: metav1.Duration{}})
 	}
 	if err := c.Create(ctx, check); err != nil {
 		return fmt.Errorf("creating the NodeHealthCheck: %w", err)
@@ -345,13 +491,13 @@ func follow(storyCtx, parent context.Context, st *story, m *harness.Manager) err
 
 // verifyClean reads the end state from the API and the BMC simulator: the node Ready without the
 // remediator's taints, no remediation request, no node lease, every host on and running, only the
-// broken host power-cycled (once), and the NodeHealthCheck back to watching.
-func verifyClean(ctx context.Context, h *harness.Harness, node string) error {
+// broken host reset (as wantResets says), and the NodeHealthCheck back to watching.
+func verifyClean(ctx context.Context, h *harness.Harness, node string, wantResets []string) error {
 	var problems []string
 	ctx, cancel := context.WithTimeout(ctx, cleanTimeout)
 	defer cancel()
 	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
-		problems = cleanProblems(ctx, h, node)
+		problems = cleanProblems(ctx, h, node, wantResets)
 		return len(problems) == 0, nil
 	})
 	if err != nil {
@@ -360,7 +506,7 @@ func verifyClean(ctx context.Context, h *harness.Harness, node string) error {
 	return nil
 }
 
-func cleanProblems(ctx context.Context, h *harness.Harness, node string) []string {
+func cleanProblems(ctx context.Context, h *harness.Harness, node string, wantResets []string) []string {
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 
@@ -399,8 +545,8 @@ func cleanProblems(ctx context.Context, h *harness.Harness, node string) []strin
 		}
 		resets, _ := h.Mock.Resets(id)
 		switch {
-		case name == node && len(resets) != 2:
-			add("host %s was reset %d times (%v), want one power-off and one power-on", name, len(resets), resets)
+		case name == node && !slices.Equal(resets, wantResets):
+			add("host %s was reset %d times (%v), want %v", name, len(resets), resets, wantResets)
 		case name != node && len(resets) != 0:
 			add("host %s was reset (%v) although it never failed", name, resets)
 		}

@@ -126,3 +126,31 @@ func TestDemo(t *testing.T) {
 
 	checkPlugin(t, st, runs)
 }
+
+// The power-cut story (make demo ARGS=--story=power-cut): a host's power is cut; the power watch reads
+// the BMC, the kubelet's port is closed, the check acts on PoweredOff=True at once and the remediator,
+// reading the host off, fences it without a power-off. The out-of-service taint must be on within 5s of
+// the cut plus the watch's poll interval (no event stream yet: 5s), and the host is only powered on again.
+func TestDemoPowerCut(t *testing.T) {
+	g := NewWithT(t)
+	out := &testenv.SyncBuffer{}
+	st, err := runStory(context.Background(), options{Story: storyPowerCut, Workers: 3, Timeout: 3 * time.Minute, Clock: clock.RealClock{}},
+		io.MultiWriter(out, &lineLogger{t: t}))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Missing()).To(BeEmpty())
+
+	seen := st.Seen()
+	poweredOff, ok := st.PoweredOffAt()
+	g.Expect(ok).To(BeTrue(), "the Node's PoweredOff condition turned True")
+	g.Expect(seen[stepHostOff]).To(BeNumerically("<", time.Second), "the cut is the host's power-off")
+	g.Expect(poweredOff).To(BeNumerically("<=", powerWatchPoll+time.Second))
+	g.Expect(seen[stepEMRCreated]).To(BeNumerically(">=", poweredOff))
+	g.Expect(seen[stepFenced]).To(BeNumerically("<=", powerWatchPoll+5*time.Second), "cut → out-of-service taint")
+	t.Logf("cut → PoweredOff=True %s, → request %s, → out-of-service taint %s", poweredOff, seen[stepEMRCreated], seen[stepFenced])
+	text := out.String()
+	for _, want := range []string{"Summary (times since the power cut)", "  reported ", "  fenced ", "  without ",
+		"PoweredOff=True", "BMCReportedOff", "All clean: worker-2 is Ready"} {
+		g.Expect(text).To(ContainSubstring(want))
+	}
+	g.Expect(text).NotTo(ContainSubstring(harness.BMCPassword))
+}

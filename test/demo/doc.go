@@ -19,6 +19,7 @@
 //	go run ./test/demo                 # make demo
 //	go run ./test/demo --keep          # make demo ARGS=--keep: leave it running, print a kubeconfig
 //	go run ./test/demo --workers 6
+//	go run ./test/demo --story=power-cut   # a host's power is cut: fenced on its BMC's word, Node still Ready
 //
 // The story's bookkeeping (which step happened when, the summary) is story.go, free of I/O; run in
 // demo.go drives the world and is what demo_test.go runs end to end.

@@ -50,6 +50,12 @@ const (
 // storySteps are the steps of a successful story, in order: the demo waits for all of them.
 var storySteps = timeline.StorySteps
 
+// powerCutSteps are the steps of a successful power-cut story (--story=power-cut): the host is fenced on its
+// BMC's word, so the Node need never be NotReady, and its Ready again is no step then.
+var powerCutSteps = slices.DeleteFunc(slices.Clone(storySteps), func(s step) bool {
+	return s == stepNotReady || s == stepNodeReady
+})
+
 var (
 	formatEntry  = timeline.FormatEntry
 	formatOffset = timeline.FormatOffset
@@ -66,6 +72,8 @@ type story struct {
 	out    io.Writer
 	node   string // the broken node
 	system string // its BMC system
+	// required are the steps of a successful story (storySteps, or powerCutSteps).
+	required []step
 
 	mu      sync.Mutex
 	start   time.Time // when the failure was injected; zero before
@@ -78,10 +86,14 @@ type story struct {
 	message string                   // ...and its Processing or Succeeded message
 	failure error                    // the remediator gave up
 	changed chan struct{}            // poked (without blocking) whenever something is recorded
+	// poweredOff is the node's PoweredOff condition as last seen ("True/BMCReportedOff"), and
+	// poweredOffAt when it first turned True.
+	poweredOff   string
+	poweredOffAt time.Duration
 }
 
 func newStory(clk clock.PassiveClock, out io.Writer, node, system string) *story {
-	return &story{clock: clk, out: out, node: node, system: system, seen: map[step]time.Duration{},
+	return &story{clock: clk, out: out, node: node, system: system, required: storySteps, seen: map[step]time.Duration{},
 		changed: make(chan struct{}, 1)}
 }
 
@@ -138,6 +150,7 @@ func (s *story) observeNode(n *corev1.Node) {
 	defer s.mu.Unlock()
 	s.rv = n.ResourceVersion
 	defer func() { s.rv = "" }()
+	s.observePoweredOffLocked(n)
 	if ready := timeline.ReadyCondition(n); ready != nil {
 		if ready.Status != corev1.ConditionTrue {
 			s.recordLocked(stepNotReady, "", timeline.NotReadyDetail(ready))
@@ -161,6 +174,34 @@ func (s *story) observeNode(n *corev1.Node) {
 	if (wasCordoned || wasFenced) && !cordoned && !fenced {
 		s.recordLocked(stepTaintsRemoved, "", timeline.TaintsRemovedDetail)
 	}
+}
+
+// observePoweredOffLocked notes each change of the node's PoweredOff condition (the power watch's word
+// of its BMC; see docs/bmc.md, Fence on the BMC's word).
+func (s *story) observePoweredOffLocked(n *corev1.Node) {
+	for _, c := range n.Status.Conditions {
+		if string(c.Type) != v1alpha1.NodeConditionPoweredOff {
+			continue
+		}
+		state := string(c.Status) + "/" + c.Reason
+		if state == s.poweredOff || s.start.IsZero() || s.ended {
+			return
+		}
+		s.poweredOff = state
+		if c.Status == corev1.ConditionTrue && s.poweredOffAt == 0 {
+			s.poweredOffAt = s.clock.Since(s.start)
+		}
+		s.recordLocked(stepNote, "PoweredOff="+string(c.Status), c.Reason+": "+c.Message)
+		return
+	}
+}
+
+// PoweredOffAt is when the node's PoweredOff condition first turned True, since the failure; false when
+// it did not.
+func (s *story) PoweredOffAt() (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.poweredOffAt, s.poweredOffAt > 0
 }
 
 // observeRemediation reads the broken node's PowerCycleRemediation: its creation, its phases (from the
@@ -278,6 +319,9 @@ func (s *story) observePower(system, from, to string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	detail := timeline.HostPowerDetail(system, from, to)
+	if _, off := s.seen[stepHostOff]; to == "Off" && !off && slices.Equal(s.required, powerCutSteps) {
+		detail = fmt.Sprintf("BMC system %s: %s → %s (its power is cut)", system, from, to)
+	}
 	switch to {
 	case "Off":
 		s.recordLocked(stepHostOff, "", detail)
@@ -318,7 +362,7 @@ func (s *story) Missing() []step {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []step
-	for _, st := range storySteps {
+	for _, st := range s.required {
 		if _, ok := s.seen[st]; !ok {
 			out = append(out, st)
 		}
@@ -352,6 +396,41 @@ type timings struct {
 	BootDelay        time.Duration
 	HealthyDelay     time.Duration
 	SimulatedBMCTime time.Duration // how long the simulated BMC takes to change power
+}
+
+// summarizePowerCut explains where the time went in the power-cut story: from the cut to the BMC's word
+// (poweredOffAt), the request and the fence, against what the kubelet's silence alone would have taken.
+func summarizePowerCut(seen map[step]time.Duration, poweredOffAt time.Duration, how string, t timings) []string {
+	at := func(st step) string {
+		if d, ok := seen[st]; ok {
+			return formatOffset(d)
+		}
+		return "   n/a"
+	}
+	between := func(from, to step) string {
+		a, ok1 := seen[from]
+		b, ok2 := seen[to]
+		if !ok1 || !ok2 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.1fs", (b - a).Seconds())
+	}
+	still := "the Node was still Ready then"
+	if nr, ok := seen[stepNotReady]; ok && nr <= seen[stepFenced] {
+		still = fmt.Sprintf("the Node had turned NotReady at %s", formatOffset(nr))
+	}
+	return []string{
+		fmt.Sprintf("  reported   %7s  the BMC's word (%s), read again, and a silent kubelet: Node condition PoweredOff=True",
+			formatOffset(poweredOffAt), how),
+		fmt.Sprintf("  detected   %7s  the NodeHealthCheck created the request at once (PoweredOff=True for 0s)", at(stepEMRCreated)),
+		fmt.Sprintf("  fenced     %7s  cut → out-of-service taint %.1fs: the remediator read the host off (no power-off sent); %s",
+			at(stepFenced), seen[stepFenced].Seconds(), still),
+		fmt.Sprintf("  without    %7s  the kubelet's silence alone: grace period %s, then the check's duration %s, before any request",
+			formatOffset(t.GracePeriod+t.UnhealthyFor), t.GracePeriod, t.UnhealthyFor),
+		fmt.Sprintf("  recovered  %7s  powered on again %s after the fence (BMC %s per transition), Ready after its boot (%s)",
+			at(stepRemediated), between(stepFenced, stepHostOn), t.SimulatedBMCTime, t.BootDelay),
+		fmt.Sprintf("  clean      %7s  request deleted, taints removed, lease released", at(stepLeaseReleased)),
+	}
 }
 
 // summarize explains where the time went, from when each step was first seen.
