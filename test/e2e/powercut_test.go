@@ -102,18 +102,18 @@ func streamsOpen(ctx context.Context, m *harness.Manager, n int) bool {
 	return false
 }
 
-// fencedOnTheBMCsWord cuts the power of node, whose BMC the manager watches, and checks that the node is
-// fenced on the BMC's word: PoweredOff=True, a request, the out-of-service taint on within bound of the
-// cut, with no power-off sent (the host read off already). It returns the time from the cut to the taint,
-// and whether the Node was still Ready when the taint went on.
-func fencedOnTheBMCsWord(ctx context.Context, node string, start time.Time, bound time.Duration) (time.Duration, bool) {
+// fencedOnTheBMCsWord cuts the power of node (cut, which returns when it did), whose BMC the manager
+// watches, and checks that the node is fenced on the BMC's word: PoweredOff=True, a request, the
+// out-of-service taint on within bound of the cut. It returns the time from the cut to the taint, and
+// whether the Node was still Ready when the taint went on.
+func fencedOnTheBMCsWord(ctx context.Context, node string, start time.Time, bound time.Duration, cut func() time.Time) (time.Duration, bool) {
 	GinkgoHelper()
 	nodeObj := "node/" + node
 	n := &corev1.Node{}
 	Expect(k8s.Get(ctx, client.ObjectKey{Name: node}, n)).To(Succeed())
 	Expect(nodeReady(n)).To(Equal(string(corev1.ConditionTrue)))
 
-	cutAt := cutPower(ctx, node)
+	cutAt := cut()
 	Eventually(func() bool { return tl.has(nodeObj, "taint+"+v1alpha1.TaintOutOfService, cutAt) }).
 		WithContext(ctx).WithTimeout(bound + 10*time.Second).WithPolling(50 * time.Millisecond).Should(BeTrue())
 	taintAt := tl.at(nodeObj, "taint+"+v1alpha1.TaintOutOfService, cutAt)
@@ -127,11 +127,9 @@ func fencedOnTheBMCsWord(ctx context.Context, node string, start time.Time, boun
 		node, conditionAt.Sub(cutAt).Round(time.Millisecond), took.Round(time.Millisecond), stillReady)
 	Expect(took).To(BeNumerically("<=", bound), "the out-of-service taint came %s after the cut:\n%s", took, tl.dump(start, node))
 
-	By("the request took the BMC's reading as the confirmed power-off: no power-off was sent")
 	cond := nodeConditionOf(ctx, node, v1alpha1.NodeConditionPoweredOff)
 	Expect(cond.Reason).To(Equal(v1alpha1.ReasonBMCReportedOff))
 	Expect(cond.Message).To(ContainSubstring("did not answer"))
-	Expect(resets(node)).NotTo(ContainElement("ForceOff"))
 	return took, stillReady
 }
 
@@ -157,7 +155,11 @@ func expectBackOn(ctx context.Context, node, group string) {
 		WithContext(ctx).WithTimeout(settledWait).WithPolling(poll).Should(Equal(v1alpha1.ReasonBMCReportedOn))
 	expectSettled(ctx, node)
 	expectCheckSettled(ctx, group)
-	Expect(resets(node)).To(Equal([]string{"On"}), "the host was powered on again, never off")
+}
+
+// cutRedfish is a cut of node's power through the Redfish mock's control API, for fencedOnTheBMCsWord.
+func cutRedfish(ctx context.Context, node string) func() time.Time {
+	return func() time.Time { return cutPower(ctx, node) }
 }
 
 var _ = Describe("Fence on the BMC's word", func() {
@@ -182,13 +184,14 @@ var _ = Describe("Fence on the BMC's word", func() {
 		fmt.Fprintf(GinkgoWriter, "event streams open: %t; the taint must be on within %s of the cut\n", streamed, bound)
 
 		By("the host's power is cut: the out-of-service taint is on within the bound, with no power-off sent")
-		_, stillReady := fencedOnTheBMCsWord(ctx, cut, start, bound)
+		_, stillReady := fencedOnTheBMCsWord(ctx, cut, start, bound, cutRedfish(ctx, cut))
 		if streamed {
 			Expect(stillReady).To(BeTrue(), "fenced before the node lifecycle controller even noticed the silence")
 		}
 
 		By("the remediation powers the host on; the BMC reads On, PoweredOff turns False and the request goes")
 		expectBackOn(ctx, cut, "powercut")
+		Expect(resets(cut)).To(Equal([]string{"On"}), "the BMC's reading was the confirmed power-off: the host was only powered on again")
 		Expect(resets(bystander)).To(BeEmpty())
 		expectSettled(ctx, bystander)
 	}, SpecTimeout(scenarioMax))
@@ -204,8 +207,39 @@ var _ = Describe("Fence on the BMC's word", func() {
 		Eventually(func() (float64, error) { return managerGauge(ctx, m, "metalheal_power_watch_hosts") }).
 			WithContext(ctx).WithTimeout(settledWait).WithPolling(poll).Should(BeNumerically(">=", 1))
 
-		fencedOnTheBMCsWord(ctx, node, start, powerWatchPoll+fenceWithin)
+		fencedOnTheBMCsWord(ctx, node, start, powerWatchPoll+fenceWithin, cutRedfish(ctx, node))
 		Expect(nodeConditionOf(ctx, node, v1alpha1.NodeConditionPoweredOff).Message).To(ContainSubstring("(a poll)"))
 		expectBackOn(ctx, node, "powercut-poll")
+		Expect(resets(node)).To(Equal([]string{"On"}))
+	}, SpecTimeout(scenarioMax))
+
+	It("fences an IPMI host (ipmi_sim) whose power is cut, by its poll, with no power-off sent", func(ctx SpecContext) {
+		m := mgrs.ensure(ctx)
+		start := time.Now()
+		const group, node = "powercut-ipmi", "ipmi-cut"
+		reportOnFailure(start, node)
+		sim := startIPMIHost(ctx, node, group)
+		createTemplate(ctx, harness.Namespace, group, remediation())
+		createNodeHealthCheck(ctx, group, maxUnhealthy(intstr.FromInt32(1)), fenceOnTheBMCsWord)
+		// IPMI has no event stream: Auto polls.
+		watchPower(ctx, &v1alpha1.PowerWatch{EventStream: v1alpha1.PowerWatchEventStreamAuto, PollIntervalSeconds: int32(powerWatchPoll / time.Second)}, node)
+		Eventually(func() (float64, error) { return managerGauge(ctx, m, "metalheal_power_watch_hosts") }).
+			WithContext(ctx).WithTimeout(settledWait).WithPolling(poll).Should(BeNumerically(">=", 1))
+		powerOffs := func() float64 {
+			calls, err := ipmiPowerCalls(ctx, m)
+			Expect(err).NotTo(HaveOccurred())
+			return calls["PowerOff"]
+		}
+		offsBefore := powerOffs()
+
+		fencedOnTheBMCsWord(ctx, node, start, powerWatchPoll+fenceWithin, func() time.Time {
+			Expect(sim.CutPower()).To(Succeed()) // the host process dies: ipmi_sim reports the power off
+			return time.Now()
+		})
+		Expect(nodeConditionOf(ctx, node, v1alpha1.NodeConditionPoweredOff).Message).To(ContainSubstring("(a poll)"))
+		expectBackOn(ctx, node, group)
+		Expect(tl.all("power/"+node, start)).To(HaveExactElements(HaveField("What", "Off"), HaveField("What", "On")),
+			"the host lost its power once and got it back")
+		Expect(powerOffs()).To(Equal(offsBefore), "no power-off was sent: the BMC's reading was the confirmed power-off")
 	}, SpecTimeout(scenarioMax))
 })

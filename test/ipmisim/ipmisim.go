@@ -140,6 +140,20 @@ func (s *Sim) HostPoweredOn() bool {
 	return len(fields) > 0 && fields[0] != "Z" && fields[0] != "X"
 }
 
+// CutPower kills the simulated host's process at once, as a power loss the BMC did not cause (a pulled
+// plug, a tripped breaker): ipmi_sim sees its host gone and reports the chassis power off.
+func (s *Sim) CutPower() error {
+	b, err := os.ReadFile(s.path("host.pid"))
+	if err != nil {
+		return fmt.Errorf("ipmisim: the host runs not: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return fmt.Errorf("ipmisim: host.pid: %w", err)
+	}
+	return syscall.Kill(pid, syscall.SIGKILL)
+}
+
 // HostCommands lists the commands ipmi_sim passed on to the host through the system interface, oldest
 // first, each time the host was on: "graceful-shutdown", "power-off", "nmi", "reset", or "0xNN" for
 // another. Only a host connected to the system interface (see ACPI) receives any.

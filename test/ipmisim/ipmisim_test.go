@@ -119,3 +119,18 @@ func TestDiagnosticInterruptIsRefused(t *testing.T) {
 	g.Expect(sim.HostPoweredOn()).To(BeTrue())
 	g.Expect(sim.HostCommands()).To(BeEmpty())
 }
+
+// A host whose power is cut (its process killed, nothing asked of the BMC) reads off at the BMC, and comes
+// back on power on.
+func TestCutPower(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	sim := Start(t)
+	d := driverOf(g, sim)
+	g.Expect(sim.CutPower()).To(Succeed())
+	g.Eventually(sim.HostPoweredOn).WithTimeout(powerWait).WithPolling(100 * time.Millisecond).Should(BeFalse())
+	g.Eventually(func() (bmc.PowerState, error) { return d.PowerState(ctx) }).WithTimeout(powerWait).WithPolling(200 * time.Millisecond).
+		Should(Equal(bmc.PowerStateOff), "the BMC reports its host's power lost")
+	g.Expect(d.PowerOn(ctx)).To(Succeed())
+	g.Eventually(sim.HostPoweredOn).WithTimeout(powerWait).WithPolling(100 * time.Millisecond).Should(BeTrue())
+}

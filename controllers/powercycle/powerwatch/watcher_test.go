@@ -220,14 +220,15 @@ var _ = Describe("Power watch", func() {
 		Expect(msg).To(ContainSubstring("its event stream"))
 		Expect(msg).To(ContainSubstring("read it off again"))
 		Expect(msg).To(ContainSubstring("did not answer"))
-		Expect(w.eventsWith(EventHostPoweredOff)()).To(Equal(1))
+		Eventually(w.eventsWith(EventHostPoweredOff)).WithTimeout(wait).Should(Equal(1), "announced once the condition is written")
 		n := &corev1.Node{}
 		Expect(k8sClient.Get(ctx, types.NamespacedName{Name: b.Spec.NodeName}, n)).To(Succeed())
 		Expect(n.Status.Conditions).To(ContainElement(HaveField("Type", corev1.NodeReady)), "the kubelet's conditions stay")
 
 		d.SetPowerState(bmc.PowerStateOn)
 		Eventually(conditionState(ctx, b)).WithTimeout(wait).Should(Equal("False/" + v1alpha1.ReasonBMCReportedOn))
-		Expect(w.eventsWith(EventHostPoweredOn)()).To(Equal(1))
+		Eventually(w.eventsWith(EventHostPoweredOn)).WithTimeout(wait).Should(Equal(1))
+		Expect(w.eventsWith(EventHostPoweredOff)()).To(Equal(1))
 	})
 
 	It("leaves a power-off to the remediation at work on the host", func(ctx SpecContext) {
