@@ -25,6 +25,8 @@ import (
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/bmcaccess"
+	"github.com/metalheal/metalheal/internal/testenv"
+	"github.com/metalheal/metalheal/internal/workload"
 	"github.com/metalheal/metalheal/pkg/bmc"
 	"github.com/metalheal/metalheal/pkg/bmc/fake"
 )
@@ -63,7 +65,7 @@ type world struct {
 	watcher      *Watcher
 }
 
-func startWorld(ctx context.Context) *world {
+func startWorld(ctx context.Context, mutate ...func(*Options)) *world {
 	w := &world{ns: newNamespace(ctx), hosts: fake.NewFactory(bmc.PowerStateOn), clock: clocktesting.NewFakeClock(time.Now()),
 		recorder: events.NewFakeRecorder(100), remediations: &remediations{hosts: map[string]bool{}}}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -80,8 +82,12 @@ func startWorld(ctx context.Context) *world {
 	reg := bmc.NewRegistry()
 	Expect(reg.Register(bmc.DriverRedfish, w.hosts.New)).To(Succeed())
 	access := bmcaccess.New(mgr.GetClient(), w.ns, reg, bmcaccess.Options{})
-	w.watcher, err = New(Options{Client: mgr.GetClient(), Access: access, Recorder: w.recorder, Clock: w.clock,
-		Remediations: w.remediations, ProbeTimeout: 500 * time.Millisecond})
+	opts := Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Access: access, Recorder: w.recorder, Clock: w.clock,
+		Remediations: w.remediations, ProbeTimeout: 500 * time.Millisecond}
+	for _, m := range mutate {
+		m(&opts)
+	}
+	w.watcher, err = New(opts)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(w.watcher.SetupWithManager(ctx, mgr)).To(Succeed())
 	Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "bmc"},
@@ -315,6 +321,45 @@ var _ = Describe("Power watch", func() {
 		d.SetPowerState(bmc.PowerStateOn)
 		Eventually(conditionState(ctx, b)).WithTimeout(wait).Should(Equal("False/" + v1alpha1.ReasonBMCReportedOn))
 		Expect(condition(ctx, b).Message).To(ContainSubstring("its event stream"))
+	})
+
+	It("sets the condition on the Node of the workload cluster the BMC names, not on this cluster's Node of that name", func(ctx SpecContext) {
+		env, wcfg, err := testenv.Start(testenv.Options{SkipCRDs: true})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(env.Stop)
+		edge, err := client.New(wcfg, client.Options{Scheme: scheme})
+		Expect(err).NotTo(HaveOccurred())
+		clusters := workload.New(workload.Options{})
+		DeferCleanup(clusters.StopAll)
+		w := startWorld(ctx, func(o *Options) { o.WorkloadClusters = clusters })
+		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "edge-a" + workload.KubeconfigSecretSuffix},
+			Data: map[string][]byte{workload.KubeconfigSecretKey: env.KubeConfig}})).To(Succeed())
+
+		// This cluster's Node of the name (addHost), and edge-a's, whose BMC it is.
+		d, b := w.addHost(ctx, "edge", nil, silentKubelet())
+		Expect(k8sClient.Delete(ctx, b)).To(Succeed()) // recreated below, naming edge-a
+		k := silentKubelet()
+		remote := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: b.Spec.NodeName}}
+		Expect(edge.Create(ctx, remote)).To(Succeed())
+		remote.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}
+		remote.Status.DaemonEndpoints.KubeletEndpoint.Port = k.port
+		Expect(edge.Status().Update(ctx, remote)).To(Succeed())
+		b = &v1alpha1.BMC{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "edge-a-" + b.Name}, Spec: *b.Spec.DeepCopy()}
+		b.Spec.Cluster = &v1alpha1.ClusterReference{Namespace: w.ns, Name: "edge-a"}
+		b.Spec.PowerWatch = streamed
+		Expect(k8sClient.Create(ctx, b)).To(Succeed())
+		Eventually(d.OpenStreams).WithTimeout(wait).Should(Equal(1))
+
+		d.SetPowerState(bmc.PowerStateOff)
+		Eventually(func() string {
+			n := &corev1.Node{}
+			Expect(edge.Get(ctx, client.ObjectKeyFromObject(remote), n)).To(Succeed())
+			if c := poweredOff(n); c != nil {
+				return string(c.Status) + "/" + c.Reason
+			}
+			return ""
+		}).WithTimeout(wait).Should(Equal("True/" + v1alpha1.ReasonBMCReportedOff))
+		Expect(condition(ctx, b)).To(BeNil(), "this cluster's Node of the same name is another host")
 	})
 
 	It("restarts a watch whose spec changes and stops it, goroutines and stream, when the BMC goes", func(ctx SpecContext) {
