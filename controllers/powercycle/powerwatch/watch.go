@@ -30,6 +30,21 @@ type watch struct {
 	// warned is the warning given in the current episode of Off readings (actContradicted or
 	// actUnverifiable), so that it is given once; a reading of On, or a fence, ends the episode.
 	warned action
+	// written is the PoweredOff status this watch last wrote ("" before its first write): the cache may not
+	// show it yet when the next reading comes (a burst of stream events reads the power twice within
+	// milliseconds), and writing it again would move its lastTransitionTime and repeat its event.
+	written    corev1.ConditionStatus
+	writtenUID types.UID // the Node written to: a Node deleted and made again starts without the condition
+}
+
+// poweredOff is the Node's PoweredOff condition as this watch knows it: its own last write, or the
+// cached Node's.
+func (wt *watch) poweredOff(node *corev1.Node) *corev1.NodeCondition {
+	cond := poweredOff(node)
+	if wt.written == "" || wt.writtenUID != node.UID || (cond != nil && cond.Status == wt.written) {
+		return cond
+	}
+	return &corev1.NodeCondition{Type: v1alpha1.NodeConditionPoweredOff, Status: wt.written}
 }
 
 func newWatch(w *Watcher, key types.NamespacedName, spec v1alpha1.PowerWatch) *watch {
@@ -207,7 +222,7 @@ func (wt *watch) look(ctx context.Context, how trigger) {
 // on sets PoweredOff=False on a Node where it is True.
 func (wt *watch) on(ctx context.Context, b *v1alpha1.BMC, seen time.Time, how trigger) {
 	ns, node, ok := wt.node(ctx, b)
-	if !ok || decideOn(poweredOff(node)) != actPoweredOn {
+	if !ok || decideOn(wt.poweredOff(node)) != actPoweredOn {
 		return
 	}
 	cond := poweredOnCondition(wt.w.opts.Clock.Now(), seen, how, klogName(b))
@@ -215,6 +230,7 @@ func (wt *watch) on(ctx context.Context, b *v1alpha1.BMC, seen time.Time, how tr
 		ctrl.LoggerFrom(ctx).Error(err, "Writing the Node's power condition failed", "node", node.Name)
 		return
 	}
+	wt.written, wt.writtenUID = cond.Status, node.UID
 	wt.decided(ctx, b, actPoweredOn, corev1.EventTypeNormal, EventHostPoweredOn, cond.Message)
 }
 
@@ -229,7 +245,7 @@ func (wt *watch) off(ctx context.Context, b *v1alpha1.BMC, d bmc.Driver, seen ti
 		return
 	}
 	ns, node, ok := wt.node(ctx, b)
-	if !ok || alreadyOff(poweredOff(node)) {
+	if !ok || alreadyOff(wt.poweredOff(node)) {
 		return
 	}
 	// The BMC's own confirmation: a second reading, as the remediator confirms a power-off.
@@ -259,7 +275,7 @@ func (wt *watch) off(ctx context.Context, b *v1alpha1.BMC, d bmc.Driver, seen ti
 			log.Error(err, "Writing the Node's power condition failed", "node", node.Name)
 			return
 		}
-		wt.warned = actNone
+		wt.written, wt.writtenUID, wt.warned = cond.Status, node.UID, actNone
 		wt.decided(ctx, b, act, corev1.EventTypeNormal, EventHostPoweredOff, cond.Message)
 	}
 }
