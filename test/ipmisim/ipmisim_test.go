@@ -129,7 +129,7 @@ func TestCutPower(t *testing.T) {
 	d := driverOf(g, sim)
 	g.Expect(sim.CutPower()).To(Succeed())
 	g.Eventually(sim.HostPoweredOn).WithTimeout(powerWait).WithPolling(100 * time.Millisecond).Should(BeFalse())
-	g.Eventually(func() (bmc.PowerState, error) { return d.PowerState(ctx) }).WithTimeout(powerWait).WithPolling(200 * time.Millisecond).
+	g.Eventually(func() (bmc.PowerState, error) { return d.PowerState(ctx) }).WithTimeout(powerWait).WithPolling(200*time.Millisecond).
 		Should(Equal(bmc.PowerStateOff), "the BMC reports its host's power lost")
 	g.Expect(d.PowerOn(ctx)).To(Succeed())
 	g.Eventually(sim.HostPoweredOn).WithTimeout(powerWait).WithPolling(100 * time.Millisecond).Should(BeTrue())
