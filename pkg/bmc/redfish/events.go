@@ -103,7 +103,11 @@ func (e *streamIdleError) Unwrap() error { return context.DeadlineExceeded }
 type eventTooLargeError struct{ limit int }
 
 func (e *eventTooLargeError) Error() string {
-	return fmt.Sprintf("an event or a line is larger than %d KiB, the most metalheal reads of one event", e.limit>>10)
+	size := fmt.Sprintf("%d bytes", e.limit)
+	if e.limit%(1<<10) == 0 {
+		size = fmt.Sprintf("%d KiB", e.limit>>10)
+	}
+	return fmt.Sprintf("an event or a line is larger than %s, the most metalheal reads of one event", size)
 }
 
 // openStream finds the stream's URI and opens it, under the driver's lock and within its request timeout

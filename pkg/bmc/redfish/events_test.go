@@ -12,6 +12,8 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/metalheal/metalheal/pkg/bmc"
 	"github.com/metalheal/metalheal/pkg/bmc/redfish"
@@ -418,8 +420,8 @@ func TestWatchPowerTimeouts(t *testing.T) {
 	})
 }
 
-// A stream that carries nothing for the idle bound is dropped as timed out; what arrives puts the bound
-// off.
+// A stream that carries nothing for the idle bound is dropped as timed out; whatever arrives, a keep-alive
+// comment or an event, puts the bound off.
 func TestWatchPowerIdleStream(t *testing.T) {
 	g := NewWithT(t)
 	m := startMock(t, redfishmock.New().WithSystems(1))
@@ -437,15 +439,18 @@ func TestWatchPowerIdleStream(t *testing.T) {
 		}
 	}, false)
 	d := newDriver(t, base, "/redfish/v1/Systems/1", creds, bmc.Options{})
-	clk := fakeClock()
+	clk := &resetClock{FakeClock: fakeClock(), resets: make(chan struct{}, 10)}
 	redfish.SetClock(d, clk)
 	w := startWatch(t, d, nil)
 	g.Eventually(clk.HasWaiters, guard).Should(BeTrue(), "the stream is open: its idle timer runs")
 
 	clk.Step(redfish.StreamIdleTimeout - time.Second)
+	send <- ": keep-alive\n"
+	<-clk.resets                                      // the comment has been read
+	clk.Step(redfish.StreamIdleTimeout - time.Second) // longer than the bound since the stream opened
 	send <- eventLine
 	w.next(t)
-	clk.Step(redfish.StreamIdleTimeout - time.Second) // longer than the bound since the stream opened
+	clk.Step(redfish.StreamIdleTimeout - time.Second) // longer than the bound since the comment
 	send <- eventLine
 	w.next(t)
 	g.Expect(w.done).To(BeEmpty())
@@ -454,6 +459,29 @@ func TestWatchPowerIdleStream(t *testing.T) {
 	err := w.result(t)
 	g.Expect(err).To(MatchError(bmc.ErrTimeout))
 	g.Expect(err).To(MatchError(ContainSubstring("the BMC sent nothing, not even a keep-alive, for 5m0s")))
+	g.Expect(err).NotTo(MatchError(bmc.ErrUnsupported))
+}
+
+// resetClock is a fake clock whose AfterFunc timers tell each Reset: the moment a stream's reader has
+// read something.
+type resetClock struct {
+	*clocktesting.FakeClock
+	resets chan struct{}
+}
+
+func (c *resetClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	return resetTimer{Timer: c.FakeClock.AfterFunc(d, f), resets: c.resets}
+}
+
+type resetTimer struct {
+	clock.Timer
+	resets chan struct{}
+}
+
+func (t resetTimer) Reset(d time.Duration) bool {
+	ok := t.Timer.Reset(d)
+	t.resets <- struct{}{}
+	return ok
 }
 
 // A BMC that redirects the stream within itself is followed, with its credentials.

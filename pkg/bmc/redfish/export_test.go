@@ -14,3 +14,9 @@ const (
 
 // SetClock makes d time its event streams' silence on c.
 func SetClock(d bmc.Driver, c clock.WithDelayedExecution) { d.(*driver).clock = c }
+
+// The stream's parsing, for tests.
+var (
+	ReadEvents  = readEvents
+	AboutSystem = aboutSystem
+)
