@@ -63,7 +63,7 @@ func (d *driver) WatchPower(ctx context.Context, changed func()) error {
 	if ctx.Err() != nil {
 		return nil
 	}
-	if cause := context.Cause(st.ctx); errors.As(cause, new(*streamIdleError)) {
+	if cause := st.cause(); errors.As(cause, new(*streamIdleError)) {
 		err = cause
 	}
 	if err == nil || errors.Is(err, io.EOF) {
@@ -74,7 +74,7 @@ func (d *driver) WatchPower(ctx context.Context, changed func()) error {
 
 // stream is an open event stream.
 type stream struct {
-	ctx    context.Context //nolint:containedctx // the request's: its cause tells an idle stream from a drop
+	cause  func() error // why the request was cancelled: tells an idle stream from a drop
 	cancel context.CancelCauseFunc
 	body   io.ReadCloser // reset the idle timer with each byte
 	idle   clock.Timer
@@ -207,7 +207,7 @@ func (d *driver) getStream(ctx, openCtx context.Context, uri string) (*stream, e
 		return fail(unsupportedError(fmt.Sprintf("the BMC answers GET %s with %q, not an event stream (text/event-stream)", pathOf(uri), ct)))
 	}
 
-	st := &stream{ctx: reqCtx, cancel: cancel, path: pathOf(uri), system: d.system, token: d.token}
+	st := &stream{cause: func() error { return context.Cause(reqCtx) }, cancel: cancel, path: pathOf(uri), system: d.system, token: d.token}
 	st.idle = d.clock.AfterFunc(streamIdleTimeout, func() { cancel(&streamIdleError{idle: streamIdleTimeout}) })
 	st.body = &idleBody{ReadCloser: resp.Body, timer: st.idle, idle: streamIdleTimeout}
 	return st, nil
