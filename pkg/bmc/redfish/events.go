@@ -196,7 +196,7 @@ func (d *driver) getStream(ctx, openCtx context.Context, uri string) (*stream, e
 		return nil, err
 	}
 	if resp.StatusCode >= http.StatusMultipleChoices {
-		return fail(newStatusError(http.MethodGet, uri, resp))
+		return fail(newStatusError(http.MethodGet, pathOf(uri), resp))
 	}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
 		const maxQuoted = 60
@@ -213,10 +213,14 @@ func (d *driver) getStream(ctx, openCtx context.Context, uri string) (*stream, e
 	return st, nil
 }
 
-// pathOf is the path of a URI the BMC gave, for errors.
+// pathOf is the path of a URI the BMC gave, for errors, cut short if the BMC made it long.
 func pathOf(uri string) string {
 	if u, err := url.Parse(uri); err == nil && u.Path != "" {
-		return u.Path
+		uri = u.Path
+	}
+	const maxQuoted = 120
+	if len(uri) > maxQuoted {
+		uri = uri[:maxQuoted] + "..."
 	}
 	return uri
 }
