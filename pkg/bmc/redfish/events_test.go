@@ -1,12 +1,14 @@
 package redfish_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -503,4 +505,58 @@ func TestWatchPowerSameHostRedirect(t *testing.T) {
 	g.Eventually(m.OpenEventStreams, guard).Should(Equal(1))
 	g.Expect(m.SetPowerState("1", redfishmock.PowerOff)).To(Succeed())
 	w.next(t)
+}
+
+// A BMC that floods its stream costs the manager the event bound, not the flood: the stream is dropped
+// once 64 KiB of one line, or of one event's data, have arrived, and what was allocated meanwhile is a
+// small fraction of what the BMC had to send.
+func TestWatchPowerFloodCostsItsBound(t *testing.T) {
+	const (
+		flood     = 300 << 20
+		maxGrowth = 4 << 20
+	)
+	chunk := []byte(strings.Repeat("x", 64<<10))
+	dataLine := []byte("data: " + strings.Repeat("x", 1<<10) + "\n")
+	tests := map[string][]byte{
+		"one line without end":          chunk,
+		"data lines, never a blank one": bytes.Repeat(dataLine, 64),
+	}
+	for name, piece := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			m := startMock(t, redfishmock.New().WithSystems(1))
+			sent := make(chan int, 1)
+			base := sseBMC(t, m, func(w http.ResponseWriter, _ *http.Request) {
+				streamHeaders(w)
+				n := 0
+				for n < flood {
+					k, err := w.Write(piece)
+					n += k
+					if err != nil {
+						break
+					}
+				}
+				sent <- n
+			}, false)
+			d := newDriver(t, base, "/redfish/v1/Systems/1", creds, bmc.Options{})
+
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			err := bmc.WatchPower(t.Context(), d, func() {})
+			runtime.ReadMemStats(&after)
+
+			g.Expect(err).To(MatchError(ContainSubstring("an event or a line is larger than 64 KiB")))
+			growth := after.TotalAlloc - before.TotalAlloc
+			t.Logf("allocated %d KiB while the stream was read", growth>>10)
+			g.Expect(growth).To(BeNumerically("<", maxGrowth))
+			select {
+			case n := <-sent:
+				t.Logf("the BMC sent %d KiB before its connection closed", n>>10)
+				g.Expect(n).To(BeNumerically("<", flood), "the BMC could not send it all")
+			case <-time.After(guard):
+				t.Fatal("the BMC is still sending: its connection was not closed")
+			}
+		})
+	}
 }
