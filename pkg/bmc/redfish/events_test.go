@@ -7,9 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +21,7 @@ import (
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/metalheal/metalheal/internal/testca"
 	"github.com/metalheal/metalheal/pkg/bmc"
 	"github.com/metalheal/metalheal/pkg/bmc/redfish"
 	"github.com/metalheal/metalheal/test/redfish-mock/redfishmock"
@@ -559,4 +564,50 @@ func TestWatchPowerFloodCostsItsBound(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Over HTTP/2 (a BMC that offers it, through the shared transport) the stream is one HTTP/2 stream beside
+// the driver's calls on one connection: they go on while it is open, and its events arrive.
+func TestWatchPowerOverHTTP2(t *testing.T) {
+	g := NewWithT(t)
+	ca, err := testca.New("BMC CA")
+	g.Expect(err).NotTo(HaveOccurred())
+	cert, err := ca.ServerCertificate()
+	g.Expect(err).NotTo(HaveOccurred())
+	m := startMock(t, redfishmock.New().WithSystems(1).WithEventKeepAlive(0))
+	var mu sync.Mutex
+	protos := map[string]int{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		protos[r.Proto]++
+		mu.Unlock()
+		m.ServeHTTP(w, r)
+	}))
+	var conns atomic.Int32
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.EnableHTTP2 = true
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+
+	d := newDriver(t, srv.URL, "", creds, bmc.Options{CABundle: ca.PEM})
+	w := startWatch(t, d, nil)
+	g.Eventually(m.OpenEventStreams, guard).Should(Equal(1))
+	for range 3 {
+		_, err := d.PowerState(t.Context())
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	g.Expect(m.SetPowerState("1", redfishmock.PowerOff)).To(Succeed())
+	w.next(t)
+	w.stop()
+	g.Expect(w.result(t)).To(Succeed())
+	mu.Lock()
+	defer mu.Unlock()
+	g.Expect(protos).To(HaveKey("HTTP/2.0"))
+	g.Expect(protos).To(HaveLen(1), "every request over HTTP/2: %v", protos)
+	g.Expect(conns.Load()).To(BeEquivalentTo(1), "one connection")
 }
