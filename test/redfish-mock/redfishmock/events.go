@@ -222,9 +222,9 @@ func (m *Mock) eventService(w http.ResponseWriter, r *http.Request, _ string) {
 	writeJSON(w, http.StatusOK, body)
 }
 
-// eventStream serves the ServerSentEventUri: every power change of the account's systems as an Event
+// serveEventStream serves the ServerSentEventUri: every power change of the account's systems as an Event
 // record, and a keep-alive comment when there has been nothing to say for the keep-alive interval.
-func (m *Mock) eventStream(w http.ResponseWriter, r *http.Request, user string) {
+func (m *Mock) serveEventStream(w http.ResponseWriter, r *http.Request, user string) {
 	s := &eventStream{user: user, events: make(chan []byte, eventBuffer), gone: make(chan struct{}), rc: http.NewResponseController(w)}
 	m.events.mu.Lock()
 	state := m.events.service

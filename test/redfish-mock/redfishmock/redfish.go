@@ -31,7 +31,7 @@ func (m *Mock) routes() http.Handler {
 	mux.HandleFunc("GET "+sessionsPath+"/{id}", m.authed(m.getSession))
 	mux.HandleFunc("DELETE "+sessionsPath+"/{id}", m.authed(m.logout))
 	mux.HandleFunc("GET "+eventServicePath, m.authed(m.eventService))
-	mux.HandleFunc("GET "+ssePath, m.authed(m.eventStream))
+	mux.HandleFunc("GET "+ssePath, m.authed(m.serveEventStream))
 	mux.HandleFunc("/", m.authed(func(w http.ResponseWriter, r *http.Request, _ string) { notFound(w, r.URL.Path) }))
 	return mux
 }
