@@ -3,6 +3,7 @@
 #   ipmitool            the IPMI client the IPMI driver shells out to (through bmclib)
 #   openipmi            ipmi_sim, a real IPMI BMC simulator
 #   redfishtool, python3-sushy-cli   third-party Redfish clients that check our Redfish mock
+#   curl                follows the Redfish mock's event stream, as any Server-Sent Events client does
 #   prometheus          promtool (checks and unit-tests config/prometheus' rules) and a real Prometheus for e2e
 #   util-linux, iproute2   unshare and ip: the DNS test runs in its own user and network namespace
 # Runs apt-get as root, or through sudo when available.
@@ -12,6 +13,7 @@ command -v ipmitool >/dev/null || need+=(ipmitool)
 command -v ipmi_sim >/dev/null || need+=(openipmi)
 command -v redfishtool >/dev/null || need+=(redfishtool)
 command -v sushycli >/dev/null || need+=(python3-sushy-cli)
+command -v curl >/dev/null || need+=(curl)
 command -v promtool >/dev/null || need+=(prometheus)
 command -v unshare >/dev/null || need+=(util-linux)
 command -v ip >/dev/null || need+=(iproute2)

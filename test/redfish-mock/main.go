@@ -10,6 +10,10 @@
 // The hosts may ignore a graceful shutdown, or power off (or reboot) on their own some time after an
 // NMI, as a host writing a kernel dump does: --ignore-graceful-shutdown, --power-off-after-nmi 30s, or per
 // system over the control endpoint (POST /mock/systems/N/host).
+//
+// Every power change is streamed as a Redfish Event on the EventService's Server-Sent Events URI:
+//
+//	curl -N -u admin:password http://127.0.0.1:8000/redfish/v1/EventService/SSE
 package main
 
 import (
@@ -37,6 +41,8 @@ func main() {
 		ignoreSoft = flag.Bool("ignore-graceful-shutdown", false, "hosts ignore GracefulShutdown and GracefulRestart (a hung operating system)")
 		nmiOff     = flag.Duration("power-off-after-nmi", 0, "hosts power themselves off this long after an Nmi reset (a kernel dump, then power off); 0: an NMI changes nothing")
 		nmiReboot  = flag.Duration("reboot-after-nmi", 0, "hosts restart this long after an Nmi reset (a kernel dump, then a reboot)")
+		events     = flag.String("event-service", string(redfishmock.EventServiceEnabled), "what the EventService offers: Enabled (a Server-Sent Events stream of power changes), Disabled, NoSSE or Absent")
+		keepAlive  = flag.Duration("event-keep-alive", redfishmock.DefaultEventKeepAlive, "how often an idle event stream carries a keep-alive comment; 0: never")
 	)
 	flag.Parse()
 
@@ -45,6 +51,8 @@ func main() {
 		WithListenAddress(*listen).
 		WithCredentials(*username, *password).
 		WithPowerDelay(*powerDelay).
+		WithEventService(redfishmock.EventService(*events)).
+		WithEventKeepAlive(*keepAlive).
 		WithHost(redfishmock.Host{IgnoreGracefulShutdown: *ignoreSoft, PowerOffAfterNMI: *nmiOff, RebootAfterNMI: *nmiReboot})
 	if *useTLS {
 		m = m.WithTLS()

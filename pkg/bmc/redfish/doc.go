@@ -24,6 +24,12 @@
 // bmc.MaxResponseBytes; a larger one ends the call with a *bmc.ResponseTooLargeError as soon as that much
 // has arrived (at once when its length is declared), whether the BMC keeps sending or stalls.
 //
+// The driver is a bmc.PowerWatcher: WatchPower follows the EventService's Server-Sent Events stream
+// (ServerSentEventUri) and calls back for each event whose OriginOfCondition is its system. Opening the
+// stream is a call like the others (under the lock, within Options.Timeout); reading it is not: it holds
+// no lock and has no deadline, only bounds on one event (64 KiB) and on silence (5 minutes). A BMC
+// without a stream to offer is unsupported, and its caller polls.
+//
 // Every call is bounded by its context and by Options.Timeout. gofish's own client keeps the context it
 // was connected with, so the driver hands gofish a small common.Client of its own, bound to each call's
 // context. Errors are *bmc.Error of one kind (unreachable, authentication, unsupported, timeout); the

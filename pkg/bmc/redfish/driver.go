@@ -14,6 +14,7 @@ import (
 
 	"github.com/stmcginnis/gofish/common"
 	"github.com/stmcginnis/gofish/redfish"
+	"k8s.io/utils/clock"
 
 	"github.com/metalheal/metalheal/pkg/bmc"
 )
@@ -77,6 +78,7 @@ type driver struct {
 	http     *http.Client
 	timeout  time.Duration
 	report   func(reason, message string)
+	clock    clock.WithDelayedExecution // times an event stream's silence
 	// ownIdle: the transport is the caller's, for this driver alone: Close closes its idle connections.
 	// The shared transports' connections are other drivers' too; they close when idle long enough.
 	ownIdle bool
@@ -94,8 +96,9 @@ var _ bmc.Diagnoser = (*driver)(nil)
 
 // serviceRoot holds the links the driver needs from /redfish/v1/.
 type serviceRoot struct {
-	Systems common.Link
-	Links   struct {
+	Systems      common.Link
+	EventService common.Link
+	Links        struct {
 		Sessions common.Link
 	}
 }
@@ -129,6 +132,7 @@ func New(endpoint *url.URL, systemPath string, creds bmc.Credentials, opts bmc.O
 		ownIdle:  owned,
 		timeout:  opts.Timeout(),
 		report:   opts.ReportFunc(),
+		clock:    clock.RealClock{},
 		lock:     make(chan struct{}, 1),
 		system:   systemPath,
 	}, nil

@@ -2,6 +2,7 @@ package redfish
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net"
@@ -17,12 +18,28 @@ type unsupportedError string
 
 func (e unsupportedError) Error() string { return string(e) }
 
-// fail turns err into a *bmc.Error of the right kind, with the password scrubbed from its message.
+// fail turns err into a *bmc.Error of the right kind, with the password and the session token scrubbed
+// from its message. Call it with the driver's lock held.
 func (d *driver) fail(ctx context.Context, op string, err error) error {
+	return d.failWith(ctx, op, err, d.token)
+}
+
+// failWith is fail for a caller that does not hold the lock: token is the session token it used.
+func (d *driver) failWith(ctx context.Context, op string, err error, token string) error {
 	if err == nil {
 		return nil
 	}
-	return &bmc.Error{Driver: DriverName, Operation: op, Kind: kindOf(ctx, err), Err: scrub(bmc.ExplainCertificate(err), d.creds.Password, d.token)}
+	return &bmc.Error{Driver: DriverName, Operation: op, Kind: kindOf(ctx, err),
+		Err: scrub(bmc.ExplainCertificate(err), d.creds.Password, token, basicCredentials(d.creds))}
+}
+
+// basicCredentials is the credentials as HTTP basic auth sends them (base64 of user:password): a BMC that
+// echoes the request's Authorization header in an error would otherwise put the password in ours.
+func basicCredentials(c bmc.Credentials) string {
+	if c.Password == "" {
+		return ""
+	}
+	return base64.StdEncoding.EncodeToString([]byte(c.Username + ":" + c.Password))
 }
 
 // kindOf classifies an error: what the BMC said (its status, a redirect elsewhere, an answer too large)

@@ -22,6 +22,10 @@ import (
 //	DELETE /mock/faults                heal the service and every system
 //	DELETE /mock/sessions              expire every session
 //	GET    /mock/requests              the request record; DELETE empties it
+//	GET    /mock/eventstreams          {"open":N,"slow":N}: event streams open, and dropped for a slow reader
+//	DELETE /mock/eventstreams          close every open event stream's connection mid-stream
+//	POST   /mock/eventservice          {"state":"Enabled"|"Disabled"|"NoSSE"|"Absent"}: what the EventService
+//	                                   offers (see EventService); leaving Enabled drops the open streams
 func (m *Mock) controlRoutes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /mock/systems", func(w http.ResponseWriter, _ *http.Request) {
@@ -85,7 +89,29 @@ func (m *Mock) controlRoutes() http.Handler {
 		m.ResetRequests()
 		reply(w, nil, nil)
 	})
+	mux.HandleFunc("GET /mock/eventstreams", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, eventStreamsStatus{Open: m.OpenEventStreams(), Slow: m.SlowEventStreams()})
+	})
+	mux.HandleFunc("DELETE /mock/eventstreams", func(w http.ResponseWriter, _ *http.Request) {
+		m.DropEventStreams()
+		reply(w, nil, nil)
+	})
+	mux.HandleFunc("POST /mock/eventservice", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			State EventService `json:"state"`
+		}
+		if !decode(w, r, &body) {
+			return
+		}
+		reply(w, nil, m.SetEventService(body.State))
+	})
 	return mux
+}
+
+// eventStreamsStatus is what GET /mock/eventstreams shows.
+type eventStreamsStatus struct {
+	Open int `json:"open"` // streams open now
+	Slow int `json:"slow"` // streams dropped because their reader fell behind, since start
 }
 
 // systemStatus is one system as the control endpoint shows it.

@@ -21,5 +21,14 @@
 // time after an Nmi, as a host writing a kernel dump does. Every Redfish request is recorded with the kind
 // of authentication it carried, so tests can assert on what a client really sent.
 //
+// An EventService (linked from the service root) offers a Server-Sent Events stream at its
+// ServerSentEventUri: every step of every power change (a reset, the control endpoint's, a transition's
+// end, a host acting on its own) reaches the open streams of the system's account as a Redfish Event
+// record (ResourceEvent.1.3.0.ResourcePoweredOff and the like, its OriginOfCondition the system), with a
+// keep-alive comment when there has been nothing to say for a while (WithEventKeepAlive). A stream is a
+// goroutine blocked on a channel, so a thousand are cheap; a power change never waits for a reader, and a
+// reader 64 events behind has its stream dropped (SlowEventStreams). Tests drop every open stream
+// (DropEventStreams), or disable or remove the service (SetEventService), to send clients back to polling.
+//
 // Production code never imports this package.
 package redfishmock

@@ -65,9 +65,10 @@ type Mock struct {
 	control      bool
 	listen       string
 	requestLimit int
-	resetTypes   []string // the ResetType values systems allow
-	host         Host     // the host of systems added from now on (see WithHost)
-	err          error    // the first configuration mistake, returned by Start
+	resetTypes   []string      // the ResetType values systems allow
+	keepAlive    time.Duration // between keep-alive comments on an idle event stream
+	host         Host          // the host of systems added from now on (see WithHost)
+	err          error         // the first configuration mistake, returned by Start
 
 	handler        http.Handler // the Redfish API
 	controlHandler http.Handler // the control endpoint
@@ -88,6 +89,8 @@ type Mock struct {
 	requests    []Request
 	hooks       []func(systemID string, from, to PowerState)
 	lost        lostAnswers // see LoseResetAnswers
+
+	events eventHub // the open event streams, under a lock of their own
 }
 
 // session is one logged-in Redfish session.
@@ -105,6 +108,8 @@ func New() *Mock {
 		listen:       "127.0.0.1:0",
 		requestLimit: defaultRequestLimit,
 		resetTypes:   allResetTypes,
+		keepAlive:    DefaultEventKeepAlive,
+		events:       eventHub{service: EventServiceEnabled, streams: map[*eventStream]struct{}{}},
 		systems:      map[string]*system{},
 		accounts:     map[string]string{},
 		sessions:     map[string]*session{},
@@ -462,7 +467,8 @@ func (m *Mock) withSystem(id string, fn func(s *system, now time.Time, e *effect
 	return nil
 }
 
-// apply starts the timers and calls the hooks a locked section asked for. Call it without the lock.
+// apply starts the timers, calls the hooks and tells the event streams of the changes a locked section
+// asked for. Call it without the lock.
 func (m *Mock) apply(e effects) {
 	for _, t := range e.timers {
 		m.clock.AfterFunc(t.after, func() { m.settleAt(t.id, t.at) })
@@ -472,11 +478,18 @@ func (m *Mock) apply(e effects) {
 	}
 	m.mu.Lock()
 	hooks := m.hooks
+	owners := make([]string, len(e.changes))
+	for i, c := range e.changes {
+		if s, ok := m.systems[c.id]; ok {
+			owners[i] = m.owner(s)
+		}
+	}
 	m.mu.Unlock()
-	for _, c := range e.changes {
+	for i, c := range e.changes {
 		for _, h := range hooks {
 			h(c.id, c.from, c.to)
 		}
+		m.events.publish(c, owners[i])
 	}
 }
 

@@ -84,10 +84,11 @@ func (s *system) state() PowerState {
 	return s.power
 }
 
-// change is one step of a system's power, for the OnPowerChange hooks.
+// change is one step of a system's power, for the OnPowerChange hooks and the event streams.
 type change struct {
 	id       string
 	from, to PowerState
+	at       time.Time // when it happened, on the Mock's clock
 }
 
 // timerReq asks for a transition to be settled at its deadline, so the hooks hear of it even if nobody
@@ -117,7 +118,7 @@ func (e *effects) settle(s *system, now time.Time) {
 		case hostPowersOff:
 			e.moveTo(s, PowerOff, delay, at)
 		case hostReboots:
-			e.cut(s)
+			e.cut(s, at)
 			e.moveTo(s, PowerOn, delay, at)
 		}
 		// hostActs started the timer of this transition already: a timer may not start another (see
@@ -134,7 +135,7 @@ func (e *effects) settleTransition(s *system, now time.Time) {
 	}
 	from := s.state()
 	s.power, s.target = s.target, ""
-	e.changes = append(e.changes, change{s.id, from, s.power})
+	e.changes = append(e.changes, change{s.id, from, s.power, now})
 }
 
 // hostActs makes s's host do act on its own after wait (see Host), unless a power change comes first.
@@ -160,17 +161,17 @@ func (e *effects) moveTo(s *system, to PowerState, delay time.Duration, now time
 		s.target, s.doneAt = to, now.Add(delay)
 		e.timers = append(e.timers, timerReq{s.id, delay, s.doneAt})
 	}
-	e.changes = append(e.changes, change{s.id, from, s.state()})
+	e.changes = append(e.changes, change{s.id, from, s.state(), now})
 }
 
 // cut drops s's power at once (the first half of a restart).
-func (e *effects) cut(s *system) {
+func (e *effects) cut(s *system, now time.Time) {
 	from := s.state()
 	if from == PowerOff {
 		return
 	}
 	s.power, s.target = PowerOff, ""
-	e.changes = append(e.changes, change{s.id, from, PowerOff})
+	e.changes = append(e.changes, change{s.id, from, PowerOff, now})
 }
 
 // reset applies a Reset action's type to s (nothing when stuck) and reports whether the type is known.
@@ -189,11 +190,11 @@ func (e *effects) reset(s *system, resetType string, delay time.Duration, now ti
 			}
 		}
 	case "ForceRestart", "PowerCycle":
-		apply = func() { e.cut(s); e.moveTo(s, PowerOn, delay, now) }
+		apply = func() { e.cut(s, now); e.moveTo(s, PowerOn, delay, now) }
 	case "GracefulRestart":
 		apply = func() {
 			if !ignored {
-				e.cut(s)
+				e.cut(s, now)
 				e.moveTo(s, PowerOn, delay, now)
 			}
 		}

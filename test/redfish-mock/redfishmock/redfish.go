@@ -30,6 +30,8 @@ func (m *Mock) routes() http.Handler {
 	mux.HandleFunc("GET "+sessionsPath, m.authed(m.listSessions))
 	mux.HandleFunc("GET "+sessionsPath+"/{id}", m.authed(m.getSession))
 	mux.HandleFunc("DELETE "+sessionsPath+"/{id}", m.authed(m.logout))
+	mux.HandleFunc("GET "+eventServicePath, m.authed(m.eventService))
+	mux.HandleFunc("GET "+ssePath, m.authed(m.serveEventStream))
 	mux.HandleFunc("/", m.authed(func(w http.ResponseWriter, r *http.Request, _ string) { notFound(w, r.URL.Path) }))
 	return mux
 }
@@ -182,6 +184,9 @@ func (m *Mock) serviceRoot(w http.ResponseWriter, _ *http.Request) {
 		"UUID":           "92384634-2938-2342-8820-489239905423",
 		"Systems":        link(systemsPath),
 		"Links":          obj{},
+	}
+	if m.eventServiceState() != EventServiceAbsent {
+		root["EventService"] = link(eventServicePath)
 	}
 	if !m.noSessions {
 		root["SessionService"] = link(sessionsSvc)
