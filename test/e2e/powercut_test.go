@@ -61,19 +61,24 @@ func watchPower(ctx context.Context, watch *v1alpha1.PowerWatch, nodes ...string
 // BMC request, nothing metalheal asked for. It returns when the mock has it.
 func cutPower(ctx context.Context, node string) time.Time {
 	GinkgoHelper()
-	url := h.Mock.URL() + "/mock/systems/" + harness.SystemID(node) + "/power"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewBufferString(`{"powerState":"Off"}`))
-	Expect(err).NotTo(HaveOccurred())
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req) // the harness's mock serves plain HTTP
-	Expect(err).NotTo(HaveOccurred())
-	_ = resp.Body.Close()
-	Expect(resp.StatusCode).To(BeNumerically("<", 300), "the control API refused the cut")
+	mockControl(ctx, http.MethodPost, "/mock/systems/"+harness.SystemID(node)+"/power", `{"powerState":"Off"}`)
 	at := time.Now()
 	state, err := h.Mock.PowerState(harness.SystemID(node))
 	Expect(err).NotTo(HaveOccurred())
 	Expect(state).To(Equal(redfishmock.PowerOff))
 	return at
+}
+
+// mockControl sends a request to the Redfish mock's control API (plain HTTP in the harness).
+func mockControl(ctx context.Context, method, path, body string) {
+	GinkgoHelper()
+	req, err := http.NewRequestWithContext(ctx, method, h.Mock.URL()+path, bytes.NewBufferString(body))
+	Expect(err).NotTo(HaveOccurred())
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	Expect(err).NotTo(HaveOccurred())
+	_ = resp.Body.Close()
+	Expect(resp.StatusCode).To(BeNumerically("<", 300), "the mock's control API refused %s %s", method, path)
 }
 
 // managerGauge reads a gauge of a manager's metrics (0 when absent).
@@ -210,6 +215,28 @@ var _ = Describe("Fence on the BMC's word", func() {
 		fencedOnTheBMCsWord(ctx, node, start, powerWatchPoll+fenceWithin, cutRedfish(ctx, node))
 		Expect(nodeConditionOf(ctx, node, v1alpha1.NodeConditionPoweredOff).Message).To(ContainSubstring("(a poll)"))
 		expectBackOn(ctx, node, "powercut-poll")
+		Expect(resets(node)).To(Equal([]string{"On"}))
+	}, SpecTimeout(scenarioMax))
+
+	It("catches the cut with its poll when the BMC drops its event stream and stops offering it, within the poll interval plus 5s", func(ctx SpecContext) {
+		m := mgrs.ensure(ctx)
+		start := time.Now()
+		node := pool.take(ctx, "powercut-dropped", 1)[0]
+		reportOnFailure(start, node)
+		createTemplate(ctx, harness.Namespace, "powercut-dropped", remediation())
+		createNodeHealthCheck(ctx, "powercut-dropped", maxUnhealthy(intstr.FromInt32(1)), fenceOnTheBMCsWord)
+		watchPower(ctx, &v1alpha1.PowerWatch{EventStream: v1alpha1.PowerWatchEventStreamAuto, PollIntervalSeconds: int32(powerWatchPoll / time.Second)}, node)
+		Expect(streamsOpen(ctx, m, 1)).To(BeTrue(), "the mock offers its event stream: the watch follows it")
+
+		By("the BMC's EventService is switched off: its stream drops, and opening it again finds none")
+		mockControl(ctx, http.MethodPost, "/mock/eventservice", `{"state":"Disabled"}`)
+		DeferCleanup(func(ctx SpecContext) { mockControl(ctx, http.MethodPost, "/mock/eventservice", `{"state":"Enabled"}`) })
+		Eventually(func() (float64, error) { return managerGauge(ctx, m, "metalheal_power_watch_streams") }).
+			WithContext(ctx).WithTimeout(settledWait).WithPolling(poll).Should(BeZero())
+
+		fencedOnTheBMCsWord(ctx, node, start, powerWatchPoll+fenceWithin, cutRedfish(ctx, node))
+		Expect(nodeConditionOf(ctx, node, v1alpha1.NodeConditionPoweredOff).Message).To(ContainSubstring("(a poll)"))
+		expectBackOn(ctx, node, "powercut-dropped")
 		Expect(resets(node)).To(Equal([]string{"On"}))
 	}, SpecTimeout(scenarioMax))
 

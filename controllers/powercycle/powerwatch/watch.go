@@ -20,6 +20,11 @@ import (
 // the first backoff step: a stream that drops at once keeps backing off.
 const streamResetAfter = time.Minute
 
+// UnsupportedRecheck is how long a watch polls a BMC that offers no event stream before it asks again: a
+// BMC whose EventService was switched off (or that gains one with new firmware) gets its stream back
+// without a restart. Asking costs a Redfish BMC two requests; an IPMI or Ironic driver, nothing.
+const UnsupportedRecheck = 10 * time.Minute
+
 // watch follows one host's power. Everything but the stream itself runs in one goroutine (run), so its
 // fields need no lock.
 type watch struct {
@@ -58,9 +63,9 @@ type stream struct {
 }
 
 // run reads the power once, then follows the event stream (when the BMC offers one and the spec allows
-// it) and polls while no stream is open (and once more after one opened), until ctx ends. A stream that fails or drops is opened again
-// after a backoff (StreamBackoff doubling to StreamBackoffMax); ErrUnsupported means the BMC has none,
-// and the watch polls from then on.
+// it) and polls while no stream is open (and once more after one opened), until ctx ends. A stream that
+// fails or drops is opened again after a backoff (StreamBackoff doubling to StreamBackoffMax);
+// ErrUnsupported means the BMC has none: the watch polls, and asks again after UnsupportedRecheck.
 func (wt *watch) run(ctx context.Context) {
 	log := ctrl.LoggerFrom(ctx)
 	clk := wt.w.opts.Clock
@@ -70,7 +75,6 @@ func (wt *watch) run(ctx context.Context) {
 	// settle keeps the poll going for one more tick after a stream opened: WatchPower cannot say when the
 	// BMC has taken the subscription, and a change before that is on no stream.
 	settle := false
-	wantStream := wt.spec.StreamEnabled()
 	delay := wt.w.opts.StreamBackoff
 	var reopen clock.Timer
 	poll := clk.NewTimer(wt.spec.PollInterval())
@@ -108,7 +112,7 @@ func (wt *watch) run(ctx context.Context) {
 	}
 
 	wt.look(ctx, triggerPoll)
-	if wantStream {
+	if wt.spec.StreamEnabled() {
 		startStream()
 	}
 	for {
@@ -143,8 +147,9 @@ func (wt *watch) run(ctx context.Context) {
 				open = nil
 			}
 			if errors.Is(err, bmc.ErrUnsupported) {
-				log.V(2).Info("The BMC offers no event stream: polling its power", "pollInterval", wt.spec.PollInterval(), "reason", err.Error())
-				wantStream = false
+				log.V(2).Info("The BMC offers no event stream: polling its power", "pollInterval", wt.spec.PollInterval(),
+					"askAgainIn", UnsupportedRecheck, "reason", err.Error())
+				reopen = clk.NewTimer(UnsupportedRecheck)
 			} else {
 				if lasted >= streamResetAfter {
 					delay = wt.w.opts.StreamBackoff

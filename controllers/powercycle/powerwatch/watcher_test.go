@@ -298,7 +298,12 @@ var _ = Describe("Power watch", func() {
 		w.clock.Step(5 * time.Second)
 		Eventually(conditionState(ctx, b)).WithTimeout(wait).Should(Equal("True/" + v1alpha1.ReasonBMCReportedOff))
 		Expect(condition(ctx, b).Message).To(ContainSubstring("(a poll)"))
-		Expect(d.CallCount(bmc.OperationWatchPower)).To(Equal(1), "a BMC without a stream is not asked again")
+		Expect(d.CallCount(bmc.OperationWatchPower)).To(Equal(1), "a BMC without a stream is not asked again at once")
+
+		By("asked again after a while, a BMC that offers a stream now gets it followed")
+		d.SetWatchUnsupported(false)
+		w.clock.Step(UnsupportedRecheck)
+		Eventually(d.OpenStreams).WithTimeout(wait).Should(Equal(1))
 	})
 
 	It("polls while a dropped stream is down, and opens it again with backoff", func(ctx SpecContext) {
