@@ -39,7 +39,7 @@ const (
 	bootDelay         = 3 * time.Second // power on → Ready
 	powerDelay        = time.Second     // a BMC's power transition
 	conditionDuration = 2 * time.Second // how long Ready must be Unknown/False before a check acts
-	workers           = 56              // the pool scenarios take their nodes from (52 taken today)
+	workers           = 56              // the pool scenarios take their nodes from (53 taken today)
 )
 
 // Waits. Every wait is an Eventually bounded by one of these.
