@@ -41,8 +41,11 @@ const (
 	actRemediating action = "Remediating"
 	// actPoweredOff: set PoweredOff=True.
 	actPoweredOff action = "PoweredOff"
-	// actPoweredOn: set PoweredOff=False.
+	// actPoweredOn: set PoweredOff=False: the BMC reads On and the kubelet reported since.
 	actPoweredOn action = "PoweredOn"
+	// actAwaitKubelet: the BMC reads On, but the Node's kubelet has not reported since the host went off:
+	// the host is not back yet (it boots, or it hangs); PoweredOff stays True and the watch polls.
+	actAwaitKubelet action = "AwaitKubelet"
 	// actContradicted: the kubelet answers: warn once, fence nothing.
 	actContradicted action = "Contradicted"
 	// actUnverifiable: no kubelet endpoint to check the BMC against: warn once, fence nothing.
@@ -61,13 +64,18 @@ const (
 	kubeletNoEndpoint
 )
 
-// decideOn is what a reading of On means for the Node's condition: it is set False only when it is True
-// (a Node whose BMC never reported it off gets no condition at all).
-func decideOn(cond *corev1.NodeCondition) action {
-	if cond != nil && cond.Status == corev1.ConditionTrue {
+// decideOn is what a reading of On means for the Node's condition: a True condition turns False once the
+// host is back, powered on and its kubelet Ready by a report made after the condition turned True (until
+// then the Node's Ready is the dead kubelet's last word, and a health check would take the host for
+// healthy while it boots). A Node whose BMC never reported it off gets no condition at all.
+func decideOn(cond *corev1.NodeCondition, ready *corev1.NodeCondition) action {
+	switch {
+	case cond == nil || cond.Status != corev1.ConditionTrue:
+		return actNone
+	case ready != nil && ready.Status == corev1.ConditionTrue && ready.LastHeartbeatTime.After(cond.LastTransitionTime.Time):
 		return actPoweredOn
 	}
-	return actNone
+	return actAwaitKubelet
 }
 
 // alreadyOff reports whether the Node already says what an Off reading would make it say: nothing to
@@ -124,13 +132,25 @@ func poweredOffCondition(now, seen time.Time, how trigger, bmcName, endpoint str
 	}
 }
 
-// poweredOnCondition is PoweredOff=False for a host bmcName reports on at seen.
-func poweredOnCondition(now, seen time.Time, how trigger, bmcName string) corev1.NodeCondition {
+// poweredOnCondition is PoweredOff=False for a host bmcName reports on at seen, whose kubelet reported
+// Ready at readyAt.
+func poweredOnCondition(now, seen, readyAt time.Time, how trigger, bmcName string) corev1.NodeCondition {
 	return corev1.NodeCondition{
 		Type: v1alpha1.NodeConditionPoweredOff, Status: corev1.ConditionFalse, Reason: v1alpha1.ReasonBMCReportedOn,
-		Message:           fmt.Sprintf("BMC %s reported the host powered on at %s (%s)", bmcName, seen.UTC().Format(time.RFC3339), how.describe()),
+		Message: fmt.Sprintf("BMC %s reported the host powered on at %s (%s), and its kubelet reported Ready at %s",
+			bmcName, seen.UTC().Format(time.RFC3339), how.describe(), readyAt.UTC().Format(time.RFC3339)),
 		LastHeartbeatTime: metav1.NewTime(now), LastTransitionTime: metav1.NewTime(now),
 	}
+}
+
+// readyCondition returns the Node's Ready condition, nil when it has none.
+func readyCondition(n *corev1.Node) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == corev1.NodeReady {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
 }
 
 // readingResult is the metric label of a reading.

@@ -2,9 +2,11 @@ package powerwatch
 
 import (
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestDecideOff(t *testing.T) {
@@ -30,18 +32,30 @@ func TestDecideOff(t *testing.T) {
 }
 
 func TestDecideOn(t *testing.T) {
+	off := time.Date(2026, 11, 27, 22, 0, 0, 0, time.UTC)
+	cond := func(status corev1.ConditionStatus) *corev1.NodeCondition {
+		return &corev1.NodeCondition{Status: status, LastTransitionTime: metav1.NewTime(off)}
+	}
+	ready := func(status corev1.ConditionStatus, heartbeat time.Time) *corev1.NodeCondition {
+		return &corev1.NodeCondition{Type: corev1.NodeReady, Status: status, LastHeartbeatTime: metav1.NewTime(heartbeat)}
+	}
 	cases := []struct {
-		name string
-		cond *corev1.NodeCondition
-		want action
+		name  string
+		cond  *corev1.NodeCondition
+		ready *corev1.NodeCondition
+		want  action
 	}{
-		{"no condition: none is added", nil, actNone},
-		{"True: set False", &corev1.NodeCondition{Status: corev1.ConditionTrue}, actPoweredOn},
-		{"False already: nothing", &corev1.NodeCondition{Status: corev1.ConditionFalse}, actNone},
+		{"no condition: none is added", nil, ready(corev1.ConditionTrue, off), actNone},
+		{"False already: nothing", cond(corev1.ConditionFalse), ready(corev1.ConditionTrue, off.Add(time.Hour)), actNone},
+		{"True, the kubelet Ready since: set False", cond(corev1.ConditionTrue), ready(corev1.ConditionTrue, off.Add(90*time.Second)), actPoweredOn},
+		{"True, Ready only by the dead kubelet's last word: wait", cond(corev1.ConditionTrue), ready(corev1.ConditionTrue, off.Add(-time.Second)), actAwaitKubelet},
+		{"True, the same second: wait (times are in seconds)", cond(corev1.ConditionTrue), ready(corev1.ConditionTrue, off), actAwaitKubelet},
+		{"True, the kubelet reported NotReady since: wait", cond(corev1.ConditionTrue), ready(corev1.ConditionFalse, off.Add(time.Minute)), actAwaitKubelet},
+		{"True, no Ready condition: wait", cond(corev1.ConditionTrue), nil, actAwaitKubelet},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			NewWithT(t).Expect(decideOn(tc.cond)).To(Equal(tc.want))
+			NewWithT(t).Expect(decideOn(tc.cond, tc.ready)).To(Equal(tc.want))
 		})
 	}
 }

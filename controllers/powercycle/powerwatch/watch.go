@@ -35,21 +35,24 @@ type watch struct {
 	// warned is the warning given in the current episode of Off readings (actContradicted or
 	// actUnverifiable), so that it is given once; a reading of On, or a fence, ends the episode.
 	warned action
-	// written is the PoweredOff status this watch last wrote ("" before its first write): the cache may not
-	// show it yet when the next reading comes (a burst of stream events reads the power twice within
+	// written is the PoweredOff condition this watch last wrote (nil before its first write): the cache may
+	// not show it yet when the next reading comes (a burst of stream events reads the power twice within
 	// milliseconds), and writing it again would move its lastTransitionTime and repeat its event.
-	written    corev1.ConditionStatus
+	written    *corev1.NodeCondition
 	writtenUID types.UID // the Node written to: a Node deleted and made again starts without the condition
+	// recovering is set while the BMC reads On but the host is not back (see actAwaitKubelet): the watch
+	// polls then, stream or not, to see the kubelet's report.
+	recovering bool
 }
 
 // poweredOff is the Node's PoweredOff condition as this watch knows it: its own last write, or the
 // cached Node's.
 func (wt *watch) poweredOff(node *corev1.Node) *corev1.NodeCondition {
 	cond := poweredOff(node)
-	if wt.written == "" || wt.writtenUID != node.UID || (cond != nil && cond.Status == wt.written) {
+	if wt.written == nil || wt.writtenUID != node.UID || (cond != nil && cond.Status == wt.written.Status) {
 		return cond
 	}
-	return &corev1.NodeCondition{Type: v1alpha1.NodeConditionPoweredOff, Status: wt.written}
+	return wt.written
 }
 
 func newWatch(w *Watcher, key types.NamespacedName, spec v1alpha1.PowerWatch) *watch {
@@ -63,7 +66,8 @@ type stream struct {
 }
 
 // run reads the power once, then follows the event stream (when the BMC offers one and the spec allows
-// it) and polls while no stream is open (and once more after one opened), until ctx ends. A stream that
+// it) and polls while no stream is open (and once more after one opened, and while a host that came back
+// on has not reported Ready yet), until ctx ends. A stream that
 // fails or drops is opened again after a backoff (StreamBackoff doubling to StreamBackoffMax);
 // ErrUnsupported means the BMC has none: the watch polls, and asks again after UnsupportedRecheck.
 func (wt *watch) run(ctx context.Context) {
@@ -117,7 +121,7 @@ func (wt *watch) run(ctx context.Context) {
 	}
 	for {
 		var pollC, reopenC <-chan time.Time
-		if open == nil || settle {
+		if open == nil || settle || wt.recovering {
 			pollC = poll.C()
 		}
 		if reopen != nil {
@@ -220,6 +224,7 @@ func (wt *watch) look(ctx context.Context, how trigger) {
 		wt.warned = actNone
 		wt.on(ctx, b, seen, how)
 	case bmc.PowerStateOff:
+		wt.recovering = false
 		wt.off(ctx, b, d, seen, how)
 	}
 }
@@ -227,15 +232,27 @@ func (wt *watch) look(ctx context.Context, how trigger) {
 // on sets PoweredOff=False on a Node where it is True.
 func (wt *watch) on(ctx context.Context, b *v1alpha1.BMC, seen time.Time, how trigger) {
 	ns, node, ok := wt.node(ctx, b)
-	if !ok || decideOn(wt.poweredOff(node)) != actPoweredOn {
+	if !ok {
 		return
 	}
-	cond := poweredOnCondition(wt.w.opts.Clock.Now(), seen, how, klogName(b))
+	ready := readyCondition(node)
+	switch decideOn(wt.poweredOff(node), ready) {
+	case actAwaitKubelet:
+		wt.recovering = true
+		ctrl.LoggerFrom(ctx).V(4).Info("Powered on, the kubelet not back yet: PoweredOff stays True")
+		return
+	case actPoweredOn:
+	default:
+		wt.recovering = false
+		return
+	}
+	wt.recovering = false
+	cond := poweredOnCondition(wt.w.opts.Clock.Now(), seen, ready.LastHeartbeatTime.Time, how, klogName(b))
 	if err := ns.setCondition(ctx, node.Name, cond); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Writing the Node's power condition failed", "node", node.Name)
 		return
 	}
-	wt.written, wt.writtenUID = cond.Status, node.UID
+	wt.written, wt.writtenUID = &cond, node.UID
 	wt.decided(ctx, b, actPoweredOn, corev1.EventTypeNormal, EventHostPoweredOn, cond.Message)
 }
 
@@ -280,7 +297,7 @@ func (wt *watch) off(ctx context.Context, b *v1alpha1.BMC, d bmc.Driver, seen ti
 			log.Error(err, "Writing the Node's power condition failed", "node", node.Name)
 			return
 		}
-		wt.written, wt.writtenUID, wt.warned = cond.Status, node.UID, actNone
+		wt.written, wt.writtenUID, wt.warned = &cond, node.UID, actNone
 		wt.decided(ctx, b, act, corev1.EventTypeNormal, EventHostPoweredOff, cond.Message)
 	}
 }

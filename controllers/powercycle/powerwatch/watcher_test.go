@@ -63,6 +63,7 @@ type world struct {
 	seen         []string
 	remediations *remediations
 	watcher      *Watcher
+	cached       client.Reader // the manager's cache: what the watch reads
 }
 
 func startWorld(ctx context.Context, mutate ...func(*Options)) *world {
@@ -87,6 +88,7 @@ func startWorld(ctx context.Context, mutate ...func(*Options)) *world {
 	for _, m := range mutate {
 		m(&opts)
 	}
+	w.cached = mgr.GetClient()
 	w.watcher, err = New(opts)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(w.watcher.SetupWithManager(ctx, mgr)).To(Succeed())
@@ -181,6 +183,26 @@ func conditionState(ctx context.Context, b *v1alpha1.BMC) func() string {
 	}
 }
 
+// kubeletReports has the host's kubelet report Ready (a heartbeat) after its Node's PoweredOff turned True,
+// as a kubelet does when its host has booted, and waits for the manager's cache to show it.
+func (w *world) kubeletReports(ctx context.Context, b *v1alpha1.BMC) {
+	n := &corev1.Node{}
+	Expect(k8sClient.Get(ctx, types.NamespacedName{Name: b.Spec.NodeName}, n)).To(Succeed())
+	since := poweredOff(n).LastTransitionTime.Add(2 * time.Second)
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == corev1.NodeReady {
+			n.Status.Conditions[i].Status = corev1.ConditionTrue
+			n.Status.Conditions[i].LastHeartbeatTime = metav1.NewTime(since)
+		}
+	}
+	Expect(k8sClient.Status().Update(ctx, n)).To(Succeed())
+	Eventually(func() string {
+		cached := &corev1.Node{}
+		Expect(w.cached.Get(ctx, types.NamespacedName{Name: n.Name}, cached)).To(Succeed())
+		return cached.ResourceVersion
+	}).WithTimeout(wait).Should(Equal(n.ResourceVersion))
+}
+
 // events returns the events emitted so far, as "Type Reason note".
 func (w *world) events() []string {
 	for {
@@ -235,8 +257,16 @@ var _ = Describe("Power watch", func() {
 		Expect(k8sClient.Get(ctx, types.NamespacedName{Name: b.Spec.NodeName}, n)).To(Succeed())
 		Expect(n.Status.Conditions).To(ContainElement(HaveField("Type", corev1.NodeReady)), "the kubelet's conditions stay")
 
+		By("powered on: the host is back only once its kubelet reports Ready since (its Node's Ready is the dead kubelet's last word till then)")
+		at = reads(d)()
 		d.SetPowerState(bmc.PowerStateOn)
+		Eventually(reads(d)).WithTimeout(wait).Should(BeNumerically(">", at))
+		Expect(conditionState(ctx, b)()).To(Equal("True/"+v1alpha1.ReasonBMCReportedOff), "booting, not back")
+		w.kubeletReports(ctx, b)
+		Eventually(w.clock.HasWaiters).WithTimeout(wait).Should(BeTrue())
+		w.clock.Step(5 * time.Second) // the watch polls while the host comes back, stream or not
 		Eventually(conditionState(ctx, b)).WithTimeout(wait).Should(Equal("False/" + v1alpha1.ReasonBMCReportedOn))
+		Expect(condition(ctx, b).Message).To(ContainSubstring("its kubelet reported Ready at"))
 		Eventually(w.eventsWith(EventHostPoweredOn)).WithTimeout(wait).Should(Equal(1))
 		Expect(w.eventsWith(EventHostPoweredOff)()).To(Equal(1), "the burst said nothing more (the readings are one at a time: done before this one)")
 	})
@@ -327,6 +357,7 @@ var _ = Describe("Power watch", func() {
 		w.clock.Step(DefaultStreamBackoffMax)
 		Eventually(d.OpenStreams).WithTimeout(wait).Should(Equal(1), "the stream is opened again")
 		Expect(d.CallCount(bmc.OperationWatchPower)).To(BeNumerically(">=", 3))
+		w.kubeletReports(ctx, b)
 		d.SetPowerState(bmc.PowerStateOn)
 		Eventually(conditionState(ctx, b)).WithTimeout(wait).Should(Equal("False/" + v1alpha1.ReasonBMCReportedOn))
 		Expect(condition(ctx, b).Message).To(ContainSubstring("its event stream"))
