@@ -130,12 +130,14 @@ const (
 const (
 	// NodeConditionPoweredOff is True when the host's BMC reported it off, read it off again, and the
 	// host's kubelet did not answer either, while no metalheal remediation was at work on it; False once
-	// the BMC reports it on again. Absent on Nodes whose BMC never reported them off.
+	// the host is back: the BMC reads it on and its kubelet reported Ready since. Absent on Nodes whose BMC
+	// never reported them off.
 	NodeConditionPoweredOff = "PoweredOff"
 	// ReasonBMCReportedOff (PoweredOff=True): the BMC reported the host off (message: when, and whether
 	// its event stream or a poll told), and the kubelet did not answer.
 	ReasonBMCReportedOff = "BMCReportedOff"
-	// ReasonBMCReportedOn (PoweredOff=False): the BMC reports the host on again.
+	// ReasonBMCReportedOn (PoweredOff=False): the BMC reports the host on again, and its kubelet reported
+	// Ready since it went off.
 	ReasonBMCReportedOn = "BMCReportedOn"
 )
 

@@ -10,7 +10,8 @@
 //
 // What a reading means is decided in one place (decide.go):
 //
-//   - On: the Node condition PoweredOff, if True, turns False (BMCReportedOn).
+//   - On: the Node condition PoweredOff, if True, turns False (BMCReportedOn) once the kubelet has
+//     reported Ready since it turned True (the host is back, not booting); the watch polls till then.
 //   - Off while a metalheal remediation is at work on the host (its own power-off): nothing.
 //   - Off otherwise: the BMC is read again (its confirmed reading), then the host's kubelet is probed (a
 //     TCP connect to the Node's InternalIP and kubelet port, bounded): a second, independent reading. A

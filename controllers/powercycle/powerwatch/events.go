@@ -5,7 +5,8 @@ const (
 	// EventHostPoweredOff (Normal): the BMC reported the host off, a second reading agreed, and the Node
 	// condition PoweredOff was set True.
 	EventHostPoweredOff = "HostPoweredOff"
-	// EventHostPoweredOn (Normal): the BMC reports the host on again; PoweredOff was set False.
+	// EventHostPoweredOn (Normal): the BMC reports the host on again and its kubelet reported Ready since;
+	// PoweredOff was set False.
 	EventHostPoweredOn = "HostPoweredOn"
 	// EventPowerReadingContradicted (Warning): the BMC reported the host off but its kubelet answers: the
 	// host runs, so nothing was fenced. Once per contradiction: again only after the BMC read On, or the
