@@ -152,10 +152,16 @@ func nodeConditionOf(ctx context.Context, node, condType string) corev1.NodeCond
 }
 
 // expectBackOn waits for the remediation of node to be over: powered on, Ready, PoweredOff=False, the
-// request gone, everything settled.
-func expectBackOn(ctx context.Context, node, group string) {
+// request gone, everything settled. The request ended Succeeded before its check deleted it: PoweredOff
+// stayed True until the host was back (its kubelet's report), not while it booted behind a stale Ready.
+func expectBackOn(ctx context.Context, node, group string, start time.Time) {
 	GinkgoHelper()
 	waitGone(ctx, pcrKey(node), remedyWait)
+	pcrObj := "pcr/" + pcrKey(node).Namespace + "/" + pcrKey(node).Name
+	Eventually(func() bool { return tl.has(pcrObj, "deleted", start) }).WithContext(ctx).WithTimeout(settledWait).WithPolling(poll).Should(BeTrue())
+	succeeded, ok := tl.first(pcrObj, "phase="+string(v1alpha1.PhaseSucceeded), start)
+	Expect(ok).To(BeTrue(), "the request never reached Succeeded:\n%s", tl.dump(start, node))
+	Expect(succeeded).To(BeTemporally("<=", tl.at(pcrObj, "deleted", start)))
 	Eventually(func() string { return nodeConditionOf(ctx, node, v1alpha1.NodeConditionPoweredOff).Reason }).
 		WithContext(ctx).WithTimeout(settledWait).WithPolling(poll).Should(Equal(v1alpha1.ReasonBMCReportedOn))
 	expectSettled(ctx, node)
@@ -195,7 +201,7 @@ var _ = Describe("Fence on the BMC's word", func() {
 		}
 
 		By("the remediation powers the host on; the BMC reads On, PoweredOff turns False and the request goes")
-		expectBackOn(ctx, cut, "powercut")
+		expectBackOn(ctx, cut, "powercut", start)
 		Expect(resets(cut)).To(Equal([]string{"On"}), "the BMC's reading was the confirmed power-off: the host was only powered on again")
 		Expect(resets(bystander)).To(BeEmpty())
 		expectSettled(ctx, bystander)
@@ -214,7 +220,7 @@ var _ = Describe("Fence on the BMC's word", func() {
 
 		fencedOnTheBMCsWord(ctx, node, start, powerWatchPoll+fenceWithin, cutRedfish(ctx, node))
 		Expect(nodeConditionOf(ctx, node, v1alpha1.NodeConditionPoweredOff).Message).To(ContainSubstring("(a poll)"))
-		expectBackOn(ctx, node, "powercut-poll")
+		expectBackOn(ctx, node, "powercut-poll", start)
 		Expect(resets(node)).To(Equal([]string{"On"}))
 	}, SpecTimeout(scenarioMax))
 
@@ -236,7 +242,7 @@ var _ = Describe("Fence on the BMC's word", func() {
 
 		fencedOnTheBMCsWord(ctx, node, start, powerWatchPoll+fenceWithin, cutRedfish(ctx, node))
 		Expect(nodeConditionOf(ctx, node, v1alpha1.NodeConditionPoweredOff).Message).To(ContainSubstring("(a poll)"))
-		expectBackOn(ctx, node, "powercut-dropped")
+		expectBackOn(ctx, node, "powercut-dropped", start)
 		Expect(resets(node)).To(Equal([]string{"On"}))
 	}, SpecTimeout(scenarioMax))
 
@@ -264,7 +270,7 @@ var _ = Describe("Fence on the BMC's word", func() {
 			return time.Now()
 		})
 		Expect(nodeConditionOf(ctx, node, v1alpha1.NodeConditionPoweredOff).Message).To(ContainSubstring("(a poll)"))
-		expectBackOn(ctx, node, group)
+		expectBackOn(ctx, node, group, start)
 		Expect(tl.all("power/"+node, start)).To(HaveExactElements(HaveField("What", "Off"), HaveField("What", "On")),
 			"the host lost its power once and got it back")
 		Expect(powerOffs()).To(Equal(offsBefore), "no power-off was sent: the BMC's reading was the confirmed power-off")
