@@ -67,9 +67,9 @@ type stream struct {
 
 // run reads the power once, then follows the event stream (when the BMC offers one and the spec allows
 // it) and polls while no stream is open (and once more after one opened, and while a host that came back
-// on has not reported Ready yet), until ctx ends. A stream that
-// fails or drops is opened again after a backoff (StreamBackoff doubling to StreamBackoffMax);
-// ErrUnsupported means the BMC has none: the watch polls, and asks again after UnsupportedRecheck.
+// on has not reported Ready yet), until ctx ends. A stream that fails or drops is opened again after a
+// backoff (StreamBackoff doubling to StreamBackoffMax); ErrUnsupported means the BMC has none: the watch
+// polls, and asks again after UnsupportedRecheck.
 func (wt *watch) run(ctx context.Context) {
 	log := ctrl.LoggerFrom(ctx)
 	clk := wt.w.opts.Clock
