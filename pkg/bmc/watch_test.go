@@ -18,6 +18,12 @@ type watcher struct {
 	bmc.Driver
 }
 
+// plain is a driver without an event stream: only the Driver methods of the one it wraps (the fake has a
+// stream of its own).
+type plain struct {
+	bmc.Driver
+}
+
 var errDropped = errors.New("stream dropped")
 
 func (w watcher) WatchPower(_ context.Context, changed func()) error {
@@ -37,8 +43,8 @@ func TestWatchPower(t *testing.T) {
 	}{
 		"a watcher":                {driver: watcher{fake.New(bmc.PowerStateOn)}, wantChanges: 1, want: errDropped},
 		"a watcher, instrumented":  {driver: bmc.Instrument(watcher{fake.New(bmc.PowerStateOn)}, "redfish", m), wantChanges: 1, want: errDropped},
-		"no watcher":               {driver: fake.New(bmc.PowerStateOn), want: bmc.ErrUnsupported},
-		"no watcher, instrumented": {driver: bmc.Instrument(fake.New(bmc.PowerStateOn), "ipmi", m), want: bmc.ErrUnsupported},
+		"no watcher":               {driver: plain{fake.New(bmc.PowerStateOn)}, want: bmc.ErrUnsupported},
+		"no watcher, instrumented": {driver: bmc.Instrument(plain{fake.New(bmc.PowerStateOn)}, "ipmi", m), want: bmc.ErrUnsupported},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
