@@ -32,10 +32,10 @@ type Report struct {
 	Fleet *FleetSummary `json:"fleet,omitempty"`
 	// EventStreams is how many BMC event streams the manager held open in the steady-streams phase
 	// (--power-watch); 0 without.
-	EventStreams int `json:"eventStreams,omitempty"`
-	Targets []Target      `json:"targets"`
-	Method  []string      `json:"method"`
-	Error   string        `json:"error,omitempty"`
+	EventStreams int      `json:"eventStreams,omitempty"`
+	Targets      []Target `json:"targets"`
+	Method       []string `json:"method"`
+	Error        string   `json:"error,omitempty"`
 }
 
 // Machine is where the run happened.
