@@ -1,0 +1,54 @@
+package nhc
+
+import (
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/pkg/leases"
+)
+
+// The map functions find the checks a Node or a template event concerns (against the API server).
+var _ = Describe("Map functions", func() {
+	It("find the checks a Node, lease or template event concerns", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		ref := w.pcTemplate("pc")
+		selecting := w.check("selecting", &ref)
+		other := w.check("other", nil, func(c *v1alpha1.NodeHealthCheck) {
+			c.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": w.pool + "-x"}}
+			c.Spec.RemediationTemplate = &v1alpha1.TemplateReference{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: ref.Namespace, Name: "else"}
+		})
+		n := w.node("w1", corev1.ConditionTrue, t0)
+		req := func(c *v1alpha1.NodeHealthCheck) reconcile.Request {
+			return reconcile.Request{NamespacedName: types.NamespacedName{Name: c.Name}}
+		}
+		Expect(w.r.checksForNode(w.ctx, n)).To(Equal([]reconcile.Request{req(selecting)}))
+		leaseOf := func(n *corev1.Node) *coordinationv1.Lease {
+			return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: leases.LeaseName(n.Name), Namespace: leaseNS}}
+		}
+		Expect(w.r.checksForLease(w.ctx, leaseOf(n))).To(BeEmpty(), "a Ready Node no check remembers: its lease does not matter")
+		sick := w.node("w2", corev1.ConditionFalse, t0)
+		Expect(w.r.checksForLease(w.ctx, leaseOf(sick))).To(Equal([]reconcile.Request{req(selecting)}), "not Ready: it matters to the checks that select it")
+		cp := w.node("cp1", corev1.ConditionTrue, t0, labelControlPlane, "")
+		Expect(w.r.checksForLease(w.ctx, leaseOf(cp))).To(ContainElements(req(selecting), req(other)), "a control-plane Node's lease matters to every check")
+
+		// A check that remembers the Node hears of it even when its selector no longer matches.
+		other.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: n.Name, SkipReason: SkipExcluded}}
+		Expect(k8s.Status().Update(w.ctx, other)).To(Succeed())
+		Expect(w.r.checksForNode(w.ctx, n)).To(ConsistOf(req(selecting), req(other)))
+		Expect(w.r.checksForLease(w.ctx, leaseOf(n))).To(Equal([]reconcile.Request{req(other)}))
+
+		tpl := &unstructured.Unstructured{}
+		tpl.SetAPIVersion(ref.APIVersion)
+		tpl.SetKind(ref.Kind)
+		tpl.SetNamespace(ref.Namespace)
+		tpl.SetName(ref.Name)
+		Expect(w.r.checksUsingTemplate(w.ctx, tpl)).To(Equal([]reconcile.Request{req(selecting)}))
+	})
+})
