@@ -98,7 +98,7 @@ var _ = Describe("Cluster API versions", Ordered, func() {
 				s := servers[version]
 				ns := createNamespace(ctx, s.c)
 				clk := clocktesting.NewFakeClock(time.Now())
-				r, err := New(Options{Client: s.c, Reader: s.c, APIReader: s.c, Recorder: &recorder{}, Clock: clk, Discovery: s.disco})
+				r, err := New(Options{Client: s.c, Reader: s.c, APIReader: s.c, Recorder: newRecorder(), Clock: clk, Discovery: s.disco})
 				Expect(err).NotTo(HaveOccurred())
 				DeferCleanup(func() { r.remotes.StopAll() })
 
@@ -186,7 +186,7 @@ var _ = Describe("Cluster API versions", Ordered, func() {
 		})
 		Expect(err).NotTo(HaveOccurred())
 		// A real clock: the manager's requeues wait in real time. The recheck is short for the test.
-		r, err := New(Options{Clock: clock.RealClock{}, Recorder: &recorder{}, ClusterAPIRecheckInterval: time.Second})
+		r, err := New(Options{Clock: clock.RealClock{}, Recorder: newRecorder(), ClusterAPIRecheckInterval: time.Second})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
 		mgrCtx, stop := context.WithCancel(ctx)
