@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -28,6 +29,8 @@ type ManagerOptions struct {
 	User string
 	// WrapTransport, if set, sees every request of the manager (a RequestLog's Wrap, say).
 	WrapTransport func(http.RoundTripper) http.RoundTripper
+	// Logger, if set, is the manager's logger (controller-runtime's global one otherwise).
+	Logger logr.Logger
 }
 
 // NewManager builds a manager on e's API server for one test: no metrics or health endpoints, and
@@ -56,6 +59,7 @@ func (e *Env) NewManager(opts ManagerOptions) (manager.Manager, error) {
 	}
 	return ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 e.Scheme,
+		Logger:                 opts.Logger,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
@@ -64,9 +68,9 @@ func (e *Env) NewManager(opts ManagerOptions) (manager.Manager, error) {
 }
 
 // ManagerStopTimeout bounds how long a test's end waits for its manager to stop.
-const ManagerStopTimeout = 30 * time.Second
+const ManagerStopTimeout = time.Minute
 
-// RunManager starts mgr until the test ends; t's cleanup stops it, waits for it and fails t if it
+// RunManager starts mgr until ctx ends or the test does, whichever comes first; t's cleanup stops it, waits for it and fails t if it
 // returns an error or does not stop within ManagerStopTimeout.
 func RunManager(ctx context.Context, t TB, mgr manager.Manager) {
 	t.Helper()
