@@ -21,24 +21,24 @@ import (
 var _ = Describe("Back-off", func() {
 	It("spaces the requests of a Node that fails again and again at growing intervals, remembered in the status", func(ctx SpecContext) {
 		w := newWorld(ctx)
-		ref := w.pcTemplate("pc")
-		check := w.check("nhc", &ref, func(c *v1alpha1.NodeHealthCheck) {
+		ref := w.pcTemplate(ctx, "pc")
+		check := w.check(ctx, "nhc", &ref, func(c *v1alpha1.NodeHealthCheck) {
 			c.Spec.RemediationBackoff = &v1alpha1.RemediationBackoff{After: ptr.To[int32](1),
 				Window: &metav1.Duration{Duration: 24 * time.Hour}, Initial: &metav1.Duration{Duration: 10 * time.Minute},
 				Max: &metav1.Duration{Duration: 40 * time.Minute}}
 		})
-		sick := w.node("w1", corev1.ConditionTrue, t0)
+		sick := w.node(ctx, "w1", corev1.ConditionTrue, t0)
 		holdsBefore := testutil.ToFloat64(backoff.NHCMetrics.Holds)
 
 		var created []time.Time
 		fail := t0
 		for round := range 4 {
-			w.setReady(sick, corev1.ConditionFalse, fail)
+			w.setReady(ctx, sick, corev1.ConditionFalse, fail)
 			w.clk.SetTime(fail.Add(5 * time.Minute)) // the condition expires
-			res := w.reconcile(check)
+			res := w.reconcile(ctx, check)
 			if round > 0 {
 				// Failed again a minute after it recovered: held back, the status says until when.
-				Expect(w.remediations(pcRemediation, check)).To(BeEmpty(), "round %d", round)
+				Expect(w.remediations(ctx, pcRemediation, check)).To(BeEmpty(), "round %d", round)
 				e := entry(check, sick)
 				Expect(e).NotTo(BeNil())
 				Expect(e.SkipReason).To(Equal(SkipBackingOff))
@@ -55,13 +55,13 @@ var _ = Describe("Back-off", func() {
 					w.restart() // the memory is the status
 				}
 				w.clk.SetTime(until.Add(-time.Second))
-				w.reconcile(check)
-				Expect(w.remediations(pcRemediation, check)).To(BeEmpty())
+				w.reconcile(ctx, check)
+				Expect(w.remediations(ctx, pcRemediation, check)).To(BeEmpty())
 				Expect(w.rec.With(EventRemediationBackingOff)).To(HaveLen(round), "one event per hold")
 				w.clk.SetTime(until)
-				w.reconcile(check)
+				w.reconcile(ctx, check)
 			}
-			emrs := w.remediations(pcRemediation, check)
+			emrs := w.remediations(ctx, pcRemediation, check)
 			Expect(emrs).To(HaveLen(1), "round %d", round)
 			Expect(entry(check, sick).Remediations).To(HaveLen(1))
 			created = append(created, entry(check, sick).Remediations[0].Started.Time)
@@ -71,11 +71,11 @@ var _ = Describe("Back-off", func() {
 
 			// Power-cycled; Ready again a minute later: the request goes. It fails again a minute after.
 			recovered := w.clk.Now().Add(time.Minute)
-			w.setReady(sick, corev1.ConditionTrue, recovered)
+			w.setReady(ctx, sick, corev1.ConditionTrue, recovered)
 			w.clk.SetTime(recovered)
-			w.reconcile(check)
-			Expect(w.remediations(pcRemediation, check)).To(BeEmpty())
-			w.reconcile(check) // the request is gone: the Node is forgotten
+			w.reconcile(ctx, check)
+			Expect(w.remediations(ctx, pcRemediation, check)).To(BeEmpty())
+			w.reconcile(ctx, check) // the request is gone: the Node is forgotten
 			Expect(entry(check, sick)).To(BeNil())
 			Expect(check.Status.RecentRemediations).To(HaveLen(1), "remembered while the Node is healthy")
 			fail = recovered.Add(time.Minute)

@@ -46,15 +46,15 @@ func (c *steppingClock) Now() time.Time {
 var _ = Describe("Requeue", func() {
 	It("times the look again at an expiry from the end of the reconcile that asks for it, not from its decision", func(ctx SpecContext) {
 		w := newWorld(ctx)
-		ref := w.pcTemplate("pc")
-		check := w.check("nhc", &ref)
-		w.node("w1", corev1.ConditionUnknown, t0)
+		ref := w.pcTemplate(ctx, "pc")
+		check := w.check(ctx, "nhc", &ref)
+		w.node(ctx, "w1", corev1.ConditionUnknown, t0)
 		clk := &steppingClock{FakeClock: clocktesting.NewFakeClock(t0.Add(5*time.Minute - time.Second)), step: 10 * time.Millisecond}
 		r, err := New(Options{Client: k8s, Clock: clk, Recorder: w.rec, LeaseNamespace: leaseNS, ResyncPeriod: worldResync})
 		Expect(err).NotTo(HaveOccurred())
 		w.r = r
 
-		res := w.reconcile(check)
+		res := w.reconcile(ctx, check)
 		Expect(res.RequeueAfter).To(BeNumerically("<", time.Second), "the clock moved on during the reconcile")
 		Expect(res.RequeueAfter).To(Equal(t0.Add(5 * time.Minute).Sub(clk.FakeClock.Now())))
 	})
@@ -65,18 +65,18 @@ var _ = Describe("Requeue", func() {
 var _ = Describe("Detection", func() {
 	It("creates exactly one request, as the contract says, when the condition expires, and deletes it healthyDelay after the Node recovers", func(ctx SpecContext) {
 		w := newWorld(ctx)
-		ref := w.pcTemplate("pc")
-		check := w.check("nhc", &ref, func(c *v1alpha1.NodeHealthCheck) {
+		ref := w.pcTemplate(ctx, "pc")
+		check := w.check(ctx, "nhc", &ref, func(c *v1alpha1.NodeHealthCheck) {
 			c.Spec.HealthyDelay = &metav1.Duration{Duration: time.Minute}
 		})
-		sick := w.node("w1", corev1.ConditionUnknown, t0)
-		w.node("w2", corev1.ConditionTrue, t0)
+		sick := w.node(ctx, "w1", corev1.ConditionUnknown, t0)
+		w.node(ctx, "w2", corev1.ConditionTrue, t0)
 
 		// One second before the condition expires: nothing, and the next look is exactly at the expiry.
 		w.clk.SetTime(t0.Add(5*time.Minute - time.Second))
-		res := w.reconcile(check)
+		res := w.reconcile(ctx, check)
 		Expect(res.RequeueAfter).To(Equal(time.Second))
-		Expect(w.remediations(pcRemediation, check)).To(BeEmpty())
+		Expect(w.remediations(ctx, pcRemediation, check)).To(BeEmpty())
 		Expect(*check.Status.ObservedNodes).To(Equal(int32(2)))
 		Expect(*check.Status.HealthyNodes).To(Equal(int32(1)), "failing, not yet unhealthy: not healthy either (it counts against the budget)")
 		Expect(check.Status.Phase).To(Equal(v1alpha1.PhaseEnabled))
@@ -86,8 +86,8 @@ var _ = Describe("Detection", func() {
 
 		// At the expiry: exactly one request, as the contract says.
 		w.clk.SetTime(t0.Add(5 * time.Minute))
-		w.reconcile(check)
-		emrs := w.remediations(pcRemediation, check)
+		w.reconcile(ctx, check)
+		emrs := w.remediations(ctx, pcRemediation, check)
 		Expect(emrs).To(HaveLen(1))
 		emr := emrs[0]
 		Expect(emr.GetName()).To(Equal(sick.Name))
@@ -117,7 +117,7 @@ var _ = Describe("Detection", func() {
 		Expect(rem.Namespace).To(Equal(pcNS))
 		Expect(rem.TemplateName).To(Equal(ref.Name))
 		Expect(rem.Started.Time).To(BeTemporally("==", t0.Add(5*time.Minute)))
-		Expect(w.leaseHolder(sick)).To(Equal(leaseHolder(check.Name)), "the lease is taken before the request is created")
+		Expect(w.leaseHolder(ctx, sick)).To(Equal(leaseHolder(check.Name)), "the lease is taken before the request is created")
 
 		created := w.rec.With(EventRemediationCreated)
 		Expect(created).To(HaveLen(1))
@@ -131,35 +131,35 @@ var _ = Describe("Detection", func() {
 		Expect(testutil.ToFloat64(metrics.UnhealthyTargets.WithLabelValues(metrics.CheckerNHC, check.Name))).To(Equal(1.0))
 
 		// Reconciling again changes nothing.
-		w.reconcile(check)
-		again := w.remediations(pcRemediation, check)
+		w.reconcile(ctx, check)
+		again := w.remediations(ctx, pcRemediation, check)
 		Expect(again).To(HaveLen(1))
 		Expect(again[0].GetUID()).To(Equal(emr.GetUID()))
 
 		// The node recovers: the request stays for healthyDelay.
 		recovered := t0.Add(20 * time.Minute)
-		w.setReady(sick, corev1.ConditionTrue, recovered)
+		w.setReady(ctx, sick, corev1.ConditionTrue, recovered)
 		w.clk.SetTime(recovered)
-		res = w.reconcile(check)
+		res = w.reconcile(ctx, check)
 		Expect(res.RequeueAfter).To(Equal(time.Minute))
-		Expect(w.remediations(pcRemediation, check)).To(HaveLen(1))
+		Expect(w.remediations(ctx, pcRemediation, check)).To(HaveLen(1))
 		Expect(entry(check, sick).ConditionsHealthyTimestamp.Time).To(BeTemporally("==", recovered))
 
 		w.clk.SetTime(recovered.Add(time.Minute - time.Second))
-		w.reconcile(check)
-		Expect(w.remediations(pcRemediation, check)).To(HaveLen(1))
+		w.reconcile(ctx, check)
+		Expect(w.remediations(ctx, pcRemediation, check)).To(HaveLen(1))
 
 		// healthyDelay over: deleted. Once it is gone the node is forgotten and the lease released.
 		w.clk.SetTime(recovered.Add(time.Minute))
-		w.reconcile(check)
-		Expect(w.remediations(pcRemediation, check)).To(BeEmpty())
+		w.reconcile(ctx, check)
+		Expect(w.remediations(ctx, pcRemediation, check)).To(BeEmpty())
 		Expect(w.rec.With(EventRemediationFinished)).To(HaveLen(1))
-		w.reconcile(check)
+		w.reconcile(ctx, check)
 		Expect(check.Status.UnhealthyNodes).To(BeEmpty())
 		Expect(check.Status.InFlightRemediations).To(BeEmpty())
 		Expect(check.Status.Phase).To(Equal(v1alpha1.PhaseEnabled))
-		Expect(w.leaseHolder(sick)).To(BeEmpty())
-		w.reconcile(check)
+		Expect(w.leaseHolder(ctx, sick)).To(BeEmpty())
+		w.reconcile(ctx, check)
 		// Told once: the lease is gone with the request, its event is the record of its release (kubectl
 		// metalheal timeline reads it).
 		Expect(w.rec.With(EventNodeLeaseReleased)).To(HaveExactElements(testenv.Event{Kind: "NodeHealthCheck", Name: check.Name,
@@ -177,18 +177,18 @@ var _ = Describe("Unhealthy budget", func() {
 	DescribeTable("the Cluster API book's examples",
 		func(ctx SpecContext, max intstr.IntOrString, total, unhealthy, want int) {
 			w := newWorld(ctx)
-			ref := w.pcTemplate("pc")
-			check := w.check("nhc", &ref, func(c *v1alpha1.NodeHealthCheck) { c.Spec.MaxUnhealthy = &max })
+			ref := w.pcTemplate(ctx, "pc")
+			check := w.check(ctx, "nhc", &ref, func(c *v1alpha1.NodeHealthCheck) { c.Spec.MaxUnhealthy = &max })
 			for i := range total {
 				status := corev1.ConditionTrue
 				if i < unhealthy {
 					status = corev1.ConditionFalse
 				}
-				w.node(string(rune('a'+i/10))+string(rune('0'+i%10)), status, t0)
+				w.node(ctx, string(rune('a'+i/10))+string(rune('0'+i%10)), status, t0)
 			}
 			w.clk.SetTime(t0.Add(time.Hour))
-			w.reconcile(check)
-			Expect(w.remediations(pcRemediation, check)).To(HaveLen(want))
+			w.reconcile(ctx, check)
+			Expect(w.remediations(ctx, pcRemediation, check)).To(HaveLen(want))
 			Expect(*check.Status.ObservedNodes).To(Equal(int32(total)))
 			Expect(*check.Status.HealthyNodes).To(Equal(int32(total - unhealthy)))
 			storm := meta.FindStatusCondition(check.Status.Conditions, v1alpha1.ConditionStormActive)
@@ -217,19 +217,19 @@ var _ = Describe("Storm", func() {
 	It("stops remediation and sets StormActive; remediation resumes only after stormCooldownDuration", func(ctx SpecContext) {
 		w := newWorld(ctx)
 		pct := intstr.FromString("40%")
-		ref := w.pcTemplate("pc")
-		check := w.check("nhc", &ref, func(c *v1alpha1.NodeHealthCheck) {
+		ref := w.pcTemplate(ctx, "pc")
+		check := w.check(ctx, "nhc", &ref, func(c *v1alpha1.NodeHealthCheck) {
 			c.Spec.MaxUnhealthy = &pct
 			c.Spec.StormCooldownDuration = &metav1.Duration{Duration: 2 * time.Minute}
 		})
-		bad := []*corev1.Node{w.node("b0", corev1.ConditionFalse, t0), w.node("b1", corev1.ConditionFalse, t0), w.node("b2", corev1.ConditionFalse, t0)}
+		bad := []*corev1.Node{w.node(ctx, "b0", corev1.ConditionFalse, t0), w.node(ctx, "b1", corev1.ConditionFalse, t0), w.node(ctx, "b2", corev1.ConditionFalse, t0)}
 		for _, n := range []string{"g0", "g1", "g2"} {
-			w.node(n, corev1.ConditionTrue, t0)
+			w.node(ctx, n, corev1.ConditionTrue, t0)
 		}
 
 		w.clk.SetTime(t0.Add(time.Hour))
-		w.reconcile(check)
-		Expect(w.remediations(pcRemediation, check)).To(BeEmpty())
+		w.reconcile(ctx, check)
+		Expect(w.remediations(ctx, pcRemediation, check)).To(BeEmpty())
 		storm := meta.FindStatusCondition(check.Status.Conditions, v1alpha1.ConditionStormActive)
 		Expect(storm.Status).To(Equal(metav1.ConditionTrue))
 		Expect(storm.Reason).To(Equal(v1alpha1.ReasonTooManyUnhealthy))
@@ -237,10 +237,10 @@ var _ = Describe("Storm", func() {
 
 		// One node recovers: within budget again, but cooling down.
 		ended := t0.Add(time.Hour + time.Minute)
-		w.setReady(bad[0], corev1.ConditionTrue, ended)
+		w.setReady(ctx, bad[0], corev1.ConditionTrue, ended)
 		w.clk.SetTime(ended)
-		res := w.reconcile(check)
-		Expect(w.remediations(pcRemediation, check)).To(BeEmpty())
+		res := w.reconcile(ctx, check)
+		Expect(w.remediations(ctx, pcRemediation, check)).To(BeEmpty())
 		storm = meta.FindStatusCondition(check.Status.Conditions, v1alpha1.ConditionStormActive)
 		Expect(storm.Status).To(Equal(metav1.ConditionTrue))
 		Expect(storm.Reason).To(Equal(v1alpha1.ReasonStormCooldown))
@@ -248,13 +248,13 @@ var _ = Describe("Storm", func() {
 		Expect(w.rec.With(EventStormCooldown)).To(HaveLen(1))
 
 		w.clk.SetTime(ended.Add(2*time.Minute - time.Second))
-		w.reconcile(check)
-		Expect(w.remediations(pcRemediation, check)).To(BeEmpty())
+		w.reconcile(ctx, check)
+		Expect(w.remediations(ctx, pcRemediation, check)).To(BeEmpty())
 
 		// Cooldown over: the two still unhealthy nodes are remediated.
 		w.clk.SetTime(ended.Add(2 * time.Minute))
-		w.reconcile(check)
-		Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{bad[1].Name, bad[2].Name}))
+		w.reconcile(ctx, check)
+		Expect(names(w.remediations(ctx, pcRemediation, check))).To(Equal([]string{bad[1].Name, bad[2].Name}))
 		Expect(meta.IsStatusConditionFalse(check.Status.Conditions, v1alpha1.ConditionStormActive)).To(BeTrue())
 		Expect(w.rec.With(EventStormEnded)).To(HaveLen(1))
 	})
@@ -264,17 +264,17 @@ var _ = Describe("Storm", func() {
 var _ = Describe("A third-party remediation kind", func() {
 	It("is driven the same way, from a template of a CRD only the test defines", func(ctx SpecContext) {
 		w := newWorld(ctx)
-		ref := w.fenceTemplate("fence", map[string]any{"template": map[string]any{
+		ref := w.fenceTemplate(ctx, "fence", map[string]any{"template": map[string]any{
 			"metadata": map[string]any{"labels": map[string]any{"team": "ops"}},
 			"spec":     map[string]any{"mode": "hard", "delaySeconds": int64(5)},
 		}})
-		check := w.check("nhc", &ref)
-		sick := w.node("w1", corev1.ConditionFalse, t0)
-		w.node("w2", corev1.ConditionTrue, t0)
+		check := w.check(ctx, "nhc", &ref)
+		sick := w.node(ctx, "w1", corev1.ConditionFalse, t0)
+		w.node(ctx, "w2", corev1.ConditionTrue, t0)
 
 		w.clk.SetTime(t0.Add(5 * time.Minute))
-		w.reconcile(check)
-		emrs := w.remediations(fenceRemediation, check)
+		w.reconcile(ctx, check)
+		emrs := w.remediations(ctx, fenceRemediation, check)
 		Expect(emrs).To(HaveLen(1))
 		emr := emrs[0]
 		Expect(emr.GetName()).To(Equal(sick.Name))
@@ -287,10 +287,10 @@ var _ = Describe("A third-party remediation kind", func() {
 		Expect(spec).To(Equal(map[string]any{"mode": "hard", "delaySeconds": int64(5)}))
 		Expect(check.Status.UnhealthyNodes[0].Remediations[0].Kind).To(Equal("FenceRemediation"))
 
-		w.setReady(sick, corev1.ConditionTrue, t0.Add(10*time.Minute))
+		w.setReady(ctx, sick, corev1.ConditionTrue, t0.Add(10*time.Minute))
 		w.clk.SetTime(t0.Add(10 * time.Minute))
-		w.reconcile(check)
-		Expect(w.remediations(fenceRemediation, check)).To(BeEmpty())
+		w.reconcile(ctx, check)
+		Expect(w.remediations(ctx, fenceRemediation, check)).To(BeEmpty())
 	})
 })
 
@@ -305,32 +305,32 @@ func escalating(steps ...v1alpha1.EscalatingRemediation) func(*v1alpha1.NodeHeal
 var _ = Describe("Escalation", func() {
 	It("marks a step that times out and creates the next, looking again exactly at the timeout; the last one timing out exhausts the Node", func(ctx SpecContext) {
 		w := newWorld(ctx)
-		pc := w.pcTemplate("pc")
-		fence := w.fenceTemplate("fence", map[string]any{"template": map[string]any{"spec": map[string]any{"mode": "hard"}}})
-		check := w.check("nhc", nil, escalating(
+		pc := w.pcTemplate(ctx, "pc")
+		fence := w.fenceTemplate(ctx, "fence", map[string]any{"template": map[string]any{"spec": map[string]any{"mode": "hard"}}})
+		check := w.check(ctx, "nhc", nil, escalating(
 			v1alpha1.EscalatingRemediation{RemediationTemplate: fence, Order: 10, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
 			v1alpha1.EscalatingRemediation{RemediationTemplate: pc, Order: 1, Timeout: metav1.Duration{Duration: 5 * time.Minute}},
 		))
-		sick := w.node("w1", corev1.ConditionUnknown, t0)
+		sick := w.node(ctx, "w1", corev1.ConditionUnknown, t0)
 
 		start := t0.Add(5 * time.Minute)
 		w.clk.SetTime(start)
-		res := w.reconcile(check)
-		Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{sick.Name}), "the lowest order goes first")
-		Expect(w.remediations(fenceRemediation, check)).To(BeEmpty())
+		res := w.reconcile(ctx, check)
+		Expect(names(w.remediations(ctx, pcRemediation, check))).To(Equal([]string{sick.Name}), "the lowest order goes first")
+		Expect(w.remediations(ctx, fenceRemediation, check)).To(BeEmpty())
 		Expect(res.RequeueAfter).To(Equal(5*time.Minute), "look again exactly when the step times out")
 
 		w.clk.SetTime(start.Add(5*time.Minute - time.Second))
-		w.reconcile(check)
-		Expect(w.remediations(fenceRemediation, check)).To(BeEmpty())
+		w.reconcile(ctx, check)
+		Expect(w.remediations(ctx, fenceRemediation, check)).To(BeEmpty())
 
 		timedOut := start.Add(5 * time.Minute)
 		w.clk.SetTime(timedOut)
-		w.reconcile(check)
-		first := w.remediations(pcRemediation, check)
+		w.reconcile(ctx, check)
+		first := w.remediations(ctx, pcRemediation, check)
 		Expect(first).To(HaveLen(1))
 		Expect(first[0].GetAnnotations()).To(HaveKeyWithValue(template.AnnotationTimedOut, timedOut.Format(time.RFC3339)))
-		Expect(names(w.remediations(fenceRemediation, check))).To(Equal([]string{sick.Name}))
+		Expect(names(w.remediations(ctx, fenceRemediation, check))).To(Equal([]string{sick.Name}))
 		rems := entry(check, sick).Remediations
 		Expect(rems).To(HaveLen(2))
 		Expect(rems[0].Kind).To(Equal("PowerCycleRemediation"))
@@ -342,11 +342,11 @@ var _ = Describe("Escalation", func() {
 
 		// The last step times out too: exhausted, nothing more is created.
 		w.clk.SetTime(timedOut.Add(10 * time.Minute))
-		w.reconcile(check)
+		w.reconcile(ctx, check)
 		Expect(w.rec.With(EventRemediationsExhausted)).To(HaveLen(1))
-		Expect(w.remediations(fenceRemediation, check)[0].GetAnnotations()).To(HaveKey(template.AnnotationTimedOut))
-		Expect(w.remediations(pcRemediation, check)).To(HaveLen(1))
-		Expect(w.remediations(fenceRemediation, check)).To(HaveLen(1))
+		Expect(w.remediations(ctx, fenceRemediation, check)[0].GetAnnotations()).To(HaveKey(template.AnnotationTimedOut))
+		Expect(w.remediations(ctx, pcRemediation, check)).To(HaveLen(1))
+		Expect(w.remediations(ctx, fenceRemediation, check)).To(HaveLen(1))
 	})
 })
 
@@ -354,26 +354,26 @@ var _ = Describe("Escalation", func() {
 var _ = Describe("Escalation", func() {
 	It("escalates at once when a request reports Succeeded=False, without waiting for the timeout; the lease stays", func(ctx SpecContext) {
 		w := newWorld(ctx)
-		pc := w.pcTemplate("pc")
-		fence := w.fenceTemplate("fence", map[string]any{"template": map[string]any{"spec": map[string]any{"mode": "hard"}}})
-		check := w.check("nhc", nil, escalating(
+		pc := w.pcTemplate(ctx, "pc")
+		fence := w.fenceTemplate(ctx, "fence", map[string]any{"template": map[string]any{"spec": map[string]any{"mode": "hard"}}})
+		check := w.check(ctx, "nhc", nil, escalating(
 			v1alpha1.EscalatingRemediation{RemediationTemplate: pc, Order: 1, Timeout: metav1.Duration{Duration: 30 * time.Minute}},
 			v1alpha1.EscalatingRemediation{RemediationTemplate: fence, Order: 2, Timeout: metav1.Duration{Duration: 30 * time.Minute}},
 		))
-		sick := w.node("w1", corev1.ConditionFalse, t0)
+		sick := w.node(ctx, "w1", corev1.ConditionFalse, t0)
 
 		w.clk.SetTime(t0.Add(5 * time.Minute))
-		w.reconcile(check)
-		first := w.remediations(pcRemediation, check)
+		w.reconcile(ctx, check)
+		first := w.remediations(ctx, pcRemediation, check)
 		Expect(first).To(HaveLen(1))
 
-		w.setSucceeded(&first[0], metav1.ConditionFalse)
+		w.setSucceeded(ctx, &first[0], metav1.ConditionFalse)
 		w.clk.SetTime(t0.Add(6 * time.Minute))
-		w.reconcile(check)
-		Expect(w.remediations(pcRemediation, check)[0].GetAnnotations()).To(HaveKeyWithValue(template.AnnotationTimedOut, t0.Add(6*time.Minute).Format(time.RFC3339)))
-		Expect(names(w.remediations(fenceRemediation, check))).To(Equal([]string{sick.Name}))
+		w.reconcile(ctx, check)
+		Expect(w.remediations(ctx, pcRemediation, check)[0].GetAnnotations()).To(HaveKeyWithValue(template.AnnotationTimedOut, t0.Add(6*time.Minute).Format(time.RFC3339)))
+		Expect(names(w.remediations(ctx, fenceRemediation, check))).To(Equal([]string{sick.Name}))
 		Expect(w.rec.With(EventRemediationFailed)).To(HaveLen(1))
-		Expect(w.leaseHolder(sick)).To(Equal(leaseHolder(check.Name)), "the lease stays through the escalation")
+		Expect(w.leaseHolder(ctx, sick)).To(Equal(leaseHolder(check.Name)), "the lease stays through the escalation")
 	})
 })
 
@@ -381,16 +381,16 @@ var _ = Describe("Escalation", func() {
 var _ = Describe("Overlapping checks", func() {
 	It("make one request: the newer check skips the Node and says so in status and an event, once", func(ctx SpecContext) {
 		w := newWorld(ctx)
-		ref := w.pcTemplate("pc")
-		older := w.check("a", &ref)
-		newer := w.check("b", &ref)
+		ref := w.pcTemplate(ctx, "pc")
+		older := w.check(ctx, "a", &ref)
+		newer := w.check(ctx, "b", &ref)
 		Expect(older.CreationTimestamp.After(newer.CreationTimestamp.Time)).To(BeFalse())
-		sick := w.node("w1", corev1.ConditionFalse, t0)
+		sick := w.node(ctx, "w1", corev1.ConditionFalse, t0)
 		w.clk.SetTime(t0.Add(time.Hour))
 
 		// The newer check looks first, and still leaves the node to the older one.
-		w.reconcile(newer)
-		Expect(w.remediations(pcRemediation, newer)).To(BeEmpty())
+		w.reconcile(ctx, newer)
+		Expect(w.remediations(ctx, pcRemediation, newer)).To(BeEmpty())
 		e := entry(newer, sick)
 		Expect(e).NotTo(BeNil())
 		Expect(e.SkipReason).To(Equal(SkipOwnedByOtherCheck))
@@ -400,11 +400,11 @@ var _ = Describe("Overlapping checks", func() {
 		Expect(skipped[0].Name).To(Equal(newer.Name))
 		Expect(skipped[0].Related).To(Equal(sick.Name))
 
-		w.reconcile(older)
-		w.reconcile(newer)
-		Expect(names(w.remediations(pcRemediation, older))).To(Equal([]string{sick.Name}))
-		Expect(w.remediations(pcRemediation, newer)).To(BeEmpty())
-		Expect(listKind(w.ctx, pcRemediation)).To(ContainElement(HaveField("Object", HaveKeyWithValue("metadata", HaveKeyWithValue("name", sick.Name)))))
+		w.reconcile(ctx, older)
+		w.reconcile(ctx, newer)
+		Expect(names(w.remediations(ctx, pcRemediation, older))).To(Equal([]string{sick.Name}))
+		Expect(w.remediations(ctx, pcRemediation, newer)).To(BeEmpty())
+		Expect(listKind(ctx, pcRemediation)).To(ContainElement(HaveField("Object", HaveKeyWithValue("metadata", HaveKeyWithValue("name", sick.Name)))))
 		Expect(entry(newer, sick).SkipReason).To(Equal(SkipOwnedByOtherCheck))
 		Expect(w.rec.With(EventSkippedOwnedByOtherCheck)).To(HaveLen(1), "reported once, not on every reconcile")
 		Expect(newer.Status.InFlightRemediations).To(BeEmpty())
@@ -416,29 +416,29 @@ var _ = Describe("Overlapping checks", func() {
 var _ = Describe("Node leases", func() {
 	It("leave a Node alone while node maintenance holds its lease, naming the holder, and proceed once it is released", func(ctx SpecContext) {
 		w := newWorld(ctx)
-		ref := w.pcTemplate("pc")
-		check := w.check("nhc", &ref)
-		sick := w.node("w1", corev1.ConditionFalse, t0)
+		ref := w.pcTemplate(ctx, "pc")
+		check := w.check(ctx, "nhc", &ref)
+		sick := w.node(ctx, "w1", corev1.ConditionFalse, t0)
 		now := t0.Add(time.Hour)
 		w.clk.SetTime(now)
 
 		maintenance := w.maintenance()
-		Expect(maintenance.RequestLease(w.ctx, sick, time.Hour)).To(Succeed())
+		Expect(maintenance.RequestLease(ctx, sick, time.Hour)).To(Succeed())
 
-		res := w.reconcile(check)
-		Expect(w.remediations(pcRemediation, check)).To(BeEmpty())
+		res := w.reconcile(ctx, check)
+		Expect(w.remediations(ctx, pcRemediation, check)).To(BeEmpty())
 		Expect(entry(check, sick).SkipReason).To(Equal(SkipLeaseHeldByOther))
 		Expect(entry(check, sick).SkipMessage).To(ContainSubstring(`"node-maintenance"`))
 		held := w.rec.With(EventSkippedLeaseHeld)
 		Expect(held).To(HaveLen(1))
 		Expect(held[0].Note).To(ContainSubstring(`"node-maintenance"`))
 		Expect(res.RequeueAfter).To(Equal(time.Hour+time.Second), "look again when the lease runs out")
-		Expect(w.leaseHolder(sick)).To(Equal("node-maintenance"))
+		Expect(w.leaseHolder(ctx, sick)).To(Equal("node-maintenance"))
 
-		Expect(maintenance.InvalidateLease(w.ctx, sick.Name)).To(Succeed())
-		w.reconcile(check)
-		Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{sick.Name}))
-		Expect(w.leaseHolder(sick)).To(Equal(leaseHolder(check.Name)))
+		Expect(maintenance.InvalidateLease(ctx, sick.Name)).To(Succeed())
+		w.reconcile(ctx, check)
+		Expect(names(w.remediations(ctx, pcRemediation, check))).To(Equal([]string{sick.Name}))
+		Expect(w.leaseHolder(ctx, sick)).To(Equal(leaseHolder(check.Name)))
 		Expect(entry(check, sick).SkipReason).To(BeEmpty())
 	})
 })
@@ -447,28 +447,28 @@ var _ = Describe("Node leases", func() {
 var _ = Describe("Control-plane Nodes", func() {
 	It("are remediated one at a time", func(ctx SpecContext) {
 		w := newWorld(ctx)
-		ref := w.pcTemplate("pc")
-		check := w.check("nhc", &ref)
-		first := w.node("cp1", corev1.ConditionUnknown, t0, labelControlPlane, "")
-		second := w.node("cp2", corev1.ConditionUnknown, t0.Add(time.Minute), labelControlPlane, "")
+		ref := w.pcTemplate(ctx, "pc")
+		check := w.check(ctx, "nhc", &ref)
+		first := w.node(ctx, "cp1", corev1.ConditionUnknown, t0, labelControlPlane, "")
+		second := w.node(ctx, "cp2", corev1.ConditionUnknown, t0.Add(time.Minute), labelControlPlane, "")
 
 		w.clk.SetTime(t0.Add(time.Hour))
-		w.reconcile(check)
-		Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{first.Name}))
-		Expect(w.remediations(pcRemediation, check)[0].GetLabels()).To(HaveKeyWithValue(template.LabelControlPlane, ""),
+		w.reconcile(ctx, check)
+		Expect(names(w.remediations(ctx, pcRemediation, check))).To(Equal([]string{first.Name}))
+		Expect(w.remediations(ctx, pcRemediation, check)[0].GetLabels()).To(HaveKeyWithValue(template.LabelControlPlane, ""),
 			"labelled as medik8s' NodeHealthCheck labels a control-plane node's request")
 		Expect(entry(check, second).SkipReason).To(Equal(SkipControlPlaneBusy))
 		Expect(w.rec.With(EventSkippedControlPlaneBusy)).To(HaveLen(1))
 
-		w.reconcile(check)
-		Expect(w.remediations(pcRemediation, check)).To(HaveLen(1))
+		w.reconcile(ctx, check)
+		Expect(w.remediations(ctx, pcRemediation, check)).To(HaveLen(1))
 
 		// The first recovers; its request goes, and only then the second is remediated.
-		w.setReady(first, corev1.ConditionTrue, t0.Add(time.Hour))
-		w.reconcile(check)
-		Expect(w.remediations(pcRemediation, check)).To(BeEmpty())
-		w.reconcile(check)
-		Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{second.Name}))
+		w.setReady(ctx, first, corev1.ConditionTrue, t0.Add(time.Hour))
+		w.reconcile(ctx, check)
+		Expect(w.remediations(ctx, pcRemediation, check)).To(BeEmpty())
+		w.reconcile(ctx, check)
+		Expect(names(w.remediations(ctx, pcRemediation, check))).To(Equal([]string{second.Name}))
 		Expect(entry(check, second).SkipReason).To(BeEmpty())
 	})
 })
@@ -478,59 +478,59 @@ var _ = Describe("A missing or malformed template", func() {
 	It("disables the check while the template object is missing, and enables it once it appears", func(ctx SpecContext) {
 		w := newWorld(ctx)
 		ref := v1alpha1.TemplateReference{APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "PowerCycleRemediationTemplate", Name: w.pool + "-pc", Namespace: pcNS}
-		check := w.check("nhc", &ref)
-		sick := w.node("w1", corev1.ConditionFalse, t0)
+		check := w.check(ctx, "nhc", &ref)
+		sick := w.node(ctx, "w1", corev1.ConditionFalse, t0)
 		w.clk.SetTime(t0.Add(time.Hour))
 
-		w.reconcile(check)
+		w.reconcile(ctx, check)
 		Expect(check.Status.Phase).To(Equal(v1alpha1.PhaseDisabled))
 		Expect(check.Status.Reason).To(ContainSubstring("not found"))
 		disabled := meta.FindStatusCondition(check.Status.Conditions, v1alpha1.ConditionDisabled)
 		Expect(disabled.Status).To(Equal(metav1.ConditionTrue))
 		Expect(disabled.Reason).To(Equal(v1alpha1.ReasonTemplateNotFound))
 		Expect(w.rec.With(EventDisabled)).To(HaveLen(1))
-		Expect(w.remediations(pcRemediation, check)).To(BeEmpty())
+		Expect(w.remediations(ctx, pcRemediation, check)).To(BeEmpty())
 
-		w.pcTemplate("pc")
-		w.reconcile(check)
+		w.pcTemplate(ctx, "pc")
+		w.reconcile(ctx, check)
 		Expect(meta.IsStatusConditionFalse(check.Status.Conditions, v1alpha1.ConditionDisabled)).To(BeTrue())
 		Expect(check.Status.Phase).To(Equal(v1alpha1.PhaseRemediating))
 		Expect(w.rec.With(EventEnabled)).To(HaveLen(1))
-		Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{sick.Name}))
+		Expect(names(w.remediations(ctx, pcRemediation, check))).To(Equal([]string{sick.Name}))
 	})
 
 	It("disables the check while the template is malformed, and enables it once it is fixed", func(ctx SpecContext) {
 		w := newWorld(ctx)
-		ref := w.fenceTemplate("fence", map[string]any{"mode": "hard"}) // no spec.template
-		check := w.check("nhc", &ref)
-		w.node("w1", corev1.ConditionFalse, t0)
+		ref := w.fenceTemplate(ctx, "fence", map[string]any{"mode": "hard"}) // no spec.template
+		check := w.check(ctx, "nhc", &ref)
+		w.node(ctx, "w1", corev1.ConditionFalse, t0)
 		w.clk.SetTime(t0.Add(time.Hour))
 
-		w.reconcile(check)
+		w.reconcile(ctx, check)
 		disabled := meta.FindStatusCondition(check.Status.Conditions, v1alpha1.ConditionDisabled)
 		Expect(disabled.Reason).To(Equal(v1alpha1.ReasonTemplateInvalid))
 		Expect(disabled.Message).To(ContainSubstring("spec.template is missing"))
 		Expect(check.Status.Phase).To(Equal(v1alpha1.PhaseDisabled))
-		Expect(w.remediations(fenceRemediation, check)).To(BeEmpty())
+		Expect(w.remediations(ctx, fenceRemediation, check)).To(BeEmpty())
 
 		tpl := &unstructured.Unstructured{}
 		tpl.SetGroupVersionKind(schema.GroupVersionKind{Group: "fence.example.com", Version: "v1", Kind: "FenceRemediationTemplate"})
-		Expect(k8s.Get(w.ctx, client.ObjectKey{Namespace: fenceNS, Name: ref.Name}, tpl)).To(Succeed())
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: fenceNS, Name: ref.Name}, tpl)).To(Succeed())
 		Expect(unstructured.SetNestedMap(tpl.Object, map[string]any{"template": map[string]any{"spec": map[string]any{"mode": "hard"}}}, "spec")).To(Succeed())
-		Expect(k8s.Update(w.ctx, tpl)).To(Succeed())
-		w.reconcile(check)
+		Expect(k8s.Update(ctx, tpl)).To(Succeed())
+		w.reconcile(ctx, check)
 		Expect(check.Status.Phase).To(Equal(v1alpha1.PhaseRemediating))
-		Expect(w.remediations(fenceRemediation, check)).To(HaveLen(1))
+		Expect(w.remediations(ctx, fenceRemediation, check)).To(HaveLen(1))
 	})
 
 	It("disables the check while the template's kind is not installed, looking again later, and enables it once it is", func(ctx SpecContext) {
 		w := newWorld(ctx)
 		ref := v1alpha1.TemplateReference{APIVersion: "late.example.com/v1", Kind: "LateRemediationTemplate", Name: w.pool + "-late", Namespace: fenceNS}
-		check := w.check("nhc", &ref)
-		sick := w.node("w1", corev1.ConditionFalse, t0)
+		check := w.check(ctx, "nhc", &ref)
+		sick := w.node(ctx, "w1", corev1.ConditionFalse, t0)
 		w.clk.SetTime(t0.Add(time.Hour))
 
-		res := w.reconcile(check)
+		res := w.reconcile(ctx, check)
 		disabled := meta.FindStatusCondition(check.Status.Conditions, v1alpha1.ConditionDisabled)
 		Expect(disabled.Reason).To(Equal(v1alpha1.ReasonTemplateNotFound))
 		Expect(disabled.Message).To(ContainSubstring("not installed"))
@@ -543,10 +543,10 @@ var _ = Describe("A missing or malformed template", func() {
 			"metadata": map[string]any{"name": ref.Name, "namespace": ref.Namespace},
 			"spec":     map[string]any{"template": map[string]any{"spec": map[string]any{}}},
 		}}
-		w.create(tpl)
-		w.reconcile(check)
+		w.create(ctx, tpl)
+		w.reconcile(ctx, check)
 		Expect(check.Status.Phase).To(Equal(v1alpha1.PhaseRemediating))
-		late := w.remediations(schema.GroupVersionKind{Group: "late.example.com", Version: "v1", Kind: "LateRemediation"}, check)
+		late := w.remediations(ctx, schema.GroupVersionKind{Group: "late.example.com", Version: "v1", Kind: "LateRemediation"}, check)
 		Expect(names(late)).To(Equal([]string{sick.Name}))
 		for i := range late {
 			_ = k8s.Delete(context.Background(), &late[i])
@@ -558,23 +558,23 @@ var _ = Describe("A missing or malformed template", func() {
 var _ = Describe("Pause and exclusion", func() {
 	It("pauseRequests stop new remediation; the exclude label keeps a Node away from it", func(ctx SpecContext) {
 		w := newWorld(ctx)
-		ref := w.pcTemplate("pc")
-		check := w.check("nhc", &ref, func(c *v1alpha1.NodeHealthCheck) { c.Spec.PauseRequests = []string{"cluster upgrade"} })
-		sick := w.node("w1", corev1.ConditionFalse, t0)
-		excluded := w.node("w2", corev1.ConditionFalse, t0, v1alpha1.LabelExcludeFromRemediation, "true")
+		ref := w.pcTemplate(ctx, "pc")
+		check := w.check(ctx, "nhc", &ref, func(c *v1alpha1.NodeHealthCheck) { c.Spec.PauseRequests = []string{"cluster upgrade"} })
+		sick := w.node(ctx, "w1", corev1.ConditionFalse, t0)
+		excluded := w.node(ctx, "w2", corev1.ConditionFalse, t0, v1alpha1.LabelExcludeFromRemediation, "true")
 		w.clk.SetTime(t0.Add(time.Hour))
 
-		w.reconcile(check)
+		w.reconcile(ctx, check)
 		Expect(check.Status.Phase).To(Equal(v1alpha1.PhasePaused))
 		Expect(check.Status.Reason).To(ContainSubstring("cluster upgrade"))
 		Expect(meta.IsStatusConditionTrue(check.Status.Conditions, v1alpha1.ConditionPaused)).To(BeTrue())
-		Expect(w.remediations(pcRemediation, check)).To(BeEmpty())
+		Expect(w.remediations(ctx, pcRemediation, check)).To(BeEmpty())
 		Expect(w.rec.With(EventPaused)).To(HaveLen(1))
 
 		check.Spec.PauseRequests = nil
-		Expect(k8s.Update(w.ctx, check)).To(Succeed())
-		w.reconcile(check)
-		Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{sick.Name}))
+		Expect(k8s.Update(ctx, check)).To(Succeed())
+		w.reconcile(ctx, check)
+		Expect(names(w.remediations(ctx, pcRemediation, check))).To(Equal([]string{sick.Name}))
 		Expect(entry(check, excluded).SkipReason).To(Equal(SkipExcluded))
 		Expect(w.rec.With(EventSkippedExcluded)).To(HaveLen(1))
 		Expect(w.rec.With(EventUnpaused)).To(HaveLen(1))
@@ -586,23 +586,23 @@ var _ = Describe("Pause and exclusion", func() {
 var _ = Describe("Control-plane Nodes", func() {
 	It("count one someone else holds (node maintenance) as the one control-plane Node down", func(ctx SpecContext) {
 		w := newWorld(ctx)
-		ref := w.pcTemplate("pc")
-		check := w.check("nhc", &ref)
-		drained := w.node("cp1", corev1.ConditionTrue, t0, labelControlPlane, "")
-		sick := w.node("cp2", corev1.ConditionUnknown, t0, labelControlPlane, "")
+		ref := w.pcTemplate(ctx, "pc")
+		check := w.check(ctx, "nhc", &ref)
+		drained := w.node(ctx, "cp1", corev1.ConditionTrue, t0, labelControlPlane, "")
+		sick := w.node(ctx, "cp2", corev1.ConditionUnknown, t0, labelControlPlane, "")
 		now := t0.Add(time.Hour)
 		w.clk.SetTime(now)
 		maintenance := w.maintenance()
-		Expect(maintenance.RequestLease(w.ctx, drained, time.Hour)).To(Succeed())
+		Expect(maintenance.RequestLease(ctx, drained, time.Hour)).To(Succeed())
 
-		w.reconcile(check)
-		Expect(w.remediations(pcRemediation, check)).To(BeEmpty())
+		w.reconcile(ctx, check)
+		Expect(w.remediations(ctx, pcRemediation, check)).To(BeEmpty())
 		Expect(entry(check, sick).SkipReason).To(Equal(SkipControlPlaneBusy))
 		Expect(entry(check, sick).SkipMessage).To(ContainSubstring(drained.Name))
 
-		Expect(maintenance.InvalidateLease(w.ctx, drained.Name)).To(Succeed())
-		w.reconcile(check)
-		Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{sick.Name}))
+		Expect(maintenance.InvalidateLease(ctx, drained.Name)).To(Succeed())
+		w.reconcile(ctx, check)
+		Expect(names(w.remediations(ctx, pcRemediation, check))).To(Equal([]string{sick.Name}))
 	})
 })
 
@@ -610,22 +610,22 @@ var _ = Describe("Control-plane Nodes", func() {
 var _ = Describe("Control-plane Nodes", func() {
 	It("are remediated one at a time across checks too", func(ctx SpecContext) {
 		w := newWorld(ctx)
-		ref := w.pcTemplate("pc")
+		ref := w.pcTemplate(ctx, "pc")
 		byZone := func(zone string) func(*v1alpha1.NodeHealthCheck) {
 			return func(c *v1alpha1.NodeHealthCheck) {
 				c.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": w.pool, "zone": zone}}
 			}
 		}
-		first := w.check("zone-a", &ref, byZone("a"))
-		second := w.check("zone-b", &ref, byZone("b"))
-		cpA := w.node("cp-a", corev1.ConditionUnknown, t0, labelControlPlane, "", "zone", "a")
-		cpB := w.node("cp-b", corev1.ConditionUnknown, t0, labelControlPlane, "", "zone", "b")
+		first := w.check(ctx, "zone-a", &ref, byZone("a"))
+		second := w.check(ctx, "zone-b", &ref, byZone("b"))
+		cpA := w.node(ctx, "cp-a", corev1.ConditionUnknown, t0, labelControlPlane, "", "zone", "a")
+		cpB := w.node(ctx, "cp-b", corev1.ConditionUnknown, t0, labelControlPlane, "", "zone", "b")
 		w.clk.SetTime(t0.Add(time.Hour))
 
-		w.reconcile(first)
-		w.reconcile(second)
-		Expect(names(w.remediations(pcRemediation, first))).To(Equal([]string{cpA.Name}))
-		Expect(w.remediations(pcRemediation, second)).To(BeEmpty())
+		w.reconcile(ctx, first)
+		w.reconcile(ctx, second)
+		Expect(names(w.remediations(ctx, pcRemediation, first))).To(Equal([]string{cpA.Name}))
+		Expect(w.remediations(ctx, pcRemediation, second)).To(BeEmpty())
 		Expect(entry(second, cpB).SkipReason).To(Equal(SkipControlPlaneBusy))
 		Expect(entry(second, cpB).SkipMessage).To(ContainSubstring(cpA.Name))
 	})
@@ -703,20 +703,20 @@ var _ = Describe("Write order", func() {
 	It("creates a PowerCycleRemediation before taking the lease; a request of any other kind waits for the lease", func(ctx SpecContext) {
 		w := newWorld(ctx)
 		order := w.createOrder(nil)
-		check, sick := w.pcCheckWithSickNode()
-		w.reconcile(check)
-		Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{sick.Name}))
-		Expect(w.leaseHolder(sick)).To(Equal(leaseHolder(check.Name)))
+		check, sick := w.pcCheckWithSickNode(ctx)
+		w.reconcile(ctx, check)
+		Expect(names(w.remediations(ctx, pcRemediation, check))).To(Equal([]string{sick.Name}))
+		Expect(w.leaseHolder(ctx, sick)).To(Equal(leaseHolder(check.Name)))
 		Expect(*order).To(Equal([]string{"PowerCycleRemediation", "Lease"}))
 
 		w = newWorld(ctx)
 		order = w.createOrder(nil)
-		fence := w.fenceTemplate("fence", map[string]any{"template": map[string]any{"spec": map[string]any{}}})
-		check = w.check("nhc", &fence)
-		sick = w.node("w1", corev1.ConditionFalse, t0)
+		fence := w.fenceTemplate(ctx, "fence", map[string]any{"template": map[string]any{"spec": map[string]any{}}})
+		check = w.check(ctx, "nhc", &fence)
+		sick = w.node(ctx, "w1", corev1.ConditionFalse, t0)
 		w.clk.SetTime(t0.Add(time.Hour))
-		w.reconcile(check)
-		Expect(names(w.remediations(fenceRemediation, check))).To(Equal([]string{sick.Name}))
+		w.reconcile(ctx, check)
+		Expect(names(w.remediations(ctx, fenceRemediation, check))).To(Equal([]string{sick.Name}))
 		Expect(*order).To(Equal([]string{"Lease", "FenceRemediation"}))
 	})
 })
@@ -727,9 +727,9 @@ var _ = Describe("Write order", func() {
 var _ = Describe("Write order", func() {
 	It("sends every PowerCycleRemediation of a burst before any of their leases", func(ctx SpecContext) {
 		w := newWorld(ctx)
-		pc := w.pcTemplate("pc")
-		check := w.check("nhc", &pc)
-		sick := []*corev1.Node{w.node("w1", corev1.ConditionFalse, t0), w.node("w2", corev1.ConditionFalse, t0), w.node("w3", corev1.ConditionFalse, t0)}
+		pc := w.pcTemplate(ctx, "pc")
+		check := w.check(ctx, "nhc", &pc)
+		sick := []*corev1.Node{w.node(ctx, "w1", corev1.ConditionFalse, t0), w.node(ctx, "w2", corev1.ConditionFalse, t0), w.node(ctx, "w3", corev1.ConditionFalse, t0)}
 		w.clk.SetTime(t0.Add(time.Hour))
 		var mu sync.Mutex
 		requests := 0
@@ -753,10 +753,10 @@ var _ = Describe("Write order", func() {
 			}
 		})
 
-		w.reconcile(check)
-		Expect(names(w.remediations(pcRemediation, check))).To(ConsistOf(sick[0].Name, sick[1].Name, sick[2].Name))
+		w.reconcile(ctx, check)
+		Expect(names(w.remediations(ctx, pcRemediation, check))).To(ConsistOf(sick[0].Name, sick[1].Name, sick[2].Name))
 		for _, n := range sick {
-			Expect(w.leaseHolder(n)).To(Equal(leaseHolder(check.Name)))
+			Expect(w.leaseHolder(ctx, n)).To(Equal(leaseHolder(check.Name)))
 		}
 		Expect(*order).To(Equal([]string{"PowerCycleRemediation", "PowerCycleRemediation", "PowerCycleRemediation", "Lease", "Lease", "Lease"}))
 	})
@@ -768,18 +768,18 @@ var _ = Describe("Write order", func() {
 var _ = Describe("Node leases", func() {
 	It("taken by node maintenance just after the request went out: the request is deleted again and the Node skipped", func(ctx SpecContext) {
 		w := newWorld(ctx)
-		check, sick := w.pcCheckWithSickNode()
+		check, sick := w.pcCheckWithSickNode(ctx)
 		maintenance := w.maintenance()
 		w.createOrder(func(kind string) {
 			defer GinkgoRecover() // the reconcile writes from goroutines of its own
 			if kind == "PowerCycleRemediation" {
-				Expect(maintenance.RequestLease(w.ctx, sick, time.Hour)).To(Succeed())
+				Expect(maintenance.RequestLease(ctx, sick, time.Hour)).To(Succeed())
 			}
 		})
 
-		w.reconcile(check)
-		Expect(w.remediations(pcRemediation, check)).To(BeEmpty(), "deleted again")
-		Expect(w.leaseHolder(sick)).To(Equal("node-maintenance"))
+		w.reconcile(ctx, check)
+		Expect(w.remediations(ctx, pcRemediation, check)).To(BeEmpty(), "deleted again")
+		Expect(w.leaseHolder(ctx, sick)).To(Equal("node-maintenance"))
 		Expect(entry(check, sick).SkipReason).To(Equal(SkipLeaseHeldByOther))
 		Expect(entry(check, sick).Remediations).To(BeEmpty())
 	})
@@ -792,34 +792,34 @@ var _ = Describe("Node leases", func() {
 var _ = Describe("Node leases", func() {
 	It("taken by the check's own request's remediator are taken over; anyone else's are left alone", func(ctx SpecContext) {
 		w := newWorld(ctx)
-		check, sick := w.pcCheckWithSickNode()
+		check, sick := w.pcCheckWithSickNode(ctx)
 		remediator := w.leaseManager("PowerCycleRemediation-" + sick.Name)
 		w.createOrder(func(kind string) {
 			defer GinkgoRecover() // the reconcile writes from goroutines of its own
 			if kind == "PowerCycleRemediation" {
-				Expect(remediator.RequestLease(w.ctx, sick, time.Hour)).To(Succeed())
+				Expect(remediator.RequestLease(ctx, sick, time.Hour)).To(Succeed())
 			}
 		})
-		w.reconcile(check)
-		Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{sick.Name}))
-		Expect(w.leaseHolder(sick)).To(Equal(leaseHolder(check.Name)))
+		w.reconcile(ctx, check)
+		Expect(names(w.remediations(ctx, pcRemediation, check))).To(Equal([]string{sick.Name}))
+		Expect(w.leaseHolder(ctx, sick)).To(Equal(leaseHolder(check.Name)))
 		Expect(entry(check, sick).SkipReason).To(BeEmpty())
 
 		// The manager stops after the request went out, before its lease; the remediator takes the lease.
 		ours := w.leaseManager(leaseHolder(check.Name))
 		w.clk.Step(time.Minute)
-		Expect(ours.InvalidateLease(w.ctx, sick.Name)).To(Succeed())
-		Expect(remediator.RequestLease(w.ctx, sick, time.Hour)).To(Succeed())
+		Expect(ours.InvalidateLease(ctx, sick.Name)).To(Succeed())
+		Expect(remediator.RequestLease(ctx, sick, time.Hour)).To(Succeed())
 		w.restart()
-		w.reconcile(check)
-		Expect(w.leaseHolder(sick)).To(Equal(leaseHolder(check.Name)), "taken over at the first look")
+		w.reconcile(ctx, check)
+		Expect(w.leaseHolder(ctx, sick)).To(Equal(leaseHolder(check.Name)), "taken over at the first look")
 
 		w.clk.Step(time.Minute)
-		Expect(ours.InvalidateLease(w.ctx, sick.Name)).To(Succeed())
-		Expect(w.maintenance().RequestLease(w.ctx, sick, time.Hour)).To(Succeed())
-		w.reconcile(check)
-		Expect(w.leaseHolder(sick)).To(Equal("node-maintenance"), "someone else's lease is not taken")
-		Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{sick.Name}), "the running remediation is not interrupted")
+		Expect(ours.InvalidateLease(ctx, sick.Name)).To(Succeed())
+		Expect(w.maintenance().RequestLease(ctx, sick, time.Hour)).To(Succeed())
+		w.reconcile(ctx, check)
+		Expect(w.leaseHolder(ctx, sick)).To(Equal("node-maintenance"), "someone else's lease is not taken")
+		Expect(names(w.remediations(ctx, pcRemediation, check))).To(Equal([]string{sick.Name}), "the running remediation is not interrupted")
 	})
 })
 
@@ -829,33 +829,33 @@ var _ = Describe("Node leases", func() {
 var _ = Describe("A negative healthyDelay", func() {
 	It("keeps a recovered Node's request until a person confirms it healthy, then removes the confirmation", func(ctx SpecContext) {
 		w := newWorld(ctx)
-		ref := w.pcTemplate("pc")
-		check := w.check("nhc", &ref, func(c *v1alpha1.NodeHealthCheck) { c.Spec.HealthyDelay = &metav1.Duration{Duration: -time.Second} })
-		sick := w.node("w1", corev1.ConditionUnknown, t0)
+		ref := w.pcTemplate(ctx, "pc")
+		check := w.check(ctx, "nhc", &ref, func(c *v1alpha1.NodeHealthCheck) { c.Spec.HealthyDelay = &metav1.Duration{Duration: -time.Second} })
+		sick := w.node(ctx, "w1", corev1.ConditionUnknown, t0)
 		w.clk.SetTime(t0.Add(10 * time.Minute))
-		w.reconcile(check)
-		Expect(w.remediations(pcRemediation, check)).To(HaveLen(1))
+		w.reconcile(ctx, check)
+		Expect(w.remediations(ctx, pcRemediation, check)).To(HaveLen(1))
 
 		// Ready again, for days: the request stays, an event says what it waits for (once).
-		w.setReady(sick, corev1.ConditionTrue, t0.Add(20*time.Minute))
+		w.setReady(ctx, sick, corev1.ConditionTrue, t0.Add(20*time.Minute))
 		w.clk.SetTime(t0.Add(20 * time.Minute))
-		res := w.reconcile(check)
+		res := w.reconcile(ctx, check)
 		Expect(res.RequeueAfter).To(Equal(worldResync), "no deadline: only the resync")
 		w.clk.SetTime(t0.Add(72 * time.Hour))
-		w.reconcile(check)
-		Expect(w.remediations(pcRemediation, check)).To(HaveLen(1))
+		w.reconcile(ctx, check)
+		Expect(w.remediations(ctx, pcRemediation, check)).To(HaveLen(1))
 		Expect(w.rec.With(EventWaitingForConfirmation)).To(ConsistOf(HaveField("Note",
 			ContainSubstring(v1alpha1.AnnotationConfirmedHealthy))))
-		Expect(w.leaseHolder(sick)).NotTo(BeEmpty(), "the Node stays held while its remediation is kept")
+		Expect(w.leaseHolder(ctx, sick)).NotTo(BeEmpty(), "the Node stays held while its remediation is kept")
 
 		// A person confirms it: the request goes, then the confirmation.
-		Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(sick), sick)).To(Succeed())
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(sick), sick)).To(Succeed())
 		metav1.SetMetaDataAnnotation(&sick.ObjectMeta, v1alpha1.AnnotationConfirmedHealthy, "")
-		Expect(k8s.Update(w.ctx, sick)).To(Succeed())
-		w.reconcile(check)
-		Expect(w.remediations(pcRemediation, check)).To(BeEmpty())
-		w.reconcile(check)
-		Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(sick), sick)).To(Succeed())
+		Expect(k8s.Update(ctx, sick)).To(Succeed())
+		w.reconcile(ctx, check)
+		Expect(w.remediations(ctx, pcRemediation, check)).To(BeEmpty())
+		w.reconcile(ctx, check)
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(sick), sick)).To(Succeed())
 		Expect(sick.Annotations).NotTo(HaveKey(v1alpha1.AnnotationConfirmedHealthy))
 		Expect(check.Status.UnhealthyNodes).To(BeEmpty())
 	})
@@ -867,17 +867,17 @@ var _ = Describe("A negative healthyDelay", func() {
 var _ = Describe("Dry run", func() {
 	It("decides everything and starts nothing: the status, an event and the gauge say what it would do; turned off, it remediates", func(ctx SpecContext) {
 		w := newWorld(ctx)
-		ref := w.pcTemplate("pc")
-		check := w.check("nhc", &ref, func(c *v1alpha1.NodeHealthCheck) { c.Spec.DryRun = true })
-		a := w.node("a", corev1.ConditionUnknown, t0)
-		b := w.node("b", corev1.ConditionFalse, t0)
-		w.node("c", corev1.ConditionTrue, t0)
+		ref := w.pcTemplate(ctx, "pc")
+		check := w.check(ctx, "nhc", &ref, func(c *v1alpha1.NodeHealthCheck) { c.Spec.DryRun = true })
+		a := w.node(ctx, "a", corev1.ConditionUnknown, t0)
+		b := w.node(ctx, "b", corev1.ConditionFalse, t0)
+		w.node(ctx, "c", corev1.ConditionTrue, t0)
 		w.clk.SetTime(t0.Add(time.Hour))
-		w.reconcile(check)
-		w.reconcile(check)
+		w.reconcile(ctx, check)
+		w.reconcile(ctx, check)
 
-		Expect(w.remediations(pcRemediation, check)).To(BeEmpty())
-		Expect(w.leaseHolder(a) + w.leaseHolder(b)).To(BeEmpty())
+		Expect(w.remediations(ctx, pcRemediation, check)).To(BeEmpty())
+		Expect(w.leaseHolder(ctx, a) + w.leaseHolder(ctx, b)).To(BeEmpty())
 		for _, n := range []*corev1.Node{a, b} {
 			e := entry(check, n)
 			Expect(e).NotTo(BeNil())
@@ -888,10 +888,10 @@ var _ = Describe("Dry run", func() {
 		Expect(checkState(check, w.clk.Now()).WouldRemediate).To(Equal(2))
 
 		// Acting for real: the same Nodes are remediated.
-		Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(check), check)).To(Succeed())
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(check), check)).To(Succeed())
 		check.Spec.DryRun = false
-		Expect(k8s.Update(w.ctx, check)).To(Succeed())
-		w.reconcile(check)
-		Expect(names(w.remediations(pcRemediation, check))).To(ConsistOf(a.Name, b.Name))
+		Expect(k8s.Update(ctx, check)).To(Succeed())
+		w.reconcile(ctx, check)
+		Expect(names(w.remediations(ctx, pcRemediation, check))).To(ConsistOf(a.Name, b.Name))
 	})
 })

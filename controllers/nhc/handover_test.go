@@ -1,6 +1,7 @@
 package nhc
 
 import (
+	"context"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -16,14 +17,14 @@ import (
 )
 
 // setProcessing sets the Processing condition on a request, as its remediator would.
-func (w *world) setProcessing(emr *unstructured.Unstructured, status metav1.ConditionStatus) {
+func (w *world) setProcessing(ctx context.Context, emr *unstructured.Unstructured, status metav1.ConditionStatus) {
 	GinkgoHelper()
-	Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(emr), emr)).To(Succeed())
+	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(emr), emr)).To(Succeed())
 	Expect(unstructured.SetNestedSlice(emr.Object, []any{map[string]any{
 		"type": "Processing", "status": string(status), "reason": "Test", "message": "test",
 		"lastTransitionTime": t0.Format(time.RFC3339),
 	}}, "status", "conditions")).To(Succeed())
-	Expect(k8s.Status().Update(w.ctx, emr)).To(Succeed())
+	Expect(k8s.Status().Update(ctx, emr)).To(Succeed())
 }
 
 // Against the API server: after step 1 times out, step 2's request is
@@ -31,20 +32,20 @@ func (w *world) setProcessing(emr *unstructured.Unstructured, status metav1.Cond
 // a name of its own, and step 1's request is neither deleted nor renamed.
 // handOverCase is step 2 of a hand-over spec: its template, and the kind of request it makes.
 type handOverCase struct {
-	second func(w *world) (v1alpha1.TemplateReference, schema.GroupVersionKind)
+	second func(ctx context.Context, w *world) (v1alpha1.TemplateReference, schema.GroupVersionKind)
 }
 
 var _ = Describe("Escalation hand-over", func() {
 	DescribeTable("creates step 2's request only once step 1's reports Processing=False, and deletes or renames neither",
 		func(ctx SpecContext, tt handOverCase) {
 			w := newWorld(ctx)
-			pc := w.pcTemplate("pc")
-			secondRef, secondKind := tt.second(w)
-			check := w.check("nhc", nil, escalating(
+			pc := w.pcTemplate(ctx, "pc")
+			secondRef, secondKind := tt.second(ctx, w)
+			check := w.check(ctx, "nhc", nil, escalating(
 				v1alpha1.EscalatingRemediation{RemediationTemplate: pc, Order: 1, Timeout: metav1.Duration{Duration: 5 * time.Minute}},
 				v1alpha1.EscalatingRemediation{RemediationTemplate: secondRef, Order: 2, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
 			))
-			sick := w.node("w1", corev1.ConditionUnknown, t0)
+			sick := w.node(ctx, "w1", corev1.ConditionUnknown, t0)
 			secondName := sick.Name
 			if secondKind == pcRemediation {
 				secondName = template.LaterStepName(sick.Name, secondRef.Name)
@@ -52,7 +53,7 @@ var _ = Describe("Escalation hand-over", func() {
 			// requestsOfSecond are step 2's requests (for the same kind, those other than step 1's).
 			requestsOfSecond := func() []string {
 				var out []string
-				for _, n := range names(w.remediations(secondKind, check)) {
+				for _, n := range names(w.remediations(ctx, secondKind, check)) {
 					if secondKind != pcRemediation || n != sick.Name {
 						out = append(out, n)
 					}
@@ -62,34 +63,34 @@ var _ = Describe("Escalation hand-over", func() {
 
 			start := t0.Add(5 * time.Minute)
 			w.clk.SetTime(start)
-			w.reconcile(check)
-			first := w.remediations(pcRemediation, check)
+			w.reconcile(ctx, check)
+			first := w.remediations(ctx, pcRemediation, check)
 			Expect(names(first)).To(Equal([]string{sick.Name}), "step 1 has the contract name")
-			w.setProcessing(&first[0], metav1.ConditionTrue)
+			w.setProcessing(ctx, &first[0], metav1.ConditionTrue)
 
 			timedOut := start.Add(5 * time.Minute)
 			w.clk.SetTime(timedOut)
-			res := w.reconcile(check)
-			Expect(w.remediations(pcRemediation, check)[0].GetAnnotations()).To(HaveKey(template.AnnotationTimedOut))
+			res := w.reconcile(ctx, check)
+			Expect(w.remediations(ctx, pcRemediation, check)[0].GetAnnotations()).To(HaveKey(template.AnnotationTimedOut))
 			Expect(requestsOfSecond()).To(BeEmpty(), "no step 2 while step 1 still acts on the host")
 			Expect(entry(check, sick).WaitingFor).To(Equal(pcRemediation.Kind + " " + pcNS + "/" + sick.Name))
 			Expect(w.rec.With(EventWaitingForHandOver)).To(HaveLen(1))
 			Expect(res.RequeueAfter).To(Equal(template.HandOverBound), "look again at the bound")
 
 			w.clk.SetTime(timedOut.Add(time.Minute))
-			w.reconcile(check)
+			w.reconcile(ctx, check)
 			Expect(requestsOfSecond()).To(BeEmpty())
 			Expect(w.rec.With(EventWaitingForHandOver)).To(HaveLen(1), "said once")
 
-			w.setProcessing(&first[0], metav1.ConditionFalse)
+			w.setProcessing(ctx, &first[0], metav1.ConditionFalse)
 			w.clk.SetTime(timedOut.Add(time.Minute + time.Second))
-			w.reconcile(check)
+			w.reconcile(ctx, check)
 			Expect(requestsOfSecond()).To(Equal([]string{secondName}))
-			second := w.remediations(secondKind, check)
+			second := w.remediations(ctx, secondKind, check)
 			for _, o := range second {
 				Expect(o.GetAnnotations()).To(HaveKeyWithValue(template.AnnotationNodeName, sick.Name))
 			}
-			still := w.remediations(pcRemediation, check)
+			still := w.remediations(ctx, pcRemediation, check)
 			Expect(names(still)).To(ContainElement(sick.Name), "step 1's request is not deleted")
 			for _, o := range still {
 				Expect(o.GetDeletionTimestamp()).To(BeNil())
@@ -102,17 +103,17 @@ var _ = Describe("Escalation hand-over", func() {
 
 			// Both requests live on; another pass changes nothing.
 			w.clk.SetTime(timedOut.Add(2 * time.Minute))
-			w.reconcile(check)
+			w.reconcile(ctx, check)
 			Expect(requestsOfSecond()).To(Equal([]string{secondName}))
-			Expect(names(w.remediations(pcRemediation, check))).To(ContainElement(sick.Name))
+			Expect(names(w.remediations(ctx, pcRemediation, check))).To(ContainElement(sick.Name))
 			Expect(entry(check, sick).Remediations).To(HaveLen(2))
 			Expect(w.rec.With(EventRemediationCreated)).To(HaveLen(2))
 		},
-		Entry("different kinds", handOverCase{second: func(w *world) (v1alpha1.TemplateReference, schema.GroupVersionKind) {
-			return w.fenceTemplate("fence", map[string]any{"template": map[string]any{"spec": map[string]any{}}}), fenceRemediation
+		Entry("different kinds", handOverCase{second: func(ctx context.Context, w *world) (v1alpha1.TemplateReference, schema.GroupVersionKind) {
+			return w.fenceTemplate(ctx, "fence", map[string]any{"template": map[string]any{"spec": map[string]any{}}}), fenceRemediation
 		}}),
-		Entry("same kind and namespace", handOverCase{second: func(w *world) (v1alpha1.TemplateReference, schema.GroupVersionKind) {
-			return w.pcTemplate("power-off"), pcRemediation
+		Entry("same kind and namespace", handOverCase{second: func(ctx context.Context, w *world) (v1alpha1.TemplateReference, schema.GroupVersionKind) {
+			return w.pcTemplate(ctx, "power-off"), pcRemediation
 		}}),
 	)
 })

@@ -49,61 +49,61 @@ var _ = Describe("Running in a manager", func() {
 		w.clk.SetTime(t0.Add(time.Hour)) // every condition set at t0 has expired
 
 		log := &requestLog{reads: map[string]int{}}
-		w.startManager(testenv.ManagerOptions{WrapTransport: log.wrap}, Options{})
+		w.startManager(ctx, testenv.ManagerOptions{WrapTransport: log.wrap}, Options{})
 
-		pc := w.pcTemplate("pc")
-		fence := w.fenceTemplate("fence", map[string]any{"template": map[string]any{"spec": map[string]any{"mode": "hard"}}})
-		check := w.check("nhc", nil, escalating(
+		pc := w.pcTemplate(ctx, "pc")
+		fence := w.fenceTemplate(ctx, "fence", map[string]any{"template": map[string]any{"spec": map[string]any{"mode": "hard"}}})
+		check := w.check(ctx, "nhc", nil, escalating(
 			v1alpha1.EscalatingRemediation{RemediationTemplate: pc, Order: 1, Timeout: metav1.Duration{Duration: 30 * time.Minute}},
 			v1alpha1.EscalatingRemediation{RemediationTemplate: fence, Order: 2, Timeout: metav1.Duration{Duration: 30 * time.Minute}},
 		))
-		sick := w.node("w1", corev1.ConditionUnknown, t0)
-		later := w.node("w2", corev1.ConditionTrue, t0)
+		sick := w.node(ctx, "w1", corev1.ConditionUnknown, t0)
+		later := w.node(ctx, "w2", corev1.ConditionTrue, t0)
 
 		// A check and an unhealthy node: the request appears.
-		eventually(func() []string { return names(w.remediations(pcRemediation, check)) }).Should(Equal([]string{sick.Name}))
+		eventually(func() []string { return names(w.remediations(ctx, pcRemediation, check)) }).Should(Equal([]string{sick.Name}))
 
 		// A node's condition changes: the node watch reconciles the check.
-		w.setReady(later, corev1.ConditionUnknown, t0)
-		eventually(func() []string { return names(w.remediations(pcRemediation, check)) }).Should(Equal([]string{sick.Name, later.Name}))
+		w.setReady(ctx, later, corev1.ConditionUnknown, t0)
+		eventually(func() []string { return names(w.remediations(ctx, pcRemediation, check)) }).Should(Equal([]string{sick.Name, later.Name}))
 
 		// The remediator gives up: the watch on the (run-time) remediation kind escalates at once.
-		first := w.remediations(pcRemediation, check)[0]
-		w.setSucceeded(&first, metav1.ConditionFalse)
-		eventually(func() []string { return names(w.remediations(fenceRemediation, check)) }).Should(Equal([]string{sick.Name}))
-		Expect(w.remediations(pcRemediation, check)[0].GetAnnotations()).To(HaveKey(template.AnnotationTimedOut))
+		first := w.remediations(ctx, pcRemediation, check)[0]
+		w.setSucceeded(ctx, &first, metav1.ConditionFalse)
+		eventually(func() []string { return names(w.remediations(ctx, fenceRemediation, check)) }).Should(Equal([]string{sick.Name}))
+		Expect(w.remediations(ctx, pcRemediation, check)[0].GetAnnotations()).To(HaveKey(template.AnnotationTimedOut))
 
 		// The nodes recover: requests deleted, then (request deletions watched) leases released.
-		w.setReady(sick, corev1.ConditionTrue, t0.Add(time.Hour))
-		w.setReady(later, corev1.ConditionTrue, t0.Add(time.Hour))
+		w.setReady(ctx, sick, corev1.ConditionTrue, t0.Add(time.Hour))
+		w.setReady(ctx, later, corev1.ConditionTrue, t0.Add(time.Hour))
 		eventually(func() int {
-			return len(w.remediations(pcRemediation, check)) + len(w.remediations(fenceRemediation, check))
+			return len(w.remediations(ctx, pcRemediation, check)) + len(w.remediations(ctx, fenceRemediation, check))
 		}).Should(BeZero())
-		eventually(func() string { return w.leaseHolder(sick) + w.leaseHolder(later) }).Should(BeEmpty())
+		eventually(func() string { return w.leaseHolder(ctx, sick) + w.leaseHolder(ctx, later) }).Should(BeEmpty())
 		eventually(func() v1alpha1.NodeHealthCheckPhase {
-			Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(check), check)).To(Succeed())
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(check), check)).To(Succeed())
 			return check.Status.Phase
 		}).Should(Equal(v1alpha1.PhaseEnabled))
 
 		// A lease held by node maintenance; its release is watched and the check proceeds.
 		maintenance := w.maintenance()
-		Expect(maintenance.RequestLease(w.ctx, sick, time.Hour)).To(Succeed())
-		w.setReady(sick, corev1.ConditionFalse, t0)
+		Expect(maintenance.RequestLease(ctx, sick, time.Hour)).To(Succeed())
+		w.setReady(ctx, sick, corev1.ConditionFalse, t0)
 		eventually(func() []testenv.Event { return w.rec.With(EventSkippedLeaseHeld) }).Should(HaveLen(1))
-		Expect(maintenance.InvalidateLease(w.ctx, sick.Name)).To(Succeed())
-		eventually(func() []string { return names(w.remediations(pcRemediation, check)) }).Should(Equal([]string{sick.Name}))
+		Expect(maintenance.InvalidateLease(ctx, sick.Name)).To(Succeed())
+		eventually(func() []string { return names(w.remediations(ctx, pcRemediation, check)) }).Should(Equal([]string{sick.Name}))
 
 		// A check whose template is missing is disabled; the template watch enables it when it appears.
 		ref := v1alpha1.TemplateReference{APIVersion: pc.APIVersion, Kind: pc.Kind, Name: w.pool + "-pc2", Namespace: pcNS}
-		other := w.check("other", &ref, func(c *v1alpha1.NodeHealthCheck) {
+		other := w.check(ctx, "other", &ref, func(c *v1alpha1.NodeHealthCheck) {
 			c.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": w.pool + "-none"}}
 		})
 		disabled := func() bool {
-			Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(other), other)).To(Succeed())
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(other), other)).To(Succeed())
 			return meta.IsStatusConditionTrue(other.Status.Conditions, v1alpha1.ConditionDisabled)
 		}
 		eventually(disabled).Should(BeTrue())
-		w.pcTemplate("pc2")
+		w.pcTemplate(ctx, "pc2")
 		eventually(disabled).Should(BeFalse())
 
 		// Everything above came from the informers: no kind was ever listed (client-go's informers start with

@@ -64,17 +64,17 @@ var _ = Describe("Request deletion", func() {
 	It("deletes a recovered Node's request once, though its cache goes on showing the request", func(ctx SpecContext) {
 		w := newWorld(ctx)
 		freeze, deletes := w.stalePCRs()
-		check, sick := w.pcCheckWithSickNode()
-		w.reconcile(check)
-		Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{sick.Name}))
+		check, sick := w.pcCheckWithSickNode(ctx)
+		w.reconcile(ctx, check)
+		Expect(names(w.remediations(ctx, pcRemediation, check))).To(Equal([]string{sick.Name}))
 
 		freeze()
-		w.reconcile(check) // the cache shows the request from now on
-		w.setReady(sick, corev1.ConditionTrue, w.clk.Now())
+		w.reconcile(ctx, check) // the cache shows the request from now on
+		w.setReady(ctx, sick, corev1.ConditionTrue, w.clk.Now())
 		for range 3 {
-			w.reconcile(check)
+			w.reconcile(ctx, check)
 		}
-		Expect(w.remediations(pcRemediation, check)).To(BeEmpty())
+		Expect(w.remediations(ctx, pcRemediation, check)).To(BeEmpty())
 		Expect(deletes()).To(Equal(1), "one delete of a request just deleted")
 		Expect(entry(check, sick)).NotTo(BeNil(), "the Node is remembered until its request is gone from the cache too")
 	})

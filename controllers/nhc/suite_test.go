@@ -83,7 +83,6 @@ var _ = AfterSuite(func() {
 // world is one spec's corner of the cluster: the testenv world (clock, recorder) and a pool label of its
 // own that its Nodes carry and its checks select.
 type world struct {
-	ctx  context.Context
 	clk  *clocktesting.FakeClock
 	rec  *testenv.Recorder
 	r    *Reconciler
@@ -93,7 +92,7 @@ type world struct {
 func newWorld(ctx context.Context) *world {
 	GinkgoHelper()
 	tw := env.NewWorld(ctx, GinkgoT(), testenv.WorldOptions{Start: t0})
-	w := &world{ctx: ctx, clk: tw.Clock, rec: tw.Events, pool: fmt.Sprintf("p%02d", pools.Add(1))}
+	w := &world{clk: tw.Clock, rec: tw.Events, pool: fmt.Sprintf("p%02d", pools.Add(1))}
 	w.restart()
 	return w
 }
@@ -109,7 +108,7 @@ func (w *world) restart() {
 // startManager runs the controller in a manager for the rest of the spec, on the world's clock and
 // recorder, with the lease cache limited to the lease namespace as cmd/manager does; opts adds to the
 // reconciler's options.
-func (w *world) startManager(mopts testenv.ManagerOptions, opts Options) {
+func (w *world) startManager(ctx context.Context, mopts testenv.ManagerOptions, opts Options) {
 	GinkgoHelper()
 	mopts.LeaseNamespace = leaseNS
 	mgr, err := env.NewManager(mopts)
@@ -117,8 +116,8 @@ func (w *world) startManager(mopts testenv.ManagerOptions, opts Options) {
 	opts.Client, opts.Clock, opts.Recorder, opts.LeaseNamespace = mgr.GetClient(), w.clk, w.rec, leaseNS
 	r, err := New(opts)
 	Expect(err).NotTo(HaveOccurred())
-	Expect(r.SetupWithManager(w.ctx, mgr)).To(Succeed())
-	testenv.RunManager(w.ctx, GinkgoT(), mgr)
+	Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
+	testenv.RunManager(ctx, GinkgoT(), mgr)
 }
 
 // eventually waits on what a running manager does.
@@ -128,32 +127,32 @@ func eventually(f any) AsyncAssertion {
 
 // node creates a Node of this world's pool whose Ready condition has had status since the given time.
 // Extra labels come in key, value pairs.
-func (w *world) node(name string, status corev1.ConditionStatus, since time.Time, extra ...string) *corev1.Node {
+func (w *world) node(ctx context.Context, name string, status corev1.ConditionStatus, since time.Time, extra ...string) *corev1.Node {
 	GinkgoHelper()
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: w.pool + "-" + name, Labels: map[string]string{"pool": w.pool}}}
 	for i := 0; i+1 < len(extra); i += 2 {
 		n.Labels[extra[i]] = extra[i+1]
 	}
-	Expect(k8s.Create(w.ctx, n)).To(Succeed())
+	Expect(k8s.Create(ctx, n)).To(Succeed())
 	DeferCleanup(func() {
 		_ = k8s.Delete(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: leaseNS, Name: leases.LeaseName(n.Name)}})
 		_ = k8s.Delete(context.Background(), n)
 	})
-	w.setReady(n, status, since)
+	w.setReady(ctx, n, status, since)
 	return n
 }
 
 // setReady sets node's Ready condition.
-func (w *world) setReady(n *corev1.Node, status corev1.ConditionStatus, since time.Time) {
+func (w *world) setReady(ctx context.Context, n *corev1.Node, status corev1.ConditionStatus, since time.Time) {
 	GinkgoHelper()
-	Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(n), n)).To(Succeed())
+	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(n), n)).To(Succeed())
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: "Test",
 		LastTransitionTime: metav1.NewTime(since), LastHeartbeatTime: metav1.NewTime(since)}}
-	Expect(k8s.Status().Update(w.ctx, n)).To(Succeed())
+	Expect(k8s.Status().Update(ctx, n)).To(Succeed())
 }
 
 // pcTemplate creates a PowerCycleRemediationTemplate in metalheal-system.
-func (w *world) pcTemplate(name string) v1alpha1.TemplateReference {
+func (w *world) pcTemplate(ctx context.Context, name string) v1alpha1.TemplateReference {
 	GinkgoHelper()
 	tpl := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "remediation.metalheal.io/v1alpha1",
@@ -163,12 +162,12 @@ func (w *world) pcTemplate(name string) v1alpha1.TemplateReference {
 			"strategy": "reboot", "powerOffTimeoutSeconds": int64(120),
 		}}},
 	}}
-	w.create(tpl)
+	w.create(ctx, tpl)
 	return v1alpha1.TemplateReference{APIVersion: tpl.GetAPIVersion(), Kind: tpl.GetKind(), Name: tpl.GetName(), Namespace: pcNS}
 }
 
 // fenceTemplate creates a third-party FenceRemediationTemplate in ops; spec is its whole spec.
-func (w *world) fenceTemplate(name string, spec map[string]any) v1alpha1.TemplateReference {
+func (w *world) fenceTemplate(ctx context.Context, name string, spec map[string]any) v1alpha1.TemplateReference {
 	GinkgoHelper()
 	tpl := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "fence.example.com/v1",
@@ -176,30 +175,30 @@ func (w *world) fenceTemplate(name string, spec map[string]any) v1alpha1.Templat
 		"metadata":   map[string]any{"name": w.pool + "-" + name, "namespace": fenceNS},
 		"spec":       spec,
 	}}
-	w.create(tpl)
+	w.create(ctx, tpl)
 	return v1alpha1.TemplateReference{APIVersion: tpl.GetAPIVersion(), Kind: tpl.GetKind(), Name: tpl.GetName(), Namespace: fenceNS}
 }
 
-func (w *world) create(obj client.Object) {
+func (w *world) create(ctx context.Context, obj client.Object) {
 	GinkgoHelper()
-	Expect(k8s.Create(w.ctx, obj)).To(Succeed())
+	Expect(k8s.Create(ctx, obj)).To(Succeed())
 	DeferCleanup(func() { _ = k8s.Delete(context.Background(), obj) })
 }
 
 // pcCheckWithSickNode is the common opening: a check "nhc" with a PowerCycleRemediation template, one
 // Node w1 Ready=False since t0, and the clock an hour later, so that the Node is due for a request.
-func (w *world) pcCheckWithSickNode() (*v1alpha1.NodeHealthCheck, *corev1.Node) {
+func (w *world) pcCheckWithSickNode(ctx context.Context) (*v1alpha1.NodeHealthCheck, *corev1.Node) {
 	GinkgoHelper()
-	pc := w.pcTemplate("pc")
-	check := w.check("nhc", &pc)
-	sick := w.node("w1", corev1.ConditionFalse, t0)
+	pc := w.pcTemplate(ctx, "pc")
+	check := w.check(ctx, "nhc", &pc)
+	sick := w.node(ctx, "w1", corev1.ConditionFalse, t0)
 	w.clk.SetTime(t0.Add(time.Hour))
 	return check, sick
 }
 
 // check creates a NodeHealthCheck selecting this world's pool: Ready Unknown or False for 5m, no budget
 // limit (maxUnhealthy 100%) unless mods change it.
-func (w *world) check(name string, ref *v1alpha1.TemplateReference, mods ...func(*v1alpha1.NodeHealthCheck)) *v1alpha1.NodeHealthCheck {
+func (w *world) check(ctx context.Context, name string, ref *v1alpha1.TemplateReference, mods ...func(*v1alpha1.NodeHealthCheck)) *v1alpha1.NodeHealthCheck {
 	GinkgoHelper()
 	all := intstr.FromString("100%")
 	c := &v1alpha1.NodeHealthCheck{
@@ -217,7 +216,7 @@ func (w *world) check(name string, ref *v1alpha1.TemplateReference, mods ...func
 	for _, m := range mods {
 		m(c)
 	}
-	Expect(k8s.Create(w.ctx, c)).To(Succeed())
+	Expect(k8s.Create(ctx, c)).To(Succeed())
 	DeferCleanup(func() {
 		ctx := context.Background()
 		_ = k8s.Delete(ctx, c)
@@ -233,19 +232,19 @@ func (w *world) check(name string, ref *v1alpha1.TemplateReference, mods ...func
 }
 
 // reconcile reconciles the check once and refreshes it.
-func (w *world) reconcile(c *v1alpha1.NodeHealthCheck) ctrl.Result {
+func (w *world) reconcile(ctx context.Context, c *v1alpha1.NodeHealthCheck) ctrl.Result {
 	GinkgoHelper()
-	res, err := w.r.Reconcile(w.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: c.Name}})
+	res, err := w.r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: c.Name}})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(c), c)).To(Succeed())
+	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), c)).To(Succeed())
 	return res
 }
 
 // remediations lists the requests of kind gvk owned by check c.
-func (w *world) remediations(gvk schema.GroupVersionKind, c *v1alpha1.NodeHealthCheck) []unstructured.Unstructured {
+func (w *world) remediations(ctx context.Context, gvk schema.GroupVersionKind, c *v1alpha1.NodeHealthCheck) []unstructured.Unstructured {
 	GinkgoHelper()
 	var out []unstructured.Unstructured
-	for _, emr := range listKind(w.ctx, gvk) {
+	for _, emr := range listKind(ctx, gvk) {
 		if ownedBy(&emr, c.UID) {
 			out = append(out, emr)
 		}
@@ -287,10 +286,10 @@ func (w *world) leaseManager(holder string) *leases.Manager {
 }
 
 // leaseHolder returns who holds node's lease, "" when there is none.
-func (w *world) leaseHolder(n *corev1.Node) string {
+func (w *world) leaseHolder(ctx context.Context, n *corev1.Node) string {
 	GinkgoHelper()
 	l := &coordinationv1.Lease{}
-	err := k8s.Get(w.ctx, types.NamespacedName{Namespace: leaseNS, Name: leases.LeaseName(n.Name)}, l)
+	err := k8s.Get(ctx, types.NamespacedName{Namespace: leaseNS, Name: leases.LeaseName(n.Name)}, l)
 	if apierrors.IsNotFound(err) {
 		return ""
 	}
@@ -317,12 +316,12 @@ func detectionDelays() (uint64, float64) {
 }
 
 // setSucceeded sets the remediator's Succeeded condition on a request.
-func (w *world) setSucceeded(emr *unstructured.Unstructured, status metav1.ConditionStatus) {
+func (w *world) setSucceeded(ctx context.Context, emr *unstructured.Unstructured, status metav1.ConditionStatus) {
 	GinkgoHelper()
-	Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(emr), emr)).To(Succeed())
+	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(emr), emr)).To(Succeed())
 	Expect(unstructured.SetNestedSlice(emr.Object, []any{map[string]any{
 		"type": "Succeeded", "status": string(status), "reason": "GaveUp", "message": "test",
 		"lastTransitionTime": t0.Format(time.RFC3339),
 	}}, "status", "conditions")).To(Succeed())
-	Expect(k8s.Status().Update(w.ctx, emr)).To(Succeed())
+	Expect(k8s.Status().Update(ctx, emr)).To(Succeed())
 }

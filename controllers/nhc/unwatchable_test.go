@@ -48,11 +48,11 @@ var _ = Describe("A remediation kind the manager cannot watch", func() {
 			group := w.pool + ".wedge.example.com"
 			install := func() {
 				for _, kind := range []string{wedgeTemplateKind, wedgeRequestKind} {
-					crd, err := testenv.CRD(w.ctx, k8s, group, kind)
+					crd, err := testenv.CRD(ctx, k8s, group, kind)
 					Expect(err).NotTo(HaveOccurred())
 					DeferCleanup(func() { _ = k8s.Delete(context.Background(), crd) })
 				}
-				w.create(&unstructured.Unstructured{Object: map[string]any{
+				w.create(ctx, &unstructured.Unstructured{Object: map[string]any{
 					"apiVersion": group + "/v1", "kind": wedgeTemplateKind,
 					"metadata": map[string]any{"name": "bad", "namespace": pcNS},
 					"spec":     map[string]any{"template": map[string]any{"spec": map[string]any{"mode": "hard"}}},
@@ -69,27 +69,27 @@ var _ = Describe("A remediation kind the manager cannot watch", func() {
 			if tc.grantRequests {
 				granted = append(granted, testenv.Plural(wedgeRequestKind))
 			}
-			w.grant(user+"-base", user, managerRules(group, granted...))
+			w.grant(ctx, user+"-base", user, managerRules(group, granted...))
 
-			log := w.startImpersonatedManager(user)
+			log := w.startImpersonatedManager(ctx, user)
 
 			// The bad check first (under the old code its first reconcile wedged the only worker), selecting
 			// no Node; then a good check with a Node due for a request.
 			ref := v1alpha1.TemplateReference{APIVersion: group + "/v1", Kind: wedgeTemplateKind, Name: "bad", Namespace: pcNS}
-			bad := w.check("bad", &ref, func(c *v1alpha1.NodeHealthCheck) {
+			bad := w.check(ctx, "bad", &ref, func(c *v1alpha1.NodeHealthCheck) {
 				c.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": w.pool + "-none"}}
 			})
 			if tc.installed {
 				eventually(func() int { return log.Requests(group) }).ShouldNot(BeZero(), "the bad kind is being watched")
 			}
-			pc := w.pcTemplate("pc")
-			good := w.check("good", &pc)
-			sick := w.node("w1", corev1.ConditionUnknown, t0)
-			eventually(func() []string { return names(w.remediations(pcRemediation, good)) }).Should(Equal([]string{sick.Name}),
+			pc := w.pcTemplate(ctx, "pc")
+			good := w.check(ctx, "good", &pc)
+			sick := w.node(ctx, "w1", corev1.ConditionUnknown, t0)
+			eventually(func() []string { return names(w.remediations(ctx, pcRemediation, good)) }).Should(Equal([]string{sick.Name}),
 				"the other check creates its request while the bad kind is not synced")
 
 			disabled := func() *metav1.Condition {
-				Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(bad), bad)).To(Succeed())
+				Expect(k8s.Get(ctx, client.ObjectKeyFromObject(bad), bad)).To(Succeed())
 				return meta.FindStatusCondition(bad.Status.Conditions, v1alpha1.ConditionDisabled)
 			}
 			if tc.installed {
@@ -105,15 +105,15 @@ var _ = Describe("A remediation kind the manager cannot watch", func() {
 			}
 			// The event is emitted after the status write that the condition was read from.
 			eventually(func() []testenv.Event { return w.rec.With(EventDisabled) }).Should(ContainElement(HaveField("Name", bad.Name)))
-			w.node("w2", corev1.ConditionUnknown, t0) // nor once the bad one is disabled
-			eventually(func() []string { return names(w.remediations(pcRemediation, good)) }).Should(ContainElement(w.pool + "-w2"))
+			w.node(ctx, "w2", corev1.ConditionUnknown, t0) // nor once the bad one is disabled
+			eventually(func() []string { return names(w.remediations(ctx, pcRemediation, good)) }).Should(ContainElement(w.pool + "-w2"))
 
 			// The fix: the permission granted (and the CRD installed). Without a restart, the check is
 			// enabled again at the kind's next attempt.
 			if !tc.installed {
 				install()
 			}
-			w.grant(user+"-fix", user, managerRules(group, testenv.Plural(wedgeTemplateKind), testenv.Plural(wedgeRequestKind)))
+			w.grant(ctx, user+"-fix", user, managerRules(group, testenv.Plural(wedgeTemplateKind), testenv.Plural(wedgeRequestKind)))
 			if tc.installed {
 				w.clk.Step(kindwatch.DefaultRetryMin)
 			}
@@ -122,7 +122,7 @@ var _ = Describe("A remediation kind the manager cannot watch", func() {
 			eventually(func() int { return log.OpenWatches(group) }).Should(Equal(2), "its template and request kinds are watched")
 
 			// The check is deleted: nothing watches its kinds any more.
-			Expect(k8s.Delete(w.ctx, bad)).To(Succeed())
+			Expect(k8s.Delete(ctx, bad)).To(Succeed())
 			eventually(func() int { return log.OpenWatches(group) }).Should(BeZero())
 		},
 		Entry("no role grants the kind", unwatchableCase{installed: true,
@@ -151,9 +151,9 @@ func managerRules(group string, resources ...string) []rbacv1.PolicyRule {
 }
 
 // grant gives user the rules, for the rest of the test.
-func (w *world) grant(name, user string, rules []rbacv1.PolicyRule) {
+func (w *world) grant(ctx context.Context, name, user string, rules []rbacv1.PolicyRule) {
 	GinkgoHelper()
-	revoke, err := testenv.Grant(w.ctx, k8s, name, user, rules)
+	revoke, err := testenv.Grant(ctx, k8s, name, user, rules)
 	if revoke != nil {
 		DeferCleanup(func() { _ = revoke(context.Background()) })
 	}
@@ -162,9 +162,9 @@ func (w *world) grant(name, user string, rules []rbacv1.PolicyRule) {
 
 // startImpersonatedManager runs the controller in a manager acting as user, on the world's clock, for the
 // rest of the spec, and records the manager's requests.
-func (w *world) startImpersonatedManager(user string) *testenv.RequestLog {
+func (w *world) startImpersonatedManager(ctx context.Context, user string) *testenv.RequestLog {
 	GinkgoHelper()
 	log := &testenv.RequestLog{}
-	w.startManager(testenv.ManagerOptions{User: user, WrapTransport: log.Wrap}, Options{KindRetryPeriod: 100 * time.Millisecond})
+	w.startManager(ctx, testenv.ManagerOptions{User: user, WrapTransport: log.Wrap}, Options{KindRetryPeriod: 100 * time.Millisecond})
 	return log
 }
