@@ -35,8 +35,8 @@ import (
 // metalheal's CRDs and a third-party remediator's (testdata/crds), started once for every spec. Specs call
 // Reconcile directly and step an injected fake clock; only the manager specs run a manager. Each spec has
 // its own pool label, Nodes, templates and checks, and removes them when it ends (envtest runs no garbage
-// collector). The unit tests of the package (decide, parity, watches) are plain `testing` and need no
-// API server.
+// collector). The unit tests of the package (decide, parity, the watches' predicates) are plain `testing`
+// and need no API server: `go test -run TestDecide` starts none.
 
 const (
 	leaseNS = "medik8s-leases"
