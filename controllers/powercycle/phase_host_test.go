@@ -87,7 +87,7 @@ func TestHostWaitVerdict(t *testing.T) {
 // TestHostRequestsBeforePowerOff runs issue 34's "diagnose before a reset" and "graceful, then hard"
 // against a real API server, with fake hosts, the Redfish mock and ipmi_sim, Reconcile called directly.
 func TestHostRequestsBeforePowerOff(t *testing.T) {
-	api := startAPIServer(t)
+	api := sharedAPIServer(t)
 	for name, scenario := range map[string]func(*testing.T, *apiServer){
 		"NoneUnlessAsked":                         testNoHostRequestsUnlessAsked,
 		"InterruptRecordedBeforeItIsSent":         testInterruptRecordedFirst,

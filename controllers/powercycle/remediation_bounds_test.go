@@ -27,7 +27,7 @@ import (
 // and an event, and an ambiguous BMC answer never sends a second power-off. One real API server, each
 // scenario in its own namespace with its own nodes and fake clock, Reconcile called directly.
 func TestRemediationTrustAndBounds(t *testing.T) {
-	api := startAPIServer(t)
+	api := sharedAPIServer(t)
 	for name, scenario := range map[string]func(*testing.T, *apiServer){
 		"UntrustedNamespaceIsRefused":              testUntrustedNamespace,
 		"TrustedNamespaceUsesTheManagersBMC":       testTrustedNamespaceUsesTheManagersBMC,

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -190,16 +191,12 @@ func (w *world) secretsForbidden() client.Reader {
 // namespace, as Cluster API makes one), reached through the kubeconfig it returns.
 func workloadAPIServer(t *testing.T) (client.Client, []byte) {
 	t.Helper()
-	env, cfg, err := testenv.Start(testenv.Options{SkipCRDs: true})
+	env, err := testenv.Up(testenv.EnvOptions{Options: testenv.Options{SkipCRDs: true}, AddToScheme: []func(*runtime.Scheme) error{clusterv1.AddToScheme}})
 	if err != nil {
 		t.Fatalf("starting the workload cluster's API server: %v", err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(cfg, client.Options{Scheme: remediationScheme()})
-	if err != nil {
-		t.Fatalf("creating a client: %v", err)
-	}
-	return c, env.KubeConfig
+	return env.Client, env.KubeConfig()
 }
 
 // A Cluster API management cluster whose Machine's Node, worker-1, lives in workload cluster edge-a,

@@ -20,12 +20,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,17 +37,31 @@ import (
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
-// remediationScheme knows core Kubernetes, metalheal and Cluster API's Machines.
-func remediationScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(v1alpha1.AddToScheme(s))
-	utilruntime.Must(clusterv1.AddToScheme(s))
-	return s
+// The package's API server (internal/testenv), with metalheal's and Cluster API's CRDs: started by the
+// first test that needs one, shared by every later test, stopped by TestMain. The unit tests of the
+// package start none. Scenarios keep apart by their namespaces and the prefix of their Nodes' names.
+var (
+	sharedEnv = testenv.NewShared(testenv.EnvOptions{ClusterAPI: true, Namespaces: []string{leases.DefaultNamespace},
+		QPS: 500, Burst: 1000})
+
+	sharedAPIOnce sync.Once
+	sharedAPI     *apiServer
+	sharedAPIErr  error
+	// stopSharedCache stops sharedAPI's cache.
+	stopSharedCache context.CancelFunc = func() {}
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	stopSharedCache()
+	if err := sharedEnv.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "stopping the API server: %v\n", err)
+	}
+	os.Exit(code)
 }
 
-// apiServer is a real kube-apiserver and etcd with metalheal's and Cluster API's CRDs, a direct client,
-// and a cache that the BMC access layer reads BMCs and Secrets from (as it does in the manager).
+// apiServer is the package's API server: a direct client, and a cache that the BMC access layer reads
+// BMCs and Secrets from (as it does in the manager).
 type apiServer struct {
 	// kubeconfig is an admin kubeconfig of the API server, with inline credentials.
 	kubeconfig []byte
@@ -60,54 +71,42 @@ type apiServer struct {
 	cache      cache.Cache
 }
 
-// startAPIServer starts one for the duration of t.
-func startAPIServer(t *testing.T) *apiServer {
+// sharedAPIServer returns the package's API server, started (with its cache) by the first call.
+func sharedAPIServer(t *testing.T) *apiServer {
 	t.Helper()
 	setupLogging()
-	capi, err := testenv.ClusterAPICRDs()
-	if err != nil {
-		t.Fatalf("locating Cluster API CRDs: %v", err)
+	env := sharedEnv.Get(t)
+	sharedAPIOnce.Do(func() { sharedAPI, sharedAPIErr = newAPIServer(env) })
+	if sharedAPIErr != nil {
+		t.Fatalf("starting the cache: %v", sharedAPIErr)
 	}
-	env, cfg, err := testenv.Start(testenv.Options{ExtraCRDPaths: []string{capi}})
+	return sharedAPI
+}
+
+// newAPIServer starts the cache of env for the rest of the package's tests.
+func newAPIServer(env *testenv.Env) (*apiServer, error) {
+	ca, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme})
 	if err != nil {
-		t.Fatalf("starting the API server: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stopping the API server: %v", err)
-		}
-	})
-	cfg.QPS, cfg.Burst = 500, 1000
-	scheme := remediationScheme()
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatalf("creating a client: %v", err)
-	}
-	ca, err := cache.New(cfg, cache.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatalf("creating a cache: %v", err)
+		return nil, fmt.Errorf("creating a cache: %w", err)
 	}
 	// The field indexes the access layer looks BMCs up by, registered once for every Access built on
 	// this cache.
 	if err := bmcaccess.New(ca, "", nil, bmcaccess.Options{}).SetupIndexes(context.Background(), ca); err != nil {
-		t.Fatalf("indexing BMCs: %v", err)
+		return nil, fmt.Errorf("indexing BMCs: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
+	stopSharedCache = cancel
 	go func() { _ = ca.Start(ctx) }()
 	// Informers for what the access layer reads, started now.
 	for _, o := range []client.Object{&v1alpha1.BMC{}, &corev1.Secret{}} {
 		if _, err := ca.GetInformer(ctx, o); err != nil {
-			t.Fatalf("starting an informer: %v", err)
+			return nil, fmt.Errorf("starting an informer: %w", err)
 		}
 	}
 	if !ca.WaitForCacheSync(ctx) {
-		t.Fatal("the cache did not sync")
+		return nil, errors.New("the cache did not sync")
 	}
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leases.DefaultNamespace}}); err != nil {
-		t.Fatalf("creating the lease namespace: %v", err)
-	}
-	return &apiServer{kubeconfig: env.KubeConfig, cfg: cfg, scheme: scheme, client: c, cache: ca}
+	return &apiServer{kubeconfig: env.KubeConfig(), cfg: env.Config, scheme: env.Scheme, client: env.Client, cache: ca}, nil
 }
 
 var loggingOnce sync.Once
@@ -133,8 +132,8 @@ func redfishFactory(addr bmc.Address, creds bmc.Credentials, opts bmc.Options) (
 
 var worldSeq atomic.Int32
 
-// world is one scenario: its own namespace (BMCs, Secrets, remediations), nodes with unique names, a
-// fake clock, an event recorder and the BMC drivers of a registry chosen by the scenario.
+// world is one scenario, a testenv world: its own namespace (BMCs, Secrets, remediations), nodes with
+// unique names, a fake clock, an event recorder and the BMC drivers of a registry chosen by the scenario.
 type world struct {
 	t        *testing.T
 	ctx      context.Context
@@ -154,19 +153,19 @@ type world struct {
 func newWorld(t *testing.T, api *apiServer, registry *bmc.Registry) *world {
 	t.Helper()
 	n := worldSeq.Add(1)
-	w := &world{
+	ctx := context.Background()
+	tw := sharedEnv.Get(t).NewWorld(ctx, t, testenv.WorldOptions{Namespace: fmt.Sprintf("scenario-%d", n), Start: epoch})
+	return &world{
 		t:        t,
-		ctx:      context.Background(),
+		ctx:      ctx,
 		api:      api,
 		c:        api.client,
-		ns:       fmt.Sprintf("scenario-%d", n),
+		ns:       tw.Namespace,
 		prefix:   fmt.Sprintf("s%d-", n),
-		clock:    clocktesting.NewFakeClock(epoch),
+		clock:    tw.Clock,
 		recorder: events.NewFakeRecorder(10000),
 		registry: registry,
 	}
-	w.must(w.c.Create(w.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}))
-	return w
 }
 
 func (w *world) must(err error) {

@@ -29,7 +29,7 @@ import (
 // as a health check's escalation makes them, against one real API server and the Redfish mock on a fake
 // clock, calling Reconcile directly.
 func TestHandOver(t *testing.T) {
-	api := startAPIServer(t)
+	api := sharedAPIServer(t)
 	for name, scenario := range map[string]func(*testing.T, *apiServer){
 		"EscalationOverlap":             testEscalationOverlap,
 		"DeletedWhileAnotherRemediates": testDeletedWhileAnotherRemediates,

@@ -27,7 +27,7 @@ import (
 // (status.recentRemediations) when it lets go of the host, saying how it ended; the BMC keeps the last 10;
 // and the BMC inventory, the status's other writer, neither loses a record nor has its own fields lost.
 func TestRemediationHistory(t *testing.T) {
-	api := startAPIServer(t)
+	api := sharedAPIServer(t)
 	for name, scenario := range map[string]func(*testing.T, *apiServer){
 		"Succeeded":                          testHistorySucceeded,
 		"Failed":                             testHistoryFailed,

@@ -21,7 +21,7 @@ import (
 // whoever deletes a Node. One real API server and the Redfish mock on a fake clock, Reconcile called
 // directly; the outcomes are read from the API server and the mock's record of power requests.
 func TestRemediationTrustSecondPass(t *testing.T) {
-	api := startAPIServer(t)
+	api := sharedAPIServer(t)
 	for name, scenario := range map[string]func(*testing.T, *apiServer){
 		"RefusedRequestIsNoSibling":           testRefusedRequestIsNoSibling,
 		"SameNameInTwoNamespacesOneHand":      testSameNameInTwoNamespaces,

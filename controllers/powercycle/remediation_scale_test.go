@@ -8,19 +8,16 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/bmcaccess"
+	"github.com/metalheal/metalheal/internal/testenv"
 	"github.com/metalheal/metalheal/pkg/bmc"
 	"github.com/metalheal/metalheal/pkg/leases"
 	"github.com/metalheal/metalheal/test/redfish-mock/redfishmock"
@@ -36,7 +33,7 @@ func TestRemediationManyAtOnce(t *testing.T) {
 		latency = 200 * time.Millisecond
 	)
 	g := NewWithT(t)
-	api := startAPIServer(t)
+	api := sharedAPIServer(t)
 	realClock := clock.RealClock{}
 	ctx, cancel := context.WithCancel(context.Background())
 
@@ -55,16 +52,9 @@ func TestRemediationManyAtOnce(t *testing.T) {
 	g.Expect(c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bmc-credentials", Namespace: ns},
 		StringData: credentials})).To(Succeed())
 
-	mgr, err := ctrl.NewManager(api.cfg, ctrl.Options{
-		Scheme:                 api.scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: new(true)},
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Secret{}:        {Namespaces: map[string]cache.Config{ns: {}}},
-			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{leases.DefaultNamespace: {}}},
-		}},
-	})
+	// The manager sees this test's namespace only: the package's API server holds other tests' requests.
+	mgr, err := sharedEnv.Get(t).NewManager(testenv.ManagerOptions{Namespaces: []string{ns}, LeaseNamespace: leases.DefaultNamespace,
+		ByObject: map[client.Object]cache.ByObject{&corev1.Secret{}: {Namespaces: map[string]cache.Config{ns: {}}}}})
 	g.Expect(err).NotTo(HaveOccurred())
 	registry := bmc.NewRegistry()
 	g.Expect(registry.Register(bmc.DriverRedfish, redfishFactory)).To(Succeed())
@@ -83,14 +73,8 @@ func TestRemediationManyAtOnce(t *testing.T) {
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		if err := mgr.Start(ctx); err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-stopped })
+	testenv.RunManager(ctx, t, mgr)
+	t.Cleanup(cancel)
 
 	// The nodes' kubelets: a node reports Ready once its host is powered on.
 	nodeOf := func(system string) string { return "many-" + system }

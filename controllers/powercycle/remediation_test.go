@@ -40,7 +40,7 @@ import (
 // TestRemediation runs the remediator's scenarios (issue 6, "What it must show") against one real API
 // server, each in its own namespace with its own nodes and fake clock, calling Reconcile directly.
 func TestRemediation(t *testing.T) {
-	api := startAPIServer(t)
+	api := sharedAPIServer(t)
 	for name, scenario := range map[string]func(*testing.T, *apiServer){
 		"TransientFailureRecovers":          testTransientFailure,
 		"EscalateDeletesOwningMachine":      testEscalateMachine,
