@@ -8,11 +8,12 @@ import (
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/backoff"
+	"github.com/metalheal/metalheal/internal/engine"
 )
 
 // blockedBackingOff: the Machine was remediated too often lately; its next remediation waits
 // (remediationBackoff).
-const blockedBackingOff blocker = "BackingOff"
+const blockedBackingOff blocker = engine.SkipBackingOff
 
 // backingOff holds back the first request of a new remediation of a Machine remediated too often within
 // the back-off's window (escalation steps and re-creations are never held): the request is not created,

@@ -37,7 +37,7 @@
 // reported in status.unhealthyMachines[].skipReason and a RemediationSkipped event. execute takes the
 // lease of a control-plane Machine's Node for a new remediation (a request, or the hand-over to its owner)
 // under the manager's ControlPlaneClaim, shared with the NodeHealthChecks, and only while the API server
-// shows no other control-plane Node's lease held (requestLease): checks deciding at the same moment from
+// shows no other control-plane Node's lease held (engine.Starter, the NodeHealthCheck's writes too): checks deciding at the same moment from
 // the same cache do not start two. A workload cluster's control plane is claimed under its own key and
 // confirmed against its own API server.
 //

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/internal/workload"
 )
@@ -199,7 +200,7 @@ func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHeal
 			u := &list.Items[i]
 			machine := machineOf(u)
 			switch {
-			case !ownedBy(u, mhc.UID):
+			case !engine.OwnedBy(u, mhc.UID):
 			case machines[machine]:
 				out[machine] = append(out[machine], u)
 			case u.GetDeletionTimestamp().IsZero():
@@ -237,9 +238,4 @@ func (r *Reconciler) machineGone(ctx context.Context, version string, key types.
 		return false, fmt.Errorf("reading Machine %s: %w", key, err)
 	}
 	return false, nil
-}
-
-// ownedBy reports whether o has an owner reference to the object with uid.
-func ownedBy(o metav1.Object, uid types.UID) bool {
-	return slices.ContainsFunc(o.GetOwnerReferences(), func(ref metav1.OwnerReference) bool { return ref.UID == uid })
 }

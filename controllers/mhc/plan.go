@@ -46,7 +46,7 @@ const (
 	// blockedDeleting: the Machine is already being deleted.
 	blockedDeleting blocker = "Deleting"
 	// blockedExcluded: the Machine's Node is labelled remediation.medik8s.io/exclude-from-remediation=true.
-	blockedExcluded blocker = "Excluded"
+	blockedExcluded blocker = engine.SkipExcluded
 )
 
 // step is one remediation step: a template, the kind of request it makes and how long it may take.

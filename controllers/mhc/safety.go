@@ -35,10 +35,10 @@ const defaultLeaseDuration = 10 * time.Minute
 // Skip reasons of the safety gates: status.unhealthyMachines[].skipReason and the reason label of the
 // skipped metric, the NodeHealthCheck's.
 const (
-	blockedOwnedByOtherCheck blocker = "OwnedByOtherCheck"
+	blockedOwnedByOtherCheck blocker = engine.SkipOwnedByOtherCheck
 	blockedControlPlaneBusy  blocker = gates.SkipControlPlaneBusy
 	blockedLeaseHeld         blocker = gates.SkipLeaseHeldByOther
-	blockedRemediationExists blocker = "RemediationExists"
+	blockedRemediationExists blocker = engine.SkipRemediationExists
 	// blockedStormCooldown: the storm is over but stormCooldownDuration has not passed.
 	blockedStormCooldown blocker = "StormCooldown"
 	// blockedDryRun: the check is in dry run (spec.dryRun): the Machine passed every gate, nothing starts.

@@ -6,10 +6,11 @@ import (
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/backoff"
+	"github.com/metalheal/metalheal/internal/engine"
 )
 
 // SkipBackingOff: the Node was remediated too often lately; its next remediation waits (remediationBackoff).
-const SkipBackingOff = "BackingOff"
+const SkipBackingOff = engine.SkipBackingOff
 
 // backingOff holds back the first request of a new remediation of a Node remediated too often within the
 // back-off's window: the Node's status says so with the hold's end (recentRemediations[].backoffUntil), a

@@ -27,11 +27,11 @@ import (
 // Per-node skip reasons: status.unhealthyNodes[].skipReason and the reason label of
 // metalheal_remediations_skipped_total.
 const (
-	SkipExcluded          = "Excluded"
-	SkipOwnedByOtherCheck = "OwnedByOtherCheck"
+	SkipExcluded          = engine.SkipExcluded
+	SkipOwnedByOtherCheck = engine.SkipOwnedByOtherCheck
 	SkipControlPlaneBusy  = gates.SkipControlPlaneBusy
 	SkipLeaseHeldByOther  = gates.SkipLeaseHeldByOther
-	SkipRemediationExists = "RemediationExists"
+	SkipRemediationExists = engine.SkipRemediationExists
 )
 
 // Check-wide skip reasons, for the skipped metric only (the conditions say so in status).

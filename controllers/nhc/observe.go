@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -317,7 +316,7 @@ func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeH
 			// Typed items, and lists from some readers, leave the items' type to the list.
 			ref := emrRef{APIVersion: k.gvk.GroupVersion().String(), Kind: k.gvk.Kind, Namespace: item.GetNamespace(), Name: item.GetName()}
 			if !ownedBy(item, check.UID) {
-				foreign[ref] = ownerDescription(item)
+				foreign[ref] = engine.OwnerDescription(item)
 				continue
 			}
 			node := item.GetAnnotations()[template.AnnotationNodeName]
@@ -421,19 +420,8 @@ func remembered(ref emrRef, rem v1alpha1.NodeRemediation) remediationObject {
 	return o
 }
 
-func ownedBy(obj metav1.Object, uid types.UID) bool {
-	return slices.ContainsFunc(obj.GetOwnerReferences(), func(o metav1.OwnerReference) bool { return o.UID == uid })
-}
-
-// ownerDescription names the health check that owns obj, if any, e.g. "NodeHealthCheck workers".
-func ownerDescription(obj metav1.Object) string {
-	for _, o := range obj.GetOwnerReferences() {
-		if strings.HasSuffix(o.Kind, "HealthCheck") {
-			return o.Kind + " " + o.Name
-		}
-	}
-	return ""
-}
+// ownedBy reports whether obj has an owner reference to the object with uid.
+var ownedBy = engine.OwnedBy
 
 // trackedNodes finds the Nodes the check still remediates that its selector no longer matches (nil when
 // gone), from the cache.

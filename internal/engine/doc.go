@@ -15,6 +15,10 @@
 //   - HealthyHold keeps a target healthy again under remediation for healthyDelay, or until a person
 //     confirms it (a negative delay); Unconfirm removes the confirmation once it has served.
 //   - Dry run (SkipDryRun, WouldCreate): a check decides everything and starts nothing.
+//   - Starter makes the writes that start or keep a remediation, the same for both kinds: a Node's lease
+//     (a control-plane start under the manager's gates.ControlPlaneClaim; a lease someone else holds is a
+//     Skip) and a remediation request (one the check made already is adopted, anyone else's is a
+//     RemediationExists Skip).
 //   - NodeChanged and LeaseChanged are the watch filters both kinds use; RequeueAfter is when a check is
 //     looked at again; RequestOf and MarkTimedOut read and mark a remediation request of any kind.
 //
