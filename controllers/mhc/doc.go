@@ -33,8 +33,9 @@
 // healthyDelay, control-plane Machines one at a time across all checks of both kinds, and the
 // overlapping rule (the check already remediating keeps a Machine, else the oldest claiming check owns
 // it). observeSafety reads what they need from the cache after observe; planChecks applies them through
-// small hooks (planStorm, gateCreate, applyGate, holdHealthy, keepLease, releaseLeases), and skips are
-// reported in status.unhealthyMachines[].skipReason and a RemediationSkipped event. execute takes the
+// small hooks (gateCreate and applyGate, both through engine.Gate, holdHealthy, keepLease,
+// releaseLeases), and skips are reported in status.unhealthyMachines[].skipReason and a
+// RemediationSkipped event. execute takes the
 // lease of a control-plane Machine's Node for a new remediation (a request, or the hand-over to its owner)
 // under the manager's ControlPlaneClaim, shared with the NodeHealthChecks, and only while the API server
 // shows no other control-plane Node's lease held (engine.Starter, the NodeHealthCheck's writes too): checks deciding at the same moment from

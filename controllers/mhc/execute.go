@@ -158,7 +158,7 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *
 		switch {
 		case skip != nil:
 			p.dropRecord(t.Machine.Name, t.Create.Step)
-			r.skipped(ctx, lm, mhc, t, p, blocker(skip.Reason), skip.Message)
+			r.skipped(ctx, lm, mhc, t, p, skip)
 		case err != nil:
 			errs = append(errs, err)
 			p.dropRecord(t.Machine.Name, t.Create.Step)
@@ -297,7 +297,7 @@ func (r *Reconciler) takeLease(ctx context.Context, s engine.Starter, mhc *v1alp
 	if err != nil {
 		return err
 	}
-	r.skipped(ctx, engine.Starter{}, mhc, t, p, blocker(skip.Reason), skip.Message)
+	r.skipped(ctx, engine.Starter{}, mhc, t, p, skip)
 	defer p.lock()()
 	p.NextCheck = earliest(p.NextCheck, skip.Retry)
 	return nil
@@ -336,18 +336,18 @@ func (r *Reconciler) starter(mhc *v1alpha1.MachineHealthCheck, site nodeSite) (e
 
 // skipped records a skip execute found (a lease or a request someone else created a moment ago): in the
 // Machine's status entry and a Warning; a lease just taken for it (lm with a lease manager) is let go.
-func (r *Reconciler) skipped(ctx context.Context, lm engine.Starter, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan, b blocker, msg string) {
-	t.Blocked, t.SkipMessage = b, msg
-	countSkipped(b)
+func (r *Reconciler) skipped(ctx context.Context, lm engine.Starter, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan, skip *engine.Skip) {
+	t.Blocked, t.SkipMessage = blocker(skip.Reason), skip.Message
+	countSkipped(t.Blocked)
 	unlock := p.lock()
 	for i := range p.Status.UnhealthyMachines {
 		if um := &p.Status.UnhealthyMachines[i]; um.Name == t.Machine.Name {
-			um.SkipReason, um.SkipMessage = string(b), msg
+			um.SkipReason, um.SkipMessage = skip.Reason, skip.Message
 		}
 	}
 	unlock()
-	r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventRemediationSkipped, actionRemediate,
-		"Machine is unhealthy (%s) but is not remediated: %s", t.Verdict.Reason, msg)
+	r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventRemediationSkipped, actionRemediate, "%s",
+		skip.Event("", "", "Machine", t.Verdict.Reason).Note)
 	if lm.Leases != nil && t.Lease != nil && t.Lease.Fresh {
 		if err := lm.Leases.InvalidateLease(ctx, t.Lease.Node.Name); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Releasing a node lease taken for a skipped Machine", "node", t.Lease.Node.Name)

@@ -159,8 +159,10 @@ type targetPlan struct {
 	// ControlPlane: a control-plane Machine, or one whose Node has a control-plane role.
 	ControlPlane bool
 	Blocked      blocker
-	// SkipMessage explains a Blocked set by a safety gate (safety.go), for status and the event.
+	// SkipMessage explains a Blocked set by a safety gate (safety.go), for status and the event; Skip is
+	// the gate's.
 	SkipMessage string
+	Skip        *engine.Skip
 	// Lease takes, renews or takes over the Machine's node lease for the check (before Create).
 	Lease *leaseAction
 	// NewlyUnhealthy: the Machine was not in status.unhealthyMachines before.
@@ -265,7 +267,7 @@ func planChecks(in planInput) (plan, error) {
 
 	cw := checkWide(&p, mhc, in.Paused, decision, now)
 	storm := cw.Storm
-	gate := newSafety(in)
+	gate := newSafety(in, p.Backoff)
 
 	status := v1alpha1.MachineHealthCheckStatus{
 		ExpectedMachines:    ptr.To(int32(len(p.Targets))),
@@ -306,7 +308,6 @@ func planChecks(in planInput) (plan, error) {
 				p.NextCheck = earliest(p.NextCheck, applyGate(gate, t, &entry, o, now))
 			}
 			planUnhealthy(t, in.Steps, &entry, o.Requests, now)
-			p.backingOff(mhc, t, &entry)
 			if len(in.Steps) > 0 && t.Create != nil {
 				p.NextCheck = earliest(p.NextCheck, gateCreate(gate, t, &entry, o, len(records), now))
 			}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/backoff"
 	"github.com/metalheal/metalheal/internal/budget"
 	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/gates"
@@ -41,8 +42,6 @@ const (
 	blockedRemediationExists blocker = engine.SkipRemediationExists
 	// blockedStormCooldown: the storm is over but stormCooldownDuration has not passed.
 	blockedStormCooldown blocker = "StormCooldown"
-	// blockedDryRun: the check is in dry run (spec.dryRun): the Machine passed every gate, nothing starts.
-	blockedDryRun blocker = engine.SkipDryRun
 )
 
 // safetyInput is what the safety gates decide from, read by observeSafety.
@@ -276,18 +275,19 @@ func isControlPlaneTarget(o observedTarget) bool {
 	return o.Node != nil && gates.IsControlPlane(o.Node.Labels)
 }
 
-// safety applies the gates across the Machines of one plan: the control-plane targets this check is
-// remediating are busy, and each gated target admitted adds itself.
+// safety applies the gates across the Machines of one plan (engine.Gate): the control-plane targets this
+// check is remediating are busy, and each gated target admitted adds itself.
 type safety struct {
-	in  planInput
-	adm *gates.Admission
+	in planInput
+	engine.Gate
 }
 
-func newSafety(in planInput) *safety {
-	s := &safety{in: in, adm: gates.NewAdmission(in.Safety.Holder, in.Safety.Leases, in.Safety.BusyControlPlane, in.Now)}
+func newSafety(in planInput, memory *backoff.Memory) *safety {
+	s := &safety{in: in, Gate: engine.Gate{Admission: gates.NewAdmission(in.Safety.Holder, in.Safety.Leases, in.Safety.BusyControlPlane, in.Now),
+		Backoff: memory, DryRun: in.Check.Spec.DryRun}}
 	for _, o := range in.Machines {
 		if remediating(o) && isControlPlaneTarget(o) {
-			s.adm.Busy(cpKey(o.Machine))
+			s.Admission.Busy(cpKey(o.Machine))
 		}
 	}
 	return s
@@ -304,32 +304,32 @@ func remediating(o observedTarget) bool {
 	return ownerReplacing(o.Machine)
 }
 
-// gate decides whether a new remediation (a first request, the next escalation step, or the owner's
-// replacement) may start for an unhealthy Machine, in the NodeHealthCheck's order: the overlapping rule
-// (unless the check has started remediating the Machine: started), control-plane Machines one at a time,
-// the node lease. It returns the skip reason and message, and when to look again (a held lease's end).
-func (s *safety) gate(o observedTarget, started bool, now time.Time) (blocker, string, time.Time) {
-	node := o.Machine.Status.NodeRef.Name
-	if !started {
-		if owner := s.owner(o, now); owner != "" {
-			return blockedOwnedByOtherCheck, gates.OwnedMessage("MachineHealthCheck", owner, "Machine"), time.Time{}
-		}
-		if who := s.in.Safety.Elsewhere[node]; node != "" && who != "" {
-			if l := s.in.Safety.Leases[node]; true {
-				if retry, held := l.HeldByOther(s.in.Safety.Holder, now); held {
-					return blockedLeaseHeld, l.HeldMessage(), retry
-				}
-			}
-			return blockedOwnedByOtherCheck, fmt.Sprintf("%s is remediating node %s (the check already remediating a node keeps it)",
-				who, node), time.Time{}
-		}
-	}
+// start applies the gates (engine.Gate) to a new remediation of an unhealthy Machine (a first request, the
+// next escalation step, or the owner's replacement): the overlapping rule, across both kinds, unless the
+// check has started remediating the Machine (started); the back-off for a new remediation (first);
+// control-plane Machines one at a time and the node lease; dry run (wouldDo).
+func (s *safety) start(o observedTarget, started, first bool, wouldDo string, now time.Time) *engine.Skip {
 	key := ""
 	if isControlPlaneTarget(o) {
 		key = cpKey(o.Machine)
 	}
-	reason, msg, retry := s.adm.Admit(key, node)
-	return blocker(reason), msg, retry
+	node := o.Machine.Status.NodeRef.Name
+	return s.Start(engine.Start{Target: o.Machine.Name, Node: node, CPKey: key, First: first, WouldDo: wouldDo,
+		Owner: func() (string, string) {
+			if started {
+				return "", ""
+			}
+			if owner := s.owner(o, now); owner != "" {
+				return engine.SkipOwnedByOtherCheck, gates.OwnedMessage("MachineHealthCheck", owner, "Machine")
+			}
+			// A check of the other kind remediating the Node keeps it; while someone holds its lease, the
+			// admission says so.
+			if _, held := s.in.Safety.Leases[node].HeldByOther(s.in.Safety.Holder, now); node != "" && s.in.Safety.Elsewhere[node] != "" && !held {
+				return engine.SkipOwnedByOtherCheck, fmt.Sprintf("%s is remediating node %s (the check already remediating a node keeps it)",
+					s.in.Safety.Elsewhere[node], node)
+			}
+			return "", ""
+		}})
 }
 
 // owner applies the overlapping rule (internal/gates) to a Machine this check finds unhealthy: "" when
@@ -443,22 +443,23 @@ func checkWide(p *plan, mhc *v1alpha1.MachineHealthCheck, paused string, d budge
 }
 
 // applyGate applies the safety gates to a Machine about to be handed to its owner (condition-based
-// remediation) and returns when to look again. An admitted one takes its Node's lease first, as a
-// request would: the owner's replacement is a remediation of the Node too.
+// remediation, which the back-off does not hold) and returns when to look again. An admitted one takes its
+// Node's lease first, as a request would: the owner's replacement is a remediation of the Node too.
 func applyGate(s *safety, t *targetPlan, entry *v1alpha1.UnhealthyMachine, o observedTarget, now time.Time) time.Time {
-	b, msg, retry := s.gate(o, remediating(o), now)
-	if b == notBlocked && s.in.Check.Spec.DryRun {
-		b, msg = blockedDryRun, engine.WouldHandToOwner
-	}
-	if b != notBlocked {
-		t.Blocked, t.SkipMessage = b, msg
-		entry.SkipReason, entry.SkipMessage = string(b), msg
-		return retry
+	if r := s.start(o, remediating(o), false, engine.WouldHandToOwner, now); r != nil {
+		t.refuse(entry, r)
+		return r.Retry
 	}
 	if s.in.Safety.Leases != nil && o.Node != nil {
 		t.Lease = &leaseAction{Node: o.Node, Fresh: true}
 	}
-	return retry
+	return time.Time{}
+}
+
+// refuse records a gate's refusal in the plan and the Machine's status entry.
+func (t *targetPlan) refuse(entry *v1alpha1.UnhealthyMachine, r *engine.Skip) {
+	t.Blocked, t.SkipMessage, t.Skip = blocker(r.Reason), r.Message, r
+	entry.SkipReason, entry.SkipMessage = r.Reason, r.Message
 }
 
 // ownerReplacing reports whether the Machine was handed to its owner for replacement
@@ -467,22 +468,18 @@ func ownerReplacing(m *clusterv1.Machine) bool {
 	return meta.IsStatusConditionFalse(m.Status.Conditions, clusterv1.MachineOwnerRemediatedCondition)
 }
 
-// gateCreate applies the safety gates to the request escalate wants to create: a skipped one is not
-// created and its record (records: how many there were before escalate) is dropped; an admitted one takes
-// the node lease first. It returns when to look again.
+// gateCreate applies the safety gates to the request escalate wants to create, the back-off's to a new
+// remediation's first: a skipped one is not created and its record (records: how many there were before
+// escalate) is dropped; an admitted one takes the node lease first. It returns when to look again.
 func gateCreate(s *safety, t *targetPlan, entry *v1alpha1.UnhealthyMachine, o observedTarget, records int, now time.Time) time.Time {
-	b, msg, retry := s.gate(o, records > 0 || remediating(o), now)
-	if c := t.Create; b == notBlocked && s.in.Check.Spec.DryRun {
-		ref := engine.Ref{APIVersion: c.Step.GVK.GroupVersion().String(), Kind: c.Step.GVK.Kind, Namespace: c.Step.Template.Namespace, Name: c.Name}
-		b, msg = blockedDryRun, engine.WouldCreate(ref, c.Step.Template.Name, slices.IndexFunc(s.in.Steps, func(st step) bool {
-			return st.Template == c.Step.Template
-		}), len(s.in.Steps))
-	}
-	if b != notBlocked {
-		t.Blocked, t.SkipMessage, t.Create = b, msg, nil
+	c := t.Create
+	ref := engine.Ref{APIVersion: c.Step.GVK.GroupVersion().String(), Kind: c.Step.GVK.Kind, Namespace: c.Step.Template.Namespace, Name: c.Name}
+	step := slices.IndexFunc(s.in.Steps, func(st step) bool { return st.Template == c.Step.Template })
+	if r := s.start(o, records > 0 || remediating(o), c.First, engine.WouldCreate(ref, c.Step.Template.Name, step, len(s.in.Steps)), now); r != nil {
+		t.Create = nil
 		entry.Remediations = entry.Remediations[:min(records, len(entry.Remediations))]
-		entry.SkipReason, entry.SkipMessage = string(b), msg
-		return retry
+		t.refuse(entry, r)
+		return r.Retry
 	}
 	if s.in.Safety.Leases != nil && o.Node != nil {
 		var from []string
@@ -494,19 +491,28 @@ func gateCreate(s *safety, t *targetPlan, entry *v1alpha1.UnhealthyMachine, o ob
 	return time.Time{}
 }
 
-// skipEvents is the Warning a gate's skip calls for, once per reason and message.
+// skipEvents is the event a skip calls for (engine.Skip.Event): once per reason and message, once
+// per back-off hold.
 func skipEvents(mhc *v1alpha1.MachineHealthCheck, t *targetPlan, entry, prev *v1alpha1.UnhealthyMachine) []checkEvent {
-	// A back-off hold has its own event (RemediationBackingOff), once per hold.
-	if entry.SkipReason == "" || entry.SkipReason == string(blockedBackingOff) ||
-		(prev != nil && prev.SkipReason == entry.SkipReason && prev.SkipMessage == entry.SkipMessage) {
+	if entry.SkipReason == "" {
 		return nil
 	}
-	if entry.SkipReason == string(blockedDryRun) {
-		return []checkEvent{{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeNormal, Reason: engine.EventWouldRemediate,
-			Note: fmt.Sprintf("Machine is unhealthy (%s): %s", t.Verdict.Reason, entry.SkipMessage)}}
+	r := engine.Skip{Reason: entry.SkipReason, Message: entry.SkipMessage}
+	if t.Skip != nil {
+		r = *t.Skip
 	}
-	return []checkEvent{{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeWarning, Reason: EventRemediationSkipped,
-		Note: fmt.Sprintf("Machine is unhealthy (%s) but is not remediated: %s", t.Verdict.Reason, entry.SkipMessage)}}
+	var prevReason, prevMessage string
+	if prev != nil {
+		prevReason, prevMessage = prev.SkipReason, prev.SkipMessage
+	}
+	ev := r.Event(prevReason, prevMessage, "Machine", t.Verdict.Reason)
+	if ev == nil {
+		return nil
+	}
+	if ev.Normal {
+		return []checkEvent{{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeNormal, Reason: ev.Reason, Note: ev.Note}}
+	}
+	return []checkEvent{{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeWarning, Reason: EventRemediationSkipped, Note: ev.Note}}
 }
 
 // holdHealthy keeps the remediation requests of a Machine healthy again for healthyDelay after it was

@@ -182,8 +182,11 @@ type candidate struct {
 	// overdue are requests of ended steps that did not hand the host over within the bound: the step
 	// starts without them, with a warning.
 	overdue []emrRef
-	// again: the current step's request vanished and is asked for again (its record is kept).
-	again     bool
+	// again: the current step's request vanished and is asked for again (its record is kept); first: a
+	// new remediation (the back-off applies).
+	again, first bool
+	// owner applies the overlapping rule and finds a request of the name someone else made (engine.Start).
+	owner     func() (string, string)
 	expiredAt time.Time
 	why       string
 	entry     *v1alpha1.UnhealthyNode
@@ -464,29 +467,26 @@ func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ou
 	if c == nil || d.hold {
 		return // nothing to start, or the conditions and the phase say why not
 	}
+	if node.Labels[v1alpha1.LabelExcludeFromRemediation] == "true" {
+		d.p.skip(e, prev, engine.Skip{Reason: SkipExcluded, Message: gates.ExcludedMessage()}, why(w.res))
+		return
+	}
 	st := d.in.Steps[c.Step]
 	key := emrRef{APIVersion: st.EMR.GroupVersion().String(), Kind: st.EMR.Kind, Namespace: st.Ref.Namespace, Name: c.Name}
-	if node.Labels[v1alpha1.LabelExcludeFromRemediation] == "true" {
-		d.p.skip(e, prev, SkipExcluded, gates.ExcludedMessage(), why(w.res))
-		return
-	}
-	if owner, msg := d.ownerOf(w, len(e.Remediations) > 0); owner != "" {
-		d.p.skip(e, prev, SkipOwnedByOtherCheck, msg, why(w.res))
-		return
-	}
-	if who, ok := d.in.Foreign[key]; ok {
-		msg := fmt.Sprintf("%s exists and was not created by this check", key)
-		if who != "" {
-			msg = fmt.Sprintf("%s exists, created by %s", key, who)
+	owner := func() (string, string) {
+		if owner, msg := d.ownerOf(w, len(e.Remediations) > 0); owner != "" {
+			return SkipOwnedByOtherCheck, msg
 		}
-		d.p.skip(e, prev, SkipRemediationExists, msg, why(w.res))
-		return
+		if who, ok := d.in.Foreign[key]; ok {
+			if who != "" {
+				return SkipRemediationExists, fmt.Sprintf("%s exists, created by %s", key, who)
+			}
+			return SkipRemediationExists, fmt.Sprintf("%s exists and was not created by this check", key)
+		}
+		return "", ""
 	}
-	if c.First && d.backingOff(e, prev, why(w.res)) {
-		return
-	}
-	cand := candidate{name: e.Name, node: node, step: c.Step, request: c.Name, again: c.Again, overdue: walk.Overdue,
-		entry: e, prev: prev, why: why(w.res)}
+	cand := candidate{name: e.Name, node: node, step: c.Step, request: c.Name, again: c.Again, first: c.First, overdue: walk.Overdue,
+		owner: owner, entry: e, prev: prev, why: why(w.res)}
 	if c.First {
 		cand.expiredAt = w.res.ExpiredAt
 	}
@@ -521,20 +521,17 @@ func (d *decider) admitCandidates() {
 			adm.Busy(name)
 		}
 	}
+	gate := engine.Gate{Admission: adm, Backoff: d.p.Backoff, DryRun: d.in.Check.Spec.DryRun}
 	for _, c := range d.cands {
 		cpKey := ""
 		if isControlPlane(c.node) {
 			cpKey = c.name
 		}
-		if reason, msg, retry := adm.Admit(cpKey, c.name); reason != "" {
-			d.p.skip(c.entry, c.prev, reason, msg, c.why)
-			d.p.at(retry)
-			continue
-		}
 		st := d.in.Steps[c.step]
-		if d.in.Check.Spec.DryRun {
-			ref := emrRef{APIVersion: st.EMR.GroupVersion().String(), Kind: st.EMR.Kind, Namespace: st.Ref.Namespace, Name: c.request}
-			d.p.skip(c.entry, c.prev, engine.SkipDryRun, engine.WouldCreate(ref, st.Ref.Name, c.step, len(d.in.Steps)), c.why)
+		ref := emrRef{APIVersion: st.EMR.GroupVersion().String(), Kind: st.EMR.Kind, Namespace: st.Ref.Namespace, Name: c.request}
+		if r := gate.Start(engine.Start{Target: c.name, Node: c.name, CPKey: cpKey, Owner: c.owner, First: c.first,
+			WouldDo: engine.WouldCreate(ref, st.Ref.Name, c.step, len(d.in.Steps))}); r != nil {
+			d.p.skip(c.entry, c.prev, *r, c.why)
 			continue
 		}
 		d.p.Creates = append(d.p.Creates, createAction{Node: c.node, Name: c.request, Step: c.step, Template: st.Template,
@@ -581,20 +578,25 @@ func (d *decider) keepLease(node *corev1.Node) {
 	d.p.Renew = append(d.p.Renew, renewal{Node: node, From: from})
 }
 
-// skip records why a Node is not remediated; the event and the metric only when that changes.
-func (p *plan) skip(e, prev *v1alpha1.UnhealthyNode, reason, msg, why string) {
-	e.SkipReason, e.SkipMessage = reason, msg
-	if prev != nil && prev.SkipReason == reason && prev.SkipMessage == msg {
+// skip records why a Node is not remediated, and when to look again; the event and the metric only when
+// that changes (engine.Skip.Event).
+func (p *plan) skip(e, prev *v1alpha1.UnhealthyNode, r engine.Skip, why string) {
+	e.SkipReason, e.SkipMessage = r.Reason, r.Message
+	p.at(r.Retry)
+	var prevReason, prevMessage string
+	if prev != nil {
+		prevReason, prevMessage = prev.SkipReason, prev.SkipMessage
+	}
+	ev := r.Event(prevReason, prevMessage, "Node "+e.Name, why)
+	if ev == nil {
 		return
 	}
-	p.Skipped = append(p.Skipped, reason)
-	if reason == engine.SkipDryRun {
-		p.Events = append(p.Events, normal(engine.EventWouldRemediate, actionSkip, e.Name,
-			fmt.Sprintf("Node %s is unhealthy (%s): %s", e.Name, why, msg)))
+	p.Skipped = append(p.Skipped, r.Reason)
+	if ev.Normal {
+		p.Events = append(p.Events, normal(ev.Reason, actionSkip, e.Name, ev.Note))
 		return
 	}
-	p.Events = append(p.Events, warning(skipEvents[reason], actionSkip, e.Name,
-		fmt.Sprintf("Node %s is unhealthy (%s) but is not remediated: %s", e.Name, why, msg)))
+	p.Events = append(p.Events, warning(skipEvents[r.Reason], actionSkip, e.Name, ev.Note))
 }
 
 // ownerOf applies the overlapping rule to an unhealthy Node: a check that is already remediating the Node

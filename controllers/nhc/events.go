@@ -1,6 +1,10 @@
 package nhc
 
-import corev1 "k8s.io/api/core/v1"
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/metalheal/metalheal/internal/engine"
+)
 
 // Event reasons. Each is emitted on the NodeHealthCheck (with the Node as the related object when there is
 // one) when a decision changes, never on every reconcile.
@@ -42,7 +46,7 @@ const (
 	EventSkippedRemediationExists = "SkippedRemediationExists"
 	// EventRemediationBackingOff (Normal): the Node is unhealthy again after too many remediations within
 	// remediationBackoff's window; its next remediation waits (once per hold, with the hold's end).
-	EventRemediationBackingOff = "RemediationBackingOff"
+	EventRemediationBackingOff = engine.EventRemediationBackingOff
 	// EventLeaseNotRenewed: the lease of a Node under remediation could not be renewed.
 	EventLeaseNotRenewed = "LeaseNotRenewed"
 	// EventNodeLeaseReleased (Normal): the check released the lease of a Node it no longer remediates.

@@ -82,11 +82,10 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 		case res.err != nil:
 			errs = append(errs, res.err)
 		case res.skip != nil:
-			p.skip(e, findEntry(check.Status.UnhealthyNodes, name), res.skip.Reason, res.skip.Message, c.Why)
+			p.skip(e, findEntry(check.Status.UnhealthyNodes, name), *res.skip, c.Why)
 			if !res.skip.Until.IsZero() {
 				p.at(res.skip.Until.Add(time.Second))
 			}
-			p.at(res.skip.Retry)
 		case res.adopted:
 			if !c.Again {
 				e.Remediations = append(e.Remediations, *res.remediation)

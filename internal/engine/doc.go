@@ -15,6 +15,9 @@
 //   - HealthyHold keeps a target healthy again under remediation for healthyDelay, or until a person
 //     confirms it (a negative delay); Unconfirm removes the confirmation once it has served.
 //   - Dry run (SkipDryRun, WouldCreate): a check decides everything and starts nothing.
+//   - Gate applies the gates of a new start in one order for both kinds (the overlapping rule, the repeat
+//     back-off, control-plane targets one at a time and the Node's lease, dry run); a Skip is the
+//     target's skip, and Skip.Event its event, once per reason and message.
 //   - Starter makes the writes that start or keep a remediation, the same for both kinds: a Node's lease
 //     (a control-plane start under the manager's gates.ControlPlaneClaim; a lease someone else holds is a
 //     Skip) and a remediation request (one the check made already is adopted, anyone else's is a

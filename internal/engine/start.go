@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/metalheal/metalheal/internal/backoff"
 	"github.com/metalheal/metalheal/internal/gates"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
@@ -34,15 +35,22 @@ const (
 	SkipBackingOff = "BackingOff"
 )
 
-// Skip is a start the writes refused: what they found was not what the check decided from (its cache
-// lagged behind someone else's write).
+// Skip is why a start does not happen: a gate refused it (Gate), or what the writes found (Starter) was not
+// what the check decided from, its cache lagging behind someone else's write. It is the target's
+// skipReason and skipMessage, and its event (Event).
 type Skip struct {
 	Reason, Message string
 	// Holder holds the lease that refused the start, until Until (a lease held by someone else).
 	Holder string
 	Until  time.Time
-	// Retry is when to look again (another control-plane Node's lease refused a control-plane start).
+	// Retry is when to look again: a held lease's end, the back-off hold's, or a control-plane start's
+	// recheck.
 	Retry time.Time
+	// Hold is the back-off's decision when it holds the start, NewHold when that hold begins now, Window
+	// the back-off's window (for the event).
+	Hold    *backoff.Decision
+	NewHold bool
+	Window  time.Duration
 }
 
 // Starter makes a check's writes that start or keep a remediation, in the cluster of its Nodes: the Nodes'
