@@ -574,16 +574,6 @@ func TestSelects(t *testing.T) {
 	g.Expect(selects(mhc, m)).To(BeFalse(), "labels do not match")
 }
 
-func TestRequestToCheck(t *testing.T) {
-	g := NewWithT(t)
-	u := request(reboot, t0)
-	u.SetOwnerReferences([]metav1.OwnerReference{
-		{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "Machine", Name: "m", UID: "m-uid"},
-		{APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "MachineHealthCheck", Name: "check", UID: "mhc-uid"},
-	})
-	g.Expect(requestToCheck(t.Context(), u)).To(ConsistOf(HaveField("NamespacedName.Name", "check")))
-}
-
 // TestPlanHandOver walks one Machine's escalation through planChecks, status carried from pass to pass:
 // after step 1 times out, no second request is asked for while the first reports Processing=True; the
 // status and an event (once) say what is waited for, and the check looks again at the bound; the second

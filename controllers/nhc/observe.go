@@ -49,7 +49,7 @@ var probeRef = metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: "prob
 // the templates, the remediation requests of the templates' kinds, the node leases and the other checks.
 // retry is non-zero when a template kind is not installed, which no watch reports, or cannot be watched
 // (then it is when the kind is tried again). A kind whose watch has not synced yet is never read: the
-// error is then a *watchPendingError.
+// error is then an *engine.WatchPendingError.
 func (r *Reconciler) observe(ctx context.Context, check *v1alpha1.NodeHealthCheck) (observed, time.Duration, error) {
 	in := observed{
 		Check:         check,

@@ -22,8 +22,10 @@
 //     (a control-plane start under the manager's gates.ControlPlaneClaim; a lease someone else holds is a
 //     Skip) and a remediation request (one the check made already is adopted, anyone else's is a
 //     RemediationExists Skip).
-//   - NodeChanged and LeaseChanged are the watch filters both kinds use; RequeueAfter is when a check is
-//     looked at again; RequestOf and MarkTimedOut read and mark a remediation request of any kind.
+//   - NodeChanged (NodeUpdates) and LeaseChanged are the watch filters both kinds use, ChecksOwning maps
+//     a request to its check, and Pending says a check waits for a kind's first watch; RequeueAfter is
+//     when a check is looked at again; RequestOf and MarkTimedOut read and mark a remediation request of
+//     any kind.
 //
 // The admission gates (overlap, control plane one at a time, node leases: gates.Admission and
 // gates.ControlPlaneClaim) live in internal/gates. Package enginetest holds the table both checkers must
