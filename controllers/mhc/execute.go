@@ -126,13 +126,13 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *
 		}
 	}
 	for _, req := range t.TimeOut {
-		if err := engine.MarkTimedOut(ctx, r.client, engine.RefOf(req), r.clock.Now()); err != nil {
+		if err := engine.MarkTimedOut(ctx, r.client, req.Ref, r.clock.Now()); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		log.Info("Remediation step timed out", "kind", req.GetKind())
+		log.Info("Remediation step timed out", "kind", req.Ref.Kind)
 		r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventRemediationRequestTimedOut, actionRemediate,
-			"%s %s ended without the Machine recovering (timeout or Succeeded=False)", req.GetKind(), req.GetName())
+			"%s %s ended without the Machine recovering (timeout or Succeeded=False)", req.Ref.Kind, req.Ref.Name)
 	}
 	if t.Exhausted {
 		log.Info("All remediation steps ended, Machine still unhealthy")
@@ -140,13 +140,13 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *
 			"Every remediation step ended and the Machine is still unhealthy (%s)", t.Verdict.Reason)
 	}
 	for _, req := range t.Delete {
-		if err := r.client.Delete(ctx, req, client.Preconditions{UID: ptr.To(req.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("deleting %s %s/%s: %w", req.GetKind(), req.GetNamespace(), req.GetName(), err))
+		if err := r.client.Delete(ctx, req.Ref.Object(), client.Preconditions{UID: &req.UID}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting %s: %w", req.Ref, err))
 			continue
 		}
-		log.Info("Deleted remediation request", "kind", req.GetKind())
+		log.Info("Deleted remediation request", "kind", req.Ref.Kind)
 		r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeNormal, EventRemediationRequestDeleted, actionRemediate,
-			"Deleted %s %s", req.GetKind(), req.GetName())
+			"Deleted %s %s", req.Ref.Kind, req.Ref.Name)
 	}
 	if t.Unconfirm && len(errs) == 0 { // after the requests it confirmed are deleted
 		if err := r.unconfirm(ctx, p.Site, t.Machine.Status.NodeRef.Name); err != nil {
@@ -299,7 +299,7 @@ func (r *Reconciler) takeLease(ctx context.Context, s engine.Starter, mhc *v1alp
 	}
 	r.skipped(ctx, engine.Starter{}, mhc, t, p, skip)
 	defer p.lock()()
-	p.NextCheck = earliest(p.NextCheck, skip.Retry)
+	p.NextCheck = engine.Earliest(p.NextCheck, skip.Retry)
 	return nil
 }
 

@@ -183,8 +183,8 @@ func readNodes(ctx context.Context, reader client.Reader, names []string) (map[s
 // Machines, and the requests it owns whose Machine no longer exists (orphans: its owner reference to this
 // check keeps them from the garbage collector, so the check must delete them itself). Only kinds whose
 // watch has synced are read (see watchKinds), so no read waits for an informer.
-func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, version string, kinds []schema.GroupVersionKind, machines map[string]bool) (map[string][]*unstructured.Unstructured, []*unstructured.Unstructured, error) {
-	out := map[string][]*unstructured.Unstructured{}
+func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, version string, kinds []schema.GroupVersionKind, machines map[string]bool) (map[string][]engine.Request, []*unstructured.Unstructured, error) {
+	out := map[string][]engine.Request{}
 	var orphans []*unstructured.Unstructured
 	for _, gvk := range kinds {
 		list := &unstructured.UnstructuredList{}
@@ -202,7 +202,7 @@ func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHeal
 			switch {
 			case !engine.OwnedBy(u, mhc.UID):
 			case machines[machine]:
-				out[machine] = append(out[machine], u)
+				out[machine] = append(out[machine], engine.RequestOf(engine.RefOf(u), u))
 			case u.GetDeletionTimestamp().IsZero():
 				gone, err := r.machineGone(ctx, version, types.NamespacedName{Namespace: mhc.Namespace, Name: machine})
 				if err != nil {

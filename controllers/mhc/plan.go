@@ -123,7 +123,7 @@ type observedTarget struct {
 	// NodeMissing: the Machine has a nodeRef but the Node does not exist.
 	NodeMissing bool
 	// Requests are this check's remediation requests for the Machine (named after it).
-	Requests []*unstructured.Unstructured
+	Requests []engine.Request
 }
 
 // planInput is everything plan decides from.
@@ -175,8 +175,7 @@ type targetPlan struct {
 	// Create asks for a remediation request.
 	Create *createRequest
 	// TimeOut are requests to mark timed out (their step ended); Delete are requests to delete.
-	TimeOut []*unstructured.Unstructured
-	Delete  []*unstructured.Unstructured
+	TimeOut, Delete []engine.Request
 	// Exhausted: the last remediation step just ended without the Machine recovering.
 	Exhausted bool
 	// HandOverCheck is when a wait for an ended step's request to be finished with the host runs out,
@@ -184,7 +183,7 @@ type targetPlan struct {
 	HandOverCheck, HandOverUntil time.Time
 	// Overdue are ended steps' requests that did not hand the host over within template.HandOverBound:
 	// Create starts the next step without them.
-	Overdue []*unstructured.Unstructured
+	Overdue []engine.Request
 	// StepDeadline is when the Machine's current remediation step times out (zero: none).
 	StepDeadline time.Time
 	// Unconfirm: the Machine's remediation is over; its Node's confirmation annotation
@@ -242,7 +241,7 @@ func planChecks(in planInput) (plan, error) {
 		}
 		observed = append(observed, o)
 		v := checkTarget(in.Spec, targetInput{Machine: o.Machine, Node: o.Node, NodeMissing: o.NodeMissing, Cluster: in.Cluster}, now)
-		p.NextCheck = earliest(p.NextCheck, v.NextCheck)
+		p.NextCheck = engine.Earliest(p.NextCheck, v.NextCheck)
 		switch {
 		case v.State == stateHealthy && v.NextCheck.IsZero() && o.Node != nil && o.Machine.DeletionTimestamp.IsZero():
 			// Healthy, as Cluster API counts it: a Machine failing a criterion that has not expired yet
@@ -305,18 +304,18 @@ func planChecks(in planInput) (plan, error) {
 			}
 			if len(in.Steps) == 0 && t.Blocked == notBlocked && !remediating(o) {
 				// Condition-based: the gates apply before the owner is asked to replace the Machine.
-				p.NextCheck = earliest(p.NextCheck, applyGate(gate, t, &entry, o, now))
+				p.NextCheck = engine.Earliest(p.NextCheck, applyGate(gate, t, &entry, o, now))
 			}
 			planUnhealthy(t, in.Steps, &entry, o.Requests, now)
 			if len(in.Steps) > 0 && t.Create != nil {
-				p.NextCheck = earliest(p.NextCheck, gateCreate(gate, t, &entry, o, len(records), now))
+				p.NextCheck = engine.Earliest(p.NextCheck, gateCreate(gate, t, &entry, o, len(records), now))
 			}
 			if t.Create == nil {
-				p.NextCheck = earliest(p.NextCheck, gate.keepLease(t, o, now))
+				p.NextCheck = engine.Earliest(p.NextCheck, gate.keepLease(t, o, now))
 			}
 			p.Events = append(p.Events, skipEvents(mhc, t, &entry, prevEntry)...)
-			p.NextCheck = earliest(p.NextCheck, t.StepDeadline)
-			p.NextCheck = earliest(p.NextCheck, t.HandOverCheck)
+			p.NextCheck = engine.Earliest(p.NextCheck, t.StepDeadline)
+			p.NextCheck = engine.Earliest(p.NextCheck, t.HandOverCheck)
 			p.Events = append(p.Events, handOverEvents(mhc, t, &entry, prevEntry)...)
 			status.UnhealthyMachines = append(status.UnhealthyMachines, entry)
 			if t.NewlyUnhealthy && t.Blocked == blockedNotControlled {
@@ -329,8 +328,8 @@ func planChecks(in planInput) (plan, error) {
 			entry, until, began := holdHealthy(t, prevEntry, records, mhc.Spec.HealthyDelay, engine.Confirmed(o.Node), now)
 			if entry != nil {
 				status.UnhealthyMachines = append(status.UnhealthyMachines, *entry)
-				p.NextCheck = earliest(p.NextCheck, until)
-				p.NextCheck = earliest(p.NextCheck, gate.keepLease(t, o, now))
+				p.NextCheck = engine.Earliest(p.NextCheck, until)
+				p.NextCheck = engine.Earliest(p.NextCheck, gate.keepLease(t, o, now))
 				if began && until.IsZero() {
 					p.Events = append(p.Events, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeNormal,
 						Reason: EventWaitingForConfirmation, Note: fmt.Sprintf("The Machine's Node is healthy again; its "+
@@ -347,7 +346,7 @@ func planChecks(in planInput) (plan, error) {
 			if prevEntry != nil && len(records) > 0 {
 				status.UnhealthyMachines = append(status.UnhealthyMachines, v1alpha1.UnhealthyMachine{
 					Name: t.Machine.Name, Reason: prevEntry.Reason, Remediations: records})
-				p.NextCheck = earliest(p.NextCheck, gate.keepLease(t, o, now))
+				p.NextCheck = engine.Earliest(p.NextCheck, gate.keepLease(t, o, now))
 			}
 		}
 	}
@@ -417,7 +416,7 @@ func controlledByReplacer(m *clusterv1.Machine) bool {
 
 // planUnhealthy decides what to do about an unhealthy Machine. entry.Remediations is updated with the
 // requests created or timed out.
-func planUnhealthy(t *targetPlan, steps []step, entry *v1alpha1.UnhealthyMachine, requests []*unstructured.Unstructured, now time.Time) {
+func planUnhealthy(t *targetPlan, steps []step, entry *v1alpha1.UnhealthyMachine, requests []engine.Request, now time.Time) {
 	switch t.Blocked {
 	case blockedPaused, blockedDeleting, blockedNotControlled:
 		// Left alone: paused means hands off, a deleting Machine is already going, and nothing would
@@ -485,19 +484,19 @@ func handOverEvents(mhc *v1alpha1.MachineHealthCheck, t *targetPlan, entry, prev
 		out = append(out, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeWarning,
 			Reason: EventHandOverTimedOut, Note: fmt.Sprintf("%s did not report that it is finished with the host "+
 				"(Processing=False) within %s of its timed-out mark: starting %s %s anyway",
-				requestRef(r), template.HandOverBound, t.Create.Step.GVK.Kind, t.Create.Name)})
+				r.Ref, template.HandOverBound, t.Create.Step.GVK.Kind, t.Create.Name)})
 	}
 	return out
 }
 
 // planHealthy decides what to do about a healthy Machine: report it, and withdraw its remediation
 // requests.
-func planHealthy(t *targetPlan, requests []*unstructured.Unstructured, now time.Time) {
+func planHealthy(t *targetPlan, requests []engine.Request, now time.Time) {
 	if t.Blocked == blockedPaused {
 		return
 	}
 	for _, r := range requests {
-		if r.GetDeletionTimestamp() == nil {
+		if !r.Deleting {
 			t.Delete = append(t.Delete, r)
 		}
 	}
@@ -516,10 +515,9 @@ type escalation struct {
 	Records []v1alpha1.MachineRemediationRequest
 	Create  *createRequest
 	// Recorded: the last of Records is Create's, recorded at once.
-	Recorded  bool
-	TimeOut   []*unstructured.Unstructured
-	Delete    []*unstructured.Unstructured
-	Exhausted bool
+	Recorded        bool
+	TimeOut, Delete []engine.Request
+	Exhausted       bool
 	// WaitingFor names ("Kind namespace/name") the ended step's request the next step waits for;
 	// WaitCheck is the earliest instant a wait for such a request runs out, WaitUntil the latest (when the
 	// next step starts at the latest).
@@ -527,7 +525,7 @@ type escalation struct {
 	WaitCheck  time.Time
 	WaitUntil  time.Time
 	// Overdue are ended steps' requests the next step no longer waits for: the bound ran out.
-	Overdue []*unstructured.Unstructured
+	Overdue []engine.Request
 	// Deadline is when the current step times out (zero: never, or none under way).
 	Deadline time.Time
 }
@@ -535,17 +533,16 @@ type escalation struct {
 // escalate walks the remediation steps of the unhealthy Machine named machine (engine.Escalate). records
 // are the requests created so far (oldest first), requests the ones that exist. The request it asks for
 // is recorded at once (execute drops the record if the create fails).
-func escalate(steps []step, machine string, records []v1alpha1.MachineRemediationRequest, requests []*unstructured.Unstructured,
+func escalate(steps []step, machine string, records []v1alpha1.MachineRemediationRequest, requests []engine.Request,
 	now time.Time) escalation {
-	qs, byRef := engineRequests(requests)
-	objects := func(refs []engine.Ref) []*unstructured.Unstructured {
-		var out []*unstructured.Unstructured
+	objects := func(refs []engine.Ref) []engine.Request {
+		var out []engine.Request
 		for _, ref := range refs {
-			out = append(out, byRef[ref])
+			out = append(out, requests[slices.IndexFunc(requests, func(q engine.Request) bool { return q.Ref == ref })])
 		}
 		return out
 	}
-	walk := engine.Escalate(engineSteps(steps), machine, engineRecords(records), qs, now)
+	walk := engine.Escalate(engineSteps(steps), machine, engineRecords(records), requests, now)
 	out := escalation{Records: machineRecords(walk.Records), TimeOut: objects(walk.TimeOut), Delete: objects(walk.Delete),
 		Deadline:  walk.Deadline,
 		Exhausted: walk.Exhausted && walk.Ended != nil, WaitingFor: walk.WaitingFor, WaitCheck: walk.WaitCheck,
@@ -564,27 +561,14 @@ func escalate(steps []step, machine string, records []v1alpha1.MachineRemediatio
 	return out
 }
 
-// engineRequests are a Machine's requests as the engine reads them, and each by its reference.
-func engineRequests(requests []*unstructured.Unstructured) ([]engine.Request, map[engine.Ref]*unstructured.Unstructured) {
-	byRef := make(map[engine.Ref]*unstructured.Unstructured, len(requests))
-	qs := make([]engine.Request, 0, len(requests))
-	for _, r := range requests {
-		ref := engine.RefOf(r)
-		byRef[ref] = r
-		qs = append(qs, engine.RequestOf(ref, r))
-	}
-	return qs, byRef
-}
-
 // mergeRecords returns the Machine's remediation records: those in status, completed with the requests
 // that exist but are not recorded (engine.Adopt).
-func mergeRecords(prev *v1alpha1.UnhealthyMachine, requests []*unstructured.Unstructured, now time.Time) []v1alpha1.MachineRemediationRequest {
+func mergeRecords(prev *v1alpha1.UnhealthyMachine, requests []engine.Request, now time.Time) []v1alpha1.MachineRemediationRequest {
 	var records []v1alpha1.MachineRemediationRequest
 	if prev != nil {
 		records = prev.Remediations
 	}
-	qs, _ := engineRequests(requests)
-	return machineRecords(engine.Adopt(engineRecords(records), qs, now))
+	return machineRecords(engine.Adopt(engineRecords(records), requests, now))
 }
 
 // engineSteps are the steps as the engine takes them.
@@ -627,28 +611,12 @@ func machineRecords(records []engine.Record) []v1alpha1.MachineRemediationReques
 	return out
 }
 
-// requestRef names a request as "Kind namespace/name".
-func requestRef(r *unstructured.Unstructured) string {
-	return r.GetKind() + " " + r.GetNamespace() + "/" + r.GetName()
-}
-
 // withCondition returns conds with c set (the transition time kept when the status does not change),
 // and whether anything changed. conds is not modified.
 func withCondition(conds []metav1.Condition, c metav1.Condition) ([]metav1.Condition, bool) {
 	out := slices.Clone(conds)
 	changed := meta.SetStatusCondition(&out, c)
 	return out, changed
-}
-
-// earliest returns the earlier of two instants, ignoring zero ones.
-func earliest(a, b time.Time) time.Time {
-	switch {
-	case a.IsZero():
-		return b
-	case b.IsZero() || a.Before(b):
-		return a
-	}
-	return b
 }
 
 // keepFromOwner takes back the plan to hand the Machine to its owner: its Node's lease could not be

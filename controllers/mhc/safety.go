@@ -1,6 +1,7 @@
 package mhc
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -257,14 +258,7 @@ func (r *Reconciler) busyMachine(ctx context.Context, ns, name string, controlPl
 // cpKey names a control-plane target for the one-at-a-time rule: its Node, which both checkers know it
 // by, or the Machine when it has none.
 func cpKey(m *clusterv1.Machine) string {
-	return cmpOr(m.Status.NodeRef.Name, "Machine "+m.Namespace+"/"+m.Name)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
+	return cmp.Or(m.Status.NodeRef.Name, "Machine "+m.Namespace+"/"+m.Name)
 }
 
 // isControlPlaneTarget: a Machine of a control plane, or one whose Node has a control-plane role.
@@ -297,7 +291,7 @@ func newSafety(in planInput, memory *backoff.Memory) *safety {
 // or its owner was asked to replace it.
 func remediating(o observedTarget) bool {
 	for _, r := range o.Requests {
-		if _, timedOut, _ := template.TimedOut(r); !timedOut && r.GetDeletionTimestamp() == nil {
+		if !r.TimedOut && !r.Deleting {
 			return true
 		}
 	}
@@ -359,10 +353,7 @@ func (s *safety) keepLease(t *targetPlan, o observedTarget, now time.Time) time.
 	if s.in.Safety.Leases == nil || node == "" || o.Node == nil || (len(o.Requests) == 0 && !ownerReplacing(o.Machine)) {
 		return time.Time{}
 	}
-	var from []string
-	for _, r := range o.Requests {
-		from = append(from, leases.HolderIdentity(r.GetKind(), r.GetName()))
-	}
+	from := engine.Holders(o.Requests)
 	write, at := gates.KeepLease(s.in.Safety.Leases[node], s.in.Safety.Holder, from, s.in.Safety.LeaseDuration, now)
 	if write {
 		t.Lease = &leaseAction{Node: o.Node, From: from}
@@ -423,7 +414,7 @@ func checkWide(p *plan, mhc *v1alpha1.MachineHealthCheck, paused string, d budge
 	}
 	cw := engine.DecideCheckWide(engine.CheckWideInput{Conditions: mhc.Status.Conditions, Generation: mhc.Generation,
 		Paused: pauses, Budget: d, Cooldown: cooldown, Now: now})
-	p.NextCheck = earliest(p.NextCheck, cw.Storm.Until)
+	p.NextCheck = engine.Earliest(p.NextCheck, cw.Storm.Until)
 	event := func(reason, note string) {
 		p.Events = append(p.Events, checkEvent{Regarding: mhc, Type: corev1.EventTypeNormal, Reason: reason, Note: note})
 	}
@@ -482,11 +473,7 @@ func gateCreate(s *safety, t *targetPlan, entry *v1alpha1.UnhealthyMachine, o ob
 		return r.Retry
 	}
 	if s.in.Safety.Leases != nil && o.Node != nil {
-		var from []string
-		for _, r := range o.Requests {
-			from = append(from, leases.HolderIdentity(r.GetKind(), r.GetName()))
-		}
-		t.Lease = &leaseAction{Node: o.Node, From: from, Fresh: len(o.Requests) == 0}
+		t.Lease = &leaseAction{Node: o.Node, From: engine.Holders(o.Requests), Fresh: len(o.Requests) == 0}
 	}
 	return time.Time{}
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/gates"
 	"github.com/metalheal/metalheal/internal/template"
-	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // Per-node skip reasons: status.unhealthyNodes[].skipReason and the reason label of
@@ -565,11 +564,7 @@ type renewal struct {
 // the Node holds (it took the lease between its request going out and ours, see create) is taken over:
 // the check holds the Node for every step of its remediation.
 func (d *decider) keepLease(node *corev1.Node) {
-	l := d.in.Leases[node.Name]
-	var from []string
-	for _, o := range d.in.Ours[node.Name] {
-		from = append(from, leases.HolderIdentity(o.Ref.Kind, o.Ref.Name))
-	}
+	l, from := d.in.Leases[node.Name], engine.Holders(d.in.Ours[node.Name])
 	// Someone else may have taken it: the remediation already runs and is not interrupted.
 	if write, at := gates.KeepLease(l, d.in.Holder, from, d.in.LeaseDuration, d.now); !write {
 		d.p.at(at)

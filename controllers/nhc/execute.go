@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -348,19 +347,10 @@ func (r *Reconciler) nodeCluster() gates.NodeCluster {
 
 // deleteRemediation deletes a request; the remediator's finalizer may keep it a while.
 func (r *Reconciler) deleteRemediation(ctx context.Context, ref emrRef) error {
-	if err := r.client.Delete(ctx, objectFor(ref)); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.client.Delete(ctx, ref.Object()); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting %s: %w", ref, err)
 	}
 	return nil
-}
-
-func objectFor(ref emrRef) *unstructured.Unstructured {
-	obj := &unstructured.Unstructured{}
-	obj.SetAPIVersion(ref.APIVersion)
-	obj.SetKind(ref.Kind)
-	obj.SetNamespace(ref.Namespace)
-	obj.SetName(ref.Name)
-	return obj
 }
 
 // starter writes the check's leases, as holder, in the lease namespace (reading a lease live after a lost
