@@ -178,14 +178,6 @@ type targetPlan struct {
 	TimeOut, Delete []engine.Request
 	// Exhausted: the last remediation step just ended without the Machine recovering.
 	Exhausted bool
-	// HandOverCheck is when a wait for an ended step's request to be finished with the host runs out,
-	// HandOverUntil when the next step starts at the latest (zero: nothing is waited for).
-	HandOverCheck, HandOverUntil time.Time
-	// Overdue are ended steps' requests that did not hand the host over within template.HandOverBound:
-	// Create starts the next step without them.
-	Overdue []engine.Request
-	// StepDeadline is when the Machine's current remediation step times out (zero: none).
-	StepDeadline time.Time
 	// Unconfirm: the Machine's remediation is over; its Node's confirmation annotation
 	// (v1alpha1.AnnotationConfirmedHealthy) is removed.
 	Unconfirm bool
@@ -267,6 +259,11 @@ func planChecks(in planInput) (plan, error) {
 	cw := checkWide(&p, mhc, in.Paused, decision, now)
 	storm := cw.Storm
 	gate := newSafety(in, p.Backoff)
+	type walked struct {
+		target, entry int
+		out           *engine.Outcome
+	}
+	var walks []walked
 
 	status := v1alpha1.MachineHealthCheckStatus{
 		ExpectedMachines:    ptr.To(int32(len(p.Targets))),
@@ -306,17 +303,13 @@ func planChecks(in planInput) (plan, error) {
 				// Condition-based: the gates apply before the owner is asked to replace the Machine.
 				p.NextCheck = engine.Earliest(p.NextCheck, applyGate(gate, t, &entry, o, now))
 			}
-			planUnhealthy(t, in.Steps, &entry, o.Requests, now)
-			if len(in.Steps) > 0 && t.Create != nil {
-				p.NextCheck = engine.Earliest(p.NextCheck, gateCreate(gate, t, &entry, o, len(records), now))
-			}
-			if t.Create == nil {
-				p.NextCheck = engine.Earliest(p.NextCheck, gate.keepLease(t, o, now))
+			if planUnhealthy(t, in.Steps, now) {
+				walks = append(walks, walked{target: i, entry: len(status.UnhealthyMachines),
+					out: gate.pass.Unhealthy(gate.target(t, o, records, prevEntry))})
+			} else {
+				gate.keepLease(t, o)
 			}
 			p.Events = append(p.Events, skipEvents(mhc, t, &entry, prevEntry)...)
-			p.NextCheck = engine.Earliest(p.NextCheck, t.StepDeadline)
-			p.NextCheck = engine.Earliest(p.NextCheck, t.HandOverCheck)
-			p.Events = append(p.Events, handOverEvents(mhc, t, &entry, prevEntry)...)
 			status.UnhealthyMachines = append(status.UnhealthyMachines, entry)
 			if t.NewlyUnhealthy && t.Blocked == blockedNotControlled {
 				p.Events = append(p.Events, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeWarning,
@@ -329,7 +322,7 @@ func planChecks(in planInput) (plan, error) {
 			if entry != nil {
 				status.UnhealthyMachines = append(status.UnhealthyMachines, *entry)
 				p.NextCheck = engine.Earliest(p.NextCheck, until)
-				p.NextCheck = engine.Earliest(p.NextCheck, gate.keepLease(t, o, now))
+				gate.keepLease(t, o)
 				if began && until.IsZero() {
 					p.Events = append(p.Events, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeNormal,
 						Reason: EventWaitingForConfirmation, Note: fmt.Sprintf("The Machine's Node is healthy again; its "+
@@ -346,10 +339,18 @@ func planChecks(in planInput) (plan, error) {
 			if prevEntry != nil && len(records) > 0 {
 				status.UnhealthyMachines = append(status.UnhealthyMachines, v1alpha1.UnhealthyMachine{
 					Name: t.Machine.Name, Reason: prevEntry.Reason, Remediations: records})
-				p.NextCheck = engine.Earliest(p.NextCheck, gate.keepLease(t, o, now))
+				gate.keepLease(t, o)
 			}
 		}
 	}
+	// The template remediations' starts go through the gates, in the order their criteria expired.
+	gate.pass.Admit()
+	for _, w := range walks {
+		t := &p.Targets[w.target]
+		gate.admitted(t, observed[w.target], &status.UnhealthyMachines[w.entry], w.out)
+		p.Events = append(p.Events, machineEvents(mhc, t.Machine, w.out.Events)...)
+	}
+	p.NextCheck = engine.Earliest(p.NextCheck, gate.pass.Next)
 	slices.Sort(status.Targets)
 	slices.SortFunc(status.UnhealthyMachines, func(a, b v1alpha1.UnhealthyMachine) int { return strings.Compare(a.Name, b.Name) })
 
@@ -414,26 +415,21 @@ func controlledByReplacer(m *clusterv1.Machine) bool {
 		strings.HasSuffix(ref.Kind, "ControlPlane")
 }
 
-// planUnhealthy decides what to do about an unhealthy Machine. entry.Remediations is updated with the
-// requests created or timed out.
-func planUnhealthy(t *targetPlan, steps []step, entry *v1alpha1.UnhealthyMachine, requests []engine.Request, now time.Time) {
+// planUnhealthy reports an unhealthy Machine on its conditions and, for condition-based remediation, asks
+// its owner to replace it. It reports whether its template remediation is walked (engine.Pass.Unhealthy):
+// a Machine held back (a storm, its cooldown, the exclusion label) still ends the steps under way, as a
+// NodeHealthCheck's do, but starts nothing new.
+func planUnhealthy(t *targetPlan, steps []step, now time.Time) bool {
 	switch t.Blocked {
 	case blockedPaused, blockedDeleting, blockedNotControlled:
 		// Left alone: paused means hands off, a deleting Machine is already going, and nothing would
 		// replace a Machine without a controller.
-		return
+		return false
 	}
 	conds, changed := withCondition(t.Machine.Status.Conditions, metav1.Condition{
 		Type: clusterv1.MachineHealthCheckSucceededCondition, Status: metav1.ConditionFalse,
 		Reason: t.Verdict.Reason, Message: t.Verdict.Message, LastTransitionTime: metav1.NewTime(now)})
-	if t.Blocked != notBlocked && len(steps) == 0 {
-		// Reported on the Machine, not remediated (short-circuited, a storm's cooldown, or excluded).
-		if changed {
-			t.Conditions = conds
-		}
-		return
-	}
-	if len(steps) == 0 {
+	if len(steps) == 0 && t.Blocked == notBlocked {
 		// Cluster API's default: the owner replaces a Machine whose OwnerRemediated is False. Once the
 		// owner has taken it over (OwnerRemediated False) it is the owner's; a True one (a remediation
 		// that completed) asks again.
@@ -444,49 +440,11 @@ func planUnhealthy(t *targetPlan, steps []step, entry *v1alpha1.UnhealthyMachine
 				LastTransitionTime: metav1.NewTime(now)})
 			changed, t.MarkedForOwner = true, true
 		}
-		if changed {
-			t.Conditions = conds
-		}
-		return
 	}
 	if changed {
 		t.Conditions = conds
 	}
-	esc := escalate(steps, t.Machine.Name, entry.Remediations, requests, now)
-	if t.Blocked != notBlocked {
-		// Held back (a storm, its cooldown, the exclusion label): the steps under way still end, as a
-		// NodeHealthCheck's do, but nothing new starts.
-		if esc.Create != nil && esc.Recorded {
-			esc.Records = esc.Records[:len(esc.Records)-1]
-		}
-		esc.Create, esc.Overdue = nil, nil
-	}
-	entry.Remediations, entry.WaitingFor = esc.Records, esc.WaitingFor
-	t.Create, t.TimeOut, t.Delete, t.Exhausted = esc.Create, esc.TimeOut, esc.Delete, esc.Exhausted
-	t.HandOverCheck, t.HandOverUntil, t.Overdue, t.StepDeadline = esc.WaitCheck, esc.WaitUntil, esc.Overdue, esc.Deadline
-}
-
-// handOverEvents are the events of a Machine's wait for an ended step's request to hand the host over:
-// once when the wait for a request begins, and a warning for each request that did not hand over within
-// the bound when the next step starts without it.
-func handOverEvents(mhc *v1alpha1.MachineHealthCheck, t *targetPlan, entry, prev *v1alpha1.UnhealthyMachine) []checkEvent {
-	var out []checkEvent
-	if entry.WaitingFor != "" && (prev == nil || prev.WaitingFor != entry.WaitingFor) {
-		out = append(out, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeNormal,
-			Reason: EventWaitingForHandOver, Note: fmt.Sprintf("The next escalation step waits until %s is finished "+
-				"with the host (deleted, or Processing=False); it starts at %s at the latest",
-				entry.WaitingFor, t.HandOverUntil.UTC().Format(time.RFC3339))})
-	}
-	if t.Create == nil {
-		return out
-	}
-	for _, r := range t.Overdue {
-		out = append(out, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeWarning,
-			Reason: EventHandOverTimedOut, Note: fmt.Sprintf("%s did not report that it is finished with the host "+
-				"(Processing=False) within %s of its timed-out mark: starting %s %s anyway",
-				r.Ref, template.HandOverBound, t.Create.Step.GVK.Kind, t.Create.Name)})
-	}
-	return out
+	return len(steps) > 0
 }
 
 // planHealthy decides what to do about a healthy Machine: report it, and withdraw its remediation
@@ -508,57 +466,6 @@ func planHealthy(t *targetPlan, requests []engine.Request, now time.Time) {
 		Reason: clusterv1.MachineHealthCheckSucceededReason, LastTransitionTime: metav1.NewTime(now)}); changed {
 		t.Conditions = conds
 	}
-}
-
-// escalation is what escalate decides for one Machine.
-type escalation struct {
-	Records []v1alpha1.MachineRemediationRequest
-	Create  *createRequest
-	// Recorded: the last of Records is Create's, recorded at once.
-	Recorded        bool
-	TimeOut, Delete []engine.Request
-	Exhausted       bool
-	// WaitingFor names ("Kind namespace/name") the ended step's request the next step waits for;
-	// WaitCheck is the earliest instant a wait for such a request runs out, WaitUntil the latest (when the
-	// next step starts at the latest).
-	WaitingFor string
-	WaitCheck  time.Time
-	WaitUntil  time.Time
-	// Overdue are ended steps' requests the next step no longer waits for: the bound ran out.
-	Overdue []engine.Request
-	// Deadline is when the current step times out (zero: never, or none under way).
-	Deadline time.Time
-}
-
-// escalate walks the remediation steps of the unhealthy Machine named machine (engine.Escalate). records
-// are the requests created so far (oldest first), requests the ones that exist. The request it asks for
-// is recorded at once (execute drops the record if the create fails).
-func escalate(steps []step, machine string, records []v1alpha1.MachineRemediationRequest, requests []engine.Request,
-	now time.Time) escalation {
-	objects := func(refs []engine.Ref) []engine.Request {
-		var out []engine.Request
-		for _, ref := range refs {
-			out = append(out, requests[slices.IndexFunc(requests, func(q engine.Request) bool { return q.Ref == ref })])
-		}
-		return out
-	}
-	walk := engine.Escalate(engineSteps(steps), machine, engineRecords(records), requests, now)
-	out := escalation{Records: machineRecords(walk.Records), TimeOut: objects(walk.TimeOut), Delete: objects(walk.Delete),
-		Deadline:  walk.Deadline,
-		Exhausted: walk.Exhausted && walk.Ended != nil, WaitingFor: walk.WaitingFor, WaitCheck: walk.WaitCheck,
-		WaitUntil: walk.WaitUntil, Overdue: objects(walk.Overdue)}
-	if c := walk.Create; c != nil {
-		out.Create = &createRequest{Step: steps[c.Step], Name: c.Name, First: c.First}
-		if timeout := steps[c.Step].Timeout; !c.Again && timeout > 0 {
-			out.Deadline = now.Add(timeout) // the step about to start
-		}
-		if out.Recorded = !c.Again; out.Recorded {
-			out.Records = append(out.Records, v1alpha1.MachineRemediationRequest{
-				APIVersion: steps[c.Step].GVK.GroupVersion().String(), Kind: steps[c.Step].GVK.Kind,
-				TemplateName: steps[c.Step].Template.Name, Started: metav1.NewTime(now)})
-		}
-	}
-	return out
 }
 
 // mergeRecords returns the Machine's remediation records: those in status, completed with the requests

@@ -273,15 +273,17 @@ func isControlPlaneTarget(o observedTarget) bool {
 // check is remediating are busy, and each gated target admitted adds itself.
 type safety struct {
 	in planInput
-	engine.Gate
+	// pass decides the template remediations (engine.Pass), and keeps the leases of every kind.
+	pass *engine.Pass
 }
 
 func newSafety(in planInput, memory *backoff.Memory) *safety {
-	s := &safety{in: in, Gate: engine.Gate{Admission: gates.NewAdmission(in.Safety.Holder, in.Safety.Leases, in.Safety.BusyControlPlane, in.Now),
-		Backoff: memory, DryRun: in.Check.Spec.DryRun}}
+	s := &safety{in: in, pass: &engine.Pass{Steps: engineSteps(in.Steps), Now: in.Now, Holder: in.Safety.Holder, Leases: in.Safety.Leases,
+		LeaseDuration: in.Safety.LeaseDuration, Gate: engine.Gate{Backoff: memory, DryRun: in.Check.Spec.DryRun,
+			Admission: gates.NewAdmission(in.Safety.Holder, in.Safety.Leases, in.Safety.BusyControlPlane, in.Now)}}}
 	for _, o := range in.Machines {
 		if remediating(o) && isControlPlaneTarget(o) {
-			s.Admission.Busy(cpKey(o.Machine))
+			s.pass.Gate.Admission.Busy(cpKey(o.Machine))
 		}
 	}
 	return s
@@ -298,32 +300,39 @@ func remediating(o observedTarget) bool {
 	return ownerReplacing(o.Machine)
 }
 
-// start applies the gates (engine.Gate) to a new remediation of an unhealthy Machine (a first request, the
-// next escalation step, or the owner's replacement): the overlapping rule, across both kinds, unless the
-// check has started remediating the Machine (started); the back-off for a new remediation (first);
-// control-plane Machines one at a time and the node lease; dry run (wouldDo).
-func (s *safety) start(o observedTarget, started, first bool, wouldDo string, now time.Time) *engine.Skip {
-	key := ""
-	if isControlPlaneTarget(o) {
-		key = cpKey(o.Machine)
-	}
+// ownerOf is the overlapping rule for a Machine this check finds unhealthy (engine.Start.Owner), across
+// both kinds, unless the check has started remediating it (started).
+func (s *safety) ownerOf(o observedTarget, started bool, now time.Time) func() (string, string) {
 	node := o.Machine.Status.NodeRef.Name
-	return s.Start(engine.Start{Target: o.Machine.Name, Node: node, CPKey: key, First: first, WouldDo: wouldDo,
-		Owner: func() (string, string) {
-			if started {
-				return "", ""
-			}
-			if owner := s.owner(o, now); owner != "" {
-				return engine.SkipOwnedByOtherCheck, gates.OwnedMessage("MachineHealthCheck", owner, "Machine")
-			}
-			// A check of the other kind remediating the Node keeps it; while someone holds its lease, the
-			// admission says so.
-			if _, held := s.in.Safety.Leases[node].HeldByOther(s.in.Safety.Holder, now); node != "" && s.in.Safety.Elsewhere[node] != "" && !held {
-				return engine.SkipOwnedByOtherCheck, fmt.Sprintf("%s is remediating node %s (the check already remediating a node keeps it)",
-					s.in.Safety.Elsewhere[node], node)
-			}
+	return func() (string, string) {
+		if started {
 			return "", ""
-		}})
+		}
+		if owner := s.owner(o, now); owner != "" {
+			return engine.SkipOwnedByOtherCheck, gates.OwnedMessage("MachineHealthCheck", owner, "Machine")
+		}
+		// A check of the other kind remediating the Node keeps it; while someone holds its lease, the
+		// admission says so.
+		if _, held := s.in.Safety.Leases[node].HeldByOther(s.in.Safety.Holder, now); node != "" && s.in.Safety.Elsewhere[node] != "" && !held {
+			return engine.SkipOwnedByOtherCheck, fmt.Sprintf("%s is remediating node %s (the check already remediating a node keeps it)",
+				s.in.Safety.Elsewhere[node], node)
+		}
+		return "", ""
+	}
+}
+
+// target is the Machine as the engine decides its remediation.
+func (s *safety) target(t *targetPlan, o observedTarget, records []v1alpha1.MachineRemediationRequest, prev *v1alpha1.UnhealthyMachine) engine.Target {
+	et := engine.Target{Name: t.Machine.Name, Subject: "Machine", Node: o.Node, NodeName: t.Machine.Status.NodeRef.Name, Why: t.Verdict.Reason,
+		ExpiredAt: t.Verdict.ExpiredAt, Held: t.Blocked != notBlocked, Requests: o.Requests, Records: engineRecords(records),
+		Owner: s.ownerOf(o, len(records) > 0 || remediating(o), s.in.Now)}
+	if isControlPlaneTarget(o) {
+		et.CPKey = cpKey(o.Machine)
+	}
+	if prev != nil {
+		et.SkipReason, et.SkipMessage, et.WaitingFor = prev.SkipReason, prev.SkipMessage, prev.WaitingFor
+	}
+	return et
 }
 
 // owner applies the overlapping rule (internal/gates) to a Machine this check finds unhealthy: "" when
@@ -343,22 +352,17 @@ func (s *safety) owner(o observedTarget, now time.Time) string {
 	return gates.Owner(gates.Contender{Name: self.Name, Created: self.CreationTimestamp.Time, Claims: true}, contenders)
 }
 
-// keepLease decides the check's node lease for one Machine: keep it (renew, retake, take over from our
-// own request's remediator) at the lease's half-time while a request of ours lives, or while the
-// Machine's owner replaces it (OwnerRemediated=False): every remediation of a Node, whoever carries it
-// out, holds the Node's lease for as long as it acts, so that every checker (a NodeHealthCheck's
-// control-plane rule, say) and every outside actor sees it.
-func (s *safety) keepLease(t *targetPlan, o observedTarget, now time.Time) time.Time {
-	node := o.Machine.Status.NodeRef.Name
-	if s.in.Safety.Leases == nil || node == "" || o.Node == nil || (len(o.Requests) == 0 && !ownerReplacing(o.Machine)) {
-		return time.Time{}
+// keepLease keeps the check's node lease for one Machine (engine.Pass.KeepLease) while a request of ours
+// lives, or while the Machine's owner replaces it (OwnerRemediated=False): every remediation of a Node,
+// whoever carries it out, holds the Node's lease for as long as it acts, so that every checker (a
+// NodeHealthCheck's control-plane rule, say) and every outside actor sees it.
+func (s *safety) keepLease(t *targetPlan, o observedTarget) {
+	if len(o.Requests) == 0 && !ownerReplacing(o.Machine) {
+		return
 	}
-	from := engine.Holders(o.Requests)
-	write, at := gates.KeepLease(s.in.Safety.Leases[node], s.in.Safety.Holder, from, s.in.Safety.LeaseDuration, now)
-	if write {
-		t.Lease = &leaseAction{Node: o.Node, From: from}
+	if out := s.pass.KeepLease(engine.Target{Node: o.Node, Requests: o.Requests}); out.Lease {
+		t.Lease = &leaseAction{Node: o.Node, From: out.From}
 	}
-	return at
 }
 
 // releaseLeases lists the Nodes of this check's Machines (and of its orphaned requests) whose lease the
@@ -437,7 +441,12 @@ func checkWide(p *plan, mhc *v1alpha1.MachineHealthCheck, paused string, d budge
 // remediation, which the back-off does not hold) and returns when to look again. An admitted one takes its
 // Node's lease first, as a request would: the owner's replacement is a remediation of the Node too.
 func applyGate(s *safety, t *targetPlan, entry *v1alpha1.UnhealthyMachine, o observedTarget, now time.Time) time.Time {
-	if r := s.start(o, remediating(o), false, engine.WouldHandToOwner, now); r != nil {
+	key := ""
+	if isControlPlaneTarget(o) {
+		key = cpKey(o.Machine)
+	}
+	if r := s.pass.Gate.Start(engine.Start{Target: o.Machine.Name, Node: o.Machine.Status.NodeRef.Name, CPKey: key,
+		Owner: s.ownerOf(o, remediating(o), now), WouldDo: engine.WouldHandToOwner}); r != nil {
 		t.refuse(entry, r)
 		return r.Retry
 	}
@@ -459,23 +468,54 @@ func ownerReplacing(m *clusterv1.Machine) bool {
 	return meta.IsStatusConditionFalse(m.Status.Conditions, clusterv1.MachineOwnerRemediatedCondition)
 }
 
-// gateCreate applies the safety gates to the request escalate wants to create, the back-off's to a new
-// remediation's first: a skipped one is not created and its record (records: how many there were before
-// escalate) is dropped; an admitted one takes the node lease first. It returns when to look again.
-func gateCreate(s *safety, t *targetPlan, entry *v1alpha1.UnhealthyMachine, o observedTarget, records int, now time.Time) time.Time {
-	c := t.Create
-	ref := engine.Ref{APIVersion: c.Step.GVK.GroupVersion().String(), Kind: c.Step.GVK.Kind, Namespace: c.Step.Template.Namespace, Name: c.Name}
-	step := slices.IndexFunc(s.in.Steps, func(st step) bool { return st.Template == c.Step.Template })
-	if r := s.start(o, records > 0 || remediating(o), c.First, engine.WouldCreate(ref, c.Step.Template.Name, step, len(s.in.Steps)), now); r != nil {
-		t.Create = nil
-		entry.Remediations = entry.Remediations[:min(records, len(entry.Remediations))]
-		t.refuse(entry, r)
-		return r.Retry
+// admitted applies what the engine decided for a Machine's template remediation (engine.Pass.Unhealthy,
+// then Admit) to its plan and status entry: the walk's records and marks, the skip, and the request to
+// create, recorded at once (execute drops the record should the create fail) with its Node's lease first.
+func (s *safety) admitted(t *targetPlan, o observedTarget, entry *v1alpha1.UnhealthyMachine, out *engine.Outcome) {
+	w, now := out.Walk, s.in.Now
+	pick := func(refs []engine.Ref) []engine.Request {
+		return slices.DeleteFunc(slices.Clone(o.Requests), func(q engine.Request) bool { return !slices.Contains(refs, q.Ref) })
 	}
-	if s.in.Safety.Leases != nil && o.Node != nil {
-		t.Lease = &leaseAction{Node: o.Node, From: engine.Holders(o.Requests), Fresh: len(o.Requests) == 0}
+	entry.Remediations, entry.WaitingFor = machineRecords(w.Records), w.WaitingFor
+	t.TimeOut, t.Delete, t.Exhausted = pick(w.TimeOut), pick(w.Delete), w.Exhausted && w.Ended != nil
+	if out.Skip != nil {
+		t.refuse(entry, out.Skip)
 	}
-	return time.Time{}
+	switch c := out.Create; {
+	case c != nil:
+		st := s.in.Steps[c.Step]
+		t.Create = &createRequest{Step: st, Name: c.Name, First: c.First}
+		if !c.Again {
+			entry.Remediations = append(entry.Remediations, v1alpha1.MachineRemediationRequest{APIVersion: st.GVK.GroupVersion().String(),
+				Kind: st.GVK.Kind, TemplateName: st.Template.Name, Started: metav1.NewTime(now)})
+			if st.Timeout > 0 {
+				s.pass.Next = engine.Earliest(s.pass.Next, now.Add(st.Timeout)) // the step about to start
+			}
+		}
+		if s.in.Safety.Leases != nil && o.Node != nil {
+			t.Lease = &leaseAction{Node: o.Node, From: engine.Holders(o.Requests), Fresh: len(o.Requests) == 0}
+		}
+	case out.Lease:
+		t.Lease = &leaseAction{Node: o.Node, From: out.From}
+	}
+}
+
+// machineEvents are the engine's events about a Machine that the plan records; a step's end and the last
+// step's are recorded once execute has marked the request (executeTarget).
+func machineEvents(mhc *v1alpha1.MachineHealthCheck, m *clusterv1.Machine, evs []engine.Event) []checkEvent {
+	var out []checkEvent
+	for _, ev := range evs {
+		switch ev.Reason {
+		case engine.EventRemediationTimedOut, engine.EventRemediationFailed, engine.EventRemediationsExhausted:
+			continue
+		}
+		typ := corev1.EventTypeWarning
+		if ev.Normal {
+			typ = corev1.EventTypeNormal
+		}
+		out = append(out, checkEvent{Regarding: m, Related: mhc, Type: typ, Reason: cmp.Or(ev.Reason, EventRemediationSkipped), Note: ev.Note})
+	}
+	return out
 }
 
 // skipEvents is the event a skip calls for (engine.Skip.Event): once per reason and message, once

@@ -20,7 +20,6 @@ import (
 	"github.com/metalheal/metalheal/internal/conditions"
 	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/gates"
-	"github.com/metalheal/metalheal/internal/template"
 )
 
 // Per-node skip reasons: status.unhealthyNodes[].skipReason and the reason label of
@@ -154,15 +153,22 @@ func (p *plan) nodeOf(ref emrRef) string {
 
 // decider holds the state of one decide call.
 type decider struct {
-	in      observed
-	now     time.Time
-	p       *plan
-	old     map[string]*v1alpha1.UnhealthyNode
-	work    map[string]*nodeWork
-	hold    bool
-	steps   []engine.Step
-	cands   []candidate
+	in   observed
+	now  time.Time
+	p    *plan
+	old  map[string]*v1alpha1.UnhealthyNode
+	work map[string]*nodeWork
+	hold bool
+	pass *engine.Pass
+	// outs are the unhealthy Nodes' outcomes, their entries beside them, in order of name.
+	outs    []nodeOutcome
 	creates map[string]bool
+}
+
+type nodeOutcome struct {
+	o    *engine.Outcome
+	e    *v1alpha1.UnhealthyNode
+	node *corev1.Node
 }
 
 // nodeWork is a Node decide has to think about: unhealthy, or remediated by the check.
@@ -172,26 +178,6 @@ type nodeWork struct {
 	selected bool
 }
 
-// candidate is a Node that passed the per-node gates evaluated in the first pass.
-type candidate struct {
-	name    string
-	node    *corev1.Node
-	step    int
-	request string // the request's name
-	// overdue are requests of ended steps that did not hand the host over within the bound: the step
-	// starts without them, with a warning.
-	overdue []emrRef
-	// again: the current step's request vanished and is asked for again (its record is kept); first: a
-	// new remediation (the back-off applies).
-	again, first bool
-	// owner applies the overlapping rule and finds a request of the name someone else made (engine.Start).
-	owner     func() (string, string)
-	expiredAt time.Time
-	why       string
-	entry     *v1alpha1.UnhealthyNode
-	prev      *v1alpha1.UnhealthyNode
-}
-
 // decide is the NodeHealthCheck's whole decision: from what the cache shows and now, which remediation
 // requests to create, time out and delete, which leases to take and release, the status and the events,
 // and when to look again. It performs no I/O.
@@ -199,8 +185,10 @@ func decide(in observed, now time.Time) plan {
 	p := &plan{Entries: map[string]*v1alpha1.UnhealthyNode{}, Disabled: in.Disabled, Paused: in.Check.Spec.PauseRequests}
 	d := &decider{in: in, now: now, p: p, old: map[string]*v1alpha1.UnhealthyNode{}, work: map[string]*nodeWork{},
 		creates: map[string]bool{}}
+	d.pass = &engine.Pass{Now: now, Holder: in.Holder, Leases: in.Leases, LeaseDuration: in.LeaseDuration,
+		Gate: engine.Gate{Admission: gates.NewAdmission(in.Holder, in.Leases, in.BusyControlPlane, now), DryRun: in.Check.Spec.DryRun}}
 	for _, st := range in.Steps {
-		d.steps = append(d.steps, engine.Step{GVK: st.EMR, Namespace: st.Ref.Namespace, Template: st.Ref.Name, Timeout: st.Timeout})
+		d.pass.Steps = append(d.pass.Steps, engine.Step{GVK: st.EMR, Namespace: st.Ref.Namespace, Template: st.Ref.Name, Timeout: st.Timeout})
 	}
 	for i := range in.Check.Status.UnhealthyNodes {
 		u := &in.Check.Status.UnhealthyNodes[i]
@@ -208,6 +196,7 @@ func decide(in observed, now time.Time) plan {
 	}
 
 	p.Backoff = backoff.NewMemory(backoff.PolicyOf(in.Check.Spec.RemediationBackoff), in.Check.Status.RecentRemediations, now)
+	d.pass.Gate.Backoff = p.Backoff
 	d.evaluateNodes()
 	d.checkWide()
 
@@ -219,7 +208,7 @@ func decide(in observed, now time.Time) plan {
 	for _, name := range names {
 		d.decideNode(name)
 	}
-	d.admitCandidates()
+	d.admit()
 	d.releaseLeases()
 	return *p
 }
@@ -427,9 +416,7 @@ func (d *decider) deleteAll(node string, ours []remediationObject) bool {
 	return asked
 }
 
-// nodeUnhealthy runs the escalation of an unhealthy Node (engine.Escalate: end the current step on
-// timeout or Succeeded=False, start the next once the ended steps' requests are finished with the host),
-// then applies the gates to the request it asks for.
+// nodeUnhealthy decides for an unhealthy Node (engine.Pass.Unhealthy: its lease, its walk, its start).
 func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ours []remediationObject) {
 	node := w.node
 	e.ConditionsHealthyTimestamp = nil
@@ -437,110 +424,69 @@ func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ou
 		return // no longer selected and never remediated: not ours
 	}
 	d.p.Entries[e.Name] = e
-	if len(ours) > 0 {
-		d.keepLease(node)
+	t := engine.Target{Name: e.Name, Subject: "Node " + e.Name, Node: node, NodeName: e.Name, Why: why(w.res), ExpiredAt: w.res.ExpiredAt,
+		Held: d.hold, Excluded: node.Labels[v1alpha1.LabelExcludeFromRemediation] == "true", Requests: ours,
+		Records: recordsOf(e.Name, e.Remediations)}
+	if isControlPlane(node) {
+		t.CPKey = e.Name
 	}
-	walk := engine.Escalate(d.steps, e.Name, recordsOf(e.Name, e.Remediations), ours, d.now)
-	e.Remediations = nodeRemediations(walk.Records)
-	d.p.at(walk.Next())
-	for _, ref := range walk.TimeOut {
-		d.p.timeOut(ref, e.Name)
+	if prev != nil {
+		t.SkipReason, t.SkipMessage, t.WaitingFor = prev.SkipReason, prev.SkipMessage, prev.WaitingFor
 	}
-	for _, ref := range walk.Delete {
-		d.p.delete(ref, e.Name)
-	}
-	if end := walk.Ended; end != nil {
-		d.p.Events = append(d.p.Events, endEvent(e.Name, end))
-		if walk.Exhausted {
-			d.p.Events = append(d.p.Events, warning(EventRemediationsExhausted, actionTimeout, e.Name,
-				fmt.Sprintf("Node %s is still unhealthy and every remediation step has ended", e.Name)))
-		}
-	}
-	if e.WaitingFor = walk.WaitingFor; e.WaitingFor != "" && (prev == nil || prev.WaitingFor != e.WaitingFor) {
-		d.p.Events = append(d.p.Events, normal(EventWaitingForHandOver, actionWait, e.Name, fmt.Sprintf(
-			"Escalation step %d of %d for node %s waits until %s is finished with the host "+
-				"(deleted, or Processing=False); it starts at %s at the latest",
-			walk.NextStep+1, len(d.in.Steps), e.Name, e.WaitingFor, walk.WaitUntil.UTC().Format(time.RFC3339))))
-	}
-	c := walk.Create
-	if c == nil || d.hold {
-		return // nothing to start, or the conditions and the phase say why not
-	}
-	if node.Labels[v1alpha1.LabelExcludeFromRemediation] == "true" {
-		d.p.skip(e, prev, engine.Skip{Reason: SkipExcluded, Message: gates.ExcludedMessage()}, why(w.res))
-		return
-	}
-	st := d.in.Steps[c.Step]
-	key := emrRef{APIVersion: st.EMR.GroupVersion().String(), Kind: st.EMR.Kind, Namespace: st.Ref.Namespace, Name: c.Name}
-	owner := func() (string, string) {
+	var o *engine.Outcome
+	t.Owner = func() (string, string) {
 		if owner, msg := d.ownerOf(w, len(e.Remediations) > 0); owner != "" {
 			return SkipOwnedByOtherCheck, msg
 		}
-		if who, ok := d.in.Foreign[key]; ok {
-			if who != "" {
-				return SkipRemediationExists, fmt.Sprintf("%s exists, created by %s", key, who)
-			}
+		st := d.in.Steps[o.Walk.Create.Step]
+		key := emrRef{APIVersion: st.EMR.GroupVersion().String(), Kind: st.EMR.Kind, Namespace: st.Ref.Namespace, Name: o.Walk.Create.Name}
+		if who, ok := d.in.Foreign[key]; ok && who != "" {
+			return SkipRemediationExists, fmt.Sprintf("%s exists, created by %s", key, who)
+		} else if ok {
 			return SkipRemediationExists, fmt.Sprintf("%s exists and was not created by this check", key)
 		}
 		return "", ""
 	}
-	cand := candidate{name: e.Name, node: node, step: c.Step, request: c.Name, again: c.Again, first: c.First, overdue: walk.Overdue,
-		owner: owner, entry: e, prev: prev, why: why(w.res)}
-	if c.First {
-		cand.expiredAt = w.res.ExpiredAt
+	o = d.pass.Unhealthy(t)
+	e.Remediations, e.WaitingFor = nodeRemediations(o.Walk.Records), o.Walk.WaitingFor
+	for _, ref := range o.Walk.TimeOut {
+		d.p.timeOut(ref, e.Name)
 	}
-	d.cands = append(d.cands, cand)
+	for _, ref := range o.Walk.Delete {
+		d.p.delete(ref, e.Name)
+	}
+	d.outs = append(d.outs, nodeOutcome{o: o, e: e, node: node})
 }
 
-// endEvent is the warning for a step that ended.
-func endEvent(node string, end *engine.Ending) event {
-	switch {
-	case end.Failed && !end.Marked:
-		return warning(EventRemediationFailed, actionTimeout, node, fmt.Sprintf(
-			"%s reported Succeeded=False: it was the last step, so it is left as the remediator left it", end.Request))
-	case end.Failed:
-		return warning(EventRemediationFailed, actionTimeout, node, fmt.Sprintf("%s reported Succeeded=False: marked timed out", end.Request))
-	case end.Removed:
-		return warning(EventRemediationTimedOut, actionTimeout, node, fmt.Sprintf(
-			"%s belongs to a step no longer in the spec: marked timed out", end.Request))
-	}
-	return warning(EventRemediationTimedOut, actionTimeout, node, fmt.Sprintf(
-		"%s did not succeed within %s: marked timed out", end.Request, end.Timeout))
-}
-
-// admitCandidates applies the gates that need every candidate (control-plane Nodes one at a time) and the
-// lease gate, and turns the survivors into creations. Candidates are taken in order of expiry.
-func (d *decider) admitCandidates() {
-	slices.SortFunc(d.cands, func(a, b candidate) int {
-		return cmp.Or(a.expiredAt.Compare(b.expiredAt), cmp.Compare(a.name, b.name))
-	})
-	adm := gates.NewAdmission(d.in.Holder, d.in.Leases, d.in.BusyControlPlane, d.now)
+// admit puts the Nodes' starts through the gates (engine.Pass.Admit: the control-plane Nodes the check
+// remediates are busy), and turns the outcomes into the plan's creations, leases, skips and events.
+func (d *decider) admit() {
 	for name, ours := range d.in.Ours {
 		if w := d.work[name]; len(ours) > 0 && w != nil && w.node != nil && isControlPlane(w.node) {
-			adm.Busy(name)
+			d.pass.Gate.Admission.Busy(name)
 		}
 	}
-	gate := engine.Gate{Admission: adm, Backoff: d.p.Backoff, DryRun: d.in.Check.Spec.DryRun}
-	for _, c := range d.cands {
-		cpKey := ""
-		if isControlPlane(c.node) {
-			cpKey = c.name
+	d.pass.Admit()
+	d.p.at(d.pass.Next)
+	for _, out := range d.outs {
+		o, e := out.o, out.e
+		d.lease(out.node, o)
+		if s := o.Skip; s != nil {
+			e.SkipReason, e.SkipMessage = s.Reason, s.Message
+			if o.NewSkip {
+				d.p.Skipped = append(d.p.Skipped, s.Reason)
+			}
 		}
-		st := d.in.Steps[c.step]
-		ref := emrRef{APIVersion: st.EMR.GroupVersion().String(), Kind: st.EMR.Kind, Namespace: st.Ref.Namespace, Name: c.request}
-		if r := gate.Start(engine.Start{Target: c.name, Node: c.name, CPKey: cpKey, Owner: c.owner, First: c.first,
-			WouldDo: engine.WouldCreate(ref, st.Ref.Name, c.step, len(d.in.Steps))}); r != nil {
-			d.p.skip(c.entry, c.prev, *r, c.why)
-			continue
+		for _, ev := range o.Events {
+			d.p.Events = append(d.p.Events, nodeEvent(e.Name, e.SkipReason, ev))
 		}
-		d.p.Creates = append(d.p.Creates, createAction{Node: c.node, Name: c.request, Step: c.step, Template: st.Template,
-			ExpiredAt: c.expiredAt, Why: c.why, Again: c.again})
-		d.creates[c.name] = true
-		for _, o := range c.overdue {
-			d.p.Events = append(d.p.Events, warning(EventHandOverTimedOut, actionCreate, c.name, fmt.Sprintf(
-				"%s did not report that it is finished with node %s (Processing=False) within %s of its "+
-					"timed-out mark: starting escalation step %d of %d anyway",
-				o, c.name, template.HandOverBound, c.step+1, len(d.in.Steps))))
+		if c := o.Create; c != nil {
+			ca := createAction{Node: out.node, Name: c.Name, Step: c.Step, Template: d.in.Steps[c.Step].Template, Why: o.Target.Why, Again: c.Again}
+			if c.First {
+				ca.ExpiredAt = o.Target.ExpiredAt
+			}
+			d.p.Creates = append(d.p.Creates, ca)
+			d.creates[e.Name] = true
 		}
 	}
 }
@@ -559,18 +505,18 @@ type renewal struct {
 	From []string
 }
 
-// keepLease renews our lease on node once half of it has run out (or retakes it when it is missing or
-// expired), and otherwise looks again at that moment. A lease the remediator of one of our requests for
-// the Node holds (it took the lease between its request going out and ours, see create) is taken over:
-// the check holds the Node for every step of its remediation.
+// keepLease keeps our lease on node while its remediation lives (engine.Pass.KeepLease).
 func (d *decider) keepLease(node *corev1.Node) {
-	l, from := d.in.Leases[node.Name], engine.Holders(d.in.Ours[node.Name])
-	// Someone else may have taken it: the remediation already runs and is not interrupted.
-	if write, at := gates.KeepLease(l, d.in.Holder, from, d.in.LeaseDuration, d.now); !write {
-		d.p.at(at)
-		return
+	d.lease(node, d.pass.KeepLease(engine.Target{Node: node, Requests: d.in.Ours[node.Name]}))
+	d.p.at(d.pass.Next)
+}
+
+// lease asks to write our lease on node when the outcome does: renewed, retaken, or taken over from the
+// remediators of our own requests (which took it between their request going out and ours).
+func (d *decider) lease(node *corev1.Node, o *engine.Outcome) {
+	if o.Lease {
+		d.p.Renew = append(d.p.Renew, renewal{Node: node, From: o.From})
 	}
-	d.p.Renew = append(d.p.Renew, renewal{Node: node, From: from})
 }
 
 // skip records why a Node is not remediated, and when to look again; the event and the metric only when
@@ -587,11 +533,21 @@ func (p *plan) skip(e, prev *v1alpha1.UnhealthyNode, r engine.Skip, why string) 
 		return
 	}
 	p.Skipped = append(p.Skipped, r.Reason)
-	if ev.Normal {
-		p.Events = append(p.Events, normal(ev.Reason, actionSkip, e.Name, ev.Note))
-		return
+	p.Events = append(p.Events, nodeEvent(e.Name, r.Reason, *ev))
+}
+
+// nodeEvent is an event of the engine's about node, whose skip reason is skipReason: a skip's own is the
+// kind's (skipEvents).
+func nodeEvent(node, skipReason string, ev engine.Event) event {
+	action, ok := eventActions[ev.Reason]
+	if !ok {
+		action = actionSkip
 	}
-	p.Events = append(p.Events, warning(skipEvents[r.Reason], actionSkip, e.Name, ev.Note))
+	reason := cmp.Or(ev.Reason, skipEvents[skipReason])
+	if ev.Normal {
+		return normal(reason, action, node, ev.Note)
+	}
+	return warning(reason, action, node, ev.Note)
 }
 
 // ownerOf applies the overlapping rule to an unhealthy Node: a check that is already remediating the Node

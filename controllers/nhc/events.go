@@ -13,12 +13,12 @@ const (
 	EventRemediationCreated = "RemediationCreated"
 	// EventRemediationTimedOut: an escalation step ran out of time, or its step was removed from the spec;
 	// its request was marked timed out.
-	EventRemediationTimedOut = "RemediationTimedOut"
+	EventRemediationTimedOut = engine.EventRemediationTimedOut
 	// EventRemediationFailed: the remediator reported Succeeded=False; the request was marked timed out,
 	// unless it was the last step's (engine.Ending.Marked).
-	EventRemediationFailed = "RemediationFailed"
+	EventRemediationFailed = engine.EventRemediationFailed
 	// EventRemediationsExhausted: the last step ended and the Node is still unhealthy.
-	EventRemediationsExhausted = "RemediationsExhausted"
+	EventRemediationsExhausted = engine.EventRemediationsExhausted
 	// EventRemediationFinished: the Node is healthy again; its remediation requests are being deleted.
 	EventRemediationFinished = "RemediationFinished"
 	// EventWaitingForConfirmation: a Node is healthy again and, healthyDelay being negative, its
@@ -28,10 +28,10 @@ const (
 	EventNodeGone = "NodeGone"
 	// EventWaitingForHandOver: the next escalation step waits until the request of the step that ended is
 	// finished with the host (deleted, or Processing=False); emitted once per request waited for.
-	EventWaitingForHandOver = "WaitingForHandOver"
+	EventWaitingForHandOver = engine.EventWaitingForHandOver
 	// EventHandOverTimedOut: a request of an ended step did not report that it is finished with the host
 	// within template.HandOverBound of its timed-out mark; the next step starts anyway.
-	EventHandOverTimedOut = "HandOverTimedOut"
+	EventHandOverTimedOut = engine.EventHandOverTimedOut
 
 	// EventSkippedExcluded: the Node carries the exclude-from-remediation label.
 	EventSkippedExcluded = "SkippedExcluded"
@@ -77,6 +77,15 @@ const (
 	// actionWait is a decision recorded in status (waitingFor), like actionSkip and actionCheck.
 	actionWait = "WaitForHandOver"
 )
+
+// eventActions are the actions of the engine's events; a skip's is actionSkip.
+var eventActions = map[string]string{
+	engine.EventRemediationTimedOut:   actionTimeout,
+	engine.EventRemediationFailed:     actionTimeout,
+	engine.EventRemediationsExhausted: actionTimeout,
+	engine.EventWaitingForHandOver:    actionWait,
+	engine.EventHandOverTimedOut:      actionCreate,
+}
 
 // skipEvents maps a per-node skip reason to its event reason.
 var skipEvents = map[string]string{
