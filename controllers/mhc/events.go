@@ -23,7 +23,7 @@ const (
 	EventRemediationRequestDeleted = "RemediationRequestDeleted"
 	// EventWaitingForConfirmation: the Machine's Node is healthy again and, healthyDelay being negative,
 	// its remediation waits for a person to confirm it (v1alpha1.AnnotationConfirmedHealthy).
-	EventWaitingForConfirmation = "WaitingForConfirmation"
+	EventWaitingForConfirmation = engine.EventWaitingForConfirmation
 	// EventWaitingForHandOver (Normal): the next escalation step waits until the request of the step that
 	// ended is finished with the host (deleted, or Processing=False); once per request waited for.
 	EventWaitingForHandOver = "WaitingForHandOver"

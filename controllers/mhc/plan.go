@@ -317,23 +317,30 @@ func planChecks(in planInput) (plan, error) {
 					Note:   fmt.Sprintf("Machine is unhealthy (%s) but is not controlled by a MachineSet or a control plane: it is reported, not remediated", t.Verdict.Reason)})
 			}
 		case stateHealthy:
-			planHealthy(t, o.Requests, now)
-			entry, until, began := holdHealthy(t, prevEntry, records, mhc.Spec.HealthyDelay, engine.Confirmed(o.Node), now)
-			if entry != nil {
-				status.UnhealthyMachines = append(status.UnhealthyMachines, *entry)
-				p.NextCheck = engine.Earliest(p.NextCheck, until)
-				gate.keepLease(t, o)
-				if began && until.IsZero() {
-					p.Events = append(p.Events, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeNormal,
-						Reason: EventWaitingForConfirmation, Note: fmt.Sprintf("The Machine's Node is healthy again; its "+
-							"remediation is kept until a person confirms it: annotate Node %s %s",
-							t.Machine.Status.NodeRef.Name, v1alpha1.AnnotationConfirmedHealthy)})
-				}
+			planHealthy(t, now)
+			if t.Blocked == blockedPaused {
+				break
 			}
-			// A confirmation confirms one remediation: removed once its requests are deleted (the entry goes
-			// with them), or are found gone.
-			t.Unconfirm = engine.Confirmed(o.Node) && in.Paused == "" && entry == nil &&
-				(len(t.Delete) > 0 || (prevEntry != nil && len(o.Requests) == 0))
+			if len(o.Requests) == 0 {
+				// A confirmation confirms one remediation: removed once its requests are found gone.
+				t.Unconfirm = engine.Confirmed(o.Node) && prevEntry != nil
+				break
+			}
+			out := gate.pass.Healthy(gate.target(t, o, records, prevEntry), healthySince(prevEntry), durationOf(mhc.Spec.HealthyDelay),
+				engine.Confirmed(o.Node))
+			if out.Hold {
+				entry := v1alpha1.UnhealthyMachine{Name: t.Machine.Name, Reason: clusterv1.MachineHealthCheckUnhealthyNodeReason,
+					Remediations: records, ConditionsHealthyTimestamp: &metav1.Time{Time: out.HealthySince}}
+				if prevEntry != nil {
+					entry.Reason = prevEntry.Reason
+				}
+				status.UnhealthyMachines = append(status.UnhealthyMachines, entry)
+			}
+			if out.Lease {
+				t.Lease = &leaseAction{Node: o.Node, From: out.From}
+			}
+			t.Delete, t.Unconfirm = pick(o.Requests, out.Delete), out.Unconfirm
+			p.Events = append(p.Events, machineEvents(mhc, t.Machine, out.Events)...)
 		case statePending:
 			// Not judged yet: keep what was started (its escalation memory) and touch nothing.
 			if prevEntry != nil && len(records) > 0 {
@@ -447,18 +454,10 @@ func planUnhealthy(t *targetPlan, steps []step, now time.Time) bool {
 	return len(steps) > 0
 }
 
-// planHealthy decides what to do about a healthy Machine: report it, and withdraw its remediation
-// requests.
-func planHealthy(t *targetPlan, requests []engine.Request, now time.Time) {
-	if t.Blocked == blockedPaused {
-		return
-	}
-	for _, r := range requests {
-		if !r.Deleting {
-			t.Delete = append(t.Delete, r)
-		}
-	}
-	if t.Blocked == blockedDeleting || t.Blocked == blockedNotControlled {
+// planHealthy reports a healthy Machine on its conditions.
+func planHealthy(t *targetPlan, now time.Time) {
+	switch t.Blocked {
+	case blockedPaused, blockedDeleting, blockedNotControlled:
 		return
 	}
 	if conds, changed := withCondition(t.Machine.Status.Conditions, metav1.Condition{
@@ -466,6 +465,27 @@ func planHealthy(t *targetPlan, requests []engine.Request, now time.Time) {
 		Reason: clusterv1.MachineHealthCheckSucceededReason, LastTransitionTime: metav1.NewTime(now)}); changed {
 		t.Conditions = conds
 	}
+}
+
+// healthySince is since when a Machine's status says it is healthy again (zero: it does not).
+func healthySince(prev *v1alpha1.UnhealthyMachine) time.Time {
+	if prev == nil || prev.ConditionsHealthyTimestamp == nil {
+		return time.Time{}
+	}
+	return prev.ConditionsHealthyTimestamp.Time
+}
+
+// pick are the requests refs name.
+func pick(requests []engine.Request, refs []engine.Ref) []engine.Request {
+	return slices.DeleteFunc(slices.Clone(requests), func(q engine.Request) bool { return !slices.Contains(refs, q.Ref) })
+}
+
+// durationOf is d, zero when unset.
+func durationOf(d *metav1.Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	return d.Duration
 }
 
 // mergeRecords returns the Machine's remediation records: those in status, completed with the requests

@@ -473,11 +473,8 @@ func ownerReplacing(m *clusterv1.Machine) bool {
 // create, recorded at once (execute drops the record should the create fail) with its Node's lease first.
 func (s *safety) admitted(t *targetPlan, o observedTarget, entry *v1alpha1.UnhealthyMachine, out *engine.Outcome) {
 	w, now := out.Walk, s.in.Now
-	pick := func(refs []engine.Ref) []engine.Request {
-		return slices.DeleteFunc(slices.Clone(o.Requests), func(q engine.Request) bool { return !slices.Contains(refs, q.Ref) })
-	}
 	entry.Remediations, entry.WaitingFor = machineRecords(w.Records), w.WaitingFor
-	t.TimeOut, t.Delete, t.Exhausted = pick(w.TimeOut), pick(w.Delete), w.Exhausted && w.Ended != nil
+	t.TimeOut, t.Delete, t.Exhausted = pick(o.Requests, w.TimeOut), pick(o.Requests, w.Delete), w.Exhausted && w.Ended != nil
 	if out.Skip != nil {
 		t.refuse(entry, out.Skip)
 	}
@@ -500,13 +497,13 @@ func (s *safety) admitted(t *targetPlan, o observedTarget, entry *v1alpha1.Unhea
 	}
 }
 
-// machineEvents are the engine's events about a Machine that the plan records; a step's end and the last
-// step's are recorded once execute has marked the request (executeTarget).
+// machineEvents are the engine's events about a Machine that the plan records; a step's end, the last
+// step's and a request's deletion are recorded once execute has written them (executeTarget).
 func machineEvents(mhc *v1alpha1.MachineHealthCheck, m *clusterv1.Machine, evs []engine.Event) []checkEvent {
 	var out []checkEvent
 	for _, ev := range evs {
 		switch ev.Reason {
-		case engine.EventRemediationTimedOut, engine.EventRemediationFailed, engine.EventRemediationsExhausted:
+		case engine.EventRemediationTimedOut, engine.EventRemediationFailed, engine.EventRemediationsExhausted, engine.EventRemediationFinished:
 			continue
 		}
 		typ := corev1.EventTypeWarning
@@ -540,31 +537,4 @@ func skipEvents(mhc *v1alpha1.MachineHealthCheck, t *targetPlan, entry, prev *v1
 		return []checkEvent{{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeNormal, Reason: ev.Reason, Note: ev.Note}}
 	}
 	return []checkEvent{{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeWarning, Reason: EventRemediationSkipped, Note: ev.Note}}
-}
-
-// holdHealthy keeps the remediation requests of a Machine healthy again for healthyDelay after it was
-// first seen healthy, or until a person confirms its Node healthy when the delay is negative
-// (engine.HealthyHold, the NodeHealthCheck's rule), so that a flapping Node keeps its request. It returns
-// the status entry that remembers since when (nil once nothing is held), when the delay ends, and whether
-// the hold has just begun.
-func holdHealthy(t *targetPlan, prev *v1alpha1.UnhealthyMachine, records []v1alpha1.MachineRemediationRequest,
-	delay *metav1.Duration, confirmed bool, now time.Time) (*v1alpha1.UnhealthyMachine, time.Time, bool) {
-	if delay == nil || len(t.Delete) == 0 {
-		return nil, time.Time{}, false
-	}
-	since, began := now, true
-	if prev != nil && prev.ConditionsHealthyTimestamp != nil {
-		since, began = prev.ConditionsHealthyTimestamp.Time, false
-	}
-	hold, until := engine.HealthyHold(since, delay.Duration, confirmed, now)
-	if !hold {
-		return nil, time.Time{}, false
-	}
-	t.Delete = nil
-	reason := clusterv1.MachineHealthCheckUnhealthyNodeReason
-	if prev != nil {
-		reason = prev.Reason
-	}
-	return &v1alpha1.UnhealthyMachine{Name: t.Machine.Name, Reason: reason, Remediations: records,
-		ConditionsHealthyTimestamp: &metav1.Time{Time: since}}, until, began
 }

@@ -365,7 +365,8 @@ func (d *decider) nodeGone(e *v1alpha1.UnhealthyNode, ours []remediationObject) 
 	}
 }
 
-// nodeHealthy deletes the requests of a Node that has been healthy for healthyDelay.
+// nodeHealthy decides for a Node healthy again (engine.Pass.Healthy): its requests kept for healthyDelay,
+// or until a person confirms it, then deleted.
 func (d *decider) nodeHealthy(node *corev1.Node, e *v1alpha1.UnhealthyNode, ours []remediationObject) {
 	if len(ours) == 0 {
 		if engine.Confirmed(node) && d.old[e.Name] != nil {
@@ -374,32 +375,23 @@ func (d *decider) nodeHealthy(node *corev1.Node, e *v1alpha1.UnhealthyNode, ours
 		return // nothing (left) to delete: forget the Node; its lease is released below
 	}
 	d.p.Entries[e.Name] = e
-	first := e.ConditionsHealthyTimestamp == nil
-	if first {
-		e.ConditionsHealthyTimestamp = &metav1.Time{Time: d.now}
+	var since time.Time
+	if e.ConditionsHealthyTimestamp != nil {
+		since = e.ConditionsHealthyTimestamp.Time
 	}
-	delay := durationOf(d.in.Check.Spec.HealthyDelay)
-	if hold, until := engine.HealthyHold(e.ConditionsHealthyTimestamp.Time, delay, engine.Confirmed(node), d.now); hold {
-		d.p.at(until)
-		d.keepLease(node)
-		if first && delay < 0 {
-			d.p.Events = append(d.p.Events, normal(EventWaitingForConfirmation, actionWait, e.Name, fmt.Sprintf(
-				"Node %s is healthy again; its remediation is kept until a person confirms it: annotate the Node %s",
-				e.Name, v1alpha1.AnnotationConfirmedHealthy)))
-		}
-		return
+	o := d.pass.Healthy(engine.Target{Name: e.Name, Subject: "Node " + e.Name, Node: node, NodeName: e.Name, Requests: ours}, since,
+		durationOf(d.in.Check.Spec.HealthyDelay), engine.Confirmed(node))
+	e.ConditionsHealthyTimestamp = &metav1.Time{Time: o.HealthySince}
+	d.lease(node, o)
+	d.p.at(d.pass.Next)
+	if o.Unconfirm {
+		d.p.Unconfirm = append(d.p.Unconfirm, e.Name) // removed once its requests are deleted
 	}
-	if engine.Confirmed(node) {
-		// A confirmation confirms one remediation: removed once its requests are deleted.
-		d.p.Unconfirm = append(d.p.Unconfirm, e.Name)
+	for _, ref := range o.Delete {
+		d.p.delete(ref, e.Name)
 	}
-	if d.deleteAll(e.Name, ours) {
-		refs := make([]string, 0, len(ours))
-		for _, o := range ours {
-			refs = append(refs, o.Ref.String())
-		}
-		d.p.Events = append(d.p.Events, normal(EventRemediationFinished, actionDelete, e.Name,
-			fmt.Sprintf("Node %s is healthy again: deleting %s", e.Name, strings.Join(refs, ", "))))
+	for _, ev := range o.Events {
+		d.p.Events = append(d.p.Events, nodeEvent(e.Name, "", ev))
 	}
 }
 

@@ -20,10 +20,10 @@ const (
 	// EventRemediationsExhausted: the last step ended and the Node is still unhealthy.
 	EventRemediationsExhausted = engine.EventRemediationsExhausted
 	// EventRemediationFinished: the Node is healthy again; its remediation requests are being deleted.
-	EventRemediationFinished = "RemediationFinished"
+	EventRemediationFinished = engine.EventRemediationFinished
 	// EventWaitingForConfirmation: a Node is healthy again and, healthyDelay being negative, its
 	// remediation waits for a person to confirm it (v1alpha1.AnnotationConfirmedHealthy).
-	EventWaitingForConfirmation = "WaitingForConfirmation"
+	EventWaitingForConfirmation = engine.EventWaitingForConfirmation
 	// EventNodeGone: a remediated Node was deleted; its remediation requests are being deleted.
 	EventNodeGone = "NodeGone"
 	// EventWaitingForHandOver: the next escalation step waits until the request of the step that ended is
@@ -80,11 +80,13 @@ const (
 
 // eventActions are the actions of the engine's events; a skip's is actionSkip.
 var eventActions = map[string]string{
-	engine.EventRemediationTimedOut:   actionTimeout,
-	engine.EventRemediationFailed:     actionTimeout,
-	engine.EventRemediationsExhausted: actionTimeout,
-	engine.EventWaitingForHandOver:    actionWait,
-	engine.EventHandOverTimedOut:      actionCreate,
+	engine.EventRemediationTimedOut:    actionTimeout,
+	engine.EventRemediationFailed:      actionTimeout,
+	engine.EventRemediationsExhausted:  actionTimeout,
+	engine.EventWaitingForHandOver:     actionWait,
+	engine.EventHandOverTimedOut:       actionCreate,
+	engine.EventWaitingForConfirmation: actionWait,
+	engine.EventRemediationFinished:    actionDelete,
 }
 
 // skipEvents maps a per-node skip reason to its event reason.

@@ -12,8 +12,9 @@
 //     status: one Record per step started, adopted from the requests themselves when the status lost them.
 //   - Pass decides a check's unhealthy targets, the same for both kinds: per target the walk (Escalate) and
 //     its events, the Node's lease kept while the check's requests live, the target's holds, and its start,
-//     which Admit puts through the Gate in the order the targets' criteria expired. The adapters map each
-//     Outcome to their status entries, writes and events.
+//     which Admit puts through the Gate in the order the targets' criteria expired; and (Healthy) a target
+//     healthy again, its requests held for healthyDelay, then deleted. The adapters map each Outcome to
+//     their status entries, writes and events.
 //   - DecideCheckWide sets the check-wide conditions (Paused, RemediationAllowed, StormActive with its
 //     cooldown) from the budget and the pause requests.
 //   - HealthyHold keeps a target healthy again under remediation for healthyDelay, or until a person

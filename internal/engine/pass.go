@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/gates"
 	"github.com/metalheal/metalheal/internal/template"
 )
@@ -27,6 +29,11 @@ const (
 	// EventHandOverTimedOut (Warning): an ended step's request did not hand the host over within
 	// template.HandOverBound; the next step starts anyway.
 	EventHandOverTimedOut = "HandOverTimedOut"
+	// EventWaitingForConfirmation (Normal): a target is healthy again and, healthyDelay being negative, its
+	// remediation waits for a person to confirm it (v1alpha1.AnnotationConfirmedHealthy).
+	EventWaitingForConfirmation = "WaitingForConfirmation"
+	// EventRemediationFinished (Normal): a target is healthy again; its requests are deleted.
+	EventRemediationFinished = "RemediationFinished"
 )
 
 // Pass is one decision of a check about its unhealthy targets, the same for both kinds: per target the
@@ -82,6 +89,12 @@ type Outcome struct {
 	Skip   *Skip
 	// NewSkip: Skip differs from what the status said (the skipped metric counts it).
 	NewSkip bool
+	// Hold: a target healthy again keeps its requests, healthy since HealthySince; Delete are its requests
+	// to delete once it is not held, Unconfirm: a person's confirmation goes with them (Healthy).
+	Hold         bool
+	HealthySince time.Time
+	Delete       []Ref
+	Unconfirm    bool
 	// Lease: the check's lease on the target's Node is written (renewed at half-time, retaken, or taken
 	// over From the remediators of its requests).
 	Lease bool
@@ -180,6 +193,42 @@ func (p *Pass) skip(o *Outcome, s *Skip) {
 	if ev := s.Event(o.Target.SkipReason, o.Target.SkipMessage, o.Target.Subject, o.Target.Why); ev != nil {
 		o.Events, o.NewSkip = append(o.Events, *ev), true
 	}
+}
+
+// Healthy decides for a target healthy again whose requests the check still has: they are kept, and its
+// Node's lease, for healthyDelay (delay) from since (the first pass that saw it healthy; zero: this one), or
+// until a person confirms it (confirmed) when the delay is negative, which the hold's first pass says in an
+// event; then its requests are deleted and a person's confirmation goes with them, so that it never
+// confirms the next remediation.
+func (p *Pass) Healthy(t Target, since time.Time, delay time.Duration, confirmed bool) *Outcome {
+	o := &Outcome{Target: t, HealthySince: since}
+	if since.IsZero() {
+		o.HealthySince = p.Now
+	}
+	hold, until := HealthyHold(o.HealthySince, delay, confirmed, p.Now)
+	if o.Hold = hold; hold {
+		p.at(until)
+		p.keepLease(o)
+		if since.IsZero() && delay < 0 {
+			o.Events = append(o.Events, Event{Reason: EventWaitingForConfirmation, Normal: true, Note: fmt.Sprintf(
+				"%s is healthy again; its remediation is kept until a person confirms it: annotate Node %s %s",
+				t.Subject, t.NodeName, v1alpha1.AnnotationConfirmedHealthy)})
+		}
+		return o
+	}
+	o.Unconfirm = confirmed
+	refs := make([]string, 0, len(t.Requests))
+	for _, q := range t.Requests {
+		refs = append(refs, q.Ref.String())
+		if !q.Deleting {
+			o.Delete = append(o.Delete, q.Ref)
+		}
+	}
+	if len(o.Delete) > 0 {
+		o.Events = append(o.Events, Event{Reason: EventRemediationFinished, Normal: true,
+			Note: fmt.Sprintf("%s is healthy again: deleting %s", t.Subject, strings.Join(refs, ", "))})
+	}
+	return o
 }
 
 // KeepLease keeps the check's lease on the target's Node while its requests live: renewed once half of it

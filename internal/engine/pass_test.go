@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"testing"
 	"time"
 
@@ -67,4 +68,51 @@ func TestPassHoldsAndExcludes(t *testing.T) {
 	g.Expect(excluded.NewSkip).To(BeTrue())
 	g.Expect(again.Skip).To(HaveField("Reason", SkipExcluded))
 	g.Expect(again.Events).To(BeEmpty(), "said once")
+}
+
+// TestPassHealthy: a target healthy again keeps its requests and its lease for healthyDelay, or until a
+// person confirms it when the delay is negative (said once); then they are deleted and the confirmation
+// goes with them.
+func TestPassHealthy(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w"}}
+	for name, tc := range map[string]struct {
+		since         time.Time
+		delay         time.Duration
+		confirmed     bool
+		requests      []Request
+		wantHold      bool
+		wantDelete    int
+		wantUnconfirm bool
+		wantEvents    []string
+		wantNext      time.Time
+	}{
+		"no delay: deleted at once":       {requests: []Request{req(reboot, ago(time.Hour))}, wantDelete: 1, wantEvents: []string{EventRemediationFinished}},
+		"one already going: not again":    {requests: []Request{req(reboot, ago(time.Hour), deleting)}},
+		"within the delay: held":          {since: ago(time.Minute), delay: 5 * time.Minute, requests: []Request{req(reboot, ago(time.Hour))}, wantHold: true, wantNext: walkT0.Add(4 * time.Minute)},
+		"the delay over: deleted":         {since: ago(5 * time.Minute), delay: 5 * time.Minute, requests: []Request{req(reboot, ago(time.Hour))}, wantDelete: 1, wantEvents: []string{EventRemediationFinished}},
+		"negative: held, said once":       {delay: -time.Second, requests: []Request{req(reboot, ago(time.Hour))}, wantHold: true, wantEvents: []string{EventWaitingForConfirmation}},
+		"negative, later: held, silently": {since: ago(time.Hour), delay: -time.Second, requests: []Request{req(reboot, ago(time.Hour))}, wantHold: true},
+		"confirmed: deleted, unconfirmed": {since: ago(time.Hour), delay: -time.Second, confirmed: true, requests: []Request{req(reboot, ago(time.Hour))},
+			wantDelete: 1, wantUnconfirm: true, wantEvents: []string{EventRemediationFinished}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			p := &Pass{Now: walkT0, Holder: "self", Leases: map[string]gates.Lease{"w": {Holder: "self", Until: walkT0.Add(9 * time.Minute)}},
+				LeaseDuration: 10 * time.Minute}
+			o := p.Healthy(Target{Name: "w", Subject: "Node w", Node: node, NodeName: "w", Requests: tc.requests}, tc.since, tc.delay, tc.confirmed)
+			g.Expect(o.Hold).To(Equal(tc.wantHold))
+			g.Expect(o.HealthySince).To(Equal(cmp.Or(tc.since, walkT0)))
+			g.Expect(o.Delete).To(HaveLen(tc.wantDelete))
+			g.Expect(o.Unconfirm).To(Equal(tc.wantUnconfirm))
+			var reasons []string
+			for _, ev := range o.Events {
+				reasons = append(reasons, ev.Reason)
+			}
+			g.Expect(reasons).To(Equal(tc.wantEvents))
+			if tc.wantHold {
+				// The lease, renewed at half-time (4m from now), is kept: the pass looks again then at the latest.
+				g.Expect(p.Next).To(Equal(Earliest(tc.wantNext, walkT0.Add(4*time.Minute))))
+			}
+		})
+	}
 }
