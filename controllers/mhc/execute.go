@@ -337,7 +337,7 @@ func (r *Reconciler) starter(mhc *v1alpha1.MachineHealthCheck, site nodeSite) (e
 // skipped records a skip execute found (a lease or a request someone else created a moment ago): in the
 // Machine's status entry and a Warning; a lease just taken for it (lm with a lease manager) is let go.
 func (r *Reconciler) skipped(ctx context.Context, lm engine.Starter, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan, skip *engine.Skip) {
-	t.Blocked, t.SkipMessage = blocker(skip.Reason), skip.Message
+	t.Blocked, t.Skip = blocker(skip.Reason), skip
 	countSkipped(t.Blocked)
 	unlock := p.lock()
 	for i := range p.Status.UnhealthyMachines {

@@ -159,10 +159,8 @@ type targetPlan struct {
 	// ControlPlane: a control-plane Machine, or one whose Node has a control-plane role.
 	ControlPlane bool
 	Blocked      blocker
-	// SkipMessage explains a Blocked set by a safety gate (safety.go), for status and the event; Skip is
-	// the gate's.
-	SkipMessage string
-	Skip        *engine.Skip
+	// Skip is the safety gate's refusal that set Blocked (safety.go), for status and the event.
+	Skip *engine.Skip
 	// Lease takes, renews or takes over the Machine's node lease for the check (before Create).
 	Lease *leaseAction
 	// NewlyUnhealthy: the Machine was not in status.unhealthyMachines before.

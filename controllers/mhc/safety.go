@@ -458,7 +458,7 @@ func applyGate(s *safety, t *targetPlan, entry *v1alpha1.UnhealthyMachine, o obs
 
 // refuse records a gate's refusal in the plan and the Machine's status entry.
 func (t *targetPlan) refuse(entry *v1alpha1.UnhealthyMachine, r *engine.Skip) {
-	t.Blocked, t.SkipMessage, t.Skip = blocker(r.Reason), r.Message, r
+	t.Blocked, t.Skip = blocker(r.Reason), r
 	entry.SkipReason, entry.SkipMessage = r.Reason, r.Message
 }
 

@@ -497,12 +497,6 @@ type renewal struct {
 	From []string
 }
 
-// keepLease keeps our lease on node while its remediation lives (engine.Pass.KeepLease).
-func (d *decider) keepLease(node *corev1.Node) {
-	d.lease(node, d.pass.KeepLease(engine.Target{Node: node, Requests: d.in.Ours[node.Name]}))
-	d.p.at(d.pass.Next)
-}
-
 // lease asks to write our lease on node when the outcome does: renewed, retaken, or taken over from the
 // remediators of our own requests (which took it between their request going out and ours).
 func (d *decider) lease(node *corev1.Node, o *engine.Outcome) {

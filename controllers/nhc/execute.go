@@ -291,7 +291,7 @@ func (r *Reconciler) create(ctx context.Context, s engine.Starter, check *v1alph
 	if !adopted {
 		r.recent.created(remediationObject{Ref: ref, TemplateName: st.Ref.Name, Created: rem.Started.Time}, rem.Started.Time)
 	}
-	// Nothing created now: no lease to take after it (an in-flight request's lease is kept by keepLease).
+	// Nothing created now: no lease to take after it (an in-flight request's lease is kept: engine.Pass).
 	return createResult{remediation: rem, ref: ref, adopted: adopted, leaseAfter: leaseAfter && !adopted}
 }
 
@@ -310,7 +310,7 @@ func (r *Reconciler) takeLeaseAfter(ctx context.Context, s engine.Starter, node 
 		return createResult{skip: skip}
 	default:
 		// The request stands (err nil: with its lease). Otherwise its remediator waits for the lease or
-		// takes it; the next reconcile takes it for the check (keepLease).
+		// takes it; the next reconcile takes it for the check (engine.Pass).
 		res.leaseErr = err
 		return res
 	}
