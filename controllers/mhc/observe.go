@@ -25,10 +25,6 @@ import (
 // nodeGetLimit: up to this many Nodes are read one by one; more are read with one List of the cache.
 const nodeGetLimit = 32
 
-// cacheReadGuard bounds a read of remediation requests from the cache. A read of a synced informer takes
-// microseconds.
-const cacheReadGuard = 5 * time.Second
-
 // observe reads what planChecks decides from, all from the cache except a workload cluster's kubeconfig
 // Secret the first time the cluster is connected.
 func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, now time.Time) (planInput, error) {
@@ -190,10 +186,7 @@ func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHeal
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 		// Bounded all the same: a cache read of a kind without a synced informer would wait for one for ever.
-		listCtx, cancel := context.WithTimeout(ctx, cacheReadGuard)
-		err := r.reader.List(listCtx, list, client.InNamespace(mhc.Namespace), client.UnsafeDisableDeepCopy)
-		cancel()
-		if err != nil {
+		if err := (engine.Guarded{Reader: r.reader}).List(ctx, list, client.InNamespace(mhc.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 			return nil, nil, fmt.Errorf("listing %s in %s (is its CRD installed and may the manager list it?): %w", gvk.Kind, mhc.Namespace, err)
 		}
 		for i := range list.Items {

@@ -324,7 +324,7 @@ func planChecks(in planInput) (plan, error) {
 				t.Unconfirm = engine.Confirmed(o.Node) && prevEntry != nil
 				break
 			}
-			out := gate.pass.Healthy(gate.target(t, o, records, prevEntry), healthySince(prevEntry), durationOf(mhc.Spec.HealthyDelay),
+			out := gate.pass.Healthy(gate.target(t, o, records, prevEntry), healthySince(prevEntry), engine.DurationOf(mhc.Spec.HealthyDelay),
 				engine.Confirmed(o.Node))
 			if out.Hold {
 				entry := v1alpha1.UnhealthyMachine{Name: t.Machine.Name, Reason: clusterv1.MachineHealthCheckUnhealthyNodeReason,
@@ -476,14 +476,6 @@ func healthySince(prev *v1alpha1.UnhealthyMachine) time.Time {
 // pick are the requests refs name.
 func pick(requests []engine.Request, refs []engine.Ref) []engine.Request {
 	return slices.DeleteFunc(slices.Clone(requests), func(q engine.Request) bool { return !slices.Contains(refs, q.Ref) })
-}
-
-// durationOf is d, zero when unset.
-func durationOf(d *metav1.Duration) time.Duration {
-	if d == nil {
-		return 0
-	}
-	return d.Duration
 }
 
 // mergeRecords returns the Machine's remediation records: those in status, completed with the requests

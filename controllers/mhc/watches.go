@@ -116,9 +116,7 @@ func (r *Reconciler) nodeToChecks(ctx context.Context, node client.Object, clust
 	}
 	// Bounded all the same: were the indexed informer stopped meanwhile, a cache read would start another
 	// and wait for it.
-	listCtx, cancel := context.WithTimeout(ctx, cacheReadGuard)
-	defer cancel()
-	machines, err := listMachinesByNode(listCtx, r.reader, version, node.GetName())
+	machines, err := listMachinesByNode(ctx, engine.Guarded{Reader: r.reader}, version, node.GetName())
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing Machines for a Node event", "node", node.GetName())
 		return nil

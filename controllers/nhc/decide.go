@@ -307,7 +307,7 @@ func (d *decider) checkWide() {
 	}
 
 	cw := engine.DecideCheckWide(engine.CheckWideInput{Conditions: conds, Generation: check.Generation, Paused: p.Paused,
-		Budget: dec, BudgetErr: err, Cooldown: durationOf(check.Spec.StormCooldownDuration), Now: now})
+		Budget: dec, BudgetErr: err, Cooldown: engine.DurationOf(check.Spec.StormCooldownDuration), Now: now})
 	conds, storm := cw.Conditions, cw.Storm
 	switch {
 	case cw.PausedNow:
@@ -380,7 +380,7 @@ func (d *decider) nodeHealthy(node *corev1.Node, e *v1alpha1.UnhealthyNode, ours
 		since = e.ConditionsHealthyTimestamp.Time
 	}
 	o := d.pass.Healthy(engine.Target{Name: e.Name, Subject: "Node " + e.Name, Node: node, NodeName: e.Name, Requests: ours}, since,
-		durationOf(d.in.Check.Spec.HealthyDelay), engine.Confirmed(node))
+		engine.DurationOf(d.in.Check.Spec.HealthyDelay), engine.Confirmed(node))
 	e.ConditionsHealthyTimestamp = &metav1.Time{Time: o.HealthySince}
 	d.lease(node, o)
 	d.p.at(d.pass.Next)
@@ -630,11 +630,4 @@ func policyOf(spec v1alpha1.NodeHealthCheckSpec) budget.Policy {
 		return budget.Policy{MaxUnhealthy: &defaultMaxUnhealthy}
 	}
 	return budget.Policy{MaxUnhealthy: spec.MaxUnhealthy, MinHealthy: spec.MinHealthy}
-}
-
-func durationOf(d *metav1.Duration) time.Duration {
-	if d == nil {
-		return 0
-	}
-	return d.Duration
 }

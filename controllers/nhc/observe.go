@@ -522,31 +522,13 @@ func (r *Reconciler) nodeNamed(ctx context.Context, name string) (*corev1.Node, 
 }
 
 // reader reads unstructured objects: the cache when there is one. Only kinds whose watch has synced are
-// read (see watchKinds), so no read waits for an informer; each read is still bounded by cacheReadGuard,
+// read (see watchKinds), so no read waits for an informer; each read is still bounded (engine.Guarded),
 // as a cache read of a kind without a synced informer would wait for one for ever.
 func (r *Reconciler) reader() client.Reader {
 	if r.cache != nil {
-		return guardedReader{r.cache}
+		return engine.Guarded{Reader: r.cache}
 	}
 	return r.client
-}
-
-// cacheReadGuard bounds a read of the cache. A read of a synced informer takes microseconds.
-const cacheReadGuard = 5 * time.Second
-
-// guardedReader bounds every read with cacheReadGuard.
-type guardedReader struct{ client.Reader }
-
-func (g guardedReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	ctx, cancel := context.WithTimeout(ctx, cacheReadGuard)
-	defer cancel()
-	return g.Reader.Get(ctx, key, obj, opts...)
-}
-
-func (g guardedReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	ctx, cancel := context.WithTimeout(ctx, cacheReadGuard)
-	defer cancel()
-	return g.Reader.List(ctx, list, opts...)
 }
 
 // recentWrites remembers the requests this process just created or deleted, until the cache shows the

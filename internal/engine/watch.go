@@ -71,3 +71,22 @@ func Pending(states map[schema.GroupVersionKind]kindwatch.Status) error {
 	}
 	return pending
 }
+
+// CacheReadGuard bounds a read of a check's cache: a read of a synced informer takes microseconds, and one
+// of a kind without a synced informer would wait for one for ever.
+const CacheReadGuard = 5 * time.Second
+
+// Guarded bounds every read of its Reader with CacheReadGuard.
+type Guarded struct{ client.Reader }
+
+func (g Guarded) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	ctx, cancel := context.WithTimeout(ctx, CacheReadGuard)
+	defer cancel()
+	return g.Reader.Get(ctx, key, obj, opts...)
+}
+
+func (g Guarded) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	ctx, cancel := context.WithTimeout(ctx, CacheReadGuard)
+	defer cancel()
+	return g.Reader.List(ctx, list, opts...)
+}
