@@ -22,37 +22,6 @@ import (
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
-func TestNodeChangedIgnoresHeartbeats(t *testing.T) {
-	base := unitNode("w1", corev1.ConditionTrue, u0, "pool", "a")
-	tests := []struct {
-		name   string
-		change func(*corev1.Node)
-		want   bool
-	}{
-		{name: "heartbeat only", change: func(n *corev1.Node) {
-			n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(u0.Add(5 * time.Minute))
-			n.ResourceVersion = "2"
-		}},
-		{name: "ready status changes", want: true, change: func(n *corev1.Node) {
-			n.Status.Conditions[0].Status = corev1.ConditionUnknown
-			n.Status.Conditions[0].LastTransitionTime = metav1.NewTime(u0.Add(time.Minute))
-		}},
-		{name: "a condition appears", want: true, change: func(n *corev1.Node) {
-			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeDiskPressure, Status: corev1.ConditionTrue})
-		}},
-		{name: "labels change", want: true, change: func(n *corev1.Node) { n.Labels[v1alpha1.LabelExcludeFromRemediation] = "true" }},
-		{name: "deletion starts", want: true, change: func(n *corev1.Node) { n.DeletionTimestamp = &metav1.Time{Time: u0} }},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			g := NewWithT(t)
-			n := base.DeepCopy()
-			tt.change(n)
-			g.Expect(nodeChanged().Update(crevent.UpdateEvent{ObjectOld: base, ObjectNew: n})).To(Equal(tt.want))
-		})
-	}
-}
-
 func TestLeaseChangedOnlyOnHolderChanges(t *testing.T) {
 	lease := func(ns, holder string, renew time.Time) *coordinationv1.Lease {
 		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "node-w1"},
@@ -125,17 +94,6 @@ func TestRemediationChangedIgnoresProgressReports(t *testing.T) {
 	g := NewWithT(t)
 	g.Expect(remediationChanged().Create(crevent.CreateEvent{Object: base})).To(BeTrue())
 	g.Expect(remediationChanged().Delete(crevent.DeleteEvent{Object: base})).To(BeTrue())
-}
-
-func TestChecksOwning(t *testing.T) {
-	g := NewWithT(t)
-	emr := &unstructured.Unstructured{}
-	emr.SetOwnerReferences([]metav1.OwnerReference{
-		{APIVersion: "v1", Kind: "Node", Name: "w1", UID: "n"},
-		{APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "NodeHealthCheck", Name: "workers", UID: "c"},
-		{APIVersion: "remediation.medik8s.io/v1alpha1", Kind: "NodeHealthCheck", Name: "theirs", UID: "m"},
-	})
-	g.Expect(checksOwning(t.Context(), emr)).To(Equal([]reconcile.Request{{NamespacedName: types.NamespacedName{Name: "workers"}}}))
 }
 
 // The map functions find the checks a Node or a template event concerns (against the API server).
