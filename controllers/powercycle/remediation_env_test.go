@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -37,28 +38,36 @@ import (
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
-// The package's API server (internal/testenv), with metalheal's and Cluster API's CRDs: started by the
-// first test that needs one, shared by every later test, stopped by TestMain. The unit tests of the
-// package start none. Scenarios keep apart by their namespaces and the prefix of their Nodes' names.
+// The suite runs the remediator against one real API server (internal/testenv), with metalheal's and
+// Cluster API's CRDs, started once for every spec. Specs call Reconcile directly and step an injected fake
+// clock; only the many-at-once spec runs a manager. Each spec keeps apart by its namespace and the prefix
+// of its Nodes' names. The unit tables of the package (decisions, host phases, records, the state metrics)
+// are plain `testing` and need no API server: `go test -run 'TestSpecDefaults|TestNextOffPhase'` starts none.
 var (
-	sharedEnv = testenv.NewShared(testenv.EnvOptions{ClusterAPI: true, Namespaces: []string{leases.DefaultNamespace},
-		QPS: 500, Burst: 1000})
-
-	sharedAPIOnce sync.Once
-	sharedAPI     *apiServer
-	sharedAPIErr  error
-	// stopSharedCache stops sharedAPI's cache.
-	stopSharedCache context.CancelFunc = func() {}
+	env *testenv.Env
+	api *apiServer
+	// stopCache stops api's cache.
+	stopCache context.CancelFunc = func() {}
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	stopSharedCache()
-	if err := sharedEnv.Stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "stopping the API server: %v\n", err)
-	}
-	os.Exit(code)
+func TestEnvtest(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "PowerCycleRemediation controller")
 }
+
+var _ = BeforeSuite(func() {
+	setupLogging()
+	var err error
+	env, err = testenv.Up(testenv.EnvOptions{ClusterAPI: true, Namespaces: []string{leases.DefaultNamespace}, QPS: 500, Burst: 1000})
+	Expect(err).NotTo(HaveOccurred())
+	api, err = newAPIServer(env)
+	Expect(err).NotTo(HaveOccurred())
+})
+
+var _ = AfterSuite(func() {
+	stopCache()
+	Expect(env.Stop()).To(Succeed())
+})
 
 // apiServer is the package's API server: a direct client, and a cache that the BMC access layer reads
 // BMCs and Secrets from (as it does in the manager).
@@ -71,19 +80,7 @@ type apiServer struct {
 	cache      cache.Cache
 }
 
-// sharedAPIServer returns the package's API server, started (with its cache) by the first call.
-func sharedAPIServer(t *testing.T) *apiServer {
-	t.Helper()
-	setupLogging()
-	env := sharedEnv.Get(t)
-	sharedAPIOnce.Do(func() { sharedAPI, sharedAPIErr = newAPIServer(env) })
-	if sharedAPIErr != nil {
-		t.Fatalf("starting the cache: %v", sharedAPIErr)
-	}
-	return sharedAPI
-}
-
-// newAPIServer starts the cache of env for the rest of the package's tests.
+// newAPIServer starts the cache of env for the rest of the suite.
 func newAPIServer(env *testenv.Env) (*apiServer, error) {
 	ca, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme})
 	if err != nil {
@@ -95,7 +92,7 @@ func newAPIServer(env *testenv.Env) (*apiServer, error) {
 		return nil, fmt.Errorf("indexing BMCs: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	stopSharedCache = cancel
+	stopCache = cancel
 	go func() { _ = ca.Start(ctx) }()
 	// Informers for what the access layer reads, started now.
 	for _, o := range []client.Object{&v1alpha1.BMC{}, &corev1.Secret{}} {
@@ -135,7 +132,6 @@ var worldSeq atomic.Int32
 // world is one scenario, a testenv world: its own namespace (BMCs, Secrets, remediations), nodes with
 // unique names, a fake clock, an event recorder and the BMC drivers of a registry chosen by the scenario.
 type world struct {
-	t        *testing.T
 	ctx      context.Context
 	api      *apiServer
 	c        client.Client
@@ -150,13 +146,11 @@ type world struct {
 	reconcilerOptions func(*RemediationReconcilerOptions)
 }
 
-func newWorld(t *testing.T, api *apiServer, registry *bmc.Registry) *world {
-	t.Helper()
+func newWorld(ctx context.Context, registry *bmc.Registry) *world {
+	GinkgoHelper()
 	n := worldSeq.Add(1)
-	ctx := context.Background()
-	tw := sharedEnv.Get(t).NewWorld(ctx, t, testenv.WorldOptions{Namespace: fmt.Sprintf("scenario-%d", n), Start: epoch})
+	tw := env.NewWorld(ctx, GinkgoT(), testenv.WorldOptions{Namespace: fmt.Sprintf("scenario-%d", n), Start: epoch})
 	return &world{
-		t:        t,
 		ctx:      ctx,
 		api:      api,
 		c:        api.client,
@@ -169,16 +163,14 @@ func newWorld(t *testing.T, api *apiServer, registry *bmc.Registry) *world {
 }
 
 func (w *world) must(err error) {
-	w.t.Helper()
-	if err != nil {
-		w.t.Fatal(err)
-	}
+	GinkgoHelper()
+	Expect(err).NotTo(HaveOccurred())
 }
 
 // reconciler builds a fresh remediator, as a restarted manager would: a new access layer (no cached
 // drivers) over the same API server, registry and clock.
 func (w *world) reconciler() *RemediationReconciler {
-	w.t.Helper()
+	GinkgoHelper()
 	opts := RemediationReconcilerOptions{
 		Client:            w.c,
 		Clock:             w.clock,
@@ -198,7 +190,7 @@ func (w *world) reconciler() *RemediationReconciler {
 
 // node creates a broken node (Ready Unknown since long ago) and returns its full name.
 func (w *world) node(name string, labels map[string]string) string {
-	w.t.Helper()
+	GinkgoHelper()
 	name = w.prefix + name
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
 	w.must(w.c.Create(w.ctx, n))
@@ -212,7 +204,7 @@ func (w *world) node(name string, labels map[string]string) string {
 // setReady sets the node's Ready condition as its kubelet (or the node lifecycle controller) would,
 // stamped with the world's time.
 func (w *world) setReady(name string, status corev1.ConditionStatus) {
-	w.t.Helper()
+	GinkgoHelper()
 	n := &corev1.Node{}
 	w.must(w.c.Get(w.ctx, client.ObjectKey{Name: name}, n))
 	now := metav1.NewTime(w.clock.Now())
@@ -229,7 +221,7 @@ func (w *world) setReady(name string, status corev1.ConditionStatus) {
 
 // bmc creates the node's BMC at address, with a credentials Secret (unless secret is nil).
 func (w *world) bmc(node, address string, secret map[string]string) *v1alpha1.BMC {
-	w.t.Helper()
+	GinkgoHelper()
 	b := &v1alpha1.BMC{
 		ObjectMeta: metav1.ObjectMeta{Name: node + "-bmc", Namespace: w.ns},
 		Spec: v1alpha1.BMCSpec{NodeName: node, Address: address,
@@ -246,7 +238,7 @@ func (w *world) bmc(node, address string, secret map[string]string) *v1alpha1.BM
 // fakeHost creates a node (see node) whose BMC is a fake driver with good credentials, and returns the
 // node's full name.
 func (w *world) fakeHost(name string, labels map[string]string) string {
-	w.t.Helper()
+	GinkgoHelper()
 	node := w.node(name, labels)
 	w.bmc(node, fakeAddress(node), credentials)
 	return node
@@ -254,7 +246,7 @@ func (w *world) fakeHost(name string, labels map[string]string) string {
 
 // secret creates or updates a Secret and waits until the access layer's cache has this version.
 func (w *world) secret(name string, data map[string]string) {
-	w.t.Helper()
+	GinkgoHelper()
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns}}
 	err := w.c.Get(w.ctx, client.ObjectKeyFromObject(s), s)
 	s.StringData = data
@@ -270,17 +262,16 @@ func (w *world) secret(name string, data map[string]string) {
 
 // waitCached waits until the cache holds o in a state ok accepts (the cache is real: it lags).
 func (w *world) waitCached(o client.Object, ok func(client.Object) bool) {
-	w.t.Helper()
-	g := NewWithT(w.t)
+	GinkgoHelper()
 	cached := o.DeepCopyObject().(client.Object)
-	g.Eventually(func() bool {
+	Eventually(func() bool {
 		return w.api.cache.Get(w.ctx, client.ObjectKeyFromObject(o), cached) == nil && ok(cached)
 	}).WithTimeout(10 * time.Second).WithPolling(10 * time.Millisecond).Should(BeTrue())
 }
 
 // remediation creates a PowerCycleRemediation in the world's namespace.
 func (w *world) remediation(name string, spec v1alpha1.PowerCycleRemediationSpec, annotations map[string]string, owners ...metav1.OwnerReference) client.ObjectKey {
-	w.t.Helper()
+	GinkgoHelper()
 	p := &v1alpha1.PowerCycleRemediation{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns, Annotations: annotations, OwnerReferences: owners},
 		Spec:       spec,
@@ -292,7 +283,7 @@ func (w *world) remediation(name string, spec v1alpha1.PowerCycleRemediationSpec
 // nhcRemediation creates a remediation as NodeHealthCheck does: named after the node, annotated with it,
 // owned by the Node and the health check.
 func (w *world) nhcRemediation(node string, spec v1alpha1.PowerCycleRemediationSpec) client.ObjectKey {
-	w.t.Helper()
+	GinkgoHelper()
 	n := &corev1.Node{}
 	w.must(w.c.Get(w.ctx, client.ObjectKey{Name: node}, n))
 	return w.remediation(node, spec, map[string]string{v1alpha1.AnnotationNodeName: node},
@@ -301,14 +292,14 @@ func (w *world) nhcRemediation(node string, spec v1alpha1.PowerCycleRemediationS
 }
 
 func (w *world) get(key client.ObjectKey) *v1alpha1.PowerCycleRemediation {
-	w.t.Helper()
+	GinkgoHelper()
 	p := &v1alpha1.PowerCycleRemediation{}
 	w.must(w.c.Get(w.ctx, key, p))
 	return p
 }
 
 func (w *world) getNode(name string) *corev1.Node {
-	w.t.Helper()
+	GinkgoHelper()
 	n := &corev1.Node{}
 	w.must(w.c.Get(w.ctx, client.ObjectKey{Name: name}, n))
 	return n
@@ -317,7 +308,7 @@ func (w *world) getNode(name string) *corev1.Node {
 // taintKeys lists the keys of the node's remediation taints (the API server adds others of its own,
 // such as node.kubernetes.io/not-ready).
 func (w *world) taintKeys(name string) []string {
-	w.t.Helper()
+	GinkgoHelper()
 	var keys []string
 	for _, t := range w.getNode(name).Spec.Taints {
 		if _, ours := taintEffects[t.Key]; ours {
@@ -329,7 +320,7 @@ func (w *world) taintKeys(name string) []string {
 
 // lease returns the node's lease, or nil.
 func (w *world) lease(node string) *coordinationv1.Lease {
-	w.t.Helper()
+	GinkgoHelper()
 	l := &coordinationv1.Lease{}
 	err := w.c.Get(w.ctx, client.ObjectKey{Namespace: leases.DefaultNamespace, Name: leases.LeaseName(node)}, l)
 	if apierrors.IsNotFound(err) {
@@ -364,14 +355,14 @@ type step struct {
 // world respond (a kubelet reporting Ready, say), then the clock jumps to the requeue time. It fails the
 // test after maxSteps reconciles, and returns what each reconcile saw.
 func (w *world) drive(key client.ObjectKey, next func() *RemediationReconciler, react func(*v1alpha1.PowerCycleRemediation), until func([]step) bool) []step {
-	w.t.Helper()
+	GinkgoHelper()
 	const maxSteps = 400
 	var steps []step
 	for range maxSteps {
 		at := w.clock.Now()
 		res, err := next().Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
 		if err != nil {
-			w.t.Fatalf("reconcile %d (at +%s): %v", len(steps)+1, at.Sub(epoch), err)
+			Fail(fmt.Sprintf("reconcile %d (at +%s): %v", len(steps)+1, at.Sub(epoch), err))
 		}
 		p := &v1alpha1.PowerCycleRemediation{}
 		err = w.c.Get(w.ctx, key, p)
@@ -391,7 +382,7 @@ func (w *world) drive(key client.ObjectKey, next func() *RemediationReconciler, 
 			w.clock.Step(res.RequeueAfter)
 		}
 	}
-	w.t.Fatalf("remediation %s did not get there in %d reconciles; phases: %v", key, maxSteps, phases(steps))
+	Fail(fmt.Sprintf("remediation %s did not get there in %d reconciles; phases: %v", key, maxSteps, phases(steps)))
 	return nil
 }
 
@@ -505,7 +496,7 @@ func (l *writeLog) reset() {
 // interceptedClient is a client straight to the API server (no cache) with funcs in front of it. Every
 // write that funcs leaves alone is counted in the log it returns.
 func (w *world) interceptedClient(funcs interceptor.Funcs) (client.Client, *writeLog) {
-	w.t.Helper()
+	GinkgoHelper()
 	direct, err := client.NewWithWatch(w.api.cfg, client.Options{Scheme: w.api.scheme})
 	w.must(err)
 	log := &writeLog{}
@@ -551,16 +542,14 @@ func (w *world) interceptedClient(funcs interceptor.Funcs) (client.Client, *writ
 // indexedClient is a client whose reads come from a cache of the world's namespace with the remediator's
 // node index, as the manager's do; the cache runs until the test ends.
 func (w *world) indexedClient() client.Client {
-	w.t.Helper()
+	GinkgoHelper()
 	ca, err := cache.New(w.api.cfg, cache.Options{Scheme: w.api.scheme, DefaultNamespaces: map[string]cache.Config{w.ns: {}}})
 	w.must(err)
 	w.must(indexRemediationsByNode(w.ctx, ca))
 	ctx, cancel := context.WithCancel(w.ctx)
-	w.t.Cleanup(cancel)
+	DeferCleanup(cancel)
 	go func() { _ = ca.Start(ctx) }()
-	if !ca.WaitForCacheSync(ctx) {
-		w.t.Fatal("the cache did not sync")
-	}
+	Expect(ca.WaitForCacheSync(ctx)).To(BeTrue(), "the cache did not sync")
 	c, err := client.New(w.api.cfg, client.Options{Scheme: w.api.scheme, Cache: &client.CacheOptions{Reader: ca}})
 	w.must(err)
 	return c
@@ -571,7 +560,7 @@ func (w *world) indexedClient() client.Client {
 // the phase before. It lets a test stop in a phase that a reconcile otherwise enters and leaves at once
 // (PoweredOff, say). It sets w.reconcilerOptions.
 func (w *world) pauseBefore(phase v1alpha1.PowerCyclePhase) {
-	w.t.Helper()
+	GinkgoHelper()
 	var fired atomic.Bool
 	c, _ := w.interceptedClient(interceptor.Funcs{
 		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
