@@ -92,15 +92,15 @@ var _ = Describe("Host requests before a power-off", func() {
 	// forced power-off, and the attempt records neither.
 	It("none unless asked", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker", nil)
+		node := w.fakeHost(ctx, "worker", nil)
 		host := hosts.Driver(fakeAddress(node))
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 
-		steps := w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+		steps := w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
 
 		Expect(phases(steps)).NotTo(ContainElements(v1alpha1.PhaseDiagnosing, v1alpha1.PhaseShuttingDown))
 		Expect(hostCalls(host)).To(Equal([]string{"Off", "On"}))
-		a := firstAttempt(Default, w.get(key))
+		a := firstAttempt(Default, w.get(ctx, key))
 		Expect(a.DiagnosticInterrupt).To(BeNil())
 		Expect(a.GracefulShutdown).To(BeNil())
 		Expect(w.eventReasons(offPhases...)).To(Equal([]string{EventPoweringOff, EventPoweredOff}))
@@ -112,9 +112,9 @@ var _ = Describe("Host requests before a power-off", func() {
 	// ended TimedOut, then the power-off; so do the events.
 	It("interrupt recorded before it is sent", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker", nil)
+		node := w.fakeHost(ctx, "worker", nil)
 		host := hosts.Driver(fakeAddress(node))
-		key := w.nhcRemediation(node, hostSpec(120, 0))
+		key := w.nhcRemediation(ctx, node, hostSpec(120, 0))
 		type seen struct {
 			phase              v1alpha1.PowerCyclePhase
 			recorded, tainted  bool
@@ -126,23 +126,23 @@ var _ = Describe("Host requests before a power-off", func() {
 			d, err := hosts.New(addr, creds, opts)
 			return &diagnoseChecking{Driver: d, before: func() {
 				p := &v1alpha1.PowerCycleRemediation{}
-				w.must(w.c.Get(context.Background(), key, p)) // straight from the API server
+				w.must(w.c.Get(ctx, key, p)) // straight from the API server
 				atInterrupt = append(atInterrupt, seen{
 					phase:              p.Status.Phase,
 					recorded:           p.Status.PowerRequest != nil && p.Status.PowerRequest.Target == v1alpha1.PowerOff,
-					tainted:            slices.Contains(w.taintKeys(node), v1alpha1.TaintRemediation),
+					tainted:            slices.Contains(w.taintKeys(ctx, node), v1alpha1.TaintRemediation),
 					requestedInAttempt: len(p.Status.Attempts) == 1 && p.Status.Attempts[0].DiagnosticInterrupt != nil && p.Status.Attempts[0].DiagnosticInterrupt.Requested != nil,
 				})
 			}}, err
 		}))
 
-		steps := w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+		steps := w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
 
 		Expect(atInterrupt).To(Equal([]seen{{phase: v1alpha1.PhaseDiagnosing, recorded: true, tainted: true, requestedInAttempt: true}}))
 		Expect(phases(steps)).To(HaveExactElements(v1alpha1.PhaseDiagnosing, v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweringOn,
 			v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseSucceeded))
 		Expect(hostCalls(host)).To(Equal([]string{"Diagnose", "Off", "On"}), "the interrupt, once, then the forced power-off")
-		a := firstAttempt(Default, w.get(key))
+		a := firstAttempt(Default, w.get(ctx, key))
 		Expect(a.DiagnosticInterrupt.Result).To(Equal(v1alpha1.HostRequestTimedOut))
 		Expect(waited(a.DiagnosticInterrupt)).To(Equal(120*time.Second), "the wait ends at its bound, not before")
 		Expect(a.DiagnosticInterrupt.Message).To(ContainSubstring("still reads On 2m0s after the diagnostic interrupt"))
@@ -162,14 +162,14 @@ var _ = Describe("Host requests before a power-off", func() {
 		w, m := mockHosts(ctx, func(m *redfishmock.Mock) *redfishmock.Mock {
 			return m.WithSystems(1).WithPowerDelay(5 * time.Second).WithHost(redfishmock.Host{PowerOffAfterNMI: 30 * time.Second})
 		})
-		node := w.node("worker", nil)
-		w.bmc(node, mockAddress(m, "1"), map[string]string{bmc.UsernameKey: "admin", bmc.PasswordKey: "password"})
-		key := w.nhcRemediation(node, hostSpec(600, 0))
+		node := w.node(ctx, "worker", nil)
+		w.bmc(ctx, node, mockAddress(m, "1"), map[string]string{bmc.UsernameKey: "admin", bmc.PasswordKey: "password"})
+		key := w.nhcRemediation(ctx, node, hostSpec(600, 0))
 
-		w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+		w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
 
 		Expect(m.Resets("1")).To(Equal([]string{"Nmi", "On"}), "the NMI before anything else, and no ForceOff: the host went off on its own")
-		p := w.get(key)
+		p := w.get(ctx, key)
 		Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		a := firstAttempt(Default, p)
 		Expect(a.DiagnosticInterrupt.Result).To(Equal(v1alpha1.HostRequestPoweredOff))
@@ -187,14 +187,14 @@ var _ = Describe("Host requests before a power-off", func() {
 		w, m := mockHosts(ctx, func(m *redfishmock.Mock) *redfishmock.Mock {
 			return m.WithSystems(1).WithPowerDelay(5 * time.Second).WithHost(redfishmock.Host{RebootAfterNMI: 30 * time.Second})
 		})
-		node := w.node("worker", nil)
-		w.bmc(node, mockAddress(m, "1"), map[string]string{bmc.UsernameKey: "admin", bmc.PasswordKey: "password"})
-		key := w.nhcRemediation(node, hostSpec(600, 0))
+		node := w.node(ctx, "worker", nil)
+		w.bmc(ctx, node, mockAddress(m, "1"), map[string]string{bmc.UsernameKey: "admin", bmc.PasswordKey: "password"})
+		key := w.nhcRemediation(ctx, node, hostSpec(600, 0))
 
-		w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+		w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
 
 		Expect(m.Resets("1")).To(Equal([]string{"Nmi", "ForceOff", "On"}))
-		a := firstAttempt(Default, w.get(key))
+		a := firstAttempt(Default, w.get(ctx, key))
 		Expect(a.DiagnosticInterrupt.Result).To(Equal(v1alpha1.HostRequestRebooted))
 		Expect(waited(a.DiagnosticInterrupt)).To(BeNumerically("<=", 40*time.Second))
 		Expect(a.DiagnosticInterrupt.Message).To(ContainSubstring("is on again"))
@@ -207,15 +207,15 @@ var _ = Describe("Host requests before a power-off", func() {
 		w, m := mockHosts(ctx, func(m *redfishmock.Mock) *redfishmock.Mock {
 			return m.WithSystems(1).WithResetTypes("On", "ForceOff", "GracefulShutdown")
 		})
-		node := w.node("worker", nil)
-		w.bmc(node, mockAddress(m, "1"), map[string]string{bmc.UsernameKey: "admin", bmc.PasswordKey: "password"})
-		key := w.nhcRemediation(node, hostSpec(300, 0))
+		node := w.node(ctx, "worker", nil)
+		w.bmc(ctx, node, mockAddress(m, "1"), map[string]string{bmc.UsernameKey: "admin", bmc.PasswordKey: "password"})
+		key := w.nhcRemediation(ctx, node, hostSpec(300, 0))
 
-		steps := w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+		steps := w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
 
 		Expect(m.Resets("1")).To(Equal([]string{"ForceOff", "On"}))
 		Expect(resetPosts(m, "1")).To(Equal(2), "no Nmi reset was even posted")
-		p := w.get(key)
+		p := w.get(ctx, key)
 		Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		Expect(p.Status.RetryCount).To(BeZero(), "not a failed attempt")
 		a := firstAttempt(Default, p)
@@ -233,9 +233,9 @@ var _ = Describe("Host requests before a power-off", func() {
 		w, m := mockHosts(ctx, func(m *redfishmock.Mock) *redfishmock.Mock {
 			return m.WithSystems(1).WithPowerDelay(5 * time.Second).WithHost(redfishmock.Host{IgnoreGracefulShutdown: true})
 		})
-		node := w.node("worker", nil)
-		w.bmc(node, mockAddress(m, "1"), map[string]string{bmc.UsernameKey: "admin", bmc.PasswordKey: "password"})
-		key := w.nhcRemediation(node, hostSpec(0, 60))
+		node := w.node(ctx, "worker", nil)
+		w.bmc(ctx, node, mockAddress(m, "1"), map[string]string{bmc.UsernameKey: "admin", bmc.PasswordKey: "password"})
+		key := w.nhcRemediation(ctx, node, hostSpec(0, 60))
 		var forcedAt time.Time
 		m.OnPowerChange(func(_ string, _, to redfishmock.PowerState) {
 			if to == redfishmock.PoweringOff && forcedAt.IsZero() {
@@ -243,12 +243,12 @@ var _ = Describe("Host requests before a power-off", func() {
 			}
 		})
 
-		steps := w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+		steps := w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
 
 		Expect(phases(steps)).To(HaveExactElements(v1alpha1.PhaseShuttingDown, v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweringOn,
 			v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseSucceeded))
 		Expect(m.Resets("1")).To(Equal([]string{"GracefulShutdown", "ForceOff", "On"}))
-		a := firstAttempt(Default, w.get(key))
+		a := firstAttempt(Default, w.get(ctx, key))
 		Expect(a.GracefulShutdown.Result).To(Equal(v1alpha1.HostRequestTimedOut))
 		Expect(waited(a.GracefulShutdown)).To(Equal(60 * time.Second))
 		Expect(forcedAt.Sub(a.GracefulShutdown.Requested.Time)).To(Equal(60*time.Second), "the power went when the bound was reached")
@@ -259,14 +259,14 @@ var _ = Describe("Host requests before a power-off", func() {
 	// A host that obeys the graceful shutdown is never forced off.
 	It("graceful shutdown obeyed", func(ctx SpecContext) {
 		w, m := mockHosts(ctx, func(m *redfishmock.Mock) *redfishmock.Mock { return m.WithSystems(1).WithPowerDelay(15 * time.Second) })
-		node := w.node("worker", nil)
-		w.bmc(node, mockAddress(m, "1"), map[string]string{bmc.UsernameKey: "admin", bmc.PasswordKey: "password"})
-		key := w.nhcRemediation(node, hostSpec(0, 60))
+		node := w.node(ctx, "worker", nil)
+		w.bmc(ctx, node, mockAddress(m, "1"), map[string]string{bmc.UsernameKey: "admin", bmc.PasswordKey: "password"})
+		key := w.nhcRemediation(ctx, node, hostSpec(0, 60))
 
-		w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+		w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
 
 		Expect(m.Resets("1")).To(Equal([]string{"GracefulShutdown", "On"}))
-		a := firstAttempt(Default, w.get(key))
+		a := firstAttempt(Default, w.get(ctx, key))
 		Expect(a.GracefulShutdown.Result).To(Equal(v1alpha1.HostRequestPoweredOff))
 		Expect(waited(a.GracefulShutdown)).To(And(BeNumerically(">=", 15*time.Second), BeNumerically("<", 60*time.Second)))
 		Expect(w.drainEvents()).To(ContainElement(HavePrefix("Normal GracefulShutdownEnded PoweredOff: node " + node + " powered off on its own")))
@@ -276,14 +276,14 @@ var _ = Describe("Host requests before a power-off", func() {
 	// NotSupported and forces the power off.
 	It("graceful shutdown not supported", func(ctx SpecContext) {
 		w, m := mockHosts(ctx, func(m *redfishmock.Mock) *redfishmock.Mock { return m.WithSystems(1).WithResetTypes("On", "ForceOff") })
-		node := w.node("worker", nil)
-		w.bmc(node, mockAddress(m, "1"), map[string]string{bmc.UsernameKey: "admin", bmc.PasswordKey: "password"})
-		key := w.nhcRemediation(node, hostSpec(0, 60))
+		node := w.node(ctx, "worker", nil)
+		w.bmc(ctx, node, mockAddress(m, "1"), map[string]string{bmc.UsernameKey: "admin", bmc.PasswordKey: "password"})
+		key := w.nhcRemediation(ctx, node, hostSpec(0, 60))
 
-		w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+		w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
 
 		Expect(m.Resets("1")).To(Equal([]string{"ForceOff", "On"}))
-		a := firstAttempt(Default, w.get(key))
+		a := firstAttempt(Default, w.get(ctx, key))
 		Expect(a.GracefulShutdown.Result).To(Equal(v1alpha1.HostRequestNotSupported))
 		Expect(waited(a.GracefulShutdown)).To(BeZero())
 	})
@@ -292,17 +292,17 @@ var _ = Describe("Host requests before a power-off", func() {
 	// that order, each once, each wait at its own bound.
 	It("dump then graceful then forced", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker", nil)
+		node := w.fakeHost(ctx, "worker", nil)
 		host := hosts.Driver(fakeAddress(node))
 		host.IgnoreGracefulShutdown(true)
-		key := w.nhcRemediation(node, hostSpec(90, 30))
+		key := w.nhcRemediation(ctx, node, hostSpec(90, 30))
 
-		steps := w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+		steps := w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
 
 		Expect(phases(steps)).To(HaveExactElements(v1alpha1.PhaseDiagnosing, v1alpha1.PhaseShuttingDown, v1alpha1.PhasePoweringOff,
 			v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseSucceeded))
 		Expect(hostCalls(host)).To(Equal([]string{"Diagnose", "Graceful", "Off", "On"}))
-		a := firstAttempt(Default, w.get(key))
+		a := firstAttempt(Default, w.get(ctx, key))
 		Expect(a.DiagnosticInterrupt.Result).To(Equal(v1alpha1.HostRequestTimedOut))
 		Expect(waited(a.DiagnosticInterrupt)).To(Equal(90 * time.Second))
 		Expect(a.GracefulShutdown.Result).To(Equal(v1alpha1.HostRequestTimedOut))
@@ -329,18 +329,18 @@ var _ = Describe("Host requests before a power-off", func() {
 	}
 	DescribeTable("restart mid wait", func(ctx SpecContext, tc restartMidWaitCase) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker", nil)
+		node := w.fakeHost(ctx, "worker", nil)
 		host := hosts.Driver(fakeAddress(node))
 		host.AfterDiagnose(tc.afterNMI...)
 		host.IgnoreGracefulShutdown(tc.ignoreSoft)
-		key := w.nhcRemediation(node, tc.spec)
+		key := w.nhcRemediation(ctx, node, tc.spec)
 
 		restarts := 0
-		w.drive(key, func() *RemediationReconciler { restarts++; return w.reconciler() }, w.kubeletOnPowerOn(node, always), untilSettled)
+		w.drive(ctx, key, func() *RemediationReconciler { restarts++; return w.reconciler() }, w.kubeletOnPowerOn(ctx, node, always), untilSettled)
 
 		Expect(restarts).To(BeNumerically(">", 5))
 		Expect(hostCalls(host)).To(Equal(tc.wantCalls), "each request once, whatever the restarts")
-		a := firstAttempt(Default, w.get(key))
+		a := firstAttempt(Default, w.get(ctx, key))
 		var last *v1alpha1.HostRequest
 		if tc.wantDiag != "" {
 			Expect(a.DiagnosticInterrupt.Result).To(Equal(tc.wantDiag))
@@ -369,15 +369,15 @@ var _ = Describe("Host requests before a power-off", func() {
 	// phase confirms it and fences the node.
 	It("host already off is sent nothing", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker", nil)
+		node := w.fakeHost(ctx, "worker", nil)
 		host := hosts.Driver(fakeAddress(node))
 		host.SetPowerState(bmc.PowerStateOff)
-		key := w.nhcRemediation(node, hostSpec(300, 60))
+		key := w.nhcRemediation(ctx, node, hostSpec(300, 60))
 
-		w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+		w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
 
 		Expect(hostCalls(host)).To(Equal([]string{"On"}))
-		a := firstAttempt(Default, w.get(key))
+		a := firstAttempt(Default, w.get(ctx, key))
 		Expect(a.DiagnosticInterrupt.Result).To(Equal(v1alpha1.HostRequestPoweredOff))
 		Expect(a.DiagnosticInterrupt.Requested).To(BeNil())
 		Expect(a.DiagnosticInterrupt.Message).To(ContainSubstring("off already: no diagnostic interrupt was sent"))
@@ -389,14 +389,14 @@ var _ = Describe("Host requests before a power-off", func() {
 	// powered off by force, the interrupt never sent.
 	It("BMC unusable through the wait", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker", nil)
+		node := w.fakeHost(ctx, "worker", nil)
 		host := hosts.Driver(fakeAddress(node))
 		host.FailAlways(bmc.OperationPowerState, &bmc.Error{Driver: "fake", Operation: bmc.OperationPowerState, Kind: bmc.ErrUnreachable, Err: errors.New("no answer")})
-		key := w.nhcRemediation(node, hostSpec(60, 0))
+		key := w.nhcRemediation(ctx, node, hostSpec(60, 0))
 
-		w.drive(key, same(w.reconciler()), nil, untilPhase(v1alpha1.PhasePoweringOff))
+		w.drive(ctx, key, same(w.reconciler()), nil, untilPhase(v1alpha1.PhasePoweringOff))
 
-		p := w.get(key)
+		p := w.get(ctx, key)
 		a := firstAttempt(Default, p)
 		Expect(a.DiagnosticInterrupt.Result).To(Equal(v1alpha1.HostRequestTimedOut))
 		Expect(a.DiagnosticInterrupt.Requested).To(BeNil())
@@ -406,8 +406,8 @@ var _ = Describe("Host requests before a power-off", func() {
 		Expect(host.CallCount(bmc.OperationDiagnose)).To(BeZero())
 
 		host.FailAlways(bmc.OperationPowerState, nil)
-		w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
-		Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
+		Expect(w.get(ctx, key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		Expect(hostCalls(host)).To(Equal([]string{"Off", "On"}))
 	})
 
@@ -416,24 +416,24 @@ var _ = Describe("Host requests before a power-off", func() {
 	// then powers it on, and sends no forced power-off.
 	It("deleted while the host dumps", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker", nil)
+		node := w.fakeHost(ctx, "worker", nil)
 		host := hosts.Driver(fakeAddress(node))
 		on, off := bmc.PowerStateOn, bmc.PowerStateOff
 		host.AfterDiagnose(on, on, on, on, off)
-		key := w.nhcRemediation(node, hostSpec(300, 0))
+		key := w.nhcRemediation(ctx, node, hostSpec(300, 0))
 
-		w.drive(key, same(w.reconciler()), nil, func(s []step) bool {
-			p := w.get(key)
+		w.drive(ctx, key, same(w.reconciler()), nil, func(s []step) bool {
+			p := w.get(ctx, key)
 			return p.Status.Phase == v1alpha1.PhaseDiagnosing && p.Status.PowerRequest != nil
 		})
 		Expect(host.CallCount(bmc.OperationDiagnose)).To(Equal(1))
-		w.must(w.c.Delete(w.ctx, w.get(key)))
-		w.drive(key, same(w.reconciler()), nil, func(s []step) bool { return s[len(s)-1].gone })
+		w.must(w.c.Delete(ctx, w.get(ctx, key)))
+		w.drive(ctx, key, same(w.reconciler()), nil, func(s []step) bool { return s[len(s)-1].gone })
 
 		Expect(hostCalls(host)).To(Equal([]string{"Diagnose", "On"}), "waited for the host to go off on its own, then powered it on")
-		Expect(host.PowerState(w.ctx)).To(Equal(bmc.PowerStateOn))
-		Expect(w.taintKeys(node)).To(BeEmpty())
-		Expect(w.lease(node)).To(BeNil())
+		Expect(host.PowerState(ctx)).To(Equal(bmc.PowerStateOn))
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty())
+		Expect(w.lease(ctx, node)).To(BeNil())
 	})
 
 	// Against OpenIPMI's ipmi_sim: what it can show. It refuses every diagnostic interrupt (chassis power
@@ -450,9 +450,9 @@ var _ = Describe("Host requests before a power-off", func() {
 		w := newWorld(ctx, bmc.NewRegistry())
 		w.must(w.registry.Register(bmc.DriverIPMI, ipmi.New))
 		w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.BMCCallTimeout = 20 * time.Second }
-		node := w.node("worker-ipmi", nil)
-		w.bmc(node, sim.Address, map[string]string{bmc.UsernameKey: sim.Credentials.Username, bmc.PasswordKey: sim.Credentials.Password})
-		key := w.nhcRemediation(node, hostSpec(60, 30))
+		node := w.node(ctx, "worker-ipmi", nil)
+		w.bmc(ctx, node, sim.Address, map[string]string{bmc.UsernameKey: sim.Credentials.Username, bmc.PasswordKey: sim.Credentials.Password})
+		key := w.nhcRemediation(ctx, node, hostSpec(60, 30))
 
 		// ipmi_sim works in real time: before the next reconcile reads the power, wait (in real time)
 		// for what was asked to show on the host.
@@ -462,7 +462,7 @@ var _ = Describe("Host requests before a power-off", func() {
 		Expect(err).NotTo(HaveOccurred())
 		landed := func(want bmc.PowerState) {
 			Eventually(sim.HostPoweredOn).WithTimeout(20 * time.Second).WithPolling(100 * time.Millisecond).Should(Equal(want == bmc.PowerStateOn))
-			Eventually(func() (bmc.PowerState, error) { return observer.PowerState(w.ctx) }).
+			Eventually(func() (bmc.PowerState, error) { return observer.PowerState(ctx) }).
 				WithTimeout(20 * time.Second).WithPolling(200 * time.Millisecond).Should(Equal(want))
 		}
 		react := func(p *v1alpha1.PowerCycleRemediation) {
@@ -477,12 +477,12 @@ var _ = Describe("Host requests before a power-off", func() {
 				landed(bmc.PowerState(r.Target))
 			}
 			if p.Status.Phase == v1alpha1.PhaseWaitingForNode && sim.HostPoweredOn() {
-				w.kubeletOnPowerOn(node, always)(p)
+				w.kubeletOnPowerOn(ctx, node, always)(p)
 			}
 		}
-		w.drive(key, same(w.reconciler()), react, untilSettled)
+		w.drive(ctx, key, same(w.reconciler()), react, untilSettled)
 
-		p := w.get(key)
+		p := w.get(ctx, key)
 		Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		a := firstAttempt(Default, p)
 		Expect(a.DiagnosticInterrupt.Result).To(Equal(v1alpha1.HostRequestNotSupported))

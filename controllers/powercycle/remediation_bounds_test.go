@@ -34,23 +34,23 @@ var _ = Describe("Trust and bounds", func() {
 		w, m := mockHosts(ctx, func(m *redfishmock.Mock) *redfishmock.Mock {
 			return m.WithSystems(1).WithCredentials(credentials[bmc.UsernameKey], credentials[bmc.PasswordKey])
 		})
-		node := w.node("worker-3", nil)
-		w.setReady(node, corev1.ConditionTrue)
-		w.bmc(node, mockAddress(m, "1"), credentials)
-		teamA := w.namespace("team-a")
+		node := w.node(ctx, "worker-3", nil)
+		w.setReady(ctx, node, corev1.ConditionTrue)
+		w.bmc(ctx, node, mockAddress(m, "1"), credentials)
+		teamA := w.namespace(ctx, "team-a")
 		p := &v1alpha1.PowerCycleRemediation{
 			ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: teamA, Finalizers: finalizers,
 				Annotations: map[string]string{v1alpha1.AnnotationNodeName: node}},
 			Spec: spec(powerOff, 1),
 		}
-		w.must(w.c.Create(w.ctx, p))
+		w.must(w.c.Create(ctx, p))
 		key := client.ObjectKeyFromObject(p)
 		m.ResetRequests()
 
 		r := w.reconciler()
 		var results []ctrl.Result
 		for range 3 { // its creation, and whatever else brings it back
-			res, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 			Expect(err).NotTo(HaveOccurred())
 			results = append(results, res)
 			w.clock.Step(time.Minute)
@@ -58,9 +58,9 @@ var _ = Describe("Trust and bounds", func() {
 
 		Expect(m.Requests()).To(BeEmpty(), "no request reached the BMC")
 		Expect(m.PowerState("1")).To(Equal(redfishmock.PowerOn))
-		Expect(w.taintKeys(node)).To(BeEmpty())
-		Expect(w.lease(node)).To(BeNil())
-		p = w.get(key)
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty())
+		Expect(w.lease(ctx, node)).To(BeNil())
+		p = w.get(ctx, key)
 		Expect(p.Finalizers).NotTo(ContainElement(v1alpha1.FinalizerPowerCycle))
 		Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseFailed))
 		Expect(conditionOf(p, v1alpha1.ConditionProcessing)).To(MatchFields(v1alpha1.ReasonNamespaceNotTrusted, metav1.ConditionFalse))
@@ -71,7 +71,7 @@ var _ = Describe("Trust and bounds", func() {
 		events := w.drainEvents()
 		Expect(events).To(HaveLen(1), "one warning, and nothing else announced")
 		Expect(events[0]).To(And(HavePrefix("Warning "+EventNamespaceNotTrusted+" "), ContainSubstring("--remediation-namespaces")))
-		Expect(r.Remediating(w.ctx, node)).To(BeFalse(), "a refused request holds no host")
+		Expect(r.Remediating(ctx, node)).To(BeFalse(), "a refused request holds no host")
 		Expect(results).To(HaveEach(ctrl.Result{}), "nothing to come back for")
 
 	},
@@ -87,9 +87,9 @@ var _ = Describe("Trust and bounds", func() {
 		w, m := mockHosts(ctx, func(m *redfishmock.Mock) *redfishmock.Mock {
 			return m.WithSystems(2).WithCredentials(credentials[bmc.UsernameKey], credentials[bmc.PasswordKey])
 		})
-		node := w.node("worker-1", nil)
-		w.bmc(node, mockAddress(m, "1"), credentials)
-		cluster := w.namespace("cluster-a")
+		node := w.node(ctx, "worker-1", nil)
+		w.bmc(ctx, node, mockAddress(m, "1"), credentials)
+		cluster := w.namespace(ctx, "cluster-a")
 		w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.TrustedNamespaces = []string{"elsewhere", cluster} }
 
 		// A decoy: a BMC of the same node, with its Secret, in the request's namespace, on another system.
@@ -98,20 +98,20 @@ var _ = Describe("Trust and bounds", func() {
 			Spec: v1alpha1.BMCSpec{NodeName: node, Address: mockAddress(m, "2"),
 				CredentialsSecretRef: v1alpha1.SecretReference{Name: "decoy-credentials"}},
 		}
-		w.must(w.c.Create(w.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "decoy-credentials", Namespace: cluster},
+		w.must(w.c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "decoy-credentials", Namespace: cluster},
 			StringData: credentials}))
-		w.must(w.c.Create(w.ctx, decoy))
-		w.waitCached(decoy, func(client.Object) bool { return true })
+		w.must(w.c.Create(ctx, decoy))
+		w.waitCached(ctx, decoy, func(client.Object) bool { return true })
 		p := &v1alpha1.PowerCycleRemediation{
 			ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: cluster, Annotations: map[string]string{v1alpha1.AnnotationNodeName: node}},
 			Spec:       spec(powerOff, 1),
 		}
-		w.must(w.c.Create(w.ctx, p))
+		w.must(w.c.Create(ctx, p))
 		key := client.ObjectKeyFromObject(p)
 
-		w.drive(key, same(w.reconciler()), nil, untilSettled)
+		w.drive(ctx, key, same(w.reconciler()), nil, untilSettled)
 
-		p = w.get(key)
+		p = w.get(ctx, key)
 		Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonFenced, metav1.ConditionTrue))
 		Expect(p.Status.BMCName).To(Equal(node + "-bmc"))
 		Expect(m.Resets("1")).To(Equal([]string{"ForceOff"}), "the manager's BMC powered the host off")
@@ -141,15 +141,15 @@ var _ = Describe("Trust and bounds", func() {
 		w, hosts := fakeHosts(ctx)
 		node := w.prefix + "worker-7"
 		if !tc.noNode {
-			w.node("worker-7", nil)
+			w.node(ctx, "worker-7", nil)
 		}
 		if !tc.noBMC {
-			w.bmc(node, fakeAddress(node), credentials)
+			w.bmc(ctx, node, fakeAddress(node), credentials)
 		}
 		host := hosts.Driver(fakeAddress(node))
-		key := w.remediation(node, spec(tc.strategy, 1), map[string]string{v1alpha1.AnnotationNodeName: node})
+		key := w.remediation(ctx, node, spec(tc.strategy, 1), map[string]string{v1alpha1.AnnotationNodeName: node})
 
-		steps := w.drive(key, same(w.reconciler()), nil, func(s []step) bool {
+		steps := w.drive(ctx, key, same(w.reconciler()), nil, func(s []step) bool {
 			last := s[len(s)-1]
 			return last.phase != v1alpha1.PhasePending || last.at.Sub(epoch) > 2*bound
 		})
@@ -157,7 +157,7 @@ var _ = Describe("Trust and bounds", func() {
 		last := steps[len(steps)-1]
 		Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePending, tc.wantPhase}))
 		Expect(last.at.Sub(epoch)).To(Equal(bound), "the wait ends at its bound, not before, not after")
-		p := w.get(key)
+		p := w.get(ctx, key)
 		Expect(p.Status.Attempts).To(HaveLen(1))
 		a := p.Status.Attempts[0]
 		Expect(a.Result).To(Equal(attemptFailed))
@@ -171,19 +171,19 @@ var _ = Describe("Trust and bounds", func() {
 		wantEnd := phaseEvents[tc.wantPhase]
 		Expect(w.events).To(ContainElement(And(HavePrefix("Warning "+wantEnd+" "), ContainSubstring(tc.wantMessage))))
 		Expect(host.Calls()).To(BeEmpty(), "the host was not touched")
-		Expect(w.lease(node)).To(BeNil())
+		Expect(w.lease(ctx, node)).To(BeNil())
 		if !tc.noNode {
-			Expect(w.taintKeys(node)).To(BeEmpty())
+			Expect(w.taintKeys(ctx, node)).To(BeEmpty())
 		}
 		if tc.strategy != reboot {
 			return
 		}
 
 		// The backoff ends; the next attempt starts while the node (or BMC) is still missing.
-		steps = w.drive(key, same(w.reconciler()), nil, func(s []step) bool {
-			return len(w.get(key).Status.Attempts) == 2 && s[len(s)-1].phase == v1alpha1.PhaseRetrying
+		steps = w.drive(ctx, key, same(w.reconciler()), nil, func(s []step) bool {
+			return len(w.get(ctx, key).Status.Attempts) == 2 && s[len(s)-1].phase == v1alpha1.PhaseRetrying
 		})
-		p = w.get(key)
+		p = w.get(ctx, key)
 		Expect(p.Status.Attempts[1].Result).To(Equal(attemptFailed))
 		if tc.noNode {
 			Expect(p.Status.Attempts[1].Message).To(ContainSubstring("does not exist: no power-off goes to its host"))
@@ -212,11 +212,11 @@ var _ = Describe("Trust and bounds", func() {
 	// the condition and a warning event, so that the health check may escalate. Nothing was done meanwhile.
 	It("lease held by another past its bound", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-9", nil)
-		takeLease(w, node, "node-maintenance", time.Hour)
-		key := w.remediation(node, spec(reboot, 3), map[string]string{v1alpha1.AnnotationNodeName: node})
+		node := w.fakeHost(ctx, "worker-9", nil)
+		takeLease(ctx, w, node, "node-maintenance", time.Hour)
+		key := w.remediation(ctx, node, spec(reboot, 3), map[string]string{v1alpha1.AnnotationNodeName: node})
 
-		steps := w.drive(key, same(w.reconciler()), nil, func(s []step) bool {
+		steps := w.drive(ctx, key, same(w.reconciler()), nil, func(s []step) bool {
 			return terminal(s[len(s)-1].phase) || s[len(s)-1].at.Sub(epoch) > time.Hour
 		})
 
@@ -226,7 +226,7 @@ var _ = Describe("Trust and bounds", func() {
 		for _, s := range steps[:len(steps)-1] {
 			Expect(s.result.RequeueAfter).To(BeNumerically("<=", 2*time.Minute), "looks again at least every retryBackoff.max")
 		}
-		p := w.get(key)
+		p := w.get(ctx, key)
 		for _, c := range []string{v1alpha1.ConditionSucceeded, v1alpha1.ConditionProcessing, v1alpha1.ConditionLeaseAcquired} {
 			Expect(conditionOf(p, c)).To(MatchFields(v1alpha1.ReasonLeaseHeldByOther, metav1.ConditionFalse), c)
 		}
@@ -234,11 +234,11 @@ var _ = Describe("Trust and bounds", func() {
 		Expect(w.countEvents("Warning " + EventNodeLeaseHeld)).To(Equal(1))
 		Expect(w.events).To(ContainElement(And(HavePrefix("Warning "+EventRemediationFailed+" "), ContainSubstring("node-maintenance"))))
 		Expect(hosts.Driver(fakeAddress(node)).Calls()).To(BeEmpty())
-		Expect(w.taintKeys(node)).To(BeEmpty())
-		Expect(*w.lease(node).Spec.HolderIdentity).To(Equal("node-maintenance"), "the holder keeps it")
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty())
+		Expect(*w.lease(ctx, node).Spec.HolderIdentity).To(Equal("node-maintenance"), "the holder keeps it")
 		Expect(p.Status.Attempts).To(BeEmpty())
 
-		steps = w.drive(key, same(w.reconciler()), nil, func([]step) bool { return true })
+		steps = w.drive(ctx, key, same(w.reconciler()), nil, func([]step) bool { return true })
 		Expect(steps[0].result.RequeueAfter).To(BeZero(), "a request that gave up waits for nothing")
 	})
 
@@ -247,10 +247,10 @@ var _ = Describe("Trust and bounds", func() {
 	// node, which takes the lease over), and renewed by nothing once the request is deleted.
 	DescribeTable("finished power off lease lives with the request", func(ctx SpecContext, timedOutFirst bool) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-4", nil)
-		key := w.remediation(node, spec(powerOff, 1), map[string]string{v1alpha1.AnnotationNodeName: node})
+		node := w.fakeHost(ctx, "worker-4", nil)
+		key := w.remediation(ctx, node, spec(powerOff, 1), map[string]string{v1alpha1.AnnotationNodeName: node})
 		r := w.reconciler()
-		w.drive(key, same(r), nil, untilPhase(v1alpha1.PhaseSucceeded))
+		w.drive(ctx, key, same(r), nil, untilPhase(v1alpha1.PhaseSucceeded))
 		Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off"}))
 
 		// reconcileFor reconciles as requeues, and lease and node events, would, for three lease
@@ -258,7 +258,7 @@ var _ = Describe("Trust and bounds", func() {
 		reconcileFor := func() time.Time {
 			from := w.clock.Now()
 			for w.clock.Now().Sub(from) <= 3*DefaultLeaseDuration {
-				res, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+				res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 				Expect(err).NotTo(HaveOccurred())
 				next := time.Minute
 				if res.RequeueAfter > 0 {
@@ -269,7 +269,7 @@ var _ = Describe("Trust and bounds", func() {
 			return from
 		}
 		heldByTheRequest := func(why string) {
-			l := w.lease(node)
+			l := w.lease(ctx, node)
 			Expect(l).NotTo(BeNil(), why)
 			Expect(*l.Spec.HolderIdentity).To(Equal(leases.HolderIdentity(remediationKind, node)), why)
 			_, valid := leases.ValidUntil(l, w.clock.Now())
@@ -279,21 +279,21 @@ var _ = Describe("Trust and bounds", func() {
 		reconcileFor()
 		heldByTheRequest("held while the request lives")
 		if timedOutFirst {
-			p := w.get(key)
+			p := w.get(ctx, key)
 			p.Annotations[v1alpha1.AnnotationTimedOut] = w.clock.Now().Format(time.RFC3339)
-			w.must(w.c.Update(w.ctx, p))
+			w.must(w.c.Update(ctx, p))
 			reconcileFor()
 			heldByTheRequest("a timed-out request that handed its fenced host over keeps it held while it lives")
 		}
 
-		w.must(w.c.Delete(w.ctx, w.get(key)))
+		w.must(w.c.Delete(ctx, w.get(ctx, key)))
 		endedAt := reconcileFor()
-		if l := w.lease(node); l != nil {
+		if l := w.lease(ctx, node); l != nil {
 			Expect(l.Spec.RenewTime.Time).NotTo(BeTemporally(">", endedAt), "nothing renewed the lease after the request ended")
 			_, valid := leases.ValidUntil(l, w.clock.Now())
 			Expect(valid).To(BeFalse(), "ran out")
 		}
-		err := w.c.Get(w.ctx, key, &v1alpha1.PowerCycleRemediation{})
+		err := w.c.Get(ctx, key, &v1alpha1.PowerCycleRemediation{})
 		Expect(err == nil || apierrors.IsNotFound(err)).To(BeTrue(), "%v", err)
 
 	},
@@ -316,12 +316,12 @@ var _ = Describe("Trust and bounds", func() {
 		})
 		// A withheld answer costs the test this much real time: the BMC call's own bound.
 		w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.BMCCallTimeout = time.Second }
-		node := w.node("worker-2", nil)
-		w.bmc(node, mockAddress(m, "1"), credentials)
+		node := w.node(ctx, "worker-2", nil)
+		w.bmc(ctx, node, mockAddress(m, "1"), credentials)
 		if tc.lose == "ForceOff" {
 			Expect(m.LoseResetAnswers("1", 1, tc.how)).To(Succeed())
 		}
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 
 		armed := tc.lose == "ForceOff"
 		var offPostsInAttempt int
@@ -334,17 +334,17 @@ var _ = Describe("Trust and bounds", func() {
 				offPostsInAttempt = resetPosts(m, "1")
 			}
 			if state, _ := m.PowerState("1"); state == redfishmock.PowerOn {
-				w.kubeletOnPowerOn(node, always)(p)
+				w.kubeletOnPowerOn(ctx, node, always)(p)
 			}
 		}
-		steps := w.drive(key, same(w.reconciler()), react, untilSettled)
+		steps := w.drive(ctx, key, same(w.reconciler()), react, untilSettled)
 
 		Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePoweringOff,
 			v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseSucceeded}), "one attempt, no retry")
 		Expect(m.Resets("1")).To(Equal([]string{"ForceOff", "On"}), "one power-off and one power-on were carried out")
 		Expect(resetPosts(m, "1")).To(Equal(2), "and no other reached the mock")
 		Expect(offPostsInAttempt).To(Equal(1), "one power-off while powering off")
-		p := w.get(key)
+		p := w.get(ctx, key)
 		Expect(p.Status.Attempts).To(HaveLen(1))
 		Expect(w.countEvents("Warning "+EventBMCNotReady)).To(Equal(1), "the lost answer is reported")
 
@@ -360,23 +360,23 @@ var _ = Describe("Trust and bounds", func() {
 	// 60s here) and the host still reads Off, not at the next poll.
 	It("unanswered power on waits for a transition", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-5", nil)
+		node := w.fakeHost(ctx, "worker-5", nil)
 		host := hosts.Driver(fakeAddress(node))
 		host.FailNext(bmc.OperationPowerOn, &bmc.Error{Driver: "fake", Operation: bmc.OperationPowerOn, Kind: bmc.ErrTimeout,
 			Err: context.DeadlineExceeded})
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 
 		var onAt []time.Time // when each power-on went out, by the world's clock
 		react := func(p *v1alpha1.PowerCycleRemediation) {
 			if n := host.CallCount(bmc.OperationPowerOn); n > len(onAt) {
 				onAt = append(onAt, w.clock.Now())
 			}
-			w.kubeletOnPowerOn(node, always)(p)
+			w.kubeletOnPowerOn(ctx, node, always)(p)
 		}
-		w.drive(key, same(w.reconciler()), react, untilSettled)
+		w.drive(ctx, key, same(w.reconciler()), react, untilSettled)
 
-		Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
-		Expect(w.get(key).Status.Attempts).To(HaveLen(1))
+		Expect(w.get(ctx, key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		Expect(w.get(ctx, key).Status.Attempts).To(HaveLen(1))
 		Expect(powerOps(host)).To(Equal([]string{"Off", "On", "On"}))
 		Expect(onAt).To(HaveLen(2))
 		Expect(onAt[1].Sub(onAt[0])).To(And(BeNumerically(">=", time.Minute), BeNumerically("<", time.Minute+5*time.Second)),
@@ -389,14 +389,14 @@ var _ = Describe("Trust and bounds", func() {
 	// the warning is still emitted and names the node.
 	It("huge BMC error makes bounded events", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-9", nil)
+		node := w.fakeHost(ctx, "worker-9", nil)
 		host := hosts.Driver(fakeAddress(node))
 		huge := strings.Repeat("The BMC's error body goes on. ", 2200) // 66,000 bytes
 		host.FailAlways(bmc.OperationPowerOff, &bmc.Error{Driver: "fake", Operation: bmc.OperationPowerOff, Kind: bmc.ErrUnreachable,
 			Err: errors.New(huge)})
-		key := w.nhcRemediation(node, spec(escalate, 1))
+		key := w.nhcRemediation(ctx, node, spec(escalate, 1))
 
-		w.drive(key, same(w.reconciler()), nil, untilSettled)
+		w.drive(ctx, key, same(w.reconciler()), nil, untilSettled)
 
 		evs := w.drainEvents()
 		Expect(evs).To(ContainElement(HavePrefix("Warning "+EventBMCNotReady+" Node "+node)), "the BMC's failure is reported")
@@ -409,10 +409,10 @@ var _ = Describe("Trust and bounds", func() {
 })
 
 // namespace creates a namespace of the scenario's own, besides the world's (the manager's).
-func (w *world) namespace(name string) string {
+func (w *world) namespace(ctx context.Context, name string) string {
 	GinkgoHelper()
 	name = fmt.Sprintf("%s-%s", name, strings.TrimSuffix(w.prefix, "-"))
-	w.must(w.c.Create(w.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+	w.must(w.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
 	return name
 }
 

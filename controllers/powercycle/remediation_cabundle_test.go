@@ -17,35 +17,35 @@ var _ = Describe("Remediation", func() {
 	// the bundle exists.
 	It("BMCCA bundle missing", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.node("worker-ca", nil)
+		node := w.node(ctx, "worker-ca", nil)
 		b := &v1alpha1.BMC{
 			ObjectMeta: metav1.ObjectMeta{Name: node + "-bmc", Namespace: w.ns},
 			Spec: v1alpha1.BMCSpec{NodeName: node, Address: fakeAddress(node),
 				CredentialsSecretRef: v1alpha1.SecretReference{Name: node + "-bmc-credentials"},
 				CABundleRef:          &v1alpha1.CABundleReference{Kind: v1alpha1.CABundleConfigMap, Name: "site-ca"}},
 		}
-		w.must(w.c.Create(w.ctx, b))
-		w.secret(b.Spec.CredentialsSecretRef.Name, credentials)
-		w.waitCached(b, func(client.Object) bool { return true })
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		w.must(w.c.Create(ctx, b))
+		w.secret(ctx, b.Spec.CredentialsSecretRef.Name, credentials)
+		w.waitCached(ctx, b, func(client.Object) bool { return true })
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 
-		steps := w.drive(key, same(w.reconciler()), nil, func(s []step) bool { return len(s) == 3 })
+		steps := w.drive(ctx, key, same(w.reconciler()), nil, func(s []step) bool { return len(s) == 3 })
 
 		Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePending}))
-		c := conditionOf(w.get(key), v1alpha1.ConditionBMCReady)
+		c := conditionOf(w.get(ctx, key), v1alpha1.ConditionBMCReady)
 		Expect(c).To(MatchFields(v1alpha1.ReasonCABundleNotFound, metav1.ConditionFalse))
 		Expect(c.Message).To(ContainSubstring(`ConfigMap "site-ca" does not exist`))
-		Expect(w.lease(node)).To(BeNil(), "no lease while the BMC cannot be used")
-		Expect(w.taintKeys(node)).To(BeEmpty())
+		Expect(w.lease(ctx, node)).To(BeNil(), "no lease while the BMC cannot be used")
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty())
 		Expect(hosts.Driver(fakeAddress(node)).Calls()).To(BeEmpty())
 
 		ca, err := testca.New("site CA")
 		Expect(err).NotTo(HaveOccurred())
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "site-ca", Namespace: w.ns}, Data: map[string]string{"ca.crt": string(ca.PEM)}}
-		w.must(w.c.Create(w.ctx, cm))
-		w.waitCached(cm, func(client.Object) bool { return true })
-		w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
-		Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		w.must(w.c.Create(ctx, cm))
+		w.waitCached(ctx, cm, func(client.Object) bool { return true })
+		w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
+		Expect(w.get(ctx, key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		Expect(hosts.Driver(fakeAddress(node)).Calls()).NotTo(BeEmpty())
 	})
 })

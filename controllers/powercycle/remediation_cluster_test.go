@@ -60,19 +60,19 @@ var _ = Describe("Remediation", func() {
 			w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.WorkloadClusters = clusters }
 			kubeconfig = api.kubeconfig
 		}
-		node := w.fakeHost("worker-1", nil)
-		n := w.getNode(node)
+		node := w.fakeHost(ctx, "worker-1", nil)
+		n := w.getNode(ctx, node)
 		n.Spec.ProviderID = tc.nodeID
-		w.must(w.c.Update(w.ctx, n))
-		w.setReady(node, corev1.ConditionTrue)
+		w.must(w.c.Update(ctx, n))
+		w.setReady(ctx, node, corev1.ConditionTrue)
 		if tc.kubeconfig {
-			w.must(w.c.Create(w.ctx, &corev1.Secret{
+			w.must(w.c.Create(ctx, &corev1.Secret{
 				ObjectMeta: metav1.ObjectMeta{Name: "workload-kubeconfig", Namespace: w.ns},
 				Data:       map[string][]byte{"value": kubeconfig},
 			}))
 		}
 		if !tc.noCluster {
-			w.must(w.c.Create(w.ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "workload", Namespace: w.ns},
+			w.must(w.c.Create(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "workload", Namespace: w.ns},
 				Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{
 					APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "Metal3Cluster", Name: "workload"}}}))
 		}
@@ -85,20 +85,20 @@ var _ = Describe("Remediation", func() {
 				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "Metal3Machine", Name: "workload-md-0-x7k2p"},
 			},
 		}
-		w.must(w.c.Create(w.ctx, machine))
+		w.must(w.c.Create(ctx, machine))
 		machine.Status.NodeRef = clusterv1.MachineNodeReference{Name: node}
-		w.must(w.c.Status().Update(w.ctx, machine))
+		w.must(w.c.Status().Update(ctx, machine))
 		var annotations map[string]string
 		if tc.annotated {
 			annotations = map[string]string{v1alpha1.AnnotationNodeName: node}
 		}
-		key := w.remediation(machine.Name, spec(reboot, 1), annotations, metav1.OwnerReference{
+		key := w.remediation(ctx, machine.Name, spec(reboot, 1), annotations, metav1.OwnerReference{
 			APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Name: machine.Name, UID: machine.UID})
 		host := hosts.Driver(fakeAddress(node))
 
 		if tc.want == "served" {
-			w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilTerminal)
-			p := w.get(key)
+			w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilTerminal)
+			p := w.get(ctx, key)
 			Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonNodeReady, metav1.ConditionTrue))
 			Expect(powerOps(host)).To(Equal([]string{"Off", "On"}), "the Machine's own host was power-cycled")
 			Expect(p.Status.ClusterName).To(BeEmpty(), "the Node is this cluster's")
@@ -109,19 +109,19 @@ var _ = Describe("Remediation", func() {
 		r := w.reconciler()
 		var results []ctrl.Result
 		for range 3 { // its creation, and whatever else brings it back
-			res, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 			Expect(err).NotTo(HaveOccurred())
 			results = append(results, res)
 			w.clock.Step(time.Minute)
 		}
 		Expect(host.Calls()).To(BeEmpty(), "the management host's BMC was never called")
-		Expect(w.taintKeys(node)).To(BeEmpty())
-		Expect(w.getNode(node).Spec.Unschedulable).To(BeFalse())
-		Expect(w.lease(node)).To(BeNil())
-		p := w.get(key)
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty())
+		Expect(w.getNode(ctx, node).Spec.Unschedulable).To(BeFalse())
+		Expect(w.lease(ctx, node)).To(BeNil())
+		p := w.get(ctx, key)
 		Expect(p.Finalizers).NotTo(ContainElement(v1alpha1.FinalizerPowerCycle))
 		Expect(p.Status.Attempts).To(BeEmpty())
-		Expect(r.Remediating(w.ctx, node)).To(BeFalse(), "it holds no host of this cluster")
+		Expect(r.Remediating(ctx, node)).To(BeFalse(), "it holds no host of this cluster")
 		events := w.drainEvents()
 		Expect(events).To(HaveLen(1), "one warning, and nothing else announced")
 		if tc.want == "waiting" {
@@ -144,8 +144,8 @@ var _ = Describe("Remediation", func() {
 		}
 
 		// Deleted, it goes at once: no clean-up touches the host.
-		w.must(w.c.Delete(w.ctx, p))
-		steps := w.drive(key, same(r), nil, untilSettled)
+		w.must(w.c.Delete(ctx, p))
+		steps := w.drive(ctx, key, same(r), nil, untilSettled)
 		Expect(steps[len(steps)-1].gone).To(BeTrue())
 		Expect(host.Calls()).To(BeEmpty())
 
@@ -187,31 +187,31 @@ var _ = Describe("Remediation", func() {
 		w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.WorkloadClusters = clusters }
 
 		// The management cluster's own worker-1: healthy, with a BMC that names no cluster.
-		node := w.fakeHost("worker-1", nil)
-		mgmtNode := w.getNode(node)
+		node := w.fakeHost(ctx, "worker-1", nil)
+		mgmtNode := w.getNode(ctx, node)
 		mgmtNode.Spec.ProviderID = "metal3://management-worker-1"
-		w.must(w.c.Update(w.ctx, mgmtNode))
-		w.setReady(node, corev1.ConditionTrue)
+		w.must(w.c.Update(ctx, mgmtNode))
+		w.setReady(ctx, node, corev1.ConditionTrue)
 		mgmtHost := hosts.Driver(fakeAddress(node))
 
 		// edge-a's worker-1: hung; its BMC names the cluster.
 		edge := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}, Spec: corev1.NodeSpec{ProviderID: "metal3://edge-a-worker-1"}}
-		w.must(wl.Create(w.ctx, edge))
+		w.must(wl.Create(ctx, edge))
 		long := metav1.NewTime(epoch.Add(-time.Hour))
 		edge.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastHeartbeatTime: long, LastTransitionTime: long}}
-		w.must(wl.Status().Update(w.ctx, edge))
+		w.must(wl.Status().Update(ctx, edge))
 		edgeAddress := fakeAddress("edge-a-" + node)
 		b := &v1alpha1.BMC{
 			ObjectMeta: metav1.ObjectMeta{Name: "edge-a-" + node, Namespace: w.ns},
 			Spec: v1alpha1.BMCSpec{NodeName: node, Cluster: &v1alpha1.ClusterReference{Namespace: w.ns, Name: "edge-a"},
 				Address: edgeAddress, CredentialsSecretRef: v1alpha1.SecretReference{Name: "edge-a-" + node + "-bmc-credentials"}},
 		}
-		w.must(w.c.Create(w.ctx, b))
-		w.secret(b.Spec.CredentialsSecretRef.Name, credentials)
-		w.waitCached(b, func(client.Object) bool { return true })
+		w.must(w.c.Create(ctx, b))
+		w.secret(ctx, b.Spec.CredentialsSecretRef.Name, credentials)
+		w.waitCached(ctx, b, func(client.Object) bool { return true })
 		edgeHost := hosts.Driver(edgeAddress)
 
-		w.must(w.c.Create(w.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "edge-a-kubeconfig", Namespace: w.ns},
+		w.must(w.c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "edge-a-kubeconfig", Namespace: w.ns},
 			Data: map[string][]byte{"value": kubeconfig}}))
 		machine := &clusterv1.Machine{
 			ObjectMeta: metav1.ObjectMeta{Name: "edge-a-md-0-x7k2p", Namespace: w.ns},
@@ -219,15 +219,15 @@ var _ = Describe("Remediation", func() {
 				Bootstrap:         clusterv1.Bootstrap{DataSecretName: new("bootstrap-data")},
 				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "Metal3Machine", Name: "edge-a-md-0-x7k2p"}},
 		}
-		w.must(w.c.Create(w.ctx, machine))
+		w.must(w.c.Create(ctx, machine))
 		machine.Status.NodeRef = clusterv1.MachineNodeReference{Name: node}
-		w.must(w.c.Status().Update(w.ctx, machine))
-		key := w.remediation(machine.Name, spec(reboot, 1), map[string]string{v1alpha1.AnnotationNodeName: node},
+		w.must(w.c.Status().Update(ctx, machine))
+		key := w.remediation(ctx, machine.Name, spec(reboot, 1), map[string]string{v1alpha1.AnnotationNodeName: node},
 			metav1.OwnerReference{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Name: machine.Name, UID: machine.UID})
 
 		edgeTaints := func() []string { // the remediation taints of edge-a's worker-1
 			n := &corev1.Node{}
-			w.must(wl.Get(w.ctx, client.ObjectKey{Name: node}, n))
+			w.must(wl.Get(ctx, client.ObjectKey{Name: node}, n))
 			var keys []string
 			for _, t := range n.Spec.Taints {
 				if _, ours := taintEffects[t.Key]; ours {
@@ -238,7 +238,7 @@ var _ = Describe("Remediation", func() {
 		}
 		edgeLease := func() *coordinationv1.Lease {
 			l := &coordinationv1.Lease{}
-			if err := wl.Get(w.ctx, client.ObjectKey{Namespace: leases.DefaultNamespace, Name: leases.LeaseName(node)}, l); apierrors.IsNotFound(err) {
+			if err := wl.Get(ctx, client.ObjectKey{Namespace: leases.DefaultNamespace, Name: leases.LeaseName(node)}, l); apierrors.IsNotFound(err) {
 				return nil
 			} else {
 				w.must(err)
@@ -249,8 +249,8 @@ var _ = Describe("Remediation", func() {
 
 		// Fenced and powered on again: the out-of-service taint is on edge-a's worker-1 until it is Ready, and
 		// edge-a holds the lease.
-		w.drive(key, same(r), nil, untilPhase(v1alpha1.PhaseWaitingForNode))
-		p := w.get(key)
+		w.drive(ctx, key, same(r), nil, untilPhase(v1alpha1.PhaseWaitingForNode))
+		p := w.get(ctx, key)
 		Expect(p.Status.ClusterName).To(Equal("edge-a"))
 		Expect(p.Status.BMCName).To(Equal(b.Name))
 		Expect(edgeTaints()).To(ContainElement(corev1.TaintNodeOutOfService))
@@ -263,19 +263,19 @@ var _ = Describe("Remediation", func() {
 		api.cut()
 		before := powerOps(edgeHost)
 		Eventually(func(g Gomega) {
-			_, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+			_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(conditionOf(w.get(key), v1alpha1.ConditionWorkloadClusterReachable)).To(
+			g.Expect(conditionOf(w.get(ctx, key), v1alpha1.ConditionWorkloadClusterReachable)).To(
 				MatchFields(v1alpha1.ReasonWorkloadClusterUnreachable, metav1.ConditionFalse))
 		}).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
 		w.clock.Step(10 * time.Minute)
 		for range 2 {
-			res, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 			Expect(err).NotTo(HaveOccurred())
 			Expect(res.RequeueAfter).To(BeNumerically(">", 0))
 			w.clock.Step(res.RequeueAfter)
 		}
-		p = w.get(key)
+		p = w.get(ctx, key)
 		Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseWaitingForNode), "nothing is decided of a Node that cannot be seen")
 		Expect(powerOps(edgeHost)).To(Equal(before), "no power request while the Node cannot be seen")
 		Expect(w.countEvents("Warning "+EventWorkloadClusterUnreachable)).To(Equal(1), "one warning for the change")
@@ -283,19 +283,19 @@ var _ = Describe("Remediation", func() {
 		// It answers again, the host having booted: edge-a's Node is Ready, its taints and lease go.
 		api.restore()
 		n := &corev1.Node{}
-		w.must(wl.Get(w.ctx, client.ObjectKey{Name: node}, n))
+		w.must(wl.Get(ctx, client.ObjectKey{Name: node}, n))
 		now := metav1.NewTime(w.clock.Now())
 		n.Status.Conditions[0].Status, n.Status.Conditions[0].LastHeartbeatTime, n.Status.Conditions[0].LastTransitionTime = corev1.ConditionTrue, now, now
-		w.must(wl.Status().Update(w.ctx, n))
-		w.drive(key, same(r), nil, untilTerminal)
-		p = w.get(key)
+		w.must(wl.Status().Update(ctx, n))
+		w.drive(ctx, key, same(r), nil, untilTerminal)
+		p = w.get(ctx, key)
 		Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonNodeReady, metav1.ConditionTrue))
 		Expect(conditionOf(p, v1alpha1.ConditionWorkloadClusterReachable)).To(MatchFields(v1alpha1.ReasonAsExpected, metav1.ConditionTrue))
 		Expect(powerOps(edgeHost)).To(Equal([]string{"Off", "On"}), "edge-a's worker-1 was power-cycled once")
 		Expect(edgeTaints()).To(BeEmpty())
 
-		w.must(w.c.Delete(w.ctx, p))
-		steps := w.drive(key, same(r), nil, untilSettled)
+		w.must(w.c.Delete(ctx, p))
+		steps := w.drive(ctx, key, same(r), nil, untilSettled)
 		Expect(steps[len(steps)-1].gone).To(BeTrue())
 		if l := edgeLease(); l != nil {
 			Expect(l.Spec.HolderIdentity).To(Or(BeNil(), HaveValue(BeEmpty())), "the lease was released in edge-a")
@@ -303,8 +303,8 @@ var _ = Describe("Remediation", func() {
 
 		// The management cluster's worker-1 was never touched.
 		Expect(mgmtHost.Calls()).To(BeEmpty())
-		Expect(w.taintKeys(node)).To(BeEmpty())
-		Expect(w.lease(node)).To(BeNil())
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty())
+		Expect(w.lease(ctx, node)).To(BeNil())
 		Expect(powerOps(edgeHost)).To(Equal([]string{"Off", "On"}))
 	})
 })

@@ -132,7 +132,6 @@ var worldSeq atomic.Int32
 // world is one scenario, a testenv world: its own namespace (BMCs, Secrets, remediations), nodes with
 // unique names, a fake clock, an event recorder and the BMC drivers of a registry chosen by the scenario.
 type world struct {
-	ctx      context.Context
 	api      *apiServer
 	c        client.Client
 	ns       string
@@ -151,7 +150,6 @@ func newWorld(ctx context.Context, registry *bmc.Registry) *world {
 	n := worldSeq.Add(1)
 	tw := env.NewWorld(ctx, GinkgoT(), testenv.WorldOptions{Namespace: fmt.Sprintf("scenario-%d", n), Start: epoch})
 	return &world{
-		ctx:      ctx,
 		api:      api,
 		c:        api.client,
 		ns:       tw.Namespace,
@@ -189,24 +187,24 @@ func (w *world) reconciler() *RemediationReconciler {
 }
 
 // node creates a broken node (Ready Unknown since long ago) and returns its full name.
-func (w *world) node(name string, labels map[string]string) string {
+func (w *world) node(ctx context.Context, name string, labels map[string]string) string {
 	GinkgoHelper()
 	name = w.prefix + name
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
-	w.must(w.c.Create(w.ctx, n))
+	w.must(w.c.Create(ctx, n))
 	long := metav1.NewTime(epoch.Add(-time.Hour))
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown,
 		LastHeartbeatTime: long, LastTransitionTime: long, Reason: "NodeStatusUnknown"}}
-	w.must(w.c.Status().Update(w.ctx, n))
+	w.must(w.c.Status().Update(ctx, n))
 	return name
 }
 
 // setReady sets the node's Ready condition as its kubelet (or the node lifecycle controller) would,
 // stamped with the world's time.
-func (w *world) setReady(name string, status corev1.ConditionStatus) {
+func (w *world) setReady(ctx context.Context, name string, status corev1.ConditionStatus) {
 	GinkgoHelper()
 	n := &corev1.Node{}
-	w.must(w.c.Get(w.ctx, client.ObjectKey{Name: name}, n))
+	w.must(w.c.Get(ctx, client.ObjectKey{Name: name}, n))
 	now := metav1.NewTime(w.clock.Now())
 	for i, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
@@ -216,101 +214,101 @@ func (w *world) setReady(name string, status corev1.ConditionStatus) {
 			n.Status.Conditions[i].Status, n.Status.Conditions[i].LastHeartbeatTime = status, now
 		}
 	}
-	w.must(w.c.Status().Update(w.ctx, n))
+	w.must(w.c.Status().Update(ctx, n))
 }
 
 // bmc creates the node's BMC at address, with a credentials Secret (unless secret is nil).
-func (w *world) bmc(node, address string, secret map[string]string) *v1alpha1.BMC {
+func (w *world) bmc(ctx context.Context, node, address string, secret map[string]string) *v1alpha1.BMC {
 	GinkgoHelper()
 	b := &v1alpha1.BMC{
 		ObjectMeta: metav1.ObjectMeta{Name: node + "-bmc", Namespace: w.ns},
 		Spec: v1alpha1.BMCSpec{NodeName: node, Address: address,
 			CredentialsSecretRef: v1alpha1.SecretReference{Name: node + "-bmc-credentials"}},
 	}
-	w.must(w.c.Create(w.ctx, b))
+	w.must(w.c.Create(ctx, b))
 	if secret != nil {
-		w.secret(b.Spec.CredentialsSecretRef.Name, secret)
+		w.secret(ctx, b.Spec.CredentialsSecretRef.Name, secret)
 	}
-	w.waitCached(b, func(o client.Object) bool { return true })
+	w.waitCached(ctx, b, func(o client.Object) bool { return true })
 	return b
 }
 
 // fakeHost creates a node (see node) whose BMC is a fake driver with good credentials, and returns the
 // node's full name.
-func (w *world) fakeHost(name string, labels map[string]string) string {
+func (w *world) fakeHost(ctx context.Context, name string, labels map[string]string) string {
 	GinkgoHelper()
-	node := w.node(name, labels)
-	w.bmc(node, fakeAddress(node), credentials)
+	node := w.node(ctx, name, labels)
+	w.bmc(ctx, node, fakeAddress(node), credentials)
 	return node
 }
 
 // secret creates or updates a Secret and waits until the access layer's cache has this version.
-func (w *world) secret(name string, data map[string]string) {
+func (w *world) secret(ctx context.Context, name string, data map[string]string) {
 	GinkgoHelper()
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns}}
-	err := w.c.Get(w.ctx, client.ObjectKeyFromObject(s), s)
+	err := w.c.Get(ctx, client.ObjectKeyFromObject(s), s)
 	s.StringData = data
 	if apierrors.IsNotFound(err) {
-		w.must(w.c.Create(w.ctx, s))
+		w.must(w.c.Create(ctx, s))
 	} else {
 		w.must(err)
-		w.must(w.c.Update(w.ctx, s))
+		w.must(w.c.Update(ctx, s))
 	}
 	rv := s.ResourceVersion
-	w.waitCached(s, func(o client.Object) bool { return o.GetResourceVersion() == rv })
+	w.waitCached(ctx, s, func(o client.Object) bool { return o.GetResourceVersion() == rv })
 }
 
 // waitCached waits until the cache holds o in a state ok accepts (the cache is real: it lags).
-func (w *world) waitCached(o client.Object, ok func(client.Object) bool) {
+func (w *world) waitCached(ctx context.Context, o client.Object, ok func(client.Object) bool) {
 	GinkgoHelper()
 	cached := o.DeepCopyObject().(client.Object)
 	Eventually(func() bool {
-		return w.api.cache.Get(w.ctx, client.ObjectKeyFromObject(o), cached) == nil && ok(cached)
+		return w.api.cache.Get(ctx, client.ObjectKeyFromObject(o), cached) == nil && ok(cached)
 	}).WithTimeout(10 * time.Second).WithPolling(10 * time.Millisecond).Should(BeTrue())
 }
 
 // remediation creates a PowerCycleRemediation in the world's namespace.
-func (w *world) remediation(name string, spec v1alpha1.PowerCycleRemediationSpec, annotations map[string]string, owners ...metav1.OwnerReference) client.ObjectKey {
+func (w *world) remediation(ctx context.Context, name string, spec v1alpha1.PowerCycleRemediationSpec, annotations map[string]string, owners ...metav1.OwnerReference) client.ObjectKey {
 	GinkgoHelper()
 	p := &v1alpha1.PowerCycleRemediation{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns, Annotations: annotations, OwnerReferences: owners},
 		Spec:       spec,
 	}
-	w.must(w.c.Create(w.ctx, p))
+	w.must(w.c.Create(ctx, p))
 	return client.ObjectKeyFromObject(p)
 }
 
 // nhcRemediation creates a remediation as NodeHealthCheck does: named after the node, annotated with it,
 // owned by the Node and the health check.
-func (w *world) nhcRemediation(node string, spec v1alpha1.PowerCycleRemediationSpec) client.ObjectKey {
+func (w *world) nhcRemediation(ctx context.Context, node string, spec v1alpha1.PowerCycleRemediationSpec) client.ObjectKey {
 	GinkgoHelper()
 	n := &corev1.Node{}
-	w.must(w.c.Get(w.ctx, client.ObjectKey{Name: node}, n))
-	return w.remediation(node, spec, map[string]string{v1alpha1.AnnotationNodeName: node},
+	w.must(w.c.Get(ctx, client.ObjectKey{Name: node}, n))
+	return w.remediation(ctx, node, spec, map[string]string{v1alpha1.AnnotationNodeName: node},
 		metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: node, UID: n.UID},
 		metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeHealthCheck", Name: "workers", UID: "4a1b5e0e-0000-4000-8000-000000000001"})
 }
 
-func (w *world) get(key client.ObjectKey) *v1alpha1.PowerCycleRemediation {
+func (w *world) get(ctx context.Context, key client.ObjectKey) *v1alpha1.PowerCycleRemediation {
 	GinkgoHelper()
 	p := &v1alpha1.PowerCycleRemediation{}
-	w.must(w.c.Get(w.ctx, key, p))
+	w.must(w.c.Get(ctx, key, p))
 	return p
 }
 
-func (w *world) getNode(name string) *corev1.Node {
+func (w *world) getNode(ctx context.Context, name string) *corev1.Node {
 	GinkgoHelper()
 	n := &corev1.Node{}
-	w.must(w.c.Get(w.ctx, client.ObjectKey{Name: name}, n))
+	w.must(w.c.Get(ctx, client.ObjectKey{Name: name}, n))
 	return n
 }
 
 // taintKeys lists the keys of the node's remediation taints (the API server adds others of its own,
 // such as node.kubernetes.io/not-ready).
-func (w *world) taintKeys(name string) []string {
+func (w *world) taintKeys(ctx context.Context, name string) []string {
 	GinkgoHelper()
 	var keys []string
-	for _, t := range w.getNode(name).Spec.Taints {
+	for _, t := range w.getNode(ctx, name).Spec.Taints {
 		if _, ours := taintEffects[t.Key]; ours {
 			keys = append(keys, t.Key)
 		}
@@ -319,10 +317,10 @@ func (w *world) taintKeys(name string) []string {
 }
 
 // lease returns the node's lease, or nil.
-func (w *world) lease(node string) *coordinationv1.Lease {
+func (w *world) lease(ctx context.Context, node string) *coordinationv1.Lease {
 	GinkgoHelper()
 	l := &coordinationv1.Lease{}
-	err := w.c.Get(w.ctx, client.ObjectKey{Namespace: leases.DefaultNamespace, Name: leases.LeaseName(node)}, l)
+	err := w.c.Get(ctx, client.ObjectKey{Namespace: leases.DefaultNamespace, Name: leases.LeaseName(node)}, l)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -354,18 +352,18 @@ type step struct {
 // reconcile (the same one, or a fresh one to simulate restarts). After each reconcile react lets the
 // world respond (a kubelet reporting Ready, say), then the clock jumps to the requeue time. It fails the
 // test after maxSteps reconciles, and returns what each reconcile saw.
-func (w *world) drive(key client.ObjectKey, next func() *RemediationReconciler, react func(*v1alpha1.PowerCycleRemediation), until func([]step) bool) []step {
+func (w *world) drive(ctx context.Context, key client.ObjectKey, next func() *RemediationReconciler, react func(*v1alpha1.PowerCycleRemediation), until func([]step) bool) []step {
 	GinkgoHelper()
 	const maxSteps = 400
 	var steps []step
 	for range maxSteps {
 		at := w.clock.Now()
-		res, err := next().Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+		res, err := next().Reconcile(ctx, ctrl.Request{NamespacedName: key})
 		if err != nil {
 			Fail(fmt.Sprintf("reconcile %d (at +%s): %v", len(steps)+1, at.Sub(epoch), err))
 		}
 		p := &v1alpha1.PowerCycleRemediation{}
-		err = w.c.Get(w.ctx, key, p)
+		err = w.c.Get(ctx, key, p)
 		if apierrors.IsNotFound(err) {
 			steps = append(steps, step{gone: true, result: res, at: at})
 			return steps
@@ -424,17 +422,17 @@ func phases(steps []step) []v1alpha1.PowerCyclePhase {
 
 // kubeletOnPowerOn answers a power-on the way a healthy host does: once the BMC has confirmed it on, the
 // kubelet reports Ready. healthy says whether this attempt's boot brings the node back.
-func (w *world) kubeletOnPowerOn(node string, healthy func(attempt int32) bool) func(*v1alpha1.PowerCycleRemediation) {
+func (w *world) kubeletOnPowerOn(ctx context.Context, node string, healthy func(attempt int32) bool) func(*v1alpha1.PowerCycleRemediation) {
 	return func(p *v1alpha1.PowerCycleRemediation) {
 		if p.Status.Phase != v1alpha1.PhaseWaitingForNode || len(p.Status.Attempts) == 0 {
 			return
 		}
 		a := p.Status.Attempts[len(p.Status.Attempts)-1]
-		if a.PowerOnRequested == nil || !healthy(a.Number) || nodeReadySince(w.getNode(node), a.PowerOnRequested.Time) {
+		if a.PowerOnRequested == nil || !healthy(a.Number) || nodeReadySince(w.getNode(ctx, node), a.PowerOnRequested.Time) {
 			return
 		}
 		w.clock.Step(20 * time.Second) // the boot
-		w.setReady(node, corev1.ConditionTrue)
+		w.setReady(ctx, node, corev1.ConditionTrue)
 	}
 }
 
@@ -541,12 +539,12 @@ func (w *world) interceptedClient(funcs interceptor.Funcs) (client.Client, *writ
 
 // indexedClient is a client whose reads come from a cache of the world's namespace with the remediator's
 // node index, as the manager's do; the cache runs until the test ends.
-func (w *world) indexedClient() client.Client {
+func (w *world) indexedClient(ctx context.Context) client.Client {
 	GinkgoHelper()
 	ca, err := cache.New(w.api.cfg, cache.Options{Scheme: w.api.scheme, DefaultNamespaces: map[string]cache.Config{w.ns: {}}})
 	w.must(err)
-	w.must(indexRemediationsByNode(w.ctx, ca))
-	ctx, cancel := context.WithCancel(w.ctx)
+	w.must(indexRemediationsByNode(ctx, ca))
+	ctx, cancel := context.WithCancel(ctx)
 	DeferCleanup(cancel)
 	go func() { _ = ca.Start(ctx) }()
 	Expect(ca.WaitForCacheSync(ctx)).To(BeTrue(), "the cache did not sync")

@@ -54,34 +54,34 @@ var _ = Describe("Hand-over", func() {
 	DescribeTable("escalation overlap", func(ctx SpecContext, tc escalationOverlapCase) {
 		w, m, node := oneMockHost(ctx, func(m *redfishmock.Mock) *redfishmock.Mock { return m.WithPowerDelay(3 * time.Second) })
 		if tc.byCheck {
-			takeLease(w, node, owningCheckHolder, 24*time.Hour)
+			takeLease(ctx, w, node, owningCheckHolder, 24*time.Hour)
 		}
 		r := w.reconciler()
-		stepOne := w.stepRequest(node, node, spec(escalate, 1), tc.byCheck)
+		stepOne := w.stepRequest(ctx, node, node, spec(escalate, 1), tc.byCheck)
 
 		// The out-of-service taint, once on, stays until both requests are gone.
 		fencedSince := time.Time{}
 		outOfService := func() {
-			on := slices.Contains(w.taintKeys(node), v1alpha1.TaintOutOfService)
+			on := slices.Contains(w.taintKeys(ctx, node), v1alpha1.TaintOutOfService)
 			if fencedSince.IsZero() && on {
 				fencedSince = w.clock.Now()
 			}
 			Expect(fencedSince.IsZero() || on).To(BeTrue(), "the out-of-service taint stays from the first confirmed power-off")
 		}
-		w.drive(stepOne, same(r), func(p *v1alpha1.PowerCycleRemediation) {
+		w.drive(ctx, stepOne, same(r), func(p *v1alpha1.PowerCycleRemediation) {
 			outOfService()
-			w.kubeletOnPowerOn(node, never)(p)
+			w.kubeletOnPowerOn(ctx, node, never)(p)
 		}, untilTerminal)
-		p := w.get(stepOne)
+		p := w.get(ctx, stepOne)
 		Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseFailed))
 		Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonRetriesExhausted, metav1.ConditionFalse))
 		Expect(m.PowerState("1")).To(Equal(redfishmock.PowerOff))
-		Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
+		Expect(w.taintKeys(ctx, node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
 		Expect(fencedSince).NotTo(BeZero())
 		Expect(fencedSince).To(BeTemporally("<=", p.Status.Attempts[0].PowerOnRequested.Time), "fenced by the first attempt already")
 		fenced := []string{"ForceOff", "On", "ForceOff"} // a power cycle, then off for good
 		Expect(m.Resets("1")).To(Equal(fenced))
-		lease := w.lease(node)
+		lease := w.lease(ctx, node)
 		wantHolder := "PowerCycleRemediation-" + node
 		if tc.byCheck {
 			wantHolder = owningCheckHolder
@@ -89,8 +89,8 @@ var _ = Describe("Hand-over", func() {
 		Expect(holderOf(lease)).To(Equal(wantHolder))
 
 		// The check escalates: step 1 is marked timed out and step 2 created in the same pass.
-		w.markTimedOut(stepOne)
-		stepTwo := w.stepRequest(node, node+"-power-off", spec(powerOff, 1), tc.byCheck)
+		w.markTimedOut(ctx, stepOne)
+		stepTwo := w.stepRequest(ctx, node, node+"-power-off", spec(powerOff, 1), tc.byCheck)
 		order := []client.ObjectKey{stepOne, stepTwo}
 		if tc.stepTwoFirst {
 			order = []client.ObjectKey{stepTwo, stepOne}
@@ -99,23 +99,23 @@ var _ = Describe("Hand-over", func() {
 		observe := func() {
 			outOfService()
 			Expect(m.Resets("1")).To(Equal(fenced), "no power request after step 1's fence")
-			l := w.lease(node)
+			l := w.lease(ctx, node)
 			Expect(l).NotTo(BeNil(), "the node lease is never free")
 			Expect(l.UID).To(Equal(lease.UID), "the same lease, changing hands in one update")
 			holders = append(holders, holderOf(l))
 		}
-		w.together(r, order, observe, func() bool {
-			return handedOver(w.get(stepOne)) && w.get(stepTwo).Status.Phase == v1alpha1.PhaseSucceeded
+		w.together(ctx, r, order, observe, func() bool {
+			return handedOver(w.get(ctx, stepOne)) && w.get(ctx, stepTwo).Status.Phase == v1alpha1.PhaseSucceeded
 		})
 
-		one, two := w.get(stepOne), w.get(stepTwo)
+		one, two := w.get(ctx, stepOne), w.get(ctx, stepTwo)
 		Expect(conditionOf(two, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonFenced, metav1.ConditionTrue))
 		Expect(conditionOf(one, v1alpha1.ConditionProcessing)).To(MatchFields(v1alpha1.ReasonHandedOver, metav1.ConditionFalse))
 		Expect(conditionOf(one, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonRetriesExhausted, metav1.ConditionFalse))
 		Expect(one.Finalizers).To(ContainElement(v1alpha1.FinalizerPowerCycle), "step 1 is done with the host, not with its node")
 		Expect(two.Status.AppliedTaints).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService),
 			"step 2 carries on with the taints step 1 added")
-		Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
+		Expect(w.taintKeys(ctx, node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
 		Expect(m.PowerState("1")).To(Equal(redfishmock.PowerOff))
 		if tc.byCheck {
 			Expect(slices.Compact(holders)).To(Equal([]string{owningCheckHolder}), "the check's lease is left alone")
@@ -123,40 +123,40 @@ var _ = Describe("Hand-over", func() {
 			Expect(slices.Compact(holders)).To(Or(
 				Equal([]string{"PowerCycleRemediation-" + node, "PowerCycleRemediation-" + node + "-power-off"}),
 				Equal([]string{"PowerCycleRemediation-" + node + "-power-off"})))
-			Expect(w.lease(node).Spec.LeaseTransitions).To(HaveValue(Equal(int32(1))))
+			Expect(w.lease(ctx, node).Spec.LeaseTransitions).To(HaveValue(Equal(int32(1))))
 		}
 		events := w.drainEvents()
 		Expect(countEvents(events, "Normal HandedOver")).To(Equal(1))
 		Expect(events).NotTo(ContainElement(HavePrefix("Normal CleanedUp")))
 
 		// Time passes; the check keeps both while the node is unhealthy: nothing changes.
-		w.together(r, order, observe, func() bool { return w.clock.Now().Sub(fencedSince) > 30*time.Minute })
+		w.together(ctx, r, order, observe, func() bool { return w.clock.Now().Sub(fencedSince) > 30*time.Minute })
 
 		// The node is repaired (or given up on): the check deletes both at once.
 		writer, writes := w.interceptedClient(interceptor.Funcs{})
 		w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.Client, o.LeaseClient = writer, writer }
 		restorer := w.reconciler()
 		w.drainEvents()
-		w.must(w.c.Delete(w.ctx, w.get(stepOne)))
-		w.must(w.c.Delete(w.ctx, w.get(stepTwo)))
+		w.must(w.c.Delete(ctx, w.get(ctx, stepOne)))
+		w.must(w.c.Delete(ctx, w.get(ctx, stepTwo)))
 		order = []client.ObjectKey{stepOne, stepTwo}
 		if tc.newestFirst {
 			order = []client.ObjectKey{stepTwo, stepOne}
 		}
-		w.together(restorer, order, func() {
-			if w.exists(stepTwo) {
+		w.together(ctx, restorer, order, func() {
+			if w.exists(ctx, stepTwo) {
 				outOfService() // the newest restores: until then, the node stays fenced
 			}
 			Expect(m.Resets("1")).To(Equal(fenced), "no power-on: the newest request's strategy is power-off")
-		}, func() bool { return !w.exists(stepOne) && !w.exists(stepTwo) })
+		}, func() bool { return !w.exists(ctx, stepOne) && !w.exists(ctx, stepTwo) })
 
-		Expect(w.taintKeys(node)).To(BeEmpty())
-		Expect(w.getNode(node).Annotations).NotTo(HaveKey(v1alpha1.AnnotationAppliedTaints))
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty())
+		Expect(w.getNode(ctx, node).Annotations).NotTo(HaveKey(v1alpha1.AnnotationAppliedTaints))
 		Expect(m.PowerState("1")).To(Equal(redfishmock.PowerOff))
 		if tc.byCheck {
-			Expect(holderOf(w.lease(node))).To(Equal(owningCheckHolder), "not ours to release")
+			Expect(holderOf(w.lease(ctx, node))).To(Equal(owningCheckHolder), "not ours to release")
 		} else {
-			Expect(w.lease(node)).To(BeNil(), "released")
+			Expect(w.lease(ctx, node)).To(BeNil(), "released")
 		}
 		Expect(writes.of("Node")).To(Equal(1), "one restorer: one Node update removes both taints")
 		wantLeaseDeletes := 1
@@ -189,51 +189,51 @@ var _ = Describe("Hand-over", func() {
 	DescribeTable("deleted while another remediates", func(ctx SpecContext, tc deletedWhileAnotherRemediatesCase) {
 		w, m, node := oneMockHost(ctx, nil)
 		r := w.reconciler()
-		stepOne := w.stepRequest(node, node, spec(escalate, 1), false)
-		w.drive(stepOne, same(r), w.kubeletOnPowerOn(node, never), untilTerminal)
+		stepOne := w.stepRequest(ctx, node, node, spec(escalate, 1), false)
+		w.drive(ctx, stepOne, same(r), w.kubeletOnPowerOn(ctx, node, never), untilTerminal)
 		fenced := []string{"ForceOff", "On", "ForceOff"}
 		Expect(m.Resets("1")).To(Equal(fenced))
 		if tc.timedOut {
-			w.markTimedOut(stepOne)
+			w.markTimedOut(ctx, stepOne)
 		}
-		stepTwo := w.stepRequest(node, node+"-power-off", spec(powerOff, 1), false)
+		stepTwo := w.stepRequest(ctx, node, node+"-power-off", spec(powerOff, 1), false)
 		keys := map[int]client.ObjectKey{1: stepOne, 2: stepTwo}
 		first, last := keys[tc.deleteFirst], keys[3-tc.deleteFirst]
 
 		if tc.deleteFirst == 1 {
 			// Step 2 is created but has not been reconciled yet when step 1 goes.
-			w.must(w.c.Delete(w.ctx, w.get(first)))
-			w.drive(first, same(r), nil, untilSettled)
+			w.must(w.c.Delete(ctx, w.get(ctx, first)))
+			w.drive(ctx, first, same(r), nil, untilSettled)
 			Expect(m.Resets("1")).To(Equal(fenced), "no power-on: step 2 holds the node")
-			Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService), "the taints stay")
-			Expect(holderOf(w.lease(node))).To(Equal("PowerCycleRemediation-"+node), "the lease is left for step 2")
+			Expect(w.taintKeys(ctx, node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService), "the taints stay")
+			Expect(holderOf(w.lease(ctx, node))).To(Equal("PowerCycleRemediation-"+node), "the lease is left for step 2")
 			Expect(w.drainEvents()).To(ContainElement(And(HavePrefix("Normal HandedOver"), ContainSubstring(stepTwo.Name))))
 			// Step 2 takes the lease over from the request that is gone, and fences the host it finds off.
-			w.drive(stepTwo, same(r), nil, untilTerminal)
-			Expect(w.get(stepTwo).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
-			Expect(holderOf(w.lease(node))).To(Equal("PowerCycleRemediation-" + stepTwo.Name))
+			w.drive(ctx, stepTwo, same(r), nil, untilTerminal)
+			Expect(w.get(ctx, stepTwo).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+			Expect(holderOf(w.lease(ctx, node))).To(Equal("PowerCycleRemediation-" + stepTwo.Name))
 		} else {
-			w.together(r, []client.ObjectKey{stepOne, stepTwo}, nil, func() bool {
-				return handedOver(w.get(stepOne)) && w.get(stepTwo).Status.Phase == v1alpha1.PhaseSucceeded
+			w.together(ctx, r, []client.ObjectKey{stepOne, stepTwo}, nil, func() bool {
+				return handedOver(w.get(ctx, stepOne)) && w.get(ctx, stepTwo).Status.Phase == v1alpha1.PhaseSucceeded
 			})
-			w.must(w.c.Delete(w.ctx, w.get(first)))
-			w.drive(first, same(r), nil, untilSettled)
+			w.must(w.c.Delete(ctx, w.get(ctx, first)))
+			w.drive(ctx, first, same(r), nil, untilSettled)
 			Expect(m.Resets("1")).To(Equal(fenced), "nothing asked of the host")
-			Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService), "the taints stay")
-			Expect(holderOf(w.lease(node))).To(Equal("PowerCycleRemediation-"+stepTwo.Name), "the lease is left as it is")
+			Expect(w.taintKeys(ctx, node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService), "the taints stay")
+			Expect(holderOf(w.lease(ctx, node))).To(Equal("PowerCycleRemediation-"+stepTwo.Name), "the lease is left as it is")
 			Expect(w.drainEvents()).To(ContainElement(And(HavePrefix("Normal HandedOver"), ContainSubstring(stepOne.Name))))
 		}
 		Expect(m.Resets("1")).To(Equal(fenced))
-		Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
+		Expect(w.taintKeys(ctx, node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
 
 		// The last request of the node goes: it restores, by its own strategy.
-		w.must(w.c.Delete(w.ctx, w.get(last)))
-		w.drive(last, same(r), nil, untilSettled)
-		Expect(w.exists(last)).To(BeFalse())
+		w.must(w.c.Delete(ctx, w.get(ctx, last)))
+		w.drive(ctx, last, same(r), nil, untilSettled)
+		Expect(w.exists(ctx, last)).To(BeFalse())
 		Expect(m.Resets("1")).To(Equal(tc.wantResets))
 		Expect(m.PowerState("1")).To(Equal(tc.wantPower))
-		Expect(w.taintKeys(node)).To(BeEmpty())
-		Expect(w.lease(node)).To(BeNil(), "the lease taken over is released too")
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty())
+		Expect(w.lease(ctx, node)).To(BeNil(), "the lease taken over is released too")
 		Expect(w.drainEvents()).To(ContainElement(HavePrefix("Normal CleanedUp")))
 
 	},
@@ -262,35 +262,35 @@ var _ = Describe("Hand-over", func() {
 			Expect(m.SetFaults("1", redfishmock.Faults{StuckPower: true})).To(Succeed())
 		}
 		r := w.reconciler()
-		stepOne := w.stepRequest(node, node, spec(reboot, 3), false)
-		w.drive(stepOne, same(r), nil, func(s []step) bool {
-			return s[len(s)-1].phase == v1alpha1.PhasePoweringOff && w.get(stepOne).Status.PowerRequest != nil
+		stepOne := w.stepRequest(ctx, node, node, spec(reboot, 3), false)
+		w.drive(ctx, stepOne, same(r), nil, func(s []step) bool {
+			return s[len(s)-1].phase == v1alpha1.PhasePoweringOff && w.get(ctx, stepOne).Status.PowerRequest != nil
 		})
-		requested := w.get(stepOne).Status.PowerRequest.Time.Time
+		requested := w.get(ctx, stepOne).Status.PowerRequest.Time.Time
 		Expect(m.Resets("1")).To(Equal([]string{"ForceOff"}))
 		Expect(m.PowerState("1")).NotTo(Equal(redfishmock.PowerOff), "not off yet")
 
-		w.markTimedOut(stepOne)
-		stepTwo := w.stepRequest(node, node+"-power-off", spec(powerOff, 1), false)
+		w.markTimedOut(ctx, stepOne)
+		stepTwo := w.stepRequest(ctx, node, node+"-power-off", spec(powerOff, 1), false)
 		var handedOverAt time.Time
-		w.together(r, []client.ObjectKey{stepOne, stepTwo}, func() {
-			if handedOverAt.IsZero() && handedOver(w.get(stepOne)) {
+		w.together(ctx, r, []client.ObjectKey{stepOne, stepTwo}, func() {
+			if handedOverAt.IsZero() && handedOver(w.get(ctx, stepOne)) {
 				handedOverAt = w.clock.Now()
 			}
 			if handedOverAt.IsZero() {
-				Expect(w.get(stepTwo).Status.Phase).To(BeEmpty(), "step 2 waits for step 1 to hand over")
-				Expect(holderOf(w.lease(node))).To(Equal("PowerCycleRemediation-"+node), "and takes no lease")
+				Expect(w.get(ctx, stepTwo).Status.Phase).To(BeEmpty(), "step 2 waits for step 1 to hand over")
+				Expect(holderOf(w.lease(ctx, node))).To(Equal("PowerCycleRemediation-"+node), "and takes no lease")
 			}
 			Expect(m.Resets("1")).To(Equal([]string{"ForceOff"}), "one power-off, no power-on")
 		}, func() bool { return !handedOverAt.IsZero() })
 
 		Expect(handedOverAt.Sub(requested)).To(BeNumerically("~", tc.wantHandover, 5*time.Second))
-		p := w.get(stepOne)
+		p := w.get(ctx, stepOne)
 		Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseFailed))
 		Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonTimedOut, metav1.ConditionFalse))
 		Expect(conditionOf(p, v1alpha1.ConditionProcessing)).To(MatchFields(v1alpha1.ReasonHandedOver, metav1.ConditionFalse))
 		Expect(m.PowerState("1")).To(Equal(tc.wantPower))
-		Expect(w.taintKeys(node)).To(ConsistOf(tc.wantTaints))
+		Expect(w.taintKeys(ctx, node)).To(ConsistOf(tc.wantTaints))
 		if tc.stuck {
 			Expect(conditionOf(p, v1alpha1.ConditionProcessing).Message).To(ContainSubstring("was not confirmed"))
 			Expect(p.Status.Attempts[0].PoweredOff).To(BeNil())
@@ -301,12 +301,12 @@ var _ = Describe("Hand-over", func() {
 
 		// Step 2 goes on: it takes the lease over and powers off a host that is not off yet.
 		m.ClearFaults()
-		w.together(r, []client.ObjectKey{stepOne, stepTwo}, nil, func() bool {
-			return terminal(w.get(stepTwo).Status.Phase)
+		w.together(ctx, r, []client.ObjectKey{stepOne, stepTwo}, nil, func() bool {
+			return terminal(w.get(ctx, stepTwo).Status.Phase)
 		})
-		Expect(conditionOf(w.get(stepTwo), v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonFenced, metav1.ConditionTrue))
-		Expect(holderOf(w.lease(node))).To(Equal("PowerCycleRemediation-" + stepTwo.Name))
-		Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
+		Expect(conditionOf(w.get(ctx, stepTwo), v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonFenced, metav1.ConditionTrue))
+		Expect(holderOf(w.lease(ctx, node))).To(Equal("PowerCycleRemediation-" + stepTwo.Name))
+		Expect(w.taintKeys(ctx, node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
 		Expect(m.Resets("1")).NotTo(ContainElement("On"))
 
 	},
@@ -323,26 +323,26 @@ var _ = Describe("Hand-over", func() {
 	// the last request restores the Node.
 	It("admins out of service taint stays", func(ctx SpecContext) {
 		w, m, node := oneMockHost(ctx, nil)
-		n := w.getNode(node)
+		n := w.getNode(ctx, node)
 		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: "admin", Effect: corev1.TaintEffectNoExecute})
-		w.must(w.c.Update(w.ctx, n))
+		w.must(w.c.Update(ctx, n))
 		r := w.reconciler()
-		stepOne := w.stepRequest(node, node, spec(escalate, 1), false)
-		w.drive(stepOne, same(r), w.kubeletOnPowerOn(node, never), untilTerminal)
-		w.markTimedOut(stepOne)
-		stepTwo := w.stepRequest(node, node+"-power-off", spec(powerOff, 1), false)
-		w.together(r, []client.ObjectKey{stepOne, stepTwo}, nil, func() bool {
-			return handedOver(w.get(stepOne)) && w.get(stepTwo).Status.Phase == v1alpha1.PhaseSucceeded
+		stepOne := w.stepRequest(ctx, node, node, spec(escalate, 1), false)
+		w.drive(ctx, stepOne, same(r), w.kubeletOnPowerOn(ctx, node, never), untilTerminal)
+		w.markTimedOut(ctx, stepOne)
+		stepTwo := w.stepRequest(ctx, node, node+"-power-off", spec(powerOff, 1), false)
+		w.together(ctx, r, []client.ObjectKey{stepOne, stepTwo}, nil, func() bool {
+			return handedOver(w.get(ctx, stepOne)) && w.get(ctx, stepTwo).Status.Phase == v1alpha1.PhaseSucceeded
 		})
-		Expect(w.get(stepOne).Status.AppliedTaints).To(ConsistOf(v1alpha1.TaintRemediation))
-		Expect(w.get(stepTwo).Status.AppliedTaints).To(ConsistOf(v1alpha1.TaintRemediation))
-		Expect(w.getNode(node).Annotations).NotTo(HaveKey(v1alpha1.AnnotationAppliedTaints), "the record is in the requests' status, not on the Node")
+		Expect(w.get(ctx, stepOne).Status.AppliedTaints).To(ConsistOf(v1alpha1.TaintRemediation))
+		Expect(w.get(ctx, stepTwo).Status.AppliedTaints).To(ConsistOf(v1alpha1.TaintRemediation))
+		Expect(w.getNode(ctx, node).Annotations).NotTo(HaveKey(v1alpha1.AnnotationAppliedTaints), "the record is in the requests' status, not on the Node")
 
-		w.must(w.c.Delete(w.ctx, w.get(stepOne)))
-		w.must(w.c.Delete(w.ctx, w.get(stepTwo)))
-		w.together(r, []client.ObjectKey{stepTwo, stepOne}, nil, func() bool { return !w.exists(stepOne) && !w.exists(stepTwo) })
-		Expect(w.taintKeys(node)).To(Equal([]string{v1alpha1.TaintOutOfService}), "the administrator's taint stays")
-		Expect(w.getNode(node).Spec.Taints).To(ContainElement(HaveField("Value", "admin")))
+		w.must(w.c.Delete(ctx, w.get(ctx, stepOne)))
+		w.must(w.c.Delete(ctx, w.get(ctx, stepTwo)))
+		w.together(ctx, r, []client.ObjectKey{stepTwo, stepOne}, nil, func() bool { return !w.exists(ctx, stepOne) && !w.exists(ctx, stepTwo) })
+		Expect(w.taintKeys(ctx, node)).To(Equal([]string{v1alpha1.TaintOutOfService}), "the administrator's taint stays")
+		Expect(w.getNode(ctx, node).Spec.Taints).To(ContainElement(HaveField("Value", "admin")))
 		Expect(m.Resets("1")).To(Equal([]string{"ForceOff", "On", "ForceOff"}))
 	})
 
@@ -351,20 +351,20 @@ var _ = Describe("Hand-over", func() {
 	// finalizer going, its Processing condition turning False, or its being gone. Other changes map to none.
 	It("siblings enqueue each other", func(ctx SpecContext) {
 		w, _ := fakeHosts(ctx)
-		node, other := w.node("worker", nil), w.node("other", nil)
-		cached := w.indexedClient()
+		node, other := w.node(ctx, "worker", nil), w.node(ctx, "other", nil)
+		cached := w.indexedClient(ctx)
 		w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.Client = cached }
 		r := w.reconciler()
-		one := w.get(w.stepRequest(node, node, spec(escalate, 1), false))
-		two := w.get(w.stepRequest(node, node+"-power-off", spec(powerOff, 1), false))
-		elsewhere := w.get(w.stepRequest(other, other, spec(reboot, 3), false))
+		one := w.get(ctx, w.stepRequest(ctx, node, node, spec(escalate, 1), false))
+		two := w.get(ctx, w.stepRequest(ctx, node, node+"-power-off", spec(powerOff, 1), false))
+		elsewhere := w.get(ctx, w.stepRequest(ctx, other, other, spec(reboot, 3), false))
 		request := func(p *v1alpha1.PowerCycleRemediation) reconcile.Request {
 			return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}}
 		}
-		Eventually(func() []reconcile.Request { return r.claim.remediationsBesides(w.ctx, one) }).
+		Eventually(func() []reconcile.Request { return r.claim.remediationsBesides(ctx, one) }).
 			WithTimeout(10 * time.Second).WithPolling(20 * time.Millisecond).Should(ConsistOf(request(two)))
-		Expect(r.claim.remediationsBesides(w.ctx, two)).To(ConsistOf(request(one)))
-		Expect(r.claim.remediationsBesides(w.ctx, elsewhere)).To(BeEmpty())
+		Expect(r.claim.remediationsBesides(ctx, two)).To(ConsistOf(request(one)))
+		Expect(r.claim.remediationsBesides(ctx, elsewhere)).To(BeEmpty())
 
 		withFinalizer := one.DeepCopy()
 		withFinalizer.Finalizers = []string{v1alpha1.FinalizerPowerCycle}
@@ -410,37 +410,37 @@ func oneMockHost(ctx context.Context, build func(*redfishmock.Mock) *redfishmock
 		}
 		return m
 	})
-	node := w.node("worker", nil)
-	w.bmc(node, mockAddress(m, "1"), credentials)
+	node := w.node(ctx, "worker", nil)
+	w.bmc(ctx, node, mockAddress(m, "1"), credentials)
 	return w, m, node
 }
 
 // step requests a Node's escalation makes: the first is named after the node, the later ones after the
 // node and their template (rule 4 of the hand-over rules), all annotated with the node. byCheck: owned by
 // a NodeHealthCheck (which then holds the node lease for them), else by the Node only.
-func (w *world) stepRequest(node, name string, s v1alpha1.PowerCycleRemediationSpec, byCheck bool) client.ObjectKey {
+func (w *world) stepRequest(ctx context.Context, node, name string, s v1alpha1.PowerCycleRemediationSpec, byCheck bool) client.ObjectKey {
 	GinkgoHelper()
-	n := w.getNode(node)
+	n := w.getNode(ctx, node)
 	owners := []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node, UID: n.UID}}
 	if byCheck {
 		owners = append(owners, metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeHealthCheck",
 			Name: "workers", UID: "4a1b5e0e-0000-4000-8000-000000000001"})
 	}
-	return w.remediation(name, s, map[string]string{v1alpha1.AnnotationNodeName: node}, owners...)
+	return w.remediation(ctx, name, s, map[string]string{v1alpha1.AnnotationNodeName: node}, owners...)
 }
 
 // markTimedOut marks the request timed out, as a health check does when it escalates.
-func (w *world) markTimedOut(key client.ObjectKey) {
+func (w *world) markTimedOut(ctx context.Context, key client.ObjectKey) {
 	GinkgoHelper()
-	p := w.get(key)
+	p := w.get(ctx, key)
 	p.Annotations[v1alpha1.AnnotationTimedOut] = w.clock.Now().Format(time.RFC3339)
-	w.must(w.c.Update(w.ctx, p))
+	w.must(w.c.Update(ctx, p))
 }
 
 // exists reports whether the request is still there.
-func (w *world) exists(key client.ObjectKey) bool {
+func (w *world) exists(ctx context.Context, key client.ObjectKey) bool {
 	GinkgoHelper()
-	err := w.c.Get(w.ctx, key, &v1alpha1.PowerCycleRemediation{})
+	err := w.c.Get(ctx, key, &v1alpha1.PowerCycleRemediation{})
 	if apierrors.IsNotFound(err) {
 		return false
 	}
@@ -452,13 +452,13 @@ func (w *world) exists(key client.ObjectKey) bool {
 // of one enqueues the others; check runs after every reconcile. The clock then moves on by the shortest
 // requeue (a request that is gone asks for none), a minute at most: a health check renews the leases it
 // holds meanwhile. It stops when until says so, and fails the test after maxRounds rounds.
-func (w *world) together(r *RemediationReconciler, keys []client.ObjectKey, check func(), until func() bool) {
+func (w *world) together(ctx context.Context, r *RemediationReconciler, keys []client.ObjectKey, check func(), until func() bool) {
 	GinkgoHelper()
 	const maxRounds = 400
 	for range maxRounds {
 		var wait time.Duration
 		for _, key := range keys {
-			res, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 			if err != nil {
 				Fail(fmt.Sprintf("reconciling %s (at +%s): %v", key, w.clock.Now().Sub(epoch), err))
 			}

@@ -34,19 +34,19 @@ var _ = Describe("Remediation history", func() {
 	// deletes it, one record says who asked, when, the power cycle and how it ended, and holds no secret.
 	It("succeeded", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-1", nil)
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		node := w.fakeHost(ctx, "worker-1", nil)
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 
-		w.drive(key, w.reconciler, w.kubeletOnPowerOn(node, always), untilSettled)
-		done := w.get(key)
+		w.drive(ctx, key, w.reconciler, w.kubeletOnPowerOn(ctx, node, always), untilSettled)
+		done := w.get(ctx, key)
 		Expect(done.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
-		Expect(w.records(node)).To(BeEmpty(), "recorded when the request lets go of the host, not before")
+		Expect(w.records(ctx, node)).To(BeEmpty(), "recorded when the request lets go of the host, not before")
 
-		w.deleteAndDrive(key, w.reconciler)
+		w.deleteAndDrive(ctx, key, w.reconciler)
 		Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
 		a := done.Status.Attempts[0]
 		succeeded := conditionOf(done, v1alpha1.ConditionSucceeded)
-		Expect(w.records(node)).To(Equal([]v1alpha1.RemediationRecord{{
+		Expect(w.records(ctx, node)).To(Equal([]v1alpha1.RemediationRecord{{
 			Kind: "PowerCycleRemediation", Namespace: w.ns, Name: key.Name, UID: done.UID,
 			HealthCheck: &v1alpha1.HealthCheckReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeHealthCheck", Name: "workers"},
 			NodeName:    node, Strategy: reboot,
@@ -58,7 +58,7 @@ var _ = Describe("Remediation history", func() {
 			},
 			Message: succeeded.Message,
 		}}))
-		raw, err := json.Marshal(w.bmcObject(node).Status)
+		raw, err := json.Marshal(w.bmcObject(ctx, node).Status)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(string(raw)).NotTo(ContainSubstring(credentials[bmc.PasswordKey]))
 		Expect(string(raw)).NotTo(ContainSubstring(credentials[bmc.UsernameKey]))
@@ -68,17 +68,17 @@ var _ = Describe("Remediation history", func() {
 	// Failed when its request is deleted, with the clean-up's power-on among its power changes.
 	It("failed", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-2", nil)
-		key := w.nhcRemediation(node, spec(escalate, 1))
+		node := w.fakeHost(ctx, "worker-2", nil)
+		key := w.nhcRemediation(ctx, node, spec(escalate, 1))
 		r := w.reconciler()
 
-		w.drive(key, same(r), nil, untilSettled)
-		failed := w.get(key)
+		w.drive(ctx, key, same(r), nil, untilSettled)
+		failed := w.get(ctx, key)
 		Expect(failed.Status.Phase).To(Equal(v1alpha1.PhaseFailed))
-		w.deleteAndDrive(key, same(r))
+		w.deleteAndDrive(ctx, key, same(r))
 		Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On", "Off", "On"}), "the escalation's power-off, then clean-up's power-on")
 
-		recs := w.records(node)
+		recs := w.records(ctx, node)
 		Expect(recs).To(HaveLen(1))
 		rec := recs[0]
 		Expect(rec.UID).To(Equal(failed.UID))
@@ -101,14 +101,14 @@ var _ = Describe("Remediation history", func() {
 	// recorded Cancelled, at the end of its clean-up.
 	It("cancelled by deletion", func(ctx SpecContext) {
 		w, _ := fakeHosts(ctx)
-		node := w.fakeHost("worker-3", nil)
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		node := w.fakeHost(ctx, "worker-3", nil)
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 		r := w.reconciler()
 
-		w.drive(key, same(r), nil, untilPhase(v1alpha1.PhaseWaitingForNode))
-		w.deleteAndDrive(key, same(r))
+		w.drive(ctx, key, same(r), nil, untilPhase(v1alpha1.PhaseWaitingForNode))
+		w.deleteAndDrive(ctx, key, same(r))
 
-		recs := w.records(node)
+		recs := w.records(ctx, node)
 		Expect(recs).To(HaveLen(1))
 		Expect(recs[0].Result).To(Equal(v1alpha1.RemediationCancelled))
 		Expect(recs[0].Reason).To(Equal(v1alpha1.ReasonRemediationCancelled))
@@ -121,16 +121,16 @@ var _ = Describe("Remediation history", func() {
 	// reports Succeeded: a node Ready again after the power-on is a success all the same.
 	It("deleted once the node is ready", func(ctx SpecContext) {
 		w, _ := fakeHosts(ctx)
-		node := w.fakeHost("worker-4", nil)
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		node := w.fakeHost(ctx, "worker-4", nil)
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 		r := w.reconciler()
 
-		w.drive(key, same(r), nil, untilPhase(v1alpha1.PhaseWaitingForNode))
+		w.drive(ctx, key, same(r), nil, untilPhase(v1alpha1.PhaseWaitingForNode))
 		w.clock.Step(20 * time.Second)
-		w.setReady(node, corev1.ConditionTrue)
-		w.deleteAndDrive(key, same(r))
+		w.setReady(ctx, node, corev1.ConditionTrue)
+		w.deleteAndDrive(ctx, key, same(r))
 
-		recs := w.records(node)
+		recs := w.records(ctx, node)
 		Expect(recs).To(HaveLen(1))
 		Expect(recs[0].Result).To(Equal(v1alpha1.RemediationSucceeded))
 		Expect(recs[0].Reason).To(Equal(v1alpha1.ReasonNodeReady))
@@ -140,23 +140,23 @@ var _ = Describe("Remediation history", func() {
 	// With 10 records on the BMC already, an 11th remediation drops the oldest: the newest is last.
 	It("keeps the last10", func(ctx SpecContext) {
 		w, _ := fakeHosts(ctx)
-		node := w.fakeHost("worker-5", nil)
-		b := w.bmcObject(node)
+		node := w.fakeHost(ctx, "worker-5", nil)
+		b := w.bmcObject(ctx, node)
 		for i := range v1alpha1.MaxRecentRemediations {
 			started := metav1.NewTime(epoch.Add(-time.Duration(24-i) * time.Hour))
 			b.Status.RecentRemediations = append(b.Status.RecentRemediations, v1alpha1.RemediationRecord{
 				Kind: "PowerCycleRemediation", Namespace: w.ns, Name: node, UID: types.UID("earlier-" + string(rune('a'+i))),
 				NodeName: node, Started: started, Finished: metav1.NewTime(started.Add(time.Minute)), Result: v1alpha1.RemediationSucceeded})
 		}
-		w.must(w.c.Status().Update(w.ctx, b))
+		w.must(w.c.Status().Update(ctx, b))
 
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 		r := w.reconciler()
-		w.drive(key, same(r), w.kubeletOnPowerOn(node, always), untilSettled)
-		uid := w.get(key).UID
-		w.deleteAndDrive(key, same(r))
+		w.drive(ctx, key, same(r), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
+		uid := w.get(ctx, key).UID
+		w.deleteAndDrive(ctx, key, same(r))
 
-		recs := w.records(node)
+		recs := w.records(ctx, node)
 		Expect(recs).To(HaveLen(v1alpha1.MaxRecentRemediations))
 		Expect(recs[0].UID).To(Equal(types.UID("earlier-b")), "the oldest dropped")
 		Expect(recs[len(recs)-1].UID).To(Equal(uid), "the newest last")
@@ -168,8 +168,8 @@ var _ = Describe("Remediation history", func() {
 	// as it is now, and both the record and the inventory's check are there.
 	It("inventory writes between read and patch", func(ctx SpecContext) {
 		w, _ := fakeHosts(ctx)
-		node := w.fakeHost("worker-6", nil)
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		node := w.fakeHost(ctx, "worker-6", nil)
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 		inventory := w.inventory(w.c)
 		var patches atomic.Int32
 		c, _ := w.interceptedClient(interceptor.Funcs{
@@ -183,11 +183,11 @@ var _ = Describe("Remediation history", func() {
 		})
 		w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.Client = c }
 		r := w.reconciler()
-		w.drive(key, same(r), w.kubeletOnPowerOn(node, always), untilSettled)
-		w.deleteAndDrive(key, same(r))
+		w.drive(ctx, key, same(r), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
+		w.deleteAndDrive(ctx, key, same(r))
 
 		Expect(patches.Load()).To(Equal(int32(2)), "refused once, then made again")
-		b := w.bmcObject(node)
+		b := w.bmcObject(ctx, node)
 		Expect(b.Status.RecentRemediations).To(HaveLen(1))
 		Expect(b.Status.RecentRemediations[0].Result).To(Equal(v1alpha1.RemediationSucceeded))
 		Expect(meta.IsStatusConditionTrue(b.Status.Conditions, v1alpha1.ConditionReachable)).To(BeTrue(), "the inventory's check is kept")
@@ -198,13 +198,13 @@ var _ = Describe("Remediation history", func() {
 	// merge patch carries only its own fields, and the record stays.
 	It("inventory writes from a stale copy", func(ctx SpecContext) {
 		w, _ := fakeHosts(ctx)
-		node := w.fakeHost("worker-7", nil)
-		stale := w.bmcObject(node)
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		node := w.fakeHost(ctx, "worker-7", nil)
+		stale := w.bmcObject(ctx, node)
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 		r := w.reconciler()
-		w.drive(key, same(r), w.kubeletOnPowerOn(node, always), untilSettled)
-		w.deleteAndDrive(key, same(r))
-		Expect(w.records(node)).To(HaveLen(1))
+		w.drive(ctx, key, same(r), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
+		w.deleteAndDrive(ctx, key, same(r))
+		Expect(w.records(ctx, node)).To(HaveLen(1))
 
 		lagging, _ := w.interceptedClient(interceptor.Funcs{
 			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
@@ -215,9 +215,9 @@ var _ = Describe("Remediation history", func() {
 				return c.Get(ctx, key, obj, opts...)
 			},
 		})
-		_, err := w.inventory(lagging).Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(stale)})
+		_, err := w.inventory(lagging).Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(stale)})
 		Expect(err).NotTo(HaveOccurred())
-		b := w.bmcObject(node)
+		b := w.bmcObject(ctx, node)
 		Expect(b.Status.LastChecked).NotTo(BeNil(), "the inventory wrote its check")
 		Expect(b.Status.RecentRemediations).To(HaveLen(1), "and left the record alone")
 	})
@@ -226,14 +226,14 @@ var _ = Describe("Remediation history", func() {
 	// server holds it, and erases none of it.
 	It("cache without the record", func(ctx SpecContext) {
 		w, _ := fakeHosts(ctx)
-		node := w.fakeHost("worker-8", nil)
-		b := w.bmcObject(node)
+		node := w.fakeHost(ctx, "worker-8", nil)
+		b := w.bmcObject(ctx, node)
 		for _, uid := range []types.UID{"earlier-a", "earlier-b"} {
 			b.Status.RecentRemediations = append(b.Status.RecentRemediations, v1alpha1.RemediationRecord{
 				Kind: "PowerCycleRemediation", Namespace: w.ns, Name: node, UID: uid, NodeName: node,
 				Started: metav1.NewTime(epoch.Add(-time.Hour)), Finished: metav1.NewTime(epoch.Add(-time.Hour)), Result: v1alpha1.RemediationSucceeded})
 		}
-		w.must(w.c.Status().Update(w.ctx, b))
+		w.must(w.c.Status().Update(ctx, b))
 		slim, _ := w.interceptedClient(interceptor.Funcs{
 			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 				if err := c.Get(ctx, key, obj, opts...); err != nil {
@@ -244,13 +244,13 @@ var _ = Describe("Remediation history", func() {
 			},
 		})
 		w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.Client, o.APIReader = slim, w.c }
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 		r := w.reconciler()
-		w.drive(key, same(r), w.kubeletOnPowerOn(node, always), untilSettled)
-		w.deleteAndDrive(key, same(r))
+		w.drive(ctx, key, same(r), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
+		w.deleteAndDrive(ctx, key, same(r))
 
 		var uids []types.UID
-		for _, rec := range w.records(node) {
+		for _, rec := range w.records(ctx, node) {
 			uids = append(uids, rec.UID)
 		}
 		Expect(uids).To(HaveLen(3))
@@ -259,23 +259,23 @@ var _ = Describe("Remediation history", func() {
 })
 
 // records reads the record of the node's host on its BMC (see world.bmc).
-func (w *world) records(node string) []v1alpha1.RemediationRecord {
+func (w *world) records(ctx context.Context, node string) []v1alpha1.RemediationRecord {
 	GinkgoHelper()
-	return w.bmcObject(node).Status.RecentRemediations
+	return w.bmcObject(ctx, node).Status.RecentRemediations
 }
 
-func (w *world) bmcObject(node string) *v1alpha1.BMC {
+func (w *world) bmcObject(ctx context.Context, node string) *v1alpha1.BMC {
 	GinkgoHelper()
 	b := &v1alpha1.BMC{}
-	w.must(w.c.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: node + "-bmc"}, b))
+	w.must(w.c.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: node + "-bmc"}, b))
 	return b
 }
 
 // deleteAndDrive deletes the request and reconciles it until it is gone.
-func (w *world) deleteAndDrive(key client.ObjectKey, next func() *RemediationReconciler) {
+func (w *world) deleteAndDrive(ctx context.Context, key client.ObjectKey, next func() *RemediationReconciler) {
 	GinkgoHelper()
-	w.must(w.c.Delete(w.ctx, w.get(key)))
-	steps := w.drive(key, next, nil, untilSettled)
+	w.must(w.c.Delete(ctx, w.get(ctx, key)))
+	steps := w.drive(ctx, key, next, nil, untilSettled)
 	if !steps[len(steps)-1].gone {
 		Fail(fmt.Sprintf("request %s is not gone after its deletion; phases: %v", key, phases(steps)))
 	}

@@ -26,8 +26,8 @@ var _ = Describe("Remediation", func() {
 	// no write from a copy it knows is stale.
 	It("stale cache goes on from our last write", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-13", nil)
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		node := w.fakeHost(ctx, "worker-13", nil)
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 
 		var stale atomic.Pointer[v1alpha1.PowerCycleRemediation] // what the "cache" hands out instead, when set
 		c, writes := w.interceptedClient(interceptor.Funcs{
@@ -48,7 +48,7 @@ var _ = Describe("Remediation", func() {
 			GinkgoHelper()
 			writes.reset()
 			stale.Store(old)
-			res, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 			stale.Store(nil)
 			Expect(err).NotTo(HaveOccurred())
 			return res
@@ -56,9 +56,9 @@ var _ = Describe("Remediation", func() {
 
 		// A new request: the first reconcile adds the finalizer, accepts it, takes the lease, taints the
 		// node, enters PoweringOff and sends the power-off.
-		created := w.get(key)
+		created := w.get(ctx, key)
 		reconcileWith(nil)
-		poweringOff := w.get(key)
+		poweringOff := w.get(ctx, key)
 		Expect(poweringOff.Status.Phase).To(Equal(v1alpha1.PhasePoweringOff))
 		Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off"}))
 
@@ -67,18 +67,18 @@ var _ = Describe("Remediation", func() {
 		// the host off, fences the node and powers it on.
 		w.clock.Step(r.opts.PowerPollInterval)
 		reconcileWith(created)
-		Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhasePoweringOn), "went on from our own last write")
+		Expect(w.get(ctx, key).Status.Phase).To(Equal(v1alpha1.PhasePoweringOn), "went on from our own last write")
 		Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
 
 		// Someone else writes the request: the copy our last write left is outdated too. The next step from
 		// it (the power-on confirmed) is refused, and nothing else is done.
-		touched := w.get(key)
+		touched := w.get(ctx, key)
 		touched.Annotations["example.com/touched"] = "yes"
-		w.must(w.c.Update(w.ctx, touched))
+		w.must(w.c.Update(ctx, touched))
 		w.clock.Step(r.opts.PowerPollInterval)
 		reconcileWith(poweringOff)
 		Expect(writes.of("PowerCycleRemediation")).To(Equal(1), "one write from our copy, refused")
-		Expect(w.get(key).ResourceVersion).To(Equal(touched.ResourceVersion), "nothing written over their change")
+		Expect(w.get(ctx, key).ResourceVersion).To(Equal(touched.ResourceVersion), "nothing written over their change")
 		Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
 
 		// From then on the remediator waits for the cache.
@@ -88,12 +88,12 @@ var _ = Describe("Remediation", func() {
 		Expect(res.RequeueAfter).To(BeNumerically(">", 0), "a backstop requeue")
 		Expect(writes.of("PowerCycleRemediation")).To(BeZero(), "no write from a stale copy")
 		Expect(driver()).To(Equal(calls), "no BMC call from a stale copy")
-		Expect(w.get(key).ResourceVersion).To(Equal(touched.ResourceVersion))
+		Expect(w.get(ctx, key).ResourceVersion).To(Equal(touched.ResourceVersion))
 
 		// Fresh copies carry on to the end: one power-off, one power-on.
-		w.drive(key, same(r), w.kubeletOnPowerOn(node, always), untilSettled)
-		Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
-		Expect(w.get(key).Annotations).To(HaveKeyWithValue("example.com/touched", "yes"))
+		w.drive(ctx, key, same(r), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
+		Expect(w.get(ctx, key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		Expect(w.get(ctx, key).Annotations).To(HaveKeyWithValue("example.com/touched", "yes"))
 		Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
 	})
 
@@ -102,8 +102,8 @@ var _ = Describe("Remediation", func() {
 	// request follows.
 	It("gone under its write announces nothing", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-16", nil)
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		node := w.fakeHost(ctx, "worker-16", nil)
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 		c, _ := w.interceptedClient(interceptor.Funcs{
 			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 				if _, ok := obj.(*v1alpha1.PowerCycleRemediation); ok {
@@ -116,7 +116,7 @@ var _ = Describe("Remediation", func() {
 		r := w.reconciler()
 		before := len(w.drainEvents())
 
-		_, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 		Expect(err).NotTo(HaveOccurred())
 		for _, e := range w.drainEvents()[before:] {
 			for _, reason := range phaseEvents {
@@ -130,25 +130,25 @@ var _ = Describe("Remediation", func() {
 	// reconcile that the request's own status write brings at once finds nothing to do.
 	It("no poll before the interval", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-14", nil)
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		node := w.fakeHost(ctx, "worker-14", nil)
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 		r := w.reconciler()
 
-		w.drive(key, same(r), nil, func(s []step) bool {
-			return s[len(s)-1].phase == v1alpha1.PhasePoweringOff && w.get(key).Status.PowerRequest != nil
+		w.drive(ctx, key, same(r), nil, func(s []step) bool {
+			return s[len(s)-1].phase == v1alpha1.PhasePoweringOff && w.get(ctx, key).Status.PowerRequest != nil
 		})
 		calls := len(hosts.Driver(fakeAddress(node)).Calls())
-		res, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res.RequeueAfter).To(BeNumerically(">", 4*time.Second))
 		Expect(res.RequeueAfter).To(BeNumerically("<=", 5*time.Second), "the poll interval, counted from the request")
 		Expect(hosts.Driver(fakeAddress(node)).Calls()).To(HaveLen(calls), "no BMC call within the interval")
 
 		w.clock.Step(res.RequeueAfter)
-		_, err = r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+		_, err = r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(len(hosts.Driver(fakeAddress(node)).Calls())).To(BeNumerically(">", calls), "read once the interval is over")
-		Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhasePoweringOn), "confirmed off, fenced, and powered on")
+		Expect(w.get(ctx, key).Status.Phase).To(Equal(v1alpha1.PhasePoweringOn), "confirmed off, fenced, and powered on")
 	})
 
 	// One reboot from request to clean-up makes the writes docs/powercycle.md lists ("What one remediation
@@ -156,17 +156,17 @@ var _ = Describe("Remediation", func() {
 	// record), the remediation object itself changes only for the finalizer, and the node three times.
 	It("writes of one remediation", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-15", nil)
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		node := w.fakeHost(ctx, "worker-15", nil)
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 
 		c, writes := w.interceptedClient(interceptor.Funcs{})
 		w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.Client, o.LeaseClient = c, c }
 		r := w.reconciler()
 
-		w.drive(key, same(r), w.kubeletOnPowerOn(node, always), untilSettled)
-		Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
-		w.must(w.c.Delete(w.ctx, w.get(key)))
-		w.drive(key, same(r), nil, untilSettled)
+		w.drive(ctx, key, same(r), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
+		Expect(w.get(ctx, key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		w.must(w.c.Delete(ctx, w.get(ctx, key)))
+		w.drive(ctx, key, same(r), nil, untilSettled)
 
 		Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
 		Expect(writes.all()).To(Equal(map[string]int{
@@ -211,14 +211,14 @@ var _ = Describe("Remediation", func() {
 	// remediation at work (new, or in a power phase) or being cleaned up counts; a finished one does not.
 	It("remediating nodes", func(ctx SpecContext) {
 		w, _ := fakeHosts(ctx)
-		cached := w.indexedClient()
+		cached := w.indexedClient(ctx)
 		w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.Client = cached }
 		r := w.reconciler()
 
 		withPhase := func(name string, phase v1alpha1.PowerCyclePhase) *v1alpha1.PowerCycleRemediation {
-			p := w.get(w.nhcRemediation(w.node(name, nil), spec(reboot, 3)))
+			p := w.get(ctx, w.nhcRemediation(ctx, w.node(ctx, name, nil), spec(reboot, 3)))
 			p.Status.Phase = phase
-			w.must(w.c.Status().Update(w.ctx, p))
+			w.must(w.c.Status().Update(ctx, p))
 			return p
 		}
 		withPhase("new", "")
@@ -226,14 +226,14 @@ var _ = Describe("Remediation", func() {
 		withPhase("done", v1alpha1.PhaseSucceeded)
 		cleaning := withPhase("cleaning-up", v1alpha1.PhaseSucceeded)
 		cleaning.Finalizers = []string{v1alpha1.FinalizerPowerCycle}
-		w.must(w.c.Update(w.ctx, cleaning))
-		w.must(w.c.Delete(w.ctx, cleaning))
+		w.must(w.c.Update(ctx, cleaning))
+		w.must(w.c.Delete(ctx, cleaning))
 
 		want := map[string]bool{"new": true, "powering-off": true, "done": false, "cleaning-up": true, "no-request": false}
 		Eventually(func() map[string]bool {
 			got := map[string]bool{}
 			for node := range want {
-				got[node] = r.Remediating(w.ctx, w.prefix+node)
+				got[node] = r.Remediating(ctx, w.prefix+node)
 			}
 			return got
 		}).WithTimeout(10 * time.Second).WithPolling(50 * time.Millisecond).Should(Equal(want))

@@ -1,6 +1,7 @@
 package powercycle
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -34,26 +35,26 @@ var _ = Describe("Trust, second pass", func() {
 	}
 	DescribeTable("refused request is no sibling", func(ctx SpecContext, tc refusedRequestIsNoSiblingCase) {
 		w, m, node := oneMockHost(ctx, nil)
-		other := w.namespace("team-x")
+		other := w.namespace(ctx, "team-x")
 		if tc.refused == "refused-in-trusted" {
 			w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.TrustedNamespaces = []string{other} }
 		}
 		r := w.reconciler()
-		trusted := w.remediationIn(w.ns, node, node, spec(powerOff, 1))
-		w.drive(trusted, same(r), nil, untilPhase(v1alpha1.PhaseSucceeded))
-		Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
+		trusted := w.remediationIn(ctx, w.ns, node, node, spec(powerOff, 1))
+		w.drive(ctx, trusted, same(r), nil, untilPhase(v1alpha1.PhaseSucceeded))
+		Expect(w.taintKeys(ctx, node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
 		Expect(resets(m)).To(Equal([]string{"ForceOff"}))
 
 		switch tc.refused {
 		case "untrusted":
 			// Whoever may create requests in team-x asks for a power-off of the same Node: refused.
-			key := w.remediationIn(other, node, node, spec(powerOff, 1))
-			w.drive(key, same(r), nil, untilSettled)
-			Expect(conditionOf(w.get(key), v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonNamespaceNotTrusted, metav1.ConditionFalse))
+			key := w.remediationIn(ctx, other, node, node, spec(powerOff, 1))
+			w.drive(ctx, key, same(r), nil, untilSettled)
+			Expect(conditionOf(w.get(ctx, key), v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonNamespaceNotTrusted, metav1.ConditionFalse))
 		case "refused-in-trusted":
 			// Recorded as the remediator refuses a request for good: Failed, no attempt, no finalizer.
-			key := w.remediationIn(other, node, node, spec(powerOff, 1))
-			p := w.get(key)
+			key := w.remediationIn(ctx, other, node, node, spec(powerOff, 1))
+			p := w.get(ctx, key)
 			p.Status.Phase, p.Status.NodeName = v1alpha1.PhaseFailed, node
 			now := metav1.NewTime(w.clock.Now())
 			p.Status.LastTransitionTime = &now
@@ -61,16 +62,16 @@ var _ = Describe("Trust, second pass", func() {
 				p.Status.Conditions = append(p.Status.Conditions, metav1.Condition{Type: c, Status: metav1.ConditionFalse,
 					Reason: v1alpha1.ReasonNodeNotInThisCluster, Message: "Refused", LastTransitionTime: now})
 			}
-			w.must(w.c.Status().Update(w.ctx, p))
+			w.must(w.c.Status().Update(ctx, p))
 		}
 		w.drainEvents()
 
-		w.must(w.c.Delete(w.ctx, w.get(trusted)))
-		steps := w.drive(trusted, same(r), nil, untilSettled)
+		w.must(w.c.Delete(ctx, w.get(ctx, trusted)))
+		steps := w.drive(ctx, trusted, same(r), nil, untilSettled)
 		Expect(steps[len(steps)-1].gone).To(BeTrue(), "the finalizer went")
 
-		Expect(w.taintKeys(node)).To(BeEmpty(), "the Node is restored: no metalheal taint left")
-		Expect(w.lease(node)).To(BeNil(), "the node lease is released")
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty(), "the Node is restored: no metalheal taint left")
+		Expect(w.lease(ctx, node)).To(BeNil(), "the node lease is released")
 		events := w.drainEvents()
 		Expect(events).To(ContainElement(HavePrefix("Normal CleanedUp")))
 		Expect(events).NotTo(ContainElement(HavePrefix("Normal HandedOver")), "nothing to hand the Node over to")
@@ -94,48 +95,48 @@ var _ = Describe("Trust, second pass", func() {
 	}
 	DescribeTable("same name in two namespaces one hand", func(ctx SpecContext, tc sameNameInTwoNamespacesCase) {
 		w, m, node := oneMockHost(ctx, func(m *redfishmock.Mock) *redfishmock.Mock { return m.WithPowerDelay(3 * time.Second) })
-		listed := w.namespace("cluster-b")
+		listed := w.namespace(ctx, "cluster-b")
 		w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.TrustedNamespaces = []string{listed} }
 		r := w.reconciler()
-		a := w.remediationIn(w.ns, node, node, spec(powerOff, 1))
-		b := w.remediationIn(listed, node, node, spec(powerOff, 1))
+		a := w.remediationIn(ctx, w.ns, node, node, spec(powerOff, 1))
+		b := w.remediationIn(ctx, listed, node, node, spec(powerOff, 1))
 		order := []client.ObjectKey{a, b}
 		if tc.listedFirst {
 			order = []client.ObjectKey{b, a}
 		}
 		holds := func(key client.ObjectKey) bool {
-			return w.exists(key) && conditionOf(w.get(key), v1alpha1.ConditionLeaseAcquired).Status == metav1.ConditionTrue
+			return w.exists(ctx, key) && conditionOf(w.get(ctx, key), v1alpha1.ConditionLeaseAcquired).Status == metav1.ConditionTrue
 		}
 		oneHand := func() {
 			Expect(holds(a) && holds(b)).To(BeFalse(), "both requests hold the node lease")
 			offs := slices.DeleteFunc(resets(m), func(r string) bool { return r != "ForceOff" })
 			Expect(len(offs)).To(BeNumerically("<=", 1), "a second power-off: %v", resets(m))
 		}
-		w.together(r, order, oneHand, func() bool {
-			return w.get(order[0]).Status.Phase == v1alpha1.PhaseSucceeded && w.clock.Now().Sub(epoch) > 2*time.Minute
+		w.together(ctx, r, order, oneHand, func() bool {
+			return w.get(ctx, order[0]).Status.Phase == v1alpha1.PhaseSucceeded && w.clock.Now().Sub(epoch) > 2*time.Minute
 		})
 
-		winner, waiter := w.get(order[0]), w.get(order[1])
+		winner, waiter := w.get(ctx, order[0]), w.get(ctx, order[1])
 		Expect(conditionOf(winner, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonFenced, metav1.ConditionTrue))
 		Expect(waiter.Status.Phase).To(Equal(v1alpha1.PhasePending), "the other waits")
 		Expect(waiter.Status.Attempts).To(BeEmpty())
 		Expect(conditionOf(waiter, v1alpha1.ConditionLeaseAcquired)).To(MatchFields(v1alpha1.ReasonLeaseHeldByOther, metav1.ConditionFalse))
 		Expect(resets(m)).To(Equal([]string{"ForceOff"}), "one power-off")
-		Expect(holderOf(w.lease(node))).To(Equal("PowerCycleRemediation-"+node), "medik8s' holder form is kept")
-		Expect(w.lease(node).Annotations).To(HaveKeyWithValue(leases.AnnotationHolderNamespace, order[0].Namespace))
+		Expect(holderOf(w.lease(ctx, node))).To(Equal("PowerCycleRemediation-"+node), "medik8s' holder form is kept")
+		Expect(w.lease(ctx, node).Annotations).To(HaveKeyWithValue(leases.AnnotationHolderNamespace, order[0].Namespace))
 
 		// The first request is deleted: the other takes the node lease over and fences the host it
 		// finds off, with no power request of its own.
-		w.must(w.c.Delete(w.ctx, winner))
-		w.together(r, order, oneHand, func() bool {
-			return !w.exists(order[0]) && w.get(order[1]).Status.Phase == v1alpha1.PhaseSucceeded
+		w.must(w.c.Delete(ctx, winner))
+		w.together(ctx, r, order, oneHand, func() bool {
+			return !w.exists(ctx, order[0]) && w.get(ctx, order[1]).Status.Phase == v1alpha1.PhaseSucceeded
 		})
-		Expect(conditionOf(w.get(order[1]), v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonFenced, metav1.ConditionTrue))
+		Expect(conditionOf(w.get(ctx, order[1]), v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonFenced, metav1.ConditionTrue))
 		Expect(resets(m)).To(Equal([]string{"ForceOff"}))
-		Expect(w.lease(node).Annotations).To(HaveKeyWithValue(leases.AnnotationHolderNamespace, order[1].Namespace))
-		Expect(w.lease(node).Spec.LeaseTransitions).To(HaveValue(Equal(int32(1))), "taken over in one update")
-		Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
-		Expect(w.get(order[1]).Status.AppliedTaints).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService),
+		Expect(w.lease(ctx, node).Annotations).To(HaveKeyWithValue(leases.AnnotationHolderNamespace, order[1].Namespace))
+		Expect(w.lease(ctx, node).Spec.LeaseTransitions).To(HaveValue(Equal(int32(1))), "taken over in one update")
+		Expect(w.taintKeys(ctx, node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
+		Expect(w.get(ctx, order[1]).Status.AppliedTaints).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService),
 			"the record of the taints went with the Node")
 
 	},
@@ -155,32 +156,32 @@ var _ = Describe("Trust, second pass", func() {
 	DescribeTable("annotation naming an admins taint", func(ctx SpecContext, tc annotationNamingAnAdminsTaintCase) {
 		w, m, node := oneMockHost(ctx, nil)
 		admins := corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: v1alpha1.TaintOutOfServiceValue, Effect: corev1.TaintEffectNoExecute}
-		n := w.getNode(node)
+		n := w.getNode(ctx, node)
 		n.Spec.Taints = append(n.Spec.Taints, admins)
-		w.must(w.c.Update(w.ctx, n))
+		w.must(w.c.Update(ctx, n))
 		daemonSet := func() {
-			n := w.getNode(node)
+			n := w.getNode(ctx, node)
 			if n.Annotations == nil {
 				n.Annotations = map[string]string{}
 			}
 			n.Annotations[appliedTaints] = v1alpha1.TaintOutOfService
-			w.must(w.c.Update(w.ctx, n))
+			w.must(w.c.Update(ctx, n))
 		}
 		if tc.before {
 			daemonSet()
 		}
 		r := w.reconciler()
-		key := w.remediationIn(w.ns, node, node, spec(powerOff, 1))
-		w.drive(key, same(r), nil, untilPhase(v1alpha1.PhaseSucceeded))
-		Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
+		key := w.remediationIn(ctx, w.ns, node, node, spec(powerOff, 1))
+		w.drive(ctx, key, same(r), nil, untilPhase(v1alpha1.PhaseSucceeded))
+		Expect(w.taintKeys(ctx, node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
 		if !tc.before {
 			daemonSet()
 		}
 
-		w.must(w.c.Delete(w.ctx, w.get(key)))
-		w.drive(key, same(r), nil, untilSettled)
-		Expect(w.taintKeys(node)).To(Equal([]string{v1alpha1.TaintOutOfService}), "the administrator's taint stays")
-		Expect(w.getNode(node).Spec.Taints).To(ContainElement(HaveField("Key", admins.Key)))
+		w.must(w.c.Delete(ctx, w.get(ctx, key)))
+		w.drive(ctx, key, same(r), nil, untilSettled)
+		Expect(w.taintKeys(ctx, node)).To(Equal([]string{v1alpha1.TaintOutOfService}), "the administrator's taint stays")
+		Expect(w.getNode(ctx, node).Spec.Taints).To(ContainElement(HaveField("Key", admins.Key)))
 		Expect(resets(m)).To(Equal([]string{"ForceOff"}))
 
 	},
@@ -204,25 +205,29 @@ var _ = Describe("Trust, second pass", func() {
 		var keys []client.ObjectKey
 		for i, s := range tc.steps {
 			if i > 0 {
-				w.markTimedOut(keys[i-1])
+				w.markTimedOut(ctx, keys[i-1])
 			}
-			key := w.stepRequest(node, node+"-"+string(s), spec(s, 1), false)
+			key := w.stepRequest(ctx, node, node+"-"+string(s), spec(s, 1), false)
 			keys = append(keys, key)
-			w.together(r, keys, nil, func() bool { return terminal(w.get(key).Status.Phase) && (i == 0 || handedOver(w.get(keys[0]))) })
+			w.together(ctx, r, keys, nil, func() bool {
+				return terminal(w.get(ctx, key).Status.Phase) && (i == 0 || handedOver(w.get(ctx, keys[0])))
+			})
 		}
 		Expect(m.PowerState("1")).To(Equal(redfishmock.PowerOff))
-		Expect(w.taintKeys(node)).To(ContainElement(v1alpha1.TaintOutOfService))
+		Expect(w.taintKeys(ctx, node)).To(ContainElement(v1alpha1.TaintOutOfService))
 		before := resets(m)
 
-		w.must(w.c.Delete(w.ctx, w.getNode(node)))
+		w.must(w.c.Delete(ctx, w.getNode(ctx, node)))
 		for _, key := range keys {
-			w.must(w.c.Delete(w.ctx, w.get(key)))
+			w.must(w.c.Delete(ctx, w.get(ctx, key)))
 		}
 		order := slices.Clone(keys)
 		if tc.newestFirst {
 			slices.Reverse(order)
 		}
-		w.together(r, order, nil, func() bool { return !slices.ContainsFunc(keys, w.exists) })
+		w.together(ctx, r, order, nil, func() bool {
+			return !slices.ContainsFunc(keys, func(k client.ObjectKey) bool { return w.exists(ctx, k) })
+		})
 
 		Expect(resets(m)).To(Equal(before), "no power request after the Node was deleted")
 		Expect(m.PowerState("1")).To(Equal(redfishmock.PowerOff), "the fenced host stays off")
@@ -237,15 +242,15 @@ var _ = Describe("Trust, second pass", func() {
 
 // remediationIn creates a PowerCycleRemediation of node in namespace ns, annotated with the node and
 // owned by it, as NodeHealthCheck makes them.
-func (w *world) remediationIn(ns, name, node string, s v1alpha1.PowerCycleRemediationSpec) client.ObjectKey {
+func (w *world) remediationIn(ctx context.Context, ns, name, node string, s v1alpha1.PowerCycleRemediationSpec) client.ObjectKey {
 	GinkgoHelper()
-	n := w.getNode(node)
+	n := w.getNode(ctx, node)
 	p := &v1alpha1.PowerCycleRemediation{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{v1alpha1.AnnotationNodeName: node},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node, UID: n.UID}}},
 		Spec: s,
 	}
-	w.must(w.c.Create(w.ctx, p))
+	w.must(w.c.Create(ctx, p))
 	return client.ObjectKeyFromObject(p)
 }
 

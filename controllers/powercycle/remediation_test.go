@@ -47,9 +47,9 @@ var _ = Describe("Remediation", func() {
 		w, m := mockHosts(ctx, func(m *redfishmock.Mock) *redfishmock.Mock {
 			return m.WithSystems(1).WithCredentials(credentials[bmc.UsernameKey], credentials[bmc.PasswordKey]).WithPowerDelay(8 * time.Second)
 		})
-		node := w.node("worker-1", nil)
-		w.bmc(node, mockAddress(m, "1"), credentials)
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		node := w.node(ctx, "worker-1", nil)
+		w.bmc(ctx, node, mockAddress(m, "1"), credentials)
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 		fencedFrom := testutil.ToFloat64(PhaseTransitions.WithLabelValues("PoweredOff", "PoweringOn"))
 		durations := histogramCount(RemediationDuration, "reboot", "NodeReady")
 
@@ -58,27 +58,27 @@ var _ = Describe("Remediation", func() {
 		w.registry = checkingPowerOn(bmc.DriverRedfish, redfishFactory, func() {
 			state, err := m.PowerState("1")
 			Expect(err).NotTo(HaveOccurred())
-			atPowerOn = append(append(atPowerOn, string(state)), w.taintKeys(node)...)
+			atPowerOn = append(append(atPowerOn, string(state)), w.taintKeys(ctx, node)...)
 		})
 		var leaseHolders []string
 		react := func(p *v1alpha1.PowerCycleRemediation) {
 			state, err := m.PowerState("1")
 			Expect(err).NotTo(HaveOccurred())
-			if firstOutOfServiceWith == "" && slices.Contains(w.taintKeys(node), v1alpha1.TaintOutOfService) {
+			if firstOutOfServiceWith == "" && slices.Contains(w.taintKeys(ctx, node), v1alpha1.TaintOutOfService) {
 				firstOutOfServiceWith = state
 			}
-			if l := w.lease(node); l != nil && l.Spec.HolderIdentity != nil {
+			if l := w.lease(ctx, node); l != nil && l.Spec.HolderIdentity != nil {
 				leaseHolders = append(leaseHolders, *l.Spec.HolderIdentity)
 			}
 			switch p.Status.Phase {
 			case v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweredOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode:
-				Expect(w.taintKeys(node)).To(ContainElement(v1alpha1.TaintRemediation), "marked for the whole flow (%s)", p.Status.Phase)
+				Expect(w.taintKeys(ctx, node)).To(ContainElement(v1alpha1.TaintRemediation), "marked for the whole flow (%s)", p.Status.Phase)
 			}
 			if state == redfishmock.PowerOn && p.Status.Phase == v1alpha1.PhaseWaitingForNode {
-				w.kubeletOnPowerOn(node, always)(p)
+				w.kubeletOnPowerOn(ctx, node, always)(p)
 			}
 		}
-		steps := w.drive(key, same(w.reconciler()), react, untilSettled)
+		steps := w.drive(ctx, key, same(w.reconciler()), react, untilSettled)
 
 		Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePoweringOff,
 			v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseSucceeded}),
@@ -91,7 +91,7 @@ var _ = Describe("Remediation", func() {
 		Expect(leaseHolders).NotTo(BeEmpty())
 		Expect(slices.Compact(leaseHolders)).To(Equal([]string{"PowerCycleRemediation-" + node}))
 
-		p := w.get(key)
+		p := w.get(ctx, key)
 		Expect(p.Finalizers).To(ContainElement(v1alpha1.FinalizerPowerCycle))
 		Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonNodeReady, metav1.ConditionTrue))
 		Expect(conditionOf(p, v1alpha1.ConditionProcessing).Status).To(Equal(metav1.ConditionFalse))
@@ -104,8 +104,8 @@ var _ = Describe("Remediation", func() {
 		Expect(a.Result).To(Equal("Succeeded"))
 		Expect([]*metav1.Time{a.PoweredOff, a.PowerOnRequested, a.PoweredOn, a.Finished}).NotTo(ContainElement(BeNil()))
 		Expect(a.PoweredOff.Sub(a.Started.Time)).To(BeNumerically(">=", 8*time.Second), "the mock takes 8s to power off")
-		Expect(w.taintKeys(node)).To(BeEmpty(), "taints are removed once the node is Ready")
-		Expect(w.lease(node)).To(BeNil(), "the lease is released once the node is Ready")
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty(), "taints are removed once the node is Ready")
+		Expect(w.lease(ctx, node)).To(BeNil(), "the lease is released once the node is Ready")
 		Expect(w.drainEvents()).To(ContainElements(
 			HavePrefix("Normal RemediationStarted"), HavePrefix("Normal PoweringOff"), HavePrefix("Normal PoweredOff"),
 			HavePrefix("Normal PoweringOn"), HavePrefix("Normal PoweredOn"), HavePrefix("Normal Remediated")))
@@ -113,11 +113,11 @@ var _ = Describe("Remediation", func() {
 		Expect(histogramCount(RemediationDuration, "reboot", "NodeReady") - durations).To(Equal(uint64(1)))
 
 		// The node is healthy: the checker deletes its request.
-		w.must(w.c.Delete(w.ctx, p))
-		steps = w.drive(key, same(w.reconciler()), nil, untilSettled)
+		w.must(w.c.Delete(ctx, p))
+		steps = w.drive(ctx, key, same(w.reconciler()), nil, untilSettled)
 		Expect(steps[len(steps)-1].gone).To(BeTrue(), "the finalizer let the request go")
-		Expect(w.taintKeys(node)).To(BeEmpty())
-		Expect(w.lease(node)).To(BeNil())
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty())
+		Expect(w.lease(ctx, node)).To(BeNil())
 		Expect(m.Resets("1")).To(Equal([]string{"ForceOff", "On"}), "a healthy node is not touched again")
 	})
 
@@ -125,7 +125,7 @@ var _ = Describe("Remediation", func() {
 	// medik8s annotations): deleteAfterRetries power cycles, then the Machine is deleted.
 	It("escalate deletes owning machine", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-2", nil)
+		node := w.fakeHost(ctx, "worker-2", nil)
 		machine := &clusterv1.Machine{
 			ObjectMeta: metav1.ObjectMeta{Name: "md-0-abcde", Namespace: w.ns},
 			Spec: clusterv1.MachineSpec{
@@ -134,33 +134,33 @@ var _ = Describe("Remediation", func() {
 				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "Metal3Machine", Name: "md-0-abcde"},
 			},
 		}
-		w.must(w.c.Create(w.ctx, machine))
+		w.must(w.c.Create(ctx, machine))
 		machine.Status.NodeRef = clusterv1.MachineNodeReference{Name: node}
-		w.must(w.c.Status().Update(w.ctx, machine))
-		key := w.remediation(machine.Name, spec(escalate, 2), nil, metav1.OwnerReference{
+		w.must(w.c.Status().Update(ctx, machine))
+		key := w.remediation(ctx, machine.Name, spec(escalate, 2), nil, metav1.OwnerReference{
 			APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Name: machine.Name, UID: machine.UID})
 
-		steps := w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, never), untilSettled)
+		steps := w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, never), untilSettled)
 
 		Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{
 			v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseRetrying,
 			v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode,
 			v1alpha1.PhaseEscalating, v1alpha1.PhaseSucceeded}))
-		p := w.get(key)
+		p := w.get(ctx, key)
 		Expect(p.Status.NodeName).To(Equal(node), "found through the Machine's nodeRef")
 		Expect(p.Status.RetryCount).To(Equal(int32(2)))
 		Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On", "Off", "On"}))
-		err := w.c.Get(w.ctx, client.ObjectKeyFromObject(machine), &clusterv1.Machine{})
+		err := w.c.Get(ctx, client.ObjectKeyFromObject(machine), &clusterv1.Machine{})
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the Machine was deleted: %v", err)
 		Expect(conditionOf(p, v1alpha1.ConditionPermanentNodeDeletionExpected)).To(MatchFields(v1alpha1.ReasonMachineDeleted, metav1.ConditionTrue))
 		Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonMachineDeleted, metav1.ConditionTrue))
-		Expect(w.taintKeys(node)).To(BeEmpty())
-		Expect(w.lease(node)).To(BeNil())
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty())
+		Expect(w.lease(ctx, node)).To(BeNil())
 		Expect(w.drainEvents()).To(ContainElements(HavePrefix("Warning Escalating"), HavePrefix("Warning MachineDeleted")))
 
 		// The Machine's deletion takes the request with it (garbage collection): nothing is powered on.
-		w.must(w.c.Delete(w.ctx, p))
-		steps = w.drive(key, same(w.reconciler()), nil, untilSettled)
+		w.must(w.c.Delete(ctx, p))
+		steps = w.drive(ctx, key, same(w.reconciler()), nil, untilSettled)
 		Expect(steps[len(steps)-1].gone).To(BeTrue())
 		Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On", "Off", "On"}))
 	})
@@ -170,31 +170,31 @@ var _ = Describe("Remediation", func() {
 	// (escalating to its next remediation), the host is powered back on and the node cleaned up.
 	It("escalate leaves bare node fenced", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-3", nil)
-		key := w.nhcRemediation(node, spec(escalate, 2))
+		node := w.fakeHost(ctx, "worker-3", nil)
+		key := w.nhcRemediation(ctx, node, spec(escalate, 2))
 		host := hosts.Driver(fakeAddress(node))
 
-		steps := w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, never), untilTerminal)
+		steps := w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, never), untilTerminal)
 
 		Expect(phases(steps)).To(HaveExactElements(
 			v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseRetrying,
 			v1alpha1.PhasePoweringOff, v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode,
 			v1alpha1.PhaseEscalating, v1alpha1.PhaseFailed))
 		Expect(powerOps(host)).To(Equal([]string{"Off", "On", "Off", "On", "Off"}), "two cycles, then left off")
-		Expect(host.PowerState(w.ctx)).To(Equal(bmc.PowerStateOff))
-		p := w.get(key)
+		Expect(host.PowerState(ctx)).To(Equal(bmc.PowerStateOff))
+		p := w.get(ctx, key)
 		Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonRetriesExhausted, metav1.ConditionFalse))
 		Expect(conditionOf(p, v1alpha1.ConditionProcessing).Status).To(Equal(metav1.ConditionFalse))
 		Expect(conditionOf(p, v1alpha1.ConditionPermanentNodeDeletionExpected).Status).To(Equal(metav1.ConditionFalse))
-		Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService), "fenced")
-		Expect(*w.lease(node).Spec.HolderIdentity).To(Equal("PowerCycleRemediation-" + node))
-		steps = w.drive(key, same(w.reconciler()), nil, func([]step) bool { return true })
+		Expect(w.taintKeys(ctx, node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService), "fenced")
+		Expect(*w.lease(ctx, node).Spec.HolderIdentity).To(Equal("PowerCycleRemediation-" + node))
+		steps = w.drive(ctx, key, same(w.reconciler()), nil, func([]step) bool { return true })
 		last := steps[0]
 		Expect(last.result.RequeueAfter).To(BeNumerically(">", 0), "a fenced node's lease is kept alive")
 
 		// Time passes: the lease is renewed, never lost.
-		steps = w.drive(key, same(w.reconciler()), nil, func(s []step) bool { return s[len(s)-1].at.Sub(last.at) > 30*time.Minute })
-		until, valid := leases.ValidUntil(w.lease(node), w.clock.Now())
+		steps = w.drive(ctx, key, same(w.reconciler()), nil, func(s []step) bool { return s[len(s)-1].at.Sub(last.at) > 30*time.Minute })
+		until, valid := leases.ValidUntil(w.lease(ctx, node), w.clock.Now())
 		Expect(valid).To(BeTrue())
 		Expect(until).To(BeTemporally(">", w.clock.Now()))
 		Expect(powerOps(host)).To(HaveLen(5), "nothing more is done to the host")
@@ -202,33 +202,33 @@ var _ = Describe("Remediation", func() {
 		// NodeHealthCheck escalates: it marks the request timed out. The request hands the host over as it is,
 		// off and fenced, for the check's next remediation: nothing is powered on, no taint removed, and the
 		// lease is kept (renewed) for the next request to take over.
-		p = w.get(key)
+		p = w.get(ctx, key)
 		p.Annotations[v1alpha1.AnnotationTimedOut] = w.clock.Now().Format(time.RFC3339)
-		w.must(w.c.Update(w.ctx, p))
-		w.drive(key, same(w.reconciler()), nil, func(s []step) bool { return handedOver(w.get(key)) })
+		w.must(w.c.Update(ctx, p))
+		w.drive(ctx, key, same(w.reconciler()), nil, func(s []step) bool { return handedOver(w.get(ctx, key)) })
 		Expect(powerOps(host)).To(Equal([]string{"Off", "On", "Off", "On", "Off"}), "left off")
-		Expect(host.PowerState(w.ctx)).To(Equal(bmc.PowerStateOff))
-		Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService), "still fenced")
-		Expect(*w.lease(node).Spec.HolderIdentity).To(Equal("PowerCycleRemediation-" + node))
-		p = w.get(key)
+		Expect(host.PowerState(ctx)).To(Equal(bmc.PowerStateOff))
+		Expect(w.taintKeys(ctx, node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService), "still fenced")
+		Expect(*w.lease(ctx, node).Spec.HolderIdentity).To(Equal("PowerCycleRemediation-" + node))
+		p = w.get(ctx, key)
 		Expect(p.Finalizers).To(ContainElement(v1alpha1.FinalizerPowerCycle))
 		Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonRetriesExhausted, metav1.ConditionFalse))
 		Expect(conditionOf(p, v1alpha1.ConditionProcessing)).To(MatchFields(v1alpha1.ReasonHandedOver, metav1.ConditionFalse))
 		Expect(w.drainEvents()).To(ContainElement(HavePrefix("Normal HandedOver")))
-		steps = w.drive(key, same(w.reconciler()), nil, func([]step) bool { return true })
+		steps = w.drive(ctx, key, same(w.reconciler()), nil, func([]step) bool { return true })
 		Expect(steps[0].result.RequeueAfter).To(BeNumerically(">", 0), "the lease of the handed-over host is kept alive")
 		Expect(powerOps(host)).To(HaveLen(5), "nothing more is done to the host")
 
 		// The check deletes the request (the node was repaired, or given up on): the last remediation of the
 		// node restores it: powered back on, untainted, its lease released.
-		w.must(w.c.Delete(w.ctx, w.get(key)))
-		steps = w.drive(key, same(w.reconciler()), nil, untilSettled)
+		w.must(w.c.Delete(ctx, w.get(ctx, key)))
+		steps = w.drive(ctx, key, same(w.reconciler()), nil, untilSettled)
 		Expect(steps[len(steps)-1].gone).To(BeTrue())
 		Expect(powerOps(host)).To(Equal([]string{"Off", "On", "Off", "On", "Off", "On"}), "powered back on")
-		Expect(host.PowerState(w.ctx)).To(Equal(bmc.PowerStateOn))
-		Expect(w.taintKeys(node)).To(BeEmpty())
-		Expect(w.getNode(node).Annotations).NotTo(HaveKey(v1alpha1.AnnotationAppliedTaints))
-		Expect(w.lease(node)).To(BeNil())
+		Expect(host.PowerState(ctx)).To(Equal(bmc.PowerStateOn))
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty())
+		Expect(w.getNode(ctx, node).Annotations).NotTo(HaveKey(v1alpha1.AnnotationAppliedTaints))
+		Expect(w.lease(ctx, node)).To(BeNil())
 		Expect(w.drainEvents()).To(ContainElement(HavePrefix("Normal CleanedUp")))
 	})
 
@@ -236,8 +236,8 @@ var _ = Describe("Remediation", func() {
 	// doubling up to the max, until the fault is fixed and the node comes back (seed story 5).
 	It("reboot retries with growing backoff", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-4", nil)
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		node := w.fakeHost(ctx, "worker-4", nil)
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 		fixedAt := int32(12) // the admin fixes the fault before the 12th attempt
 
 		var backoffs []time.Duration
@@ -245,12 +245,12 @@ var _ = Describe("Remediation", func() {
 			if p.Status.Phase == v1alpha1.PhaseRetrying && len(backoffs) < int(p.Status.RetryCount) {
 				backoffs = append(backoffs, p.Status.NextRetryTime.Sub(p.Status.LastTransitionTime.Time))
 			}
-			w.kubeletOnPowerOn(node, func(n int32) bool { return n >= fixedAt })(p)
+			w.kubeletOnPowerOn(ctx, node, func(n int32) bool { return n >= fixedAt })(p)
 		}
-		w.drive(key, same(w.reconciler()), react, untilSettled)
+		w.drive(ctx, key, same(w.reconciler()), react, untilSettled)
 
 		Expect(backoffs).To(Equal(append([]time.Duration{30 * time.Second, time.Minute}, slices.Repeat([]time.Duration{2 * time.Minute}, 9)...)))
-		p := w.get(key)
+		p := w.get(ctx, key)
 		Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		Expect(p.Status.RetryCount).To(Equal(int32(11)))
 		var numbers []int32
@@ -262,8 +262,8 @@ var _ = Describe("Remediation", func() {
 		Expect(results).To(Equal(append(slices.Repeat([]string{"Failed"}, 9), "Succeeded")))
 		Expect(p.Status.Attempts[0].Message).To(ContainSubstring("node not Ready within 5m0s of power-on"))
 		Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal(slices.Repeat([]string{"Off", "On"}, 12)))
-		Expect(w.taintKeys(node)).To(BeEmpty())
-		Expect(w.lease(node)).To(BeNil())
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty())
+		Expect(w.lease(ctx, node)).To(BeNil())
 	})
 
 	// A request deleted mid-flow, the only one of its node: the host is powered back on (unless the strategy
@@ -289,13 +289,13 @@ var _ = Describe("Remediation", func() {
 	}
 	DescribeTable("cancelled mid flow", func(ctx SpecContext, tc cancelledMidFlowCase) {
 		w, hosts := fakeHosts(ctx)
-		node := w.node("worker", nil)
+		node := w.node(ctx, "worker", nil)
 		if tc.noSecret {
-			w.bmc(node, fakeAddress(node), nil)
+			w.bmc(ctx, node, fakeAddress(node), nil)
 		} else {
-			w.bmc(node, fakeAddress(node), credentials)
+			w.bmc(ctx, node, fakeAddress(node), credentials)
 		}
-		key := w.nhcRemediation(node, spec(tc.strategy, 3))
+		key := w.nhcRemediation(ctx, node, spec(tc.strategy, 3))
 		host := hosts.Driver(fakeAddress(node))
 		host.SetTransitionDelay(1)
 		if tc.pause != "" {
@@ -305,49 +305,49 @@ var _ = Describe("Remediation", func() {
 			host.FailNext(bmc.OperationPowerState, &bmc.Error{Driver: "fake", Operation: bmc.OperationPowerState, Kind: bmc.ErrUnreachable, Err: errors.New("no answer")})
 		}
 
-		w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, never), func(s []step) bool {
-			return s[len(s)-1].phase == tc.at && (!tc.sent || w.get(key).Status.PowerRequest != nil)
+		w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, never), func(s []step) bool {
+			return s[len(s)-1].phase == tc.at && (!tc.sent || w.get(ctx, key).Status.PowerRequest != nil)
 		})
 		if tc.sent {
-			Expect(host.PowerState(w.ctx)).To(Equal(bmc.PowerStateOn), "the BMC does not show the power-off yet")
+			Expect(host.PowerState(ctx)).To(Equal(bmc.PowerStateOn), "the BMC does not show the power-off yet")
 		}
 		if tc.at == v1alpha1.PhasePoweringOn {
-			Expect(host.PowerState(w.ctx)).To(Equal(bmc.PowerStateOff))
-			Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
+			Expect(host.PowerState(ctx)).To(Equal(bmc.PowerStateOff))
+			Expect(w.taintKeys(ctx, node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
 		}
 		if tc.at != v1alpha1.PhasePending {
-			Expect(w.lease(node)).NotTo(BeNil())
+			Expect(w.lease(ctx, node)).NotTo(BeNil())
 		}
 
-		p := w.get(key)
+		p := w.get(ctx, key)
 		if tc.timedOut {
 			p.Annotations[v1alpha1.AnnotationTimedOut] = w.clock.Now().Format(time.RFC3339)
-			w.must(w.c.Update(w.ctx, p))
-			w.drive(key, same(w.reconciler()), nil, func(s []step) bool { return handedOver(w.get(key)) })
+			w.must(w.c.Update(ctx, p))
+			w.drive(ctx, key, same(w.reconciler()), nil, func(s []step) bool { return handedOver(w.get(ctx, key)) })
 			Expect(powerOps(host)).To(Equal(tc.wantOps), "the power-on in flight landed, nothing more")
-			Expect(host.PowerState(w.ctx)).To(Equal(tc.wantState))
-			Expect(w.taintKeys(node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService), "handed over as it is")
-			Expect(w.lease(node)).NotTo(BeNil())
-			p := w.get(key)
+			Expect(host.PowerState(ctx)).To(Equal(tc.wantState))
+			Expect(w.taintKeys(ctx, node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService), "handed over as it is")
+			Expect(w.lease(ctx, node)).NotTo(BeNil())
+			p := w.get(ctx, key)
 			Expect(p.Finalizers).To(ContainElement(v1alpha1.FinalizerPowerCycle))
 			Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseFailed))
 			Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(v1alpha1.ReasonTimedOut, metav1.ConditionFalse))
 			Expect(conditionOf(p, v1alpha1.ConditionProcessing)).To(MatchFields(v1alpha1.ReasonHandedOver, metav1.ConditionFalse))
 			Expect(w.drainEvents()).To(ContainElement(HavePrefix("Normal HandedOver")))
 		}
-		w.must(w.c.Delete(w.ctx, w.get(key)))
-		w.drive(key, same(w.reconciler()), nil, func(s []step) bool { return s[len(s)-1].gone })
+		w.must(w.c.Delete(ctx, w.get(ctx, key)))
+		w.drive(ctx, key, same(w.reconciler()), nil, func(s []step) bool { return s[len(s)-1].gone })
 
 		if len(tc.wantOps) == 0 {
 			Expect(powerOps(host)).To(BeEmpty())
 		} else {
 			Expect(powerOps(host)).To(Equal(tc.wantOps))
 		}
-		Expect(host.PowerState(w.ctx)).To(Equal(tc.wantState))
-		Expect(host.PowerState(w.ctx)).To(Equal(tc.wantState), "and stays so")
-		Expect(w.taintKeys(node)).To(BeEmpty())
-		Expect(w.lease(node)).To(BeNil())
-		err := w.c.Get(w.ctx, key, &v1alpha1.PowerCycleRemediation{})
+		Expect(host.PowerState(ctx)).To(Equal(tc.wantState))
+		Expect(host.PowerState(ctx)).To(Equal(tc.wantState), "and stays so")
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty())
+		Expect(w.lease(ctx, node)).To(BeNil())
+		err := w.c.Get(ctx, key, &v1alpha1.PowerCycleRemediation{})
 		Expect(apierrors.IsNotFound(err)).To(BeTrue())
 		Expect(w.drainEvents()).To(ContainElement(HavePrefix("Normal CleanedUp")))
 
@@ -393,16 +393,16 @@ var _ = Describe("Remediation", func() {
 			return slices.Clone(changes)
 		}
 		Expect(m.SetFaults("1", redfishmock.Faults{StuckPower: true})).To(Succeed())
-		node := w.node("worker", nil)
-		w.bmc(node, mockAddress(m, "1"), credentials)
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		node := w.node(ctx, "worker", nil)
+		w.bmc(ctx, node, mockAddress(m, "1"), credentials)
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 
-		w.drive(key, same(w.reconciler()), nil, func(s []step) bool {
-			return s[len(s)-1].phase == v1alpha1.PhasePoweringOff && w.get(key).Status.PowerRequest != nil
+		w.drive(ctx, key, same(w.reconciler()), nil, func(s []step) bool {
+			return s[len(s)-1].phase == v1alpha1.PhasePoweringOff && w.get(ctx, key).Status.PowerRequest != nil
 		})
 		Expect(m.Resets("1")).To(Equal([]string{"ForceOff"}), "the BMC accepted the power-off")
 		Expect(m.PowerState("1")).To(Equal(redfishmock.PowerOn), "and has not carried it out yet")
-		p := w.get(key)
+		p := w.get(ctx, key)
 		requested := p.Status.PowerRequest.Time.Time
 
 		// The BMC carries the queued power-off out actsAfter it accepted it, whatever it was asked since.
@@ -419,8 +419,8 @@ var _ = Describe("Remediation", func() {
 		if tc.restart {
 			next = w.reconciler
 		}
-		w.must(w.c.Delete(w.ctx, p))
-		steps := w.drive(key, next, func(*v1alpha1.PowerCycleRemediation) { bmcActs() }, untilSettled)
+		w.must(w.c.Delete(ctx, p))
+		steps := w.drive(ctx, key, next, func(*v1alpha1.PowerCycleRemediation) { bmcActs() }, untilSettled)
 
 		last := steps[len(steps)-1]
 		Expect(last.gone).To(BeTrue(), "the finalizer let the request go")
@@ -436,8 +436,8 @@ var _ = Describe("Remediation", func() {
 		Expect(m.PowerState("1")).To(Equal(redfishmock.PowerOn), "and stays on")
 		Expect(power()).To(Equal(tc.wantPower))
 		Expect(m.Resets("1")).To(Equal(tc.wantResets))
-		Expect(w.taintKeys(node)).To(BeEmpty())
-		Expect(w.lease(node)).To(BeNil())
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty())
+		Expect(w.lease(ctx, node)).To(BeNil())
 		events := w.drainEvents()
 		Expect(events).NotTo(ContainElement(HavePrefix("Warning PowerOnAbandoned")))
 		cleanedUp := And(HavePrefix("Normal CleanedUp"), ContainSubstring("was not carried out within 1m0s; the host stayed on"))
@@ -465,16 +465,16 @@ var _ = Describe("Remediation", func() {
 			return m.WithSystems(1).WithCredentials(credentials[bmc.UsernameKey], credentials[bmc.PasswordKey])
 		})
 		Expect(m.SetFaults("1", redfishmock.Faults{StuckPower: true})).To(Succeed())
-		node := w.node("worker-5", nil)
-		w.bmc(node, mockAddress(m, "1"), credentials)
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		node := w.node(ctx, "worker-5", nil)
+		w.bmc(ctx, node, mockAddress(m, "1"), credentials)
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 
 		neverOutOfService := func(*v1alpha1.PowerCycleRemediation) {
-			Expect(w.taintKeys(node)).NotTo(ContainElement(v1alpha1.TaintOutOfService), "no host that is on is fenced")
+			Expect(w.taintKeys(ctx, node)).NotTo(ContainElement(v1alpha1.TaintOutOfService), "no host that is on is fenced")
 		}
-		steps := w.drive(key, same(w.reconciler()), neverOutOfService, untilPhase(v1alpha1.PhaseRetrying))
+		steps := w.drive(ctx, key, same(w.reconciler()), neverOutOfService, untilPhase(v1alpha1.PhaseRetrying))
 
-		p := w.get(key)
+		p := w.get(ctx, key)
 		Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePoweringOff, v1alpha1.PhaseRetrying}))
 		Expect(p.Status.Attempts).To(HaveLen(1))
 		a := p.Status.Attempts[0]
@@ -483,13 +483,13 @@ var _ = Describe("Remediation", func() {
 		Expect(a.PoweredOff).To(BeNil())
 		Expect(a.Finished.Sub(a.Started.Time)).To(Equal(time.Minute))
 		Expect(m.Resets("1")).To(Equal([]string{"ForceOff"}), "the power-off was asked once, and polled")
-		Expect(w.taintKeys(node)).To(Equal([]string{v1alpha1.TaintRemediation}), "only the NoSchedule marker")
+		Expect(w.taintKeys(ctx, node)).To(Equal([]string{v1alpha1.TaintRemediation}), "only the NoSchedule marker")
 		Expect(w.drainEvents()).To(ContainElement(HavePrefix("Warning AttemptFailed")))
 
 		// The BMC is repaired: the next attempt fences and recovers the node.
 		m.ClearFaults()
-		w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
-		Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
+		Expect(w.get(ctx, key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		Expect(m.Resets("1")).To(Equal([]string{"ForceOff", "ForceOff", "On"}))
 	})
 
@@ -497,14 +497,14 @@ var _ = Describe("Remediation", func() {
 	// that fail at their deadline and are retried with backoff; once the BMC answers, the node recovers.
 	It("BMC unreachable", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-6", nil)
+		node := w.fakeHost(ctx, "worker-6", nil)
 		host := hosts.Driver(fakeAddress(node))
 		host.FailAlways(bmc.OperationPowerState, &bmc.Error{Driver: "fake", Operation: bmc.OperationPowerState, Kind: bmc.ErrUnreachable,
 			Err: fmt.Errorf("dial tcp 10.0.0.6:443: connect: no route to host")})
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 
 		start := w.clock.Now()
-		steps := w.drive(key, same(w.reconciler()), nil, func(s []step) bool { return s[len(s)-1].at.Sub(start) >= 30*time.Minute })
+		steps := w.drive(ctx, key, same(w.reconciler()), nil, func(s []step) bool { return s[len(s)-1].at.Sub(start) >= 30*time.Minute })
 
 		for i, s := range steps {
 			if i == 0 || s.phase != steps[i-1].phase {
@@ -515,12 +515,12 @@ var _ = Describe("Remediation", func() {
 		reads := host.CallCount(bmc.OperationPowerState)
 		Expect(reads).To(BeNumerically("<=", 60), "30 minutes of an unreachable BMC cost %d reads", reads)
 		Expect(host.CallCount(bmc.OperationPowerOff)).To(BeZero(), "nothing is asked of a BMC that cannot be read")
-		p := w.get(key)
+		p := w.get(ctx, key)
 		Expect(conditionOf(p, v1alpha1.ConditionBMCReady)).To(MatchFields(v1alpha1.ReasonBMCUnreachable, metav1.ConditionFalse))
 		Expect(conditionOf(p, v1alpha1.ConditionBMCReady).Message).To(ContainSubstring("no route to host"))
 		Expect(p.Status.RetryCount).To(BeNumerically(">=", 5), "each attempt gives up at its deadline")
 		Expect(p.Status.Attempts[0].Message).To(ContainSubstring("Unreachable"))
-		Expect(w.taintKeys(node)).NotTo(ContainElement(v1alpha1.TaintOutOfService))
+		Expect(w.taintKeys(ctx, node)).NotTo(ContainElement(v1alpha1.TaintOutOfService))
 		warnings := 0
 		for _, e := range w.drainEvents() {
 			if strings.HasPrefix(e, "Warning BMCNotReady") {
@@ -531,8 +531,8 @@ var _ = Describe("Remediation", func() {
 
 		// The network is fixed.
 		host.FailAlways(bmc.OperationPowerState, nil)
-		w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
-		p = w.get(key)
+		w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
+		p = w.get(ctx, key)
 		Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		Expect(conditionOf(p, v1alpha1.ConditionBMCReady).Status).To(Equal(metav1.ConditionTrue))
 		Expect(powerOps(host)).To(Equal([]string{"Off", "On"}))
@@ -543,25 +543,25 @@ var _ = Describe("Remediation", func() {
 	// again to a host already going down. The attempt fails at its deadline; the next one asks once.
 	It("no power request too late to wait for", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-late", nil)
+		node := w.fakeHost(ctx, "worker-late", nil)
 		host := hosts.Driver(fakeAddress(node))
 		host.SetTransitionDelay(3) // a host that takes a few reads to go off, as a real one takes seconds
 		host.FailAlways(bmc.OperationPowerState, &bmc.Error{Driver: "fake", Operation: bmc.OperationPowerState, Kind: bmc.ErrUnreachable,
 			Err: fmt.Errorf("dial tcp 10.0.0.9:443: connect: no route to host")})
-		key := w.nhcRemediation(node, spec(reboot, 3))
-		w.drive(key, same(w.reconciler()), nil, untilPhase(v1alpha1.PhasePoweringOff))
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
+		w.drive(ctx, key, same(w.reconciler()), nil, untilPhase(v1alpha1.PhasePoweringOff))
 
 		// The BMC answers again two seconds before the attempt's power-off deadline (the poll interval is 5s).
-		deadline := w.get(key).Status.LastTransitionTime.Add(time.Minute)
+		deadline := w.get(ctx, key).Status.LastTransitionTime.Add(time.Minute)
 		w.clock.SetTime(deadline.Add(-2 * time.Second))
 		host.FailAlways(bmc.OperationPowerState, nil)
-		res, err := w.reconciler().Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+		res, err := w.reconciler().Reconcile(ctx, ctrl.Request{NamespacedName: key})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(host.CallCount(bmc.OperationPowerOff)).To(BeZero(), "no power-off the attempt cannot wait for")
 		Expect(res.RequeueAfter).To(Equal(2*time.Second), "looks again at the deadline")
 
-		w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
-		p := w.get(key)
+		w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
+		p := w.get(ctx, key)
 		Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		Expect(p.Status.Attempts).To(HaveLen(2))
 		Expect(p.Status.Attempts[0].Message).To(ContainSubstring("power-off not confirmed within 1m0s"))
@@ -574,15 +574,15 @@ var _ = Describe("Remediation", func() {
 		w, m := mockHosts(ctx, func(m *redfishmock.Mock) *redfishmock.Mock {
 			return m.WithSystems(1).WithCredentials(credentials[bmc.UsernameKey], credentials[bmc.PasswordKey])
 		})
-		node := w.node("worker-7", nil)
+		node := w.node(ctx, "worker-7", nil)
 		wrong := map[string]string{bmc.UsernameKey: "admin", bmc.PasswordKey: "An-Old-Pa55word"}
-		b := w.bmc(node, mockAddress(m, "1"), wrong)
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		b := w.bmc(ctx, node, mockAddress(m, "1"), wrong)
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 
 		start := w.clock.Now()
-		w.drive(key, same(w.reconciler()), nil, func(s []step) bool { return s[len(s)-1].at.Sub(start) >= 20*time.Minute })
+		w.drive(ctx, key, same(w.reconciler()), nil, func(s []step) bool { return s[len(s)-1].at.Sub(start) >= 20*time.Minute })
 
-		p := w.get(key)
+		p := w.get(ctx, key)
 		Expect(conditionOf(p, v1alpha1.ConditionBMCReady)).To(MatchFields(v1alpha1.ReasonAuthenticationFailed, metav1.ConditionFalse))
 		Expect(m.Resets("1")).To(BeEmpty())
 		Expect(len(m.Requests())).To(BeNumerically("<=", 120), "20 minutes of refused credentials cost %d requests", len(m.Requests()))
@@ -592,9 +592,9 @@ var _ = Describe("Remediation", func() {
 			Expect(text).NotTo(ContainSubstring(wrong[bmc.PasswordKey]), "no password in events or status")
 		}
 
-		w.secret(b.Spec.CredentialsSecretRef.Name, credentials)
-		w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
-		Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		w.secret(ctx, b.Spec.CredentialsSecretRef.Name, credentials)
+		w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
+		Expect(w.get(ctx, key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		Expect(m.Resets("1")).To(Equal([]string{"ForceOff", "On"}))
 	})
 
@@ -602,11 +602,11 @@ var _ = Describe("Remediation", func() {
 	// taking the lease or tainting the node, and proceeds once the Secret exists.
 	It("BMC secret missing", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.node("worker-8", nil)
-		b := w.bmc(node, fakeAddress(node), nil)
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		node := w.node(ctx, "worker-8", nil)
+		b := w.bmc(ctx, node, fakeAddress(node), nil)
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 
-		steps := w.drive(key, same(w.reconciler()), nil, func(s []step) bool { return len(s) == 7 })
+		steps := w.drive(ctx, key, same(w.reconciler()), nil, func(s []step) bool { return len(s) == 7 })
 
 		Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePending}))
 		var waits []time.Duration
@@ -615,45 +615,45 @@ var _ = Describe("Remediation", func() {
 		}
 		Expect(waits).To(Equal([]time.Duration{5 * time.Second, 5 * time.Second, 10 * time.Second, 20 * time.Second,
 			40 * time.Second, 80 * time.Second, 2 * time.Minute}), "waits double up to the backoff max")
-		p := w.get(key)
+		p := w.get(ctx, key)
 		Expect(conditionOf(p, v1alpha1.ConditionBMCReady)).To(MatchFields(v1alpha1.ReasonSecretNotFound, metav1.ConditionFalse))
-		Expect(w.lease(node)).To(BeNil(), "no lease while the BMC cannot be used")
-		Expect(w.taintKeys(node)).To(BeEmpty())
+		Expect(w.lease(ctx, node)).To(BeNil(), "no lease while the BMC cannot be used")
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty())
 		Expect(hosts.Driver(fakeAddress(node)).Calls()).To(BeEmpty())
 
-		w.secret(b.Spec.CredentialsSecretRef.Name, credentials)
-		w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
-		Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		w.secret(ctx, b.Spec.CredentialsSecretRef.Name, credentials)
+		w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
+		Expect(w.get(ctx, key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 	})
 
 	// A node held by node-maintenance: the remediation waits, says who holds it, touches nothing; once the
 	// lease is released it proceeds.
 	It("lease held by node maintenance", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-9", nil)
-		held := takeLease(w, node, "node-maintenance", time.Hour)
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		node := w.fakeHost(ctx, "worker-9", nil)
+		held := takeLease(ctx, w, node, "node-maintenance", time.Hour)
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 
-		steps := w.drive(key, same(w.reconciler()), nil, func(s []step) bool { return len(s) == 4 })
+		steps := w.drive(ctx, key, same(w.reconciler()), nil, func(s []step) bool { return len(s) == 4 })
 
 		Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePending}))
 		Expect(steps[len(steps)-1].result.RequeueAfter).To(Equal(2*time.Minute), "looks again at the backoff max, the lease being longer")
-		p := w.get(key)
+		p := w.get(ctx, key)
 		c := conditionOf(p, v1alpha1.ConditionLeaseAcquired)
 		Expect(c).To(MatchFields(v1alpha1.ReasonLeaseHeldByOther, metav1.ConditionFalse))
 		Expect(c.Message).To(ContainSubstring("node-maintenance"))
 		Expect(w.drainEvents()).To(ContainElement(And(HavePrefix("Warning NodeLeaseHeld"), ContainSubstring("node-maintenance"))))
-		Expect(*w.lease(node).Spec.HolderIdentity).To(Equal("node-maintenance"))
+		Expect(*w.lease(ctx, node).Spec.HolderIdentity).To(Equal("node-maintenance"))
 		Expect(hosts.Driver(fakeAddress(node)).Calls()).To(BeEmpty())
-		Expect(w.taintKeys(node)).To(BeEmpty())
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty())
 
 		// Maintenance is over: node-maintenance releases its lease.
-		w.must(w.c.Delete(w.ctx, held))
-		w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
-		p = w.get(key)
+		w.must(w.c.Delete(ctx, held))
+		w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
+		p = w.get(ctx, key)
 		Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
-		Expect(w.lease(node)).To(BeNil())
+		Expect(w.lease(ctx, node)).To(BeNil())
 	})
 
 	// A node lease held by the health check that created the request (a NodeHealthCheck holds it for its
@@ -674,27 +674,27 @@ var _ = Describe("Remediation", func() {
 	// the check holds the lease, its watch event brings the reconcile that goes on, under the check's lease.
 	It("waits for its health checks lease", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-17", nil)
-		key := w.nhcRemediation(node, spec(reboot, 3))
-		created := w.get(key).CreationTimestamp.Time
+		node := w.fakeHost(ctx, "worker-17", nil)
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
+		created := w.get(ctx, key).CreationTimestamp.Time
 		w.clock.SetTime(created.Add(300 * time.Millisecond)) // just after the check's create
 
 		c, writes := w.interceptedClient(interceptor.Funcs{})
 		w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.Client, o.LeaseClient = c, c }
 		r := w.reconciler()
-		res, err := r.Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res.RequeueAfter).To(Equal(ownerLeaseGrace-300*time.Millisecond), "a backstop: the lease's watch event comes first")
 		Expect(writes.all()).To(BeEmpty())
-		p := w.get(key)
+		p := w.get(ctx, key)
 		Expect(p.Finalizers).To(BeEmpty())
 		Expect(p.Status.Phase).To(BeEmpty())
-		Expect(w.lease(node)).To(BeNil())
+		Expect(w.lease(ctx, node)).To(BeNil())
 		Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(BeEmpty())
 
 		// The lease's watch event maps to the waiting request, and to nothing once it has started.
-		lease := takeLease(w, node, owningCheckHolder, time.Hour)
-		awaiting := awaitingLease(w)
+		lease := takeLease(ctx, w, node, owningCheckHolder, time.Hour)
+		awaiting := awaitingLease(ctx, w)
 		mapped := func() []reconcile.Request { return awaiting(lease) }
 		Eventually(mapped).WithTimeout(10 * time.Second).WithPolling(20 * time.Millisecond).Should(ConsistOf(reconcile.Request{NamespacedName: key}))
 
@@ -702,20 +702,20 @@ var _ = Describe("Remediation", func() {
 		var reasons []string
 		react := func(p *v1alpha1.PowerCycleRemediation) {
 			reasons = append(reasons, conditionOf(p, v1alpha1.ConditionLeaseAcquired).Reason)
-			w.kubeletOnPowerOn(node, always)(p)
+			w.kubeletOnPowerOn(ctx, node, always)(p)
 		}
-		w.drive(key, same(r), react, untilSettled)
-		Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		w.drive(ctx, key, same(r), react, untilSettled)
+		Expect(w.get(ctx, key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		Expect(reasons[0]).To(Equal(reasonLeaseHeldByOwner))
 		Expect(reasons).NotTo(ContainElement(v1alpha1.ReasonLeaseAcquired))
 		Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
 		Expect(writes.of("Lease")).To(BeZero(), "the check's lease is enough")
-		Expect(*w.lease(node).Spec.HolderIdentity).To(Equal(owningCheckHolder))
+		Expect(*w.lease(ctx, node).Spec.HolderIdentity).To(Equal(owningCheckHolder))
 		Eventually(mapped).WithTimeout(10 * time.Second).WithPolling(20 * time.Millisecond).Should(BeEmpty())
 
 		// With another request waiting, its node's lease maps to it, and the same lease elsewhere, or a lease
 		// named otherwise, to nothing.
-		waiting := w.nhcRemediation(w.fakeHost("worker-19", nil), spec(reboot, 3))
+		waiting := w.nhcRemediation(ctx, w.fakeHost(ctx, "worker-19", nil), spec(reboot, 3))
 		ours := lease.DeepCopy()
 		ours.Name = leases.LeaseName(waiting.Name)
 		Eventually(func() []reconcile.Request { return awaiting(ours) }).WithTimeout(10 * time.Second).WithPolling(20 * time.Millisecond).
@@ -732,25 +732,25 @@ var _ = Describe("Remediation", func() {
 	// than ownerLeaseGrace after its creation, then takes the lease itself and goes on.
 	It("owners lease that never comes", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-18", nil)
-		key := w.nhcRemediation(node, spec(reboot, 3))
-		w.clock.SetTime(w.get(key).CreationTimestamp.Time)
+		node := w.fakeHost(ctx, "worker-18", nil)
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
+		w.clock.SetTime(w.get(ctx, key).CreationTimestamp.Time)
 
 		var reasons []string
 		react := func(p *v1alpha1.PowerCycleRemediation) {
 			reasons = append(reasons, conditionOf(p, v1alpha1.ConditionLeaseAcquired).Reason)
-			w.kubeletOnPowerOn(node, always)(p)
+			w.kubeletOnPowerOn(ctx, node, always)(p)
 		}
-		steps := w.drive(key, same(w.reconciler()), react, untilSettled)
+		steps := w.drive(ctx, key, same(w.reconciler()), react, untilSettled)
 		Expect(steps[0].phase).To(BeEmpty())
 		Expect(steps[0].result.RequeueAfter).To(Equal(ownerLeaseGrace))
 		Expect(steps[1].at.Sub(steps[0].at)).To(Equal(ownerLeaseGrace))
 		Expect(steps[1].phase).NotTo(BeEmpty(), "the grace is over: it goes on")
-		p := w.get(key)
+		p := w.get(ctx, key)
 		Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		Expect(reasons).To(ContainElement(v1alpha1.ReasonLeaseAcquired))
 		Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
-		Expect(w.lease(node)).To(Or(BeNil(), WithTransform(func(l *coordinationv1.Lease) string { return ptr.Deref(l.Spec.HolderIdentity, "") }, BeEmpty())),
+		Expect(w.lease(ctx, node)).To(Or(BeNil(), WithTransform(func(l *coordinationv1.Lease) string { return ptr.Deref(l.Spec.HolderIdentity, "") }, BeEmpty())),
 			"its own lease is given back")
 	})
 
@@ -771,16 +771,16 @@ var _ = Describe("Remediation", func() {
 	}
 	DescribeTable("restart at every phase", func(ctx SpecContext, tc restartAtEveryPhaseCase) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker", nil)
+		node := w.fakeHost(ctx, "worker", nil)
 		host := hosts.Driver(fakeAddress(node))
 		host.SetTransitionDelay(2)
 		if tc.leaseHeld > 0 {
-			takeLease(w, node, "node-maintenance", tc.leaseHeld)
+			takeLease(ctx, w, node, "node-maintenance", tc.leaseHeld)
 		}
 		if tc.pause != "" {
 			w.pauseBefore(tc.pause)
 		}
-		key := w.nhcRemediation(node, spec(tc.strategy, max(tc.retries, 1)))
+		key := w.nhcRemediation(ctx, node, spec(tc.strategy, max(tc.retries, 1)))
 
 		current, restarts := w.reconciler(), 0
 		next := func() *RemediationReconciler {
@@ -790,17 +790,17 @@ var _ = Describe("Remediation", func() {
 			}
 			return current
 		}
-		kubelet := w.kubeletOnPowerOn(node, func(n int32) bool { return tc.healthyFrom > 0 && n >= tc.healthyFrom })
+		kubelet := w.kubeletOnPowerOn(ctx, node, func(n int32) bool { return tc.healthyFrom > 0 && n >= tc.healthyFrom })
 		react := func(p *v1alpha1.PowerCycleRemediation) {
 			if !tc.everyStep && restarts == 0 && p.Status.Phase == tc.restartAt {
 				current, restarts = w.reconciler(), 1
 			}
 			kubelet(p)
 		}
-		w.drive(key, next, react, untilTerminal)
+		w.drive(ctx, key, next, react, untilTerminal)
 
 		Expect(restarts).To(BeNumerically(">=", 1))
-		p := w.get(key)
+		p := w.get(ctx, key)
 		Expect(p.Status.Phase).To(Equal(tc.wantPhase))
 		Expect(powerOps(host)).To(Equal(tc.wantOps), "one power-off per attempt (and one to stay off), never a second")
 		for _, c := range host.Calls() {
@@ -828,25 +828,25 @@ var _ = Describe("Remediation", func() {
 	// all at the moment it is asked.
 	It("power off is recorded before it is sent", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-11", nil)
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		node := w.fakeHost(ctx, "worker-11", nil)
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 		type seen struct{ recorded, claimed, tainted bool }
 		var atPowerOff []seen
 		w.registry = checkingPowerOff(bmc.DriverRedfish, hosts.New, func() {
 			p := &v1alpha1.PowerCycleRemediation{}
-			w.must(w.c.Get(context.Background(), key, p)) // straight from the API server
+			w.must(w.c.Get(ctx, key, p)) // straight from the API server
 			atPowerOff = append(atPowerOff, seen{
 				recorded: p.Status.PowerRequest != nil && p.Status.PowerRequest.Target == v1alpha1.PowerOff,
 				claimed:  slices.Contains(p.Status.AppliedTaints, v1alpha1.TaintRemediation),
-				tainted:  slices.Contains(w.taintKeys(node), v1alpha1.TaintRemediation),
+				tainted:  slices.Contains(w.taintKeys(ctx, node), v1alpha1.TaintRemediation),
 			})
 		})
 		w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.ManagerNodeName = node }
 
-		w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+		w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
 
 		Expect(atPowerOff).To(Equal([]seen{{recorded: true, claimed: true, tainted: true}}))
-		Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		Expect(w.get(ctx, key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		Expect(w.drainEvents()).To(ContainElement(HavePrefix("Warning PoweringOffManagerNode")))
 	})
 
@@ -855,8 +855,8 @@ var _ = Describe("Remediation", func() {
 	// and sends it, once.
 	It("taint refused holds the power off", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-16", nil)
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		node := w.fakeHost(ctx, "worker-16", nil)
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 		host := hosts.Driver(fakeAddress(node))
 		refusing, _ := w.interceptedClient(interceptor.Funcs{
 			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
@@ -867,17 +867,17 @@ var _ = Describe("Remediation", func() {
 			},
 		})
 		w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.Client = refusing }
-		_, err := w.reconciler().Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+		_, err := w.reconciler().Reconcile(ctx, ctrl.Request{NamespacedName: key})
 		Expect(err).To(MatchError(ContainSubstring("tainting node " + node)))
-		p := w.get(key)
+		p := w.get(ctx, key)
 		Expect(p.Status.Phase).To(Equal(v1alpha1.PhasePoweringOff))
 		Expect(p.Status.PowerRequest).To(BeNil(), "a request that was not sent is not on record")
 		Expect(p.Status.AppliedTaints).To(ConsistOf(v1alpha1.TaintRemediation))
 		Expect(powerOps(host)).To(BeEmpty())
 
 		w.reconcilerOptions = nil
-		w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
-		Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
+		Expect(w.get(ctx, key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		Expect(powerOps(host)).To(Equal([]string{"Off", "On"}))
 	})
 
@@ -885,19 +885,19 @@ var _ = Describe("Remediation", func() {
 	// remediation taint and the out-of-service taint, and the node gets both at once, before the power-on.
 	It("host already off is fenced at once", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-17", nil)
+		node := w.fakeHost(ctx, "worker-17", nil)
 		host := hosts.Driver(fakeAddress(node))
 		host.SetPowerState(bmc.PowerStateOff)
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 		var atPowerOn [][]string
-		w.registry = checkingPowerOn(bmc.DriverRedfish, hosts.New, func() { atPowerOn = append(atPowerOn, w.taintKeys(node)) })
+		w.registry = checkingPowerOn(bmc.DriverRedfish, hosts.New, func() { atPowerOn = append(atPowerOn, w.taintKeys(ctx, node)) })
 
-		w.drive(key, same(w.reconciler()), w.kubeletOnPowerOn(node, always), untilSettled)
+		w.drive(ctx, key, same(w.reconciler()), w.kubeletOnPowerOn(ctx, node, always), untilSettled)
 
-		Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		Expect(w.get(ctx, key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		Expect(powerOps(host)).To(Equal([]string{"On"}))
 		Expect(atPowerOn).To(Equal([][]string{{v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService}}))
-		Expect(w.taintKeys(node)).To(BeEmpty())
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty())
 	})
 
 	// Every attempt failed before a power-off could be sent (the BMC could not be read), so the node never
@@ -905,23 +905,23 @@ var _ = Describe("Remediation", func() {
 	// sends is the first the host gets, and the node carries the taint by then.
 	It("escalation taints before power off", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-18", nil)
+		node := w.fakeHost(ctx, "worker-18", nil)
 		host := hosts.Driver(fakeAddress(node))
 		host.FailAlways(bmc.OperationPowerState, &bmc.Error{Driver: "fake", Operation: bmc.OperationPowerState, Kind: bmc.ErrUnreachable,
 			Err: fmt.Errorf("dial tcp 10.0.0.18:443: connect: no route to host")})
 		var taintedAtPowerOff []bool
 		w.registry = checkingPowerOff(bmc.DriverRedfish, hosts.New, func() {
-			taintedAtPowerOff = append(taintedAtPowerOff, slices.Contains(w.taintKeys(node), v1alpha1.TaintRemediation))
+			taintedAtPowerOff = append(taintedAtPowerOff, slices.Contains(w.taintKeys(ctx, node), v1alpha1.TaintRemediation))
 		})
-		key := w.nhcRemediation(node, spec(escalate, 1))
+		key := w.nhcRemediation(ctx, node, spec(escalate, 1))
 		r := w.reconciler()
-		w.drive(key, same(r), nil, untilPhase(v1alpha1.PhaseEscalating))
-		Expect(w.taintKeys(node)).To(BeEmpty())
+		w.drive(ctx, key, same(r), nil, untilPhase(v1alpha1.PhaseEscalating))
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty())
 
 		host.FailAlways(bmc.OperationPowerState, nil) // the BMC answers again
-		w.drive(key, same(r), nil, untilSettled)
+		w.drive(ctx, key, same(r), nil, untilSettled)
 
-		Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseFailed))
+		Expect(w.get(ctx, key).Status.Phase).To(Equal(v1alpha1.PhaseFailed))
 		Expect(powerOps(host)).To(Equal([]string{"Off"}))
 		Expect(taintedAtPowerOff).To(Equal([]bool{true}))
 	})
@@ -929,17 +929,17 @@ var _ = Describe("Remediation", func() {
 	// A node labelled exclude-from-remediation is never touched: the request fails at once.
 	It("excluded node is never touched", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
-		node := w.fakeHost("worker-12", map[string]string{v1alpha1.LabelExcludeFromRemediation: "true"})
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		node := w.fakeHost(ctx, "worker-12", map[string]string{v1alpha1.LabelExcludeFromRemediation: "true"})
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 
-		w.drive(key, same(w.reconciler()), nil, untilSettled)
+		w.drive(ctx, key, same(w.reconciler()), nil, untilSettled)
 
-		p := w.get(key)
+		p := w.get(ctx, key)
 		Expect(p.Status.Phase).To(Equal(v1alpha1.PhaseFailed))
 		Expect(conditionOf(p, v1alpha1.ConditionSucceeded)).To(MatchFields(reasonNodeExcluded, metav1.ConditionFalse))
 		Expect(hosts.Driver(fakeAddress(node)).Calls()).To(BeEmpty())
-		Expect(w.lease(node)).To(BeNil())
-		Expect(w.taintKeys(node)).To(BeEmpty())
+		Expect(w.lease(ctx, node)).To(BeNil())
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty())
 	})
 
 	// One remediation through the IPMI driver against OpenIPMI's ipmi_sim: the simulated host (a process)
@@ -950,12 +950,12 @@ var _ = Describe("Remediation", func() {
 		var node string
 		w := newWorld(ctx, nil)
 		w.registry = checkingPowerOn(bmc.DriverIPMI, ipmi.New, func() {
-			hostWasOffWhenFenced = slices.Contains(w.taintKeys(node), v1alpha1.TaintOutOfService) && !sim.HostPoweredOn()
+			hostWasOffWhenFenced = slices.Contains(w.taintKeys(ctx, node), v1alpha1.TaintOutOfService) && !sim.HostPoweredOn()
 		})
 		w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.BMCCallTimeout = 20 * time.Second }
-		node = w.node("worker-ipmi", nil)
-		w.bmc(node, sim.Address, map[string]string{bmc.UsernameKey: sim.Credentials.Username, bmc.PasswordKey: sim.Credentials.Password})
-		key := w.nhcRemediation(node, spec(reboot, 3))
+		node = w.node(ctx, "worker-ipmi", nil)
+		w.bmc(ctx, node, sim.Address, map[string]string{bmc.UsernameKey: sim.Credentials.Username, bmc.PasswordKey: sim.Credentials.Password})
+		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 
 		// A second client to the simulator, to wait (in real time: ipmi_sim takes its time) for a power
 		// change the remediator asked for to show before the next reconcile reads it.
@@ -967,23 +967,23 @@ var _ = Describe("Remediation", func() {
 			if r := p.Status.PowerRequest; r != nil {
 				want := bmc.PowerState(r.Target)
 				Eventually(sim.HostPoweredOn).WithTimeout(20 * time.Second).WithPolling(100 * time.Millisecond).Should(Equal(want == bmc.PowerStateOn))
-				Eventually(func() (bmc.PowerState, error) { return observer.PowerState(w.ctx) }).
+				Eventually(func() (bmc.PowerState, error) { return observer.PowerState(ctx) }).
 					WithTimeout(20 * time.Second).WithPolling(200 * time.Millisecond).Should(Equal(want))
 			}
 			if p.Status.Phase == v1alpha1.PhaseWaitingForNode && sim.HostPoweredOn() {
-				w.kubeletOnPowerOn(node, always)(p)
+				w.kubeletOnPowerOn(ctx, node, always)(p)
 			}
 		}
-		steps := w.drive(key, same(w.reconciler()), react, untilSettled)
+		steps := w.drive(ctx, key, same(w.reconciler()), react, untilSettled)
 
 		Expect(phases(steps)).To(Equal([]v1alpha1.PowerCyclePhase{v1alpha1.PhasePoweringOff,
 			v1alpha1.PhasePoweringOn, v1alpha1.PhaseWaitingForNode, v1alpha1.PhaseSucceeded}))
 		Expect(hostWasOffWhenFenced).To(BeTrue(), "the node was fenced, and the simulated host really off, when the power-on was sent")
 		Expect(sim.HostPoweredOn()).To(BeTrue())
-		p := w.get(key)
+		p := w.get(ctx, key)
 		Expect(conditionOf(p, v1alpha1.ConditionSucceeded).Status).To(Equal(metav1.ConditionTrue))
-		Expect(w.taintKeys(node)).To(BeEmpty())
-		Expect(w.lease(node)).To(BeNil())
+		Expect(w.taintKeys(ctx, node)).To(BeEmpty())
+		Expect(w.lease(ctx, node)).To(BeNil())
 	})
 })
 
@@ -1071,9 +1071,9 @@ const owningCheckHolder = "NodeHealthCheck.remediation.metalheal.io-workers"
 // makes the remediator's first read of the lease miss it, as a lagging cache would.
 func leaseHeldByOwner(ctx context.Context, nodeName string, notYetCached bool) {
 	w, hosts := fakeHosts(ctx)
-	node := w.fakeHost(nodeName, nil)
-	takeLease(w, node, owningCheckHolder, time.Hour)
-	key := w.nhcRemediation(node, spec(reboot, 3))
+	node := w.fakeHost(ctx, nodeName, nil)
+	takeLease(ctx, w, node, owningCheckHolder, time.Hour)
+	key := w.nhcRemediation(ctx, node, spec(reboot, 3))
 	var missed atomic.Bool
 	if notYetCached {
 		c, _ := w.interceptedClient(interceptor.Funcs{
@@ -1090,15 +1090,15 @@ func leaseHeldByOwner(ctx context.Context, nodeName string, notYetCached bool) {
 	var reasons []string
 	react := func(p *v1alpha1.PowerCycleRemediation) {
 		reasons = append(reasons, conditionOf(p, v1alpha1.ConditionLeaseAcquired).Reason)
-		w.kubeletOnPowerOn(node, always)(p)
+		w.kubeletOnPowerOn(ctx, node, always)(p)
 	}
-	w.drive(key, same(w.reconciler()), react, untilSettled)
+	w.drive(ctx, key, same(w.reconciler()), react, untilSettled)
 
-	Expect(w.get(key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+	Expect(w.get(ctx, key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 	Expect(reasons).To(ContainElement(reasonLeaseHeldByOwner))
 	Expect(reasons).NotTo(ContainElement(v1alpha1.ReasonLeaseHeldByOther))
 	Expect(powerOps(hosts.Driver(fakeAddress(node)))).To(Equal([]string{"Off", "On"}))
-	Expect(*w.lease(node).Spec.HolderIdentity).To(Equal(owningCheckHolder), "the owner's lease is not ours to release")
+	Expect(*w.lease(ctx, node).Spec.HolderIdentity).To(Equal(owningCheckHolder), "the owner's lease is not ours to release")
 	var taken, released []string
 	for _, e := range w.drainEvents() {
 		switch strings.Fields(e)[1] {
@@ -1119,16 +1119,16 @@ func leaseHeldByOwner(ctx context.Context, nodeName string, notYetCached bool) {
 
 // awaitingLease returns what the remediator's lease watch maps a lease to, the requests read as the
 // manager reads them (indexedClient).
-func awaitingLease(w *world) func(*coordinationv1.Lease) []reconcile.Request {
+func awaitingLease(ctx context.Context, w *world) func(*coordinationv1.Lease) []reconcile.Request {
 	GinkgoHelper()
-	r, err := NewRemediationReconciler(RemediationReconcilerOptions{Client: w.indexedClient(), Clock: w.clock, Recorder: w.recorder,
+	r, err := NewRemediationReconciler(RemediationReconcilerOptions{Client: w.indexedClient(ctx), Clock: w.clock, Recorder: w.recorder,
 		Drivers: bmcaccess.New(w.api.cache, w.ns, w.registry, bmcaccess.Options{}), ManagerNamespace: w.ns})
 	w.must(err)
-	return func(l *coordinationv1.Lease) []reconcile.Request { return r.claim.remediationsAwaitingLease(w.ctx, l) }
+	return func(l *coordinationv1.Lease) []reconcile.Request { return r.claim.remediationsAwaitingLease(ctx, l) }
 }
 
 // takeLease creates node's lease for holder, valid for d from the world's time.
-func takeLease(w *world, node, holder string, d time.Duration) *coordinationv1.Lease {
+func takeLease(ctx context.Context, w *world, node, holder string, d time.Duration) *coordinationv1.Lease {
 	GinkgoHelper()
 	now := metav1.NewMicroTime(w.clock.Now())
 	l := &coordinationv1.Lease{
@@ -1136,7 +1136,7 @@ func takeLease(w *world, node, holder string, d time.Duration) *coordinationv1.L
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: new(int32(d.Seconds())),
 			AcquireTime: &now, RenewTime: &now},
 	}
-	w.must(w.c.Create(w.ctx, l))
+	w.must(w.c.Create(ctx, l))
 	return l
 }
 
