@@ -85,8 +85,8 @@ func TestHostWaitVerdict(t *testing.T) {
 	}
 }
 
-// TestHostRequestsBeforePowerOff runs issue 34's "diagnose before a reset" and "graceful, then hard"
-// against a real API server, with fake hosts, the Redfish mock and ipmi_sim, Reconcile called directly.
+// Issue 34's "diagnose before a reset" and "graceful, then hard", against the suite's API server, with
+// fake hosts, the Redfish mock and ipmi_sim, Reconcile called directly.
 var _ = Describe("Host requests before a power-off", func() {
 	// Existing templates ask for neither: the host gets no interrupt and no graceful shutdown, only the
 	// forced power-off, and the attempt records neither.
@@ -327,7 +327,7 @@ var _ = Describe("Host requests before a power-off", func() {
 		wantWait     time.Duration // of the last of the two
 
 	}
-	DescribeTable("restart mid wait", func(ctx SpecContext, tc restartMidWaitCase) {
+	DescribeTable("restart mid-wait", func(ctx SpecContext, tc restartMidWaitCase) {
 		w, hosts := fakeHosts(ctx)
 		node := w.fakeHost(ctx, "worker", nil)
 		host := hosts.Driver(fakeAddress(node))
@@ -353,7 +353,6 @@ var _ = Describe("Host requests before a power-off", func() {
 		if tc.wantWait > 0 {
 			Expect(waited(last)).To(Equal(tc.wantWait))
 		}
-
 	},
 		Entry("Diagnosing, the host ignores the interrupt", restartMidWaitCase{spec: hostSpec(120, 0),
 			wantCalls: []string{"Diagnose", "Off", "On"}, wantDiag: v1alpha1.HostRequestTimedOut, wantWait: 120 * time.Second}),
@@ -440,12 +439,12 @@ var _ = Describe("Host requests before a power-off", func() {
 	// diag: "Invalid data field in request"), so the request records NotSupported, with ipmi_sim's answer,
 	// and the attempt goes on. A host on its system interface (ipmisim.ACPI) receives the soft power off for
 	// real: a hung one ignores it and is forced off at the bound; one that obeys shuts down on its own.
-	type hostRequestsThroughIPMISimCase struct {
+	type ipmiSimCase struct {
 		ignore       bool
 		wantGraceful v1alpha1.HostRequestResult
 		wantCommands []string
 	}
-	DescribeTable("IPMI against IPMI sim", func(ctx SpecContext, tc hostRequestsThroughIPMISimCase) {
+	DescribeTable("IPMI against ipmi_sim", func(ctx SpecContext, tc ipmiSimCase) {
 		sim := ipmisim.Start(GinkgoTB(), ipmisim.ACPI(tc.ignore))
 		w := newWorld(ctx, bmc.NewRegistry())
 		w.must(w.registry.Register(bmc.DriverIPMI, ipmi.New))
@@ -495,12 +494,11 @@ var _ = Describe("Host requests before a power-off", func() {
 		Expect(sim.HostCommands()).To(Equal(tc.wantCommands), "what the host itself was passed by ipmi_sim")
 		Expect(sim.HostPoweredOn()).To(BeTrue(), "and it is back")
 		Expect(a.DiagnosticInterrupt.Message).NotTo(ContainSubstring(sim.Credentials.Password))
-
 	},
-		Entry("a hung host is forced off", hostRequestsThroughIPMISimCase{ignore: true, wantGraceful: v1alpha1.HostRequestTimedOut,
+		Entry("a hung host is forced off", ipmiSimCase{ignore: true, wantGraceful: v1alpha1.HostRequestTimedOut,
 			wantCommands: []string{"graceful-shutdown", "power-off"},
 		}),
-		Entry("a host that shuts down", hostRequestsThroughIPMISimCase{wantGraceful: v1alpha1.HostRequestPoweredOff,
+		Entry("a host that shuts down", ipmiSimCase{wantGraceful: v1alpha1.HostRequestPoweredOff,
 			wantCommands: []string{"graceful-shutdown"},
 		}),
 	)

@@ -22,10 +22,10 @@ import (
 	"github.com/metalheal/metalheal/test/redfish-mock/redfishmock"
 )
 
-// TestRemediationTrustAndBounds runs the remediator's scenarios of issue 23 ("What it must show"): only
-// requests from trusted namespaces move a host's power, every wait ends at its bound with a condition
-// and an event, and an ambiguous BMC answer never sends a second power-off. One real API server, each
-// scenario in its own namespace with its own nodes and fake clock, Reconcile called directly.
+// The remediator's scenarios of issue 23 ("What it must show"): only requests from trusted namespaces move
+// a host's power, every wait ends at its bound with a condition and an event, and an ambiguous BMC answer
+// never sends a second power-off. One real API server, each scenario in its own namespace with its own
+// nodes and fake clock, Reconcile called directly.
 var _ = Describe("Trust and bounds", func() {
 	// A PowerCycleRemediation created by a cluster admin in a namespace the remediator was not given: it is
 	// refused before anything else. No BMC request reaches the Redfish mock, the node gets no taint, no lease
@@ -73,7 +73,6 @@ var _ = Describe("Trust and bounds", func() {
 		Expect(events[0]).To(And(HavePrefix("Warning "+EventNamespaceNotTrusted+" "), ContainSubstring("--remediation-namespaces")))
 		Expect(r.Remediating(ctx, node)).To(BeFalse(), "a refused request holds no host")
 		Expect(results).To(HaveEach(ctrl.Result{}), "nothing to come back for")
-
 	},
 		Entry("a power-off naming a healthy node", nil),
 		// The admin narrowed the flag while the request was under way: it loses our finalizer (it could
@@ -83,7 +82,7 @@ var _ = Describe("Trust and bounds", func() {
 
 	// A request in a namespace the admin listed (a Cluster API cluster's) is acted on, with the BMC from the
 	// manager's namespace: a BMC for the same node in the request's own namespace is never used.
-	It("trusted namespace uses the managers BMC", func(ctx SpecContext) {
+	It("trusted namespace uses the manager's BMC", func(ctx SpecContext) {
 		w, m := mockHosts(ctx, func(m *redfishmock.Mock) *redfishmock.Mock {
 			return m.WithSystems(2).WithCredentials(credentials[bmc.UsernameKey], credentials[bmc.PasswordKey])
 		})
@@ -127,7 +126,7 @@ var _ = Describe("Trust and bounds", func() {
 	// (a retry, or escalation). An attempt that starts while the node still does not exist fails at once:
 	// no power-off goes to the host of a node that is not there.
 	const bound = 5 * time.Minute // spec's powerOnTimeoutSeconds
-	type pendingWaitForNodeOrBmcEndsCase struct {
+	type pendingWaitCase struct {
 		noNode, noBMC bool
 		strategy      v1alpha1.Strategy
 		wantPhase     v1alpha1.PowerCyclePhase
@@ -137,7 +136,7 @@ var _ = Describe("Trust and bounds", func() {
 		wantCondition, wantReason string
 		wantStatus                metav1.ConditionStatus
 	}
-	DescribeTable("pending wait for node or BMC ends", func(ctx SpecContext, tc pendingWaitForNodeOrBmcEndsCase) {
+	DescribeTable("pending wait for the node or BMC ends", func(ctx SpecContext, tc pendingWaitCase) {
 		w, hosts := fakeHosts(ctx)
 		node := w.prefix + "worker-7"
 		if !tc.noNode {
@@ -190,19 +189,18 @@ var _ = Describe("Trust and bounds", func() {
 			Expect(p.Status.Attempts[1].Finished.Time).To(BeTemporally("==", p.Status.Attempts[1].Started.Time), "fails at once")
 		}
 		Expect(powerOps(host)).To(BeEmpty(), "no power request for a node that is not there, or without a BMC")
-
 	},
-		Entry("the node does not exist", pendingWaitForNodeOrBmcEndsCase{noNode: true, strategy: reboot, wantPhase: v1alpha1.PhaseRetrying,
+		Entry("the node does not exist", pendingWaitCase{noNode: true, strategy: reboot, wantPhase: v1alpha1.PhaseRetrying,
 			wantMessage: "did not exist within 5m0s (powerOnTimeoutSeconds)", wantWarning: EventNodeNotFound,
 			wantCondition: v1alpha1.ConditionProcessing, wantReason: v1alpha1.ReasonRetrying, wantStatus: metav1.ConditionTrue}),
-		Entry("the node does not exist, escalate after one attempt: nothing to power off or fence", pendingWaitForNodeOrBmcEndsCase{noNode: true, strategy: escalate,
+		Entry("the node does not exist, escalate after one attempt: nothing to power off or fence", pendingWaitCase{noNode: true, strategy: escalate,
 			wantPhase: v1alpha1.PhaseFailed, wantMessage: "did not exist within 5m0s", wantWarning: EventNodeNotFound,
 			wantCondition: v1alpha1.ConditionSucceeded, wantReason: v1alpha1.ReasonRetriesExhausted, wantStatus: metav1.ConditionFalse}),
-		Entry("the node has no BMC", pendingWaitForNodeOrBmcEndsCase{noBMC: true, strategy: reboot, wantPhase: v1alpha1.PhaseRetrying,
+		Entry("the node has no BMC", pendingWaitCase{noBMC: true, strategy: reboot, wantPhase: v1alpha1.PhaseRetrying,
 			wantMessage:   "could not be used within 5m0s (powerOnTimeoutSeconds) of the request's acceptance (BMCNotFound)",
 			wantWarning:   EventBMCNotReady,
 			wantCondition: v1alpha1.ConditionBMCReady, wantReason: v1alpha1.ReasonBMCNotFound, wantStatus: metav1.ConditionFalse}),
-		Entry("the node has no BMC, escalate after one attempt", pendingWaitForNodeOrBmcEndsCase{noBMC: true, strategy: escalate, wantPhase: v1alpha1.PhaseEscalating,
+		Entry("the node has no BMC, escalate after one attempt", pendingWaitCase{noBMC: true, strategy: escalate, wantPhase: v1alpha1.PhaseEscalating,
 			wantMessage: "could not be used within 5m0s", wantWarning: EventBMCNotReady,
 			wantCondition: v1alpha1.ConditionBMCReady, wantReason: v1alpha1.ReasonBMCNotFound, wantStatus: metav1.ConditionFalse}),
 	)
@@ -245,7 +243,7 @@ var _ = Describe("Trust and bounds", func() {
 	// A finished power-off's lease lives exactly as long as the request: renewed while the request lives
 	// (timed out too: a request that handed its fenced host over keeps it held for the next remediation of the
 	// node, which takes the lease over), and renewed by nothing once the request is deleted.
-	DescribeTable("finished power off lease lives with the request", func(ctx SpecContext, timedOutFirst bool) {
+	DescribeTable("finished power-off's lease lives with the request", func(ctx SpecContext, timedOutFirst bool) {
 		w, hosts := fakeHosts(ctx)
 		node := w.fakeHost(ctx, "worker-4", nil)
 		key := w.remediation(ctx, node, spec(powerOff, 1), map[string]string{v1alpha1.AnnotationNodeName: node})
@@ -295,7 +293,6 @@ var _ = Describe("Trust and bounds", func() {
 		}
 		err := w.c.Get(ctx, key, &v1alpha1.PowerCycleRemediation{})
 		Expect(err == nil || apierrors.IsNotFound(err)).To(BeTrue(), "%v", err)
-
 	},
 		Entry("the request is deleted", false),
 		Entry("the health check times the request out, then deletes it", true),
@@ -347,7 +344,6 @@ var _ = Describe("Trust and bounds", func() {
 		p := w.get(ctx, key)
 		Expect(p.Status.Attempts).To(HaveLen(1))
 		Expect(w.countEvents("Warning "+EventBMCNotReady)).To(Equal(1), "the lost answer is reported")
-
 	},
 		Entry("power-off timed out after the BMC took it", ambiguousPowerAnswerCase{how: redfishmock.AnswerWithheld, lose: "ForceOff"}),
 		Entry("power-off's connection dropped after the BMC took it", ambiguousPowerAnswerCase{how: redfishmock.AnswerDropped, lose: "ForceOff"}),
@@ -358,7 +354,7 @@ var _ = Describe("Trust and bounds", func() {
 	// A power-on the BMC answered with a timeout and did not carry out (the fake host stays off): it stays
 	// recorded, and is sent again only once the BMC had the time a transition takes (powerOffTimeoutSeconds,
 	// 60s here) and the host still reads Off, not at the next poll.
-	It("unanswered power on waits for a transition", func(ctx SpecContext) {
+	It("unanswered power-on waits for a transition", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
 		node := w.fakeHost(ctx, "worker-5", nil)
 		host := hosts.Driver(fakeAddress(node))

@@ -11,11 +11,12 @@ import (
 	"github.com/metalheal/metalheal/internal/testca"
 )
 
+// The remediator's scenarios (remediation_test.go), continued: a BMC's CA bundle.
 var _ = Describe("Remediation", func() {
 	// A BMC whose CA bundle is missing: the remediation waits in Pending (BMCReady=False CABundleNotFound,
 	// naming the ConfigMap) without taking the lease, tainting the node or calling the BMC, and proceeds once
 	// the bundle exists.
-	It("BMCCA bundle missing", func(ctx SpecContext) {
+	It("BMC CA bundle missing", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
 		node := w.node(ctx, "worker-ca", nil)
 		b := &v1alpha1.BMC{

@@ -29,6 +29,8 @@ import (
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
+// The remediator's scenarios (remediation_test.go), continued: Nodes of other clusters, and a Node in a
+// workload cluster.
 var _ = Describe("Remediation", func() {
 	// A management cluster whose healthy worker-1 shares its name with a hung worker-1 of a Cluster API
 	// workload cluster: a request for the workload Machine never acts on the management host, whether our
@@ -148,7 +150,6 @@ var _ = Describe("Remediation", func() {
 		steps := w.drive(ctx, key, same(r), nil, untilSettled)
 		Expect(steps[len(steps)-1].gone).To(BeTrue())
 		Expect(host.Calls()).To(BeEmpty())
-
 	},
 		Entry("our MachineHealthCheck's request for a workload cluster's Node, which cannot be reached", nodeOfAnotherClusterCase{
 			annotated: true, kubeconfig: true, nodeID: "metal3://management-worker-1", want: "waiting"}),

@@ -129,8 +129,8 @@ func redfishFactory(addr bmc.Address, creds bmc.Credentials, opts bmc.Options) (
 
 var worldSeq atomic.Int32
 
-// world is one scenario, a testenv world: its own namespace (BMCs, Secrets, remediations), nodes with
-// unique names, a fake clock, an event recorder and the BMC drivers of a registry chosen by the scenario.
+// world is one spec's testenv world: its own namespace (BMCs, Secrets, remediations), nodes with
+// unique names, a fake clock, an event recorder and the BMC drivers of a registry chosen by the spec.
 type world struct {
 	api      *apiServer
 	c        client.Client
@@ -538,7 +538,7 @@ func (w *world) interceptedClient(funcs interceptor.Funcs) (client.Client, *writ
 }
 
 // indexedClient is a client whose reads come from a cache of the world's namespace with the remediator's
-// node index, as the manager's do; the cache runs until the test ends.
+// node index, as the manager's do; the cache runs until the spec ends.
 func (w *world) indexedClient(ctx context.Context) client.Client {
 	GinkgoHelper()
 	ca, err := cache.New(w.api.cfg, cache.Options{Scheme: w.api.scheme, DefaultNamespaces: map[string]cache.Config{w.ns: {}}})

@@ -28,9 +28,9 @@ import (
 	"github.com/metalheal/metalheal/test/redfish-mock/redfishmock"
 )
 
-// TestHandOver runs the one-hand-per-host scenarios (issue 23, finding 2): several requests of one Node,
-// as a health check's escalation makes them, against one real API server and the Redfish mock on a fake
-// clock, calling Reconcile directly.
+// The one-hand-per-host scenarios (issue 23, finding 2): several requests of one Node, as a health
+// check's escalation makes them, against the suite's API server and the Redfish mock on a fake clock,
+// calling Reconcile directly.
 var _ = Describe("Hand-over", func() {
 	// medik8s NodeHealthCheck with escalatingRemediations of two of our templates (escalate with 1 retry,
 	// then power-off) on a host that never comes back. Step 1 ends Succeeded=False with its host off and
@@ -166,7 +166,6 @@ var _ = Describe("Hand-over", func() {
 		Expect(writes.all()["delete Lease"]).To(Equal(wantLeaseDeletes))
 		events = w.drainEvents()
 		Expect(events).To(ContainElement(And(HavePrefix("Normal CleanedUp"), ContainSubstring("deleted"))))
-
 	},
 		Entry("step 2 takes the lease over; step 1 reconciled first", escalationOverlapCase{newestFirst: true}),
 		Entry("step 2 takes the lease over; step 2 reconciled first", escalationOverlapCase{stepTwoFirst: true}),
@@ -235,7 +234,6 @@ var _ = Describe("Hand-over", func() {
 		Expect(w.taintKeys(ctx, node)).To(BeEmpty())
 		Expect(w.lease(ctx, node)).To(BeNil(), "the lease taken over is released too")
 		Expect(w.drainEvents()).To(ContainElement(HavePrefix("Normal CleanedUp")))
-
 	},
 		Entry("step 1 deleted (not timed out) while step 2 remediates", deletedWhileAnotherRemediatesCase{deleteFirst: 1,
 			wantResets: []string{"ForceOff", "On", "ForceOff"}, wantPower: redfishmock.PowerOff,
@@ -256,7 +254,7 @@ var _ = Describe("Hand-over", func() {
 		wantHandover time.Duration // from the power-off request
 		wantPower    redfishmock.PowerState
 	}
-	DescribeTable("timed out mid power off", func(ctx SpecContext, tc timedOutMidPowerOffCase) {
+	DescribeTable("timed out mid power-off", func(ctx SpecContext, tc timedOutMidPowerOffCase) {
 		w, m, node := oneMockHost(ctx, func(m *redfishmock.Mock) *redfishmock.Mock { return m.WithPowerDelay(20 * time.Second) })
 		if tc.stuck {
 			Expect(m.SetFaults("1", redfishmock.Faults{StuckPower: true})).To(Succeed())
@@ -308,7 +306,6 @@ var _ = Describe("Hand-over", func() {
 		Expect(holderOf(w.lease(ctx, node))).To(Equal("PowerCycleRemediation-" + stepTwo.Name))
 		Expect(w.taintKeys(ctx, node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
 		Expect(m.Resets("1")).NotTo(ContainElement("On"))
-
 	},
 		Entry("the power-off lands", timedOutMidPowerOffCase{wantTaints: []string{v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService},
 			wantHandover: 20 * time.Second, wantPower: redfishmock.PowerOff,
@@ -321,7 +318,7 @@ var _ = Describe("Hand-over", func() {
 	// An administrator's out-of-service taint, on the Node before any remediation, is never counted as
 	// metalheal's: not by the first request, not by the next one that carries on from it, and it stays when
 	// the last request restores the Node.
-	It("admins out of service taint stays", func(ctx SpecContext) {
+	It("admin's out-of-service taint stays", func(ctx SpecContext) {
 		w, m, node := oneMockHost(ctx, nil)
 		n := w.getNode(ctx, node)
 		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: "admin", Effect: corev1.TaintEffectNoExecute})

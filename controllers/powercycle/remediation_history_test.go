@@ -25,14 +25,14 @@ import (
 	"github.com/metalheal/metalheal/pkg/bmc"
 )
 
-// TestRemediationHistory: every request of a host leaves one record of its remediation on the host's BMC
+// Every request of a host leaves one record of its remediation on the host's BMC
 // (status.recentRemediations) when it lets go of the host, saying how it ended; the BMC keeps the last 10;
 // and the BMC inventory, the status's other writer, neither loses a record nor has its own fields lost.
 var _ = Describe("Remediation history", func() {
 	// A remediation that succeeds (a manager restarted before every reconcile, so that nothing but the API
 	// server carries the record): nothing is recorded while the request holds the host; once its check
 	// deletes it, one record says who asked, when, the power cycle and how it ended, and holds no secret.
-	It("succeeded", func(ctx SpecContext) {
+	It("a remediation that succeeded", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
 		node := w.fakeHost(ctx, "worker-1", nil)
 		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
@@ -66,7 +66,7 @@ var _ = Describe("Remediation history", func() {
 
 	// A remediation that fails (escalate, the node never back: left powered off and fenced) is recorded
 	// Failed when its request is deleted, with the clean-up's power-on among its power changes.
-	It("failed", func(ctx SpecContext) {
+	It("a remediation that failed", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
 		node := w.fakeHost(ctx, "worker-2", nil)
 		key := w.nhcRemediation(ctx, node, spec(escalate, 1))
@@ -138,7 +138,7 @@ var _ = Describe("Remediation history", func() {
 	})
 
 	// With 10 records on the BMC already, an 11th remediation drops the oldest: the newest is last.
-	It("keeps the last10", func(ctx SpecContext) {
+	It("keeps the last 10", func(ctx SpecContext) {
 		w, _ := fakeHosts(ctx)
 		node := w.fakeHost(ctx, "worker-5", nil)
 		b := w.bmcObject(ctx, node)

@@ -18,6 +18,7 @@ import (
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
+// The remediator's scenarios (remediation_test.go), continued: what it writes and reads, and when.
 var _ = Describe("Remediation", func() {
 	// A cached copy older than the remediator's own last write (the informer has not delivered that write
 	// yet) is passed over: the reconcile goes on from the object that write left, as it would from a cache

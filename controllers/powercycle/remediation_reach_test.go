@@ -17,11 +17,11 @@ import (
 	"github.com/metalheal/metalheal/test/redfish-mock/redfishmock"
 )
 
-// TestRemediationTrustSecondPass runs the remediator's scenarios of issue 33 (items 2, 3 and 8), each
-// acted out from the side of someone who should not be able to move a host: a request the remediator
-// refused, a same-named request in another trusted namespace, a DaemonSet that writes Node annotations,
-// whoever deletes a Node. One real API server and the Redfish mock on a fake clock, Reconcile called
-// directly; the outcomes are read from the API server and the mock's record of power requests.
+// The remediator's scenarios of issue 33 (items 2, 3 and 8), each acted out from the side of someone who
+// should not be able to move a host: a request the remediator refused, a same-named request in another
+// trusted namespace, a DaemonSet that writes Node annotations, whoever deletes a Node. One real API server
+// and the Redfish mock on a fake clock, Reconcile called directly; the outcomes are read from the API
+// server and the mock's record of power requests.
 var _ = Describe("Trust, second pass", func() {
 	// Item 2. A request the remediator refused names the Node of a host that a trusted power-off request
 	// fenced. When the trusted request is deleted, the Node is restored exactly as it is without the refused
@@ -77,7 +77,6 @@ var _ = Describe("Trust, second pass", func() {
 		Expect(events).NotTo(ContainElement(HavePrefix("Normal HandedOver")), "nothing to hand the Node over to")
 		Expect(resets(m)).To(Equal([]string{"ForceOff"}), "power-off: the host stays off, as without the refused request")
 		Expect(m.PowerState("1")).To(Equal(redfishmock.PowerOff))
-
 	},
 		Entry("no other request", refusedRequestIsNoSiblingCase{}),
 		Entry("a refused request in a namespace not trusted", refusedRequestIsNoSiblingCase{refused: "untrusted"}),
@@ -93,7 +92,7 @@ var _ = Describe("Trust, second pass", func() {
 		listedFirst bool // the request in the listed namespace is reconciled first
 
 	}
-	DescribeTable("same name in two namespaces one hand", func(ctx SpecContext, tc sameNameInTwoNamespacesCase) {
+	DescribeTable("same name in two namespaces, one hand", func(ctx SpecContext, tc sameNameInTwoNamespacesCase) {
 		w, m, node := oneMockHost(ctx, func(m *redfishmock.Mock) *redfishmock.Mock { return m.WithPowerDelay(3 * time.Second) })
 		listed := w.namespace(ctx, "cluster-b")
 		w.reconcilerOptions = func(o *RemediationReconcilerOptions) { o.TrustedNamespaces = []string{listed} }
@@ -138,7 +137,6 @@ var _ = Describe("Trust, second pass", func() {
 		Expect(w.taintKeys(ctx, node)).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService))
 		Expect(w.get(ctx, order[1]).Status.AppliedTaints).To(ConsistOf(v1alpha1.TaintRemediation, v1alpha1.TaintOutOfService),
 			"the record of the taints went with the Node")
-
 	},
 		Entry("the manager's namespace reconciled first", sameNameInTwoNamespacesCase{}),
 		Entry("the listed namespace reconciled first", sameNameInTwoNamespacesCase{listedFirst: true}),
@@ -153,7 +151,7 @@ var _ = Describe("Trust, second pass", func() {
 		before bool // the annotation is written before the request starts, else while the host is fenced
 
 	}
-	DescribeTable("annotation naming an admins taint", func(ctx SpecContext, tc annotationNamingAnAdminsTaintCase) {
+	DescribeTable("annotation naming an admin's taint", func(ctx SpecContext, tc annotationNamingAnAdminsTaintCase) {
 		w, m, node := oneMockHost(ctx, nil)
 		admins := corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: v1alpha1.TaintOutOfServiceValue, Effect: corev1.TaintEffectNoExecute}
 		n := w.getNode(ctx, node)
@@ -183,7 +181,6 @@ var _ = Describe("Trust, second pass", func() {
 		Expect(w.taintKeys(ctx, node)).To(Equal([]string{v1alpha1.TaintOutOfService}), "the administrator's taint stays")
 		Expect(w.getNode(ctx, node).Spec.Taints).To(ContainElement(HaveField("Key", admins.Key)))
 		Expect(resets(m)).To(Equal([]string{"ForceOff"}))
-
 	},
 		Entry("written before the remediation", annotationNamingAnAdminsTaintCase{before: true}),
 		Entry("written while the host is fenced", annotationNamingAnAdminsTaintCase{}),
@@ -231,7 +228,6 @@ var _ = Describe("Trust, second pass", func() {
 
 		Expect(resets(m)).To(Equal(before), "no power request after the Node was deleted")
 		Expect(m.PowerState("1")).To(Equal(redfishmock.PowerOff), "the fenced host stays off")
-
 	},
 		Entry("power-off", nodeDeletedUnderAFencedHostCase{steps: []v1alpha1.Strategy{powerOff}}),
 		Entry("escalation left fenced", nodeDeletedUnderAFencedHostCase{steps: []v1alpha1.Strategy{escalate}}),

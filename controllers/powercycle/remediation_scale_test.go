@@ -23,10 +23,10 @@ import (
 	"github.com/metalheal/metalheal/test/redfish-mock/redfishmock"
 )
 
-// TestRemediationManyAtOnce runs the remediator in a real manager (real time, informers, workqueue)
-// against 50 Redfish systems that each take 200 ms to answer any request, plus one dead BMC whose
-// system never answers. All 50 remediations complete, and in a fraction of the time their BMC requests
-// would take one after the other: no worker waits on another's BMC, and the dead one delays no one.
+// The remediator in a real manager (real time, informers, workqueue) against 50 Redfish systems that each
+// take 200 ms to answer any request, plus one dead BMC whose system never answers. All 50 remediations
+// complete, and in a fraction of the time their BMC requests would take one after the other: no worker
+// waits on another's BMC, and the dead one delays no one.
 var _ = Describe("Many remediations at once", func() {
 	It("completes 50 remediations concurrently, and a dead BMC delays no one", func(ctx SpecContext) {
 		const (

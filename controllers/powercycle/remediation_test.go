@@ -37,8 +37,9 @@ import (
 	"github.com/metalheal/metalheal/test/redfish-mock/redfishmock"
 )
 
-// TestRemediation runs the remediator's scenarios (issue 6, "What it must show") against one real API
-// server, each in its own namespace with its own nodes and fake clock, calling Reconcile directly.
+// The remediator's scenarios (issue 6, "What it must show") against the suite's API server, each in its
+// own namespace with its own nodes and fake clock, calling Reconcile directly. remediation_cabundle_test.go,
+// remediation_cluster_test.go and remediation_quiet_test.go add to this Describe.
 var _ = Describe("Remediation", func() {
 	// Transient failure (medik8s NodeHealthCheck style request, Redfish mock with 8s power transitions): the
 	// host is power-cycled, the node is Ready again, Succeeded=True; the checker deletes the request and the
@@ -287,7 +288,7 @@ var _ = Describe("Remediation", func() {
 		wantOps   []string
 		wantState bmc.PowerState
 	}
-	DescribeTable("cancelled mid flow", func(ctx SpecContext, tc cancelledMidFlowCase) {
+	DescribeTable("cancelled mid-flow", func(ctx SpecContext, tc cancelledMidFlowCase) {
 		w, hosts := fakeHosts(ctx)
 		node := w.node(ctx, "worker", nil)
 		if tc.noSecret {
@@ -350,7 +351,6 @@ var _ = Describe("Remediation", func() {
 		err := w.c.Get(ctx, key, &v1alpha1.PowerCycleRemediation{})
 		Expect(apierrors.IsNotFound(err)).To(BeTrue())
 		Expect(w.drainEvents()).To(ContainElement(HavePrefix("Normal CleanedUp")))
-
 	},
 		Entry("deleted while off and fenced", cancelledMidFlowCase{strategy: reboot, at: v1alpha1.PhasePoweringOn, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn}),
 		Entry("deleted just after power-off was confirmed", cancelledMidFlowCase{strategy: reboot, at: v1alpha1.PhasePoweredOff, pause: v1alpha1.PhasePoweringOn, wantOps: []string{"Off", "On"}, wantState: bmc.PowerStateOn}),
@@ -376,7 +376,7 @@ var _ = Describe("Remediation", func() {
 		wantPower  []string // the host's power changes, "from>to"
 
 	}
-	DescribeTable("cancelled while power off is queued", func(ctx SpecContext, tc cancelledWhilePowerOffQueuedCase) {
+	DescribeTable("cancelled while the power-off is queued", func(ctx SpecContext, tc cancelledWhilePowerOffQueuedCase) {
 		w, m := mockHosts(ctx, func(m *redfishmock.Mock) *redfishmock.Mock {
 			return m.WithSystems(1).WithCredentials(credentials[bmc.UsernameKey], credentials[bmc.PasswordKey]).WithPowerDelay(8 * time.Second)
 		})
@@ -447,7 +447,6 @@ var _ = Describe("Remediation", func() {
 			Expect(events).To(ContainElement(HavePrefix("Normal CleanedUp")))
 			Expect(events).NotTo(ContainElement(cleanedUp))
 		}
-
 	},
 		Entry("carried out two polls later", cancelledWhilePowerOffQueuedCase{actsAfter: 12 * time.Second,
 			wantResets: []string{"ForceOff", "On"}, wantPower: []string{"On>Off", "Off>PoweringOn", "PoweringOn>On"},
@@ -460,7 +459,7 @@ var _ = Describe("Remediation", func() {
 
 	// A BMC that accepts the power-off but never turns the host off (Redfish mock, StuckPower): the attempt
 	// fails powerOffTimeoutSeconds later, and the out-of-service taint is never applied to that host.
-	It("power off never confirmed", func(ctx SpecContext) {
+	It("power-off never confirmed", func(ctx SpecContext) {
 		w, m := mockHosts(ctx, func(m *redfishmock.Mock) *redfishmock.Mock {
 			return m.WithSystems(1).WithCredentials(credentials[bmc.UsernameKey], credentials[bmc.PasswordKey])
 		})
@@ -672,7 +671,7 @@ var _ = Describe("Remediation", func() {
 	// A request from a NodeHealthCheck whose lease the check has not taken yet (it creates the request
 	// first, then takes the lease) waits for the lease without a write, a lease request or a BMC call; once
 	// the check holds the lease, its watch event brings the reconcile that goes on, under the check's lease.
-	It("waits for its health checks lease", func(ctx SpecContext) {
+	It("waits for its health check's lease", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
 		node := w.fakeHost(ctx, "worker-17", nil)
 		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
@@ -730,7 +729,7 @@ var _ = Describe("Remediation", func() {
 
 	// The check never takes the lease (it failed to, or is not one that does): the request waits no longer
 	// than ownerLeaseGrace after its creation, then takes the lease itself and goes on.
-	It("owners lease that never comes", func(ctx SpecContext) {
+	It("owner's lease that never comes", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
 		node := w.fakeHost(ctx, "worker-18", nil)
 		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
@@ -808,7 +807,6 @@ var _ = Describe("Remediation", func() {
 				Expect(c.Force).To(BeTrue())
 			}
 		}
-
 	},
 		Entry("Pending", restartAtEveryPhaseCase{restartAt: v1alpha1.PhasePending, leaseHeld: time.Minute, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}}),
 		Entry("PoweringOff", restartAtEveryPhaseCase{restartAt: v1alpha1.PhasePoweringOff, strategy: reboot, healthyFrom: 1, wantPhase: v1alpha1.PhaseSucceeded, wantOps: []string{"Off", "On"}}),
@@ -826,7 +824,7 @@ var _ = Describe("Remediation", func() {
 	// powers off, its successor would find the record. By then the node carries the remediation taint, which
 	// the same write claimed (the acceptance, the taint and the request take one write). The BMC checks it
 	// all at the moment it is asked.
-	It("power off is recorded before it is sent", func(ctx SpecContext) {
+	It("power-off is recorded before it is sent", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
 		node := w.fakeHost(ctx, "worker-11", nil)
 		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
@@ -853,7 +851,7 @@ var _ = Describe("Remediation", func() {
 	// The node refuses the remediation taint (it changed meanwhile): the power-off request recorded with the
 	// taint's claim is not sent, and the record is dropped again, so that a later reconcile taints the node
 	// and sends it, once.
-	It("taint refused holds the power off", func(ctx SpecContext) {
+	It("taint refused holds the power-off", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
 		node := w.fakeHost(ctx, "worker-16", nil)
 		key := w.nhcRemediation(ctx, node, spec(reboot, 3))
@@ -903,7 +901,7 @@ var _ = Describe("Remediation", func() {
 	// Every attempt failed before a power-off could be sent (the BMC could not be read), so the node never
 	// got the remediation taint; when the BMC answers again in Escalating, the power-off that escalation
 	// sends is the first the host gets, and the node carries the taint by then.
-	It("escalation taints before power off", func(ctx SpecContext) {
+	It("escalation taints before the power-off", func(ctx SpecContext) {
 		w, hosts := fakeHosts(ctx)
 		node := w.fakeHost(ctx, "worker-18", nil)
 		host := hosts.Driver(fakeAddress(node))
@@ -944,7 +942,7 @@ var _ = Describe("Remediation", func() {
 
 	// One remediation through the IPMI driver against OpenIPMI's ipmi_sim: the simulated host (a process)
 	// really stops and starts again.
-	It("IPMI driver against IPMI sim", func(ctx SpecContext) {
+	It("IPMI driver against ipmi_sim", func(ctx SpecContext) {
 		sim := ipmisim.Start(GinkgoTB())
 		hostWasOffWhenFenced := false
 		var node string
