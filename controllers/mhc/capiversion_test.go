@@ -12,18 +12,17 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
+	clusterv1beta1 "sigs.k8s.io/cluster-api/api/core/v1beta1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/metrics"
@@ -43,32 +42,32 @@ type apiServer struct {
 // Two more API servers: one with Cluster API v1.10's CRDs (v1beta1 only), one with none at first (Cluster
 // API is installed while a manager runs). The suite's management cluster serves v1.14.2's (v1beta2).
 var _ = Describe("Cluster API versions", Ordered, func() {
-	var v1beta1Env, lateEnv *envtest.Environment
+	var v1beta1Server, lateServer *testenv.Env
 	var lateCfg *rest.Config
 	servers := map[string]*apiServer{}
 
 	BeforeAll(func() {
 		crds, err := testenv.ClusterAPIV1Beta1CRDs()
 		Expect(err).NotTo(HaveOccurred())
+		// Both know Cluster API's types, as the suite's scheme does; the late one has none of its CRDs.
+		opts := testenv.EnvOptions{AddToScheme: []func(*runtime.Scheme) error{clusterv1.AddToScheme, clusterv1beta1.AddToScheme},
+			Namespaces: []string{leases.DefaultNamespace}}
 		var wg sync.WaitGroup
 		var lateErr error
-		wg.Go(func() { lateEnv, lateCfg, lateErr = testenv.Start(testenv.Options{}) })
-		var cfg *rest.Config
-		v1beta1Env, cfg, err = testenv.Start(testenv.Options{ExtraCRDPaths: []string{crds}})
+		lateOpts, v1beta1Opts := opts, opts
+		v1beta1Opts.ExtraCRDPaths = []string{crds}
+		wg.Go(func() { lateServer, lateErr = testenv.Up(lateOpts) })
+		v1beta1Server, err = testenv.Up(v1beta1Opts)
 		wg.Wait()
 		Expect(err).NotTo(HaveOccurred())
 		Expect(lateErr).NotTo(HaveOccurred())
-		Expect(client.IgnoreAlreadyExists(k8s.Create(context.Background(),
-			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leases.DefaultNamespace}}))).To(Succeed())
+		lateCfg = lateServer.Config
 		servers["v1beta2"] = &apiServer{version: "v1beta2", cfg: mgmtCfg, c: k8s, disco: mgmtDiscovery}
-		servers["v1beta1"] = newAPIServer("v1beta1", cfg)
+		servers["v1beta1"] = newAPIServer("v1beta1", v1beta1Server.Config)
 	})
 	AfterAll(func() {
-		for _, env := range []*envtest.Environment{v1beta1Env, lateEnv} {
-			if env != nil {
-				Expect(env.Stop()).To(Succeed())
-			}
-		}
+		Expect(v1beta1Server.Stop()).To(Succeed())
+		Expect(lateServer.Stop()).To(Succeed())
 	})
 
 	It("discovers the served version", func() {
@@ -98,7 +97,7 @@ var _ = Describe("Cluster API versions", Ordered, func() {
 				s := servers[version]
 				ns := createNamespace(ctx, s.c)
 				clk := clocktesting.NewFakeClock(time.Now())
-				r, err := New(Options{Client: s.c, Reader: s.c, APIReader: s.c, Recorder: &recorder{}, Clock: clk, Discovery: s.disco})
+				r, err := New(Options{Client: s.c, Reader: s.c, APIReader: s.c, Recorder: newRecorder(), Clock: clk, Discovery: s.disco})
 				Expect(err).NotTo(HaveOccurred())
 				DeferCleanup(func() { r.remotes.StopAll() })
 
@@ -176,23 +175,14 @@ var _ = Describe("Cluster API versions", Ordered, func() {
 	It("says when Cluster API is absent, and picks it up once installed while the manager runs", func(ctx SpecContext) {
 		s := newAPIServer("", lateCfg)
 		ns := createNamespace(ctx, s.c)
-		mgr, err := ctrl.NewManager(lateCfg, ctrl.Options{
-			Scheme:                 scheme,
-			Metrics:                metricsserver.Options{BindAddress: "0"},
-			HealthProbeBindAddress: "0",
-			Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-			// The check's namespace, and the node leases' (the check takes them).
-			Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}, leases.DefaultNamespace: {}}},
-		})
+		// The check's namespace, and the node leases' (the check takes them).
+		mgr, err := lateServer.NewManager(testenv.ManagerOptions{Namespaces: []string{ns, leases.DefaultNamespace}})
 		Expect(err).NotTo(HaveOccurred())
 		// A real clock: the manager's requeues wait in real time. The recheck is short for the test.
-		r, err := New(Options{Clock: clock.RealClock{}, Recorder: &recorder{}, ClusterAPIRecheckInterval: time.Second})
+		r, err := New(Options{Clock: clock.RealClock{}, Recorder: newRecorder(), ClusterAPIRecheckInterval: time.Second})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
-		mgrCtx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- mgr.Start(mgrCtx) }()
-		DeferCleanup(func() { stop(); Eventually(done).WithTimeout(eventuallyTimeout).Should(Receive(BeNil())) })
+		testenv.RunManager(ctx, GinkgoT(), mgr)
 
 		createTemplateIn(ctx, s.c, ns, "reboot")
 		check := &v1alpha1.MachineHealthCheck{ObjectMeta: metav1.ObjectMeta{Name: "check", Namespace: ns},

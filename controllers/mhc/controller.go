@@ -214,7 +214,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		For(&v1alpha1.MachineHealthCheck{}).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.nodeToChecks(ctx, o, nil)
-		}), builder.WithPredicates(nodeHealthChanged())).
+		}), builder.WithPredicates(engine.NodeUpdates())).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.leaseToChecks),
 			builder.WithPredicates(engine.LeaseChanged(r.opts.LeaseNamespace))).
 		WatchesRawSource(kinds.Source()).
@@ -254,7 +254,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	now := r.clock.Now()
 	in, err := r.observe(ctx, mhc, now)
-	var pending *watchPendingError
+	var pending *engine.WatchPendingError
 	var unwatchable *kindNotWatchableError
 	var noCAPI *clusterAPINotInstalledError
 	var noKubeconfig *workload.ForbiddenError
@@ -271,7 +271,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return r.disableFor(ctx, mhc, v1alpha1.ReasonKubeconfigNotReadable, noKubeconfig.Error(), noKubeconfig.Retry)
 	case errors.As(err, &pending):
 		// Nothing is decided from a kind not watched yet; the kind watcher enqueues the check once it is.
-		return ctrl.Result{RequeueAfter: requeueAfter(pending.until, r.clock.Now())}, nil
+		return ctrl.Result{RequeueAfter: requeueAfter(pending.Until, r.clock.Now())}, nil
 	case errors.As(err, &unwatchable):
 		return r.disable(ctx, mhc, unwatchable)
 	case err != nil:

@@ -13,8 +13,9 @@
 //   - planChecks decides, as a pure function of those inputs and now: each Machine's verdict
 //     (checkTarget: healthy, pending or unhealthy, and when that can next change), which Machines are
 //     skipped, whether the budget short-circuits remediation, what to write on each Machine, which
-//     requests to create, time out or delete (escalate walks escalatingRemediations), the check's new
-//     status and the earliest instant to look again.
+//     requests to create, time out or delete (engine.Pass, the NodeHealthCheck's too, walks
+//     escalatingRemediations and puts each start through the gates), the check's new status and the
+//     earliest instant to look again.
 //   - execute writes only what changed, Machine by Machine, so a failure for one never holds up another;
 //     the status is patched last and Reconcile requeues at the earliest expiry.
 //
@@ -33,11 +34,12 @@
 // healthyDelay, control-plane Machines one at a time across all checks of both kinds, and the
 // overlapping rule (the check already remediating keeps a Machine, else the oldest claiming check owns
 // it). observeSafety reads what they need from the cache after observe; planChecks applies them through
-// small hooks (planStorm, gateCreate, applyGate, holdHealthy, keepLease, releaseLeases), and skips are
-// reported in status.unhealthyMachines[].skipReason and a RemediationSkipped event. execute takes the
+// engine.Pass (template remediation), applyGate (the owner's, through engine.Gate), holdHealthy,
+// keepLease and releaseLeases, and skips are reported in status.unhealthyMachines[].skipReason and a
+// RemediationSkipped event. execute takes the
 // lease of a control-plane Machine's Node for a new remediation (a request, or the hand-over to its owner)
 // under the manager's ControlPlaneClaim, shared with the NodeHealthChecks, and only while the API server
-// shows no other control-plane Node's lease held (requestLease): checks deciding at the same moment from
+// shows no other control-plane Node's lease held (engine.Starter, the NodeHealthCheck's writes too): checks deciding at the same moment from
 // the same cache do not start two. A workload cluster's control plane is claimed under its own key and
 // confirmed against its own API server.
 //

@@ -1,5 +1,7 @@
 package mhc
 
+import "github.com/metalheal/metalheal/internal/engine"
+
 // Event reasons. Events about one Machine regard the Machine (with the MachineHealthCheck as related
 // object); events about the whole check regard the MachineHealthCheck. They are emitted on transitions,
 // not on every reconcile.
@@ -21,7 +23,7 @@ const (
 	EventRemediationRequestDeleted = "RemediationRequestDeleted"
 	// EventWaitingForConfirmation: the Machine's Node is healthy again and, healthyDelay being negative,
 	// its remediation waits for a person to confirm it (v1alpha1.AnnotationConfirmedHealthy).
-	EventWaitingForConfirmation = "WaitingForConfirmation"
+	EventWaitingForConfirmation = engine.EventWaitingForConfirmation
 	// EventWaitingForHandOver (Normal): the next escalation step waits until the request of the step that
 	// ended is finished with the host (deleted, or Processing=False); once per request waited for.
 	EventWaitingForHandOver = "WaitingForHandOver"
@@ -30,7 +32,7 @@ const (
 	EventHandOverTimedOut = "HandOverTimedOut"
 	// EventRemediationBackingOff (Normal): the Machine is unhealthy again after too many remediations within
 	// remediationBackoff's window; its next remediation waits (once per hold, with the hold's end).
-	EventRemediationBackingOff = "RemediationBackingOff"
+	EventRemediationBackingOff = engine.EventRemediationBackingOff
 	// EventMachineNotRemediable (Warning): an unhealthy Machine is not controlled by a MachineSet or a
 	// control plane; it is reported, not remediated.
 	EventMachineNotRemediable = "MachineNotRemediable"

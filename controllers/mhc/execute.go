@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,7 +32,7 @@ import (
 // longer needs are released first: a control-plane Machine starts only while no other control-plane
 // Node's lease is held, the check's own too (requestLease).
 func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, p *plan) []error {
-	lm, err := r.leaseManager(mhc, p.Site)
+	lm, err := r.starter(mhc, p.Site)
 	if err != nil {
 		return []error{fmt.Errorf("lease manager: %w", err)}
 	}
@@ -113,7 +112,7 @@ func (m *templateMemo) get(s step, load func() templateResult) templateResult {
 	return res
 }
 
-func (r *Reconciler) executeTarget(ctx context.Context, lm *leases.Manager, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan, templates *templateMemo) error {
+func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan, templates *templateMemo) error {
 	log := ctrl.LoggerFrom(ctx).WithValues("machine", klog.KObj(t.Machine))
 	var errs []error
 	if t.Conditions != nil {
@@ -127,13 +126,13 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm *leases.Manager, mhc 
 		}
 	}
 	for _, req := range t.TimeOut {
-		if err := engine.MarkTimedOut(ctx, r.client, engine.RefOf(req), r.clock.Now()); err != nil {
+		if err := engine.MarkTimedOut(ctx, r.client, req.Ref, r.clock.Now()); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		log.Info("Remediation step timed out", "kind", req.GetKind())
+		log.Info("Remediation step timed out", "kind", req.Ref.Kind)
 		r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventRemediationRequestTimedOut, actionRemediate,
-			"%s %s ended without the Machine recovering (timeout or Succeeded=False)", req.GetKind(), req.GetName())
+			"%s %s ended without the Machine recovering (timeout or Succeeded=False)", req.Ref.Kind, req.Ref.Name)
 	}
 	if t.Exhausted {
 		log.Info("All remediation steps ended, Machine still unhealthy")
@@ -141,13 +140,13 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm *leases.Manager, mhc 
 			"Every remediation step ended and the Machine is still unhealthy (%s)", t.Verdict.Reason)
 	}
 	for _, req := range t.Delete {
-		if err := r.client.Delete(ctx, req, client.Preconditions{UID: ptr.To(req.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("deleting %s %s/%s: %w", req.GetKind(), req.GetNamespace(), req.GetName(), err))
+		if err := r.client.Delete(ctx, req.Ref.Object(), client.Preconditions{UID: &req.UID}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting %s: %w", req.Ref, err))
 			continue
 		}
-		log.Info("Deleted remediation request", "kind", req.GetKind())
+		log.Info("Deleted remediation request", "kind", req.Ref.Kind)
 		r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeNormal, EventRemediationRequestDeleted, actionRemediate,
-			"Deleted %s %s", req.GetKind(), req.GetName())
+			"Deleted %s %s", req.Ref.Kind, req.Ref.Name)
 	}
 	if t.Unconfirm && len(errs) == 0 { // after the requests it confirmed are deleted
 		if err := r.unconfirm(ctx, p.Site, t.Machine.Status.NodeRef.Name); err != nil {
@@ -155,11 +154,11 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm *leases.Manager, mhc 
 		}
 	}
 	if t.Create != nil {
-		created, err := r.createRequest(ctx, mhc, t, templates)
+		created, skip, err := r.createRequest(ctx, lm, mhc, t, templates)
 		switch {
-		case errors.Is(err, errRemediationExists):
+		case skip != nil:
 			p.dropRecord(t.Machine.Name, t.Create.Step)
-			r.skipped(ctx, lm, mhc, t, p, blockedRemediationExists, err.Error())
+			r.skipped(ctx, lm, mhc, t, p, skip)
 		case err != nil:
 			errs = append(errs, err)
 			p.dropRecord(t.Machine.Name, t.Create.Step)
@@ -188,9 +187,9 @@ func (r *Reconciler) patchMachineConditions(ctx context.Context, t *targetPlan) 
 	return nil
 }
 
-// createRequest instantiates the step's template for the Machine. created is false when the request
-// already existed.
-func (r *Reconciler) createRequest(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, templates *templateMemo) (created bool, err error) {
+// createRequest instantiates the step's template for the Machine and creates it (engine.Starter). created
+// is false when the request already existed: ours (adopted), or someone else's (a skip).
+func (r *Reconciler) createRequest(ctx context.Context, lm engine.Starter, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, templates *templateMemo) (created bool, skip *engine.Skip, err error) {
 	s := t.Create.Step
 	key := types.NamespacedName{Namespace: s.Template.Namespace, Name: s.Template.Name}
 	res := templates.get(s, func() templateResult {
@@ -204,7 +203,7 @@ func (r *Reconciler) createRequest(ctx context.Context, mhc *v1alpha1.MachineHea
 		return res
 	})
 	if res.err != nil {
-		return false, res.err
+		return false, nil, res.err
 	}
 	emr, err := template.Instantiate(template.Request{
 		Template: res.obj,
@@ -218,15 +217,10 @@ func (r *Reconciler) createRequest(ctx context.Context, mhc *v1alpha1.MachineHea
 		ControlPlane: t.ControlPlane,
 	})
 	if err != nil {
-		return false, fmt.Errorf("instantiating %s: %w", key, err)
+		return false, nil, fmt.Errorf("instantiating %s: %w", key, err)
 	}
-	if err := r.client.Create(ctx, emr); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return false, r.existingRequest(ctx, mhc, emr)
-		}
-		return false, fmt.Errorf("creating %s %s/%s: %w", emr.GetKind(), emr.GetNamespace(), emr.GetName(), err)
-	}
-	return true, nil
+	adopted, skip, err := lm.CreateRequest(ctx, emr, mhc.UID)
+	return !adopted && skip == nil && err == nil, skip, err
 }
 
 // lock takes the plan's lock, when execute works on several Machines at once, and returns its release.
@@ -273,69 +267,26 @@ func (r *Reconciler) patchStatus(ctx context.Context, mhc *v1alpha1.MachineHealt
 	return nil
 }
 
-// errRemediationExists: a request of the name the check would create exists and another creator's.
-var errRemediationExists = errors.New("remediation request exists")
-
-// existingRequest tells a request of ours the cache had not shown yet (nil: nothing to do) from one another
-// creator made (another MachineHealthCheck, Cluster API's, anyone's): that is an overlap the check reports
-// (RemediationExists), never a success.
-func (r *Reconciler) existingRequest(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, emr *unstructured.Unstructured) error {
-	existing := &unstructured.Unstructured{}
-	existing.SetGroupVersionKind(emr.GroupVersionKind())
-	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(emr), existing); err != nil {
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("%s %s/%s existed a moment ago and is gone: retrying", emr.GetKind(), emr.GetNamespace(), emr.GetName())
-		}
-		return fmt.Errorf("reading the existing %s %s/%s: %w", emr.GetKind(), emr.GetNamespace(), emr.GetName(), err)
-	}
-	if ownedBy(existing, mhc.UID) {
-		return nil
-	}
-	who := "not this check"
-	for _, ref := range existing.GetOwnerReferences() {
-		if ref.Kind == holderKind || ref.Kind == "MachineHealthCheck" || strings.HasSuffix(ref.Kind, "HealthCheck") {
-			who = ref.Kind + " " + ref.Name
-		}
-	}
-	return fmt.Errorf("%w: %s %s/%s exists, created by %s", errRemediationExists, emr.GetKind(), emr.GetNamespace(), emr.GetName(), who)
-}
-
-// takeLease takes, renews or takes over the Machine's node lease for the check (plan: safety.go). Before
-// a creation, or the hand-over to the Machine's owner, the lease comes first (medik8s' contract: nothing
-// acts on a Node before its lease is held): a lease someone else took meanwhile turns the remediation into
-// a skip, and so does another control-plane Node's lease for a control-plane Machine (requestLease).
-func (r *Reconciler) takeLease(ctx context.Context, lm *leases.Manager, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan) error {
+// takeLease takes, renews or takes over the Machine's node lease for the check (plan: safety.go), through
+// engine.Starter. Before a creation, or the hand-over to the Machine's owner, the lease comes first
+// (medik8s' contract: nothing acts on a Node before its lease is held), a control-plane Machine's under the
+// manager's control-plane claim: a lease someone else took meanwhile turns the remediation into a skip, and
+// so does another control-plane Node's lease for a control-plane Machine. Both the claim and the lease are
+// the site's: the management cluster's, or the workload cluster's (a claim of its own, so that its checks
+// start one control-plane Node at a time, whatever the other clusters do).
+func (r *Reconciler) takeLease(ctx context.Context, s engine.Starter, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan) error {
 	if t.Lease == nil {
 		return nil
 	}
-	refusal, err := r.requestLease(ctx, lm, p.Site, t)
-	var held *leases.AlreadyHeldError
+	starts := t.Create != nil || t.MarkedForOwner
+	skip, err := s.TakeLease(ctx, t.Lease.Node, starts && isControlPlaneTarget(observedTarget{Machine: t.Machine, Node: t.Lease.Node}),
+		t.Lease.From...)
 	switch {
-	case refusal != nil:
-		if t.Create != nil {
-			p.dropRecord(t.Machine.Name, t.Create.Step)
-			t.Create = nil
-		}
-		t.keepFromOwner()
-		r.skipped(ctx, nil, mhc, t, p, blockedControlPlaneBusy, refusal.Message())
-		unlock := p.lock()
-		p.NextCheck = earliest(p.NextCheck, refusal.RetryAt)
-		unlock()
+	case skip == nil && err == nil:
 		return nil
-	case err == nil:
-		return nil
-	case errors.As(err, &held) && t.Create != nil:
-		p.dropRecord(t.Machine.Name, t.Create.Step)
-		t.Create = nil
-		r.skipped(ctx, nil, mhc, t, p, blockedLeaseHeld, fmt.Sprintf("The node's lease is held by %q", held.Holder))
-		return nil
-	case errors.As(err, &held) && t.MarkedForOwner:
-		t.keepFromOwner()
-		r.skipped(ctx, nil, mhc, t, p, blockedLeaseHeld, fmt.Sprintf("The node's lease is held by %q", held.Holder))
-		return nil
-	case errors.As(err, &held):
+	case skip != nil && !starts:
 		r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventLeaseNotRenewed, actionRemediate,
-			"The Machine is being remediated but the lease of node %s is now held by %q", t.Lease.Node.Name, held.Holder)
+			"The Machine is being remediated but the lease of node %s is now held by %q", t.Lease.Node.Name, skip.Holder)
 		return nil
 	}
 	if t.Create != nil {
@@ -343,25 +294,13 @@ func (r *Reconciler) takeLease(ctx context.Context, lm *leases.Manager, mhc *v1a
 		t.Create = nil // the lease first, always
 	}
 	t.keepFromOwner()
-	return fmt.Errorf("taking the lease of node %s: %w", t.Lease.Node.Name, err)
-}
-
-// requestLease takes the lease t.Lease asks for. For a new remediation of a control-plane Machine (a
-// request to create, or the hand-over to its owner) it does so under the manager's control-plane claim,
-// and only while no other control-plane Node's lease is held, read from the API server (internal/gates):
-// checks deciding at the same moment from the same cache, of either kind, do not start two control-plane
-// Nodes. The refusal names the other Node. Both the claim and the lease are the site's: the management
-// cluster's, or the workload cluster's (a claim of its own, so that its checks start one control-plane Node
-// at a time, whatever the other clusters do).
-func (r *Reconciler) requestLease(ctx context.Context, lm *leases.Manager, site nodeSite, t *targetPlan) (*gates.ControlPlaneRefusal, error) {
-	take := func(ctx context.Context) error {
-		return lm.RequestLeaseFrom(ctx, t.Lease.Node, r.opts.LeaseDuration, t.Lease.From...)
+	if err != nil {
+		return err
 	}
-	starts := t.Create != nil || t.MarkedForOwner
-	if !starts || !isControlPlaneTarget(observedTarget{Machine: t.Machine, Node: t.Lease.Node}) {
-		return nil, take(ctx)
-	}
-	return r.cpClaim.Start(ctx, r.nodeCluster(site), t.Lease.Node.Name, take)
+	r.skipped(ctx, engine.Starter{}, mhc, t, p, skip)
+	defer p.lock()()
+	p.NextCheck = engine.Earliest(p.NextCheck, skip.Retry)
+	return nil
 }
 
 // nodeCluster is the cluster of the check's Nodes as the control-plane claim reads it: node leases live,
@@ -378,46 +317,49 @@ func (r *Reconciler) nodeCluster(site nodeSite) gates.NodeCluster {
 	return nc
 }
 
-// leaseManager is the check's node lease manager in the cluster of its Nodes. In the management cluster it
-// writes through the manager's client (Leases cached in the lease namespace only) and re-reads from the
-// API server after a lost race. In a workload cluster it reads and writes through the connection's
-// client, and makes the lease namespace there on first use: Cluster API makes workload clusters without
-// it.
-func (r *Reconciler) leaseManager(mhc *v1alpha1.MachineHealthCheck, site nodeSite) (*leases.Manager, error) {
+// starter makes the check's writes in the cluster of its Nodes. In the management cluster it writes
+// through the manager's client (Leases cached in the lease namespace only) and re-reads from the API server
+// after a lost race. In a workload cluster it reads and writes through the connection's client, and makes
+// the lease namespace there on first use: Cluster API makes workload clusters without it.
+func (r *Reconciler) starter(mhc *v1alpha1.MachineHealthCheck, site nodeSite) (engine.Starter, error) {
 	holder := checkLeaseHolder(mhc.Name)
+	s := engine.Starter{Duration: r.opts.LeaseDuration, Claim: r.cpClaim, Cluster: r.nodeCluster(site), Client: r.client, Live: r.apiReader}
+	var err error
 	if site.Remote != nil {
-		return leases.NewManager(site.Remote.Client(), holder, r.clock, leases.WithNamespace(r.opts.LeaseNamespace),
+		s.Leases, err = leases.NewManager(site.Remote.Client(), holder, r.clock, leases.WithNamespace(r.opts.LeaseNamespace),
 			leases.WithNamespaceCreation())
+	} else {
+		s.Leases, err = leases.NewManager(r.client, holder, r.clock, leases.WithNamespace(r.opts.LeaseNamespace), leases.WithLiveReader(r.apiReader))
 	}
-	return leases.NewManager(r.client, holder, r.clock, leases.WithNamespace(r.opts.LeaseNamespace), leases.WithLiveReader(r.apiReader))
+	return s, err
 }
 
 // skipped records a skip execute found (a lease or a request someone else created a moment ago): in the
-// Machine's status entry and a Warning; a lease just taken for it (lm not nil) is let go.
-func (r *Reconciler) skipped(ctx context.Context, lm *leases.Manager, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan, b blocker, msg string) {
-	t.Blocked, t.SkipMessage = b, msg
-	countSkipped(b)
+// Machine's status entry and a Warning; a lease just taken for it (lm with a lease manager) is let go.
+func (r *Reconciler) skipped(ctx context.Context, lm engine.Starter, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan, skip *engine.Skip) {
+	t.Blocked, t.Skip = blocker(skip.Reason), skip
+	countSkipped(t.Blocked)
 	unlock := p.lock()
 	for i := range p.Status.UnhealthyMachines {
 		if um := &p.Status.UnhealthyMachines[i]; um.Name == t.Machine.Name {
-			um.SkipReason, um.SkipMessage = string(b), msg
+			um.SkipReason, um.SkipMessage = skip.Reason, skip.Message
 		}
 	}
 	unlock()
-	r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventRemediationSkipped, actionRemediate,
-		"Machine is unhealthy (%s) but is not remediated: %s", t.Verdict.Reason, msg)
-	if lm != nil && t.Lease != nil && t.Lease.Fresh {
-		if err := lm.InvalidateLease(ctx, t.Lease.Node.Name); err != nil {
+	r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventRemediationSkipped, actionRemediate, "%s",
+		skip.Event("", "", "Machine", t.Verdict.Reason).Note)
+	if lm.Leases != nil && t.Lease != nil && t.Lease.Fresh {
+		if err := lm.Leases.InvalidateLease(ctx, t.Lease.Node.Name); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Releasing a node lease taken for a skipped Machine", "node", t.Lease.Node.Name)
 		}
 	}
 }
 
 // releaseLeases releases the node leases the check no longer needs.
-func (r *Reconciler) releaseLeases(ctx context.Context, lm *leases.Manager, nodes []string) []error {
+func (r *Reconciler) releaseLeases(ctx context.Context, lm engine.Starter, nodes []string) []error {
 	var errs []error
 	for _, n := range nodes {
-		if err := lm.InvalidateLease(ctx, n); err != nil {
+		if err := lm.Leases.InvalidateLease(ctx, n); err != nil {
 			errs = append(errs, fmt.Errorf("releasing the lease of node %s: %w", n, err))
 			continue
 		}

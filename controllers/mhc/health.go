@@ -10,6 +10,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	"github.com/metalheal/metalheal/internal/conditions"
+	"github.com/metalheal/metalheal/internal/engine"
 )
 
 // healthState is what the check concludes about one target.
@@ -107,7 +108,7 @@ func checkTarget(spec checkSpec, in targetInput, now time.Time) verdict {
 			ExpiredAt: byMachine.ExpiredAt, NextCheck: byMachine.NextCheck}
 	}
 	v := checkByNode(spec, in, now)
-	v.NextCheck = earliest(v.NextCheck, byMachine.NextCheck)
+	v.NextCheck = engine.Earliest(v.NextCheck, byMachine.NextCheck)
 	return v
 }
 

@@ -85,7 +85,7 @@ var _ = Describe("The kubeconfig-readers component", Ordered, func() {
 		return suffix
 	}
 	reconcileAs := func(ctx context.Context, ns, suffix string, clusterNamespaces []string) (*v1alpha1.MachineHealthCheck, error) {
-		r, err := New(Options{Client: sa, Reader: sa, APIReader: sa, Recorder: &recorder{}, Discovery: saDisco,
+		r, err := New(Options{Client: sa, Reader: sa, APIReader: sa, Recorder: newRecorder(), Discovery: saDisco,
 			Clock: clocktesting.NewFakeClock(time.Now()), ClusterNamespaces: clusterNamespaces})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { r.remotes.StopAll() })

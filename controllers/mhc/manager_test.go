@@ -1,8 +1,6 @@
 package mhc
 
 import (
-	"context"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -13,14 +11,9 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
-	"github.com/metalheal/metalheal/pkg/leases"
+	"github.com/metalheal/metalheal/internal/testenv"
 )
 
 // The controller as the manager runs it: every reaction below comes from a watch (Machines, local Nodes,
@@ -29,23 +22,7 @@ import (
 var _ = Describe("Running in a manager", func() {
 	It("reacts to Machine, Node (local and remote), lease and remediation request events", func(ctx SpecContext) {
 		w := newWorld(ctx)
-		mgr, err := ctrl.NewManager(mgmtCfg, ctrl.Options{
-			Scheme:                 scheme,
-			Metrics:                metricsserver.Options{BindAddress: "0"},
-			HealthProbeBindAddress: "0",
-			Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-			Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{w.ns: {}},
-				// As main: Leases only in the lease namespace.
-				ByObject: map[client.Object]cache.ByObject{&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{leases.DefaultNamespace: {}}}}},
-		})
-		Expect(err).NotTo(HaveOccurred())
-		r, err := New(Options{Clock: w.clock, Recorder: w.rec})
-		Expect(err).NotTo(HaveOccurred())
-		Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
-		mgrCtx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- mgr.Start(mgrCtx) }()
-		DeferCleanup(func() { stop(); Eventually(done).WithTimeout(eventuallyTimeout).Should(Receive(BeNil())) })
+		w.runManager(ctx, testenv.ManagerOptions{}, Options{})
 
 		// A workload cluster checked with a template, a local pool checked with conditions.
 		Expect(k8s.Create(ctx, newCluster(w.ns, "wl"))).To(Succeed())

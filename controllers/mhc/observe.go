@@ -17,16 +17,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/internal/workload"
 )
 
 // nodeGetLimit: up to this many Nodes are read one by one; more are read with one List of the cache.
 const nodeGetLimit = 32
-
-// cacheReadGuard bounds a read of remediation requests from the cache. A read of a synced informer takes
-// microseconds.
-const cacheReadGuard = 5 * time.Second
 
 // observe reads what planChecks decides from, all from the cache except a workload cluster's kubeconfig
 // Secret the first time the cluster is connected.
@@ -182,26 +179,23 @@ func readNodes(ctx context.Context, reader client.Reader, names []string) (map[s
 // Machines, and the requests it owns whose Machine no longer exists (orphans: its owner reference to this
 // check keeps them from the garbage collector, so the check must delete them itself). Only kinds whose
 // watch has synced are read (see watchKinds), so no read waits for an informer.
-func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, version string, kinds []schema.GroupVersionKind, machines map[string]bool) (map[string][]*unstructured.Unstructured, []*unstructured.Unstructured, error) {
-	out := map[string][]*unstructured.Unstructured{}
+func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, version string, kinds []schema.GroupVersionKind, machines map[string]bool) (map[string][]engine.Request, []*unstructured.Unstructured, error) {
+	out := map[string][]engine.Request{}
 	var orphans []*unstructured.Unstructured
 	for _, gvk := range kinds {
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 		// Bounded all the same: a cache read of a kind without a synced informer would wait for one for ever.
-		listCtx, cancel := context.WithTimeout(ctx, cacheReadGuard)
-		err := r.reader.List(listCtx, list, client.InNamespace(mhc.Namespace), client.UnsafeDisableDeepCopy)
-		cancel()
-		if err != nil {
+		if err := (engine.Guarded{Reader: r.reader}).List(ctx, list, client.InNamespace(mhc.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 			return nil, nil, fmt.Errorf("listing %s in %s (is its CRD installed and may the manager list it?): %w", gvk.Kind, mhc.Namespace, err)
 		}
 		for i := range list.Items {
 			u := &list.Items[i]
 			machine := machineOf(u)
 			switch {
-			case !ownedBy(u, mhc.UID):
+			case !engine.OwnedBy(u, mhc.UID):
 			case machines[machine]:
-				out[machine] = append(out[machine], u)
+				out[machine] = append(out[machine], engine.RequestOf(engine.RefOf(u), u))
 			case u.GetDeletionTimestamp().IsZero():
 				gone, err := r.machineGone(ctx, version, types.NamespacedName{Namespace: mhc.Namespace, Name: machine})
 				if err != nil {
@@ -237,9 +231,4 @@ func (r *Reconciler) machineGone(ctx context.Context, version string, key types.
 		return false, fmt.Errorf("reading Machine %s: %w", key, err)
 	}
 	return false, nil
-}
-
-// ownedBy reports whether o has an owner reference to the object with uid.
-func ownedBy(o metav1.Object, uid types.UID) bool {
-	return slices.ContainsFunc(o.GetOwnerReferences(), func(ref metav1.OwnerReference) bool { return ref.UID == uid })
 }

@@ -231,8 +231,9 @@ func (k parityKit) input() (planInput, error) {
 	return in, nil
 }
 
-// request is a scenario's request as the cache shows it: unstructured, with the remediator's conditions.
-func (k parityKit) request(target string, q enginetest.Request) *unstructured.Unstructured {
+// request is a scenario's request as the cache shows it (unstructured, with the remediator's conditions),
+// as observe reads it.
+func (k parityKit) request(target string, q enginetest.Request) engine.Request {
 	st := k.s.Policy.Steps[q.Step]
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(k.gvk(q.Step))
@@ -258,7 +259,7 @@ func (k parityKit) request(target string, q enginetest.Request) *unstructured.Un
 	if len(conds) > 0 {
 		_ = unstructured.SetNestedSlice(u.Object, conds, "status", "conditions")
 	}
-	return u
+	return engine.RequestOf(engine.RefOf(u), u)
 }
 
 // holder is the lease holder identity a scenario's holder stands for.
@@ -290,12 +291,12 @@ var parityEvents = map[string]enginetest.EventKind{
 func (k parityKit) outcome(t *testing.T, p plan) enginetest.Outcome {
 	out := enginetest.Outcome{Next: p.NextCheck, Releases: p.Release, Skips: map[string]string{}, WaitingFor: map[string]int{},
 		Records: map[string][]enginetest.Record{}, HealthySince: map[string]time.Time{}}
-	refs := func(target string, list []*unstructured.Unstructured) []enginetest.Ref {
+	refs := func(target string, list []engine.Request) []enginetest.Ref {
 		var rs []enginetest.Ref
-		for _, u := range list {
-			i := k.stepOf(u.GetKind(), u.GetAnnotations()[template.AnnotationTemplateName])
-			if i < 0 || u.GetName() != k.requestName(target, i) {
-				t.Errorf("%s is no request of the scenario's for %s", requestRef(u), target)
+		for _, q := range list {
+			i := k.stepOf(q.Ref.Kind, q.TemplateName)
+			if i < 0 || q.Ref.Name != k.requestName(target, i) {
+				t.Errorf("%s is no request of the scenario's for %s", q.Ref, target)
 			}
 			rs = append(rs, enginetest.Ref{Target: target, Step: i})
 		}

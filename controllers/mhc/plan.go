@@ -46,7 +46,7 @@ const (
 	// blockedDeleting: the Machine is already being deleted.
 	blockedDeleting blocker = "Deleting"
 	// blockedExcluded: the Machine's Node is labelled remediation.medik8s.io/exclude-from-remediation=true.
-	blockedExcluded blocker = "Excluded"
+	blockedExcluded blocker = engine.SkipExcluded
 )
 
 // step is one remediation step: a template, the kind of request it makes and how long it may take.
@@ -123,7 +123,7 @@ type observedTarget struct {
 	// NodeMissing: the Machine has a nodeRef but the Node does not exist.
 	NodeMissing bool
 	// Requests are this check's remediation requests for the Machine (named after it).
-	Requests []*unstructured.Unstructured
+	Requests []engine.Request
 }
 
 // planInput is everything plan decides from.
@@ -159,8 +159,8 @@ type targetPlan struct {
 	// ControlPlane: a control-plane Machine, or one whose Node has a control-plane role.
 	ControlPlane bool
 	Blocked      blocker
-	// SkipMessage explains a Blocked set by a safety gate (safety.go), for status and the event.
-	SkipMessage string
+	// Skip is the safety gate's refusal that set Blocked (safety.go), for status and the event.
+	Skip *engine.Skip
 	// Lease takes, renews or takes over the Machine's node lease for the check (before Create).
 	Lease *leaseAction
 	// NewlyUnhealthy: the Machine was not in status.unhealthyMachines before.
@@ -173,18 +173,9 @@ type targetPlan struct {
 	// Create asks for a remediation request.
 	Create *createRequest
 	// TimeOut are requests to mark timed out (their step ended); Delete are requests to delete.
-	TimeOut []*unstructured.Unstructured
-	Delete  []*unstructured.Unstructured
+	TimeOut, Delete []engine.Request
 	// Exhausted: the last remediation step just ended without the Machine recovering.
 	Exhausted bool
-	// HandOverCheck is when a wait for an ended step's request to be finished with the host runs out,
-	// HandOverUntil when the next step starts at the latest (zero: nothing is waited for).
-	HandOverCheck, HandOverUntil time.Time
-	// Overdue are ended steps' requests that did not hand the host over within template.HandOverBound:
-	// Create starts the next step without them.
-	Overdue []*unstructured.Unstructured
-	// StepDeadline is when the Machine's current remediation step times out (zero: none).
-	StepDeadline time.Time
 	// Unconfirm: the Machine's remediation is over; its Node's confirmation annotation
 	// (v1alpha1.AnnotationConfirmedHealthy) is removed.
 	Unconfirm bool
@@ -240,7 +231,7 @@ func planChecks(in planInput) (plan, error) {
 		}
 		observed = append(observed, o)
 		v := checkTarget(in.Spec, targetInput{Machine: o.Machine, Node: o.Node, NodeMissing: o.NodeMissing, Cluster: in.Cluster}, now)
-		p.NextCheck = earliest(p.NextCheck, v.NextCheck)
+		p.NextCheck = engine.Earliest(p.NextCheck, v.NextCheck)
 		switch {
 		case v.State == stateHealthy && v.NextCheck.IsZero() && o.Node != nil && o.Machine.DeletionTimestamp.IsZero():
 			// Healthy, as Cluster API counts it: a Machine failing a criterion that has not expired yet
@@ -265,7 +256,12 @@ func planChecks(in planInput) (plan, error) {
 
 	cw := checkWide(&p, mhc, in.Paused, decision, now)
 	storm := cw.Storm
-	gate := newSafety(in)
+	gate := newSafety(in, p.Backoff)
+	type walked struct {
+		target, entry int
+		out           *engine.Outcome
+	}
+	var walks []walked
 
 	status := v1alpha1.MachineHealthCheckStatus{
 		ExpectedMachines:    ptr.To(int32(len(p.Targets))),
@@ -303,20 +299,15 @@ func planChecks(in planInput) (plan, error) {
 			}
 			if len(in.Steps) == 0 && t.Blocked == notBlocked && !remediating(o) {
 				// Condition-based: the gates apply before the owner is asked to replace the Machine.
-				p.NextCheck = earliest(p.NextCheck, applyGate(gate, t, &entry, o, now))
+				p.NextCheck = engine.Earliest(p.NextCheck, applyGate(gate, t, &entry, o, now))
 			}
-			planUnhealthy(t, in.Steps, &entry, o.Requests, now)
-			p.backingOff(mhc, t, &entry)
-			if len(in.Steps) > 0 && t.Create != nil {
-				p.NextCheck = earliest(p.NextCheck, gateCreate(gate, t, &entry, o, len(records), now))
-			}
-			if t.Create == nil {
-				p.NextCheck = earliest(p.NextCheck, gate.keepLease(t, o, now))
+			if planUnhealthy(t, in.Steps, now) {
+				walks = append(walks, walked{target: i, entry: len(status.UnhealthyMachines),
+					out: gate.pass.Unhealthy(gate.target(t, o, records, prevEntry))})
+			} else {
+				gate.keepLease(t, o)
 			}
 			p.Events = append(p.Events, skipEvents(mhc, t, &entry, prevEntry)...)
-			p.NextCheck = earliest(p.NextCheck, t.StepDeadline)
-			p.NextCheck = earliest(p.NextCheck, t.HandOverCheck)
-			p.Events = append(p.Events, handOverEvents(mhc, t, &entry, prevEntry)...)
 			status.UnhealthyMachines = append(status.UnhealthyMachines, entry)
 			if t.NewlyUnhealthy && t.Blocked == blockedNotControlled {
 				p.Events = append(p.Events, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeWarning,
@@ -324,32 +315,47 @@ func planChecks(in planInput) (plan, error) {
 					Note:   fmt.Sprintf("Machine is unhealthy (%s) but is not controlled by a MachineSet or a control plane: it is reported, not remediated", t.Verdict.Reason)})
 			}
 		case stateHealthy:
-			planHealthy(t, o.Requests, now)
-			entry, until, began := holdHealthy(t, prevEntry, records, mhc.Spec.HealthyDelay, engine.Confirmed(o.Node), now)
-			if entry != nil {
-				status.UnhealthyMachines = append(status.UnhealthyMachines, *entry)
-				p.NextCheck = earliest(p.NextCheck, until)
-				p.NextCheck = earliest(p.NextCheck, gate.keepLease(t, o, now))
-				if began && until.IsZero() {
-					p.Events = append(p.Events, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeNormal,
-						Reason: EventWaitingForConfirmation, Note: fmt.Sprintf("The Machine's Node is healthy again; its "+
-							"remediation is kept until a person confirms it: annotate Node %s %s",
-							t.Machine.Status.NodeRef.Name, v1alpha1.AnnotationConfirmedHealthy)})
-				}
+			planHealthy(t, now)
+			if t.Blocked == blockedPaused {
+				break
 			}
-			// A confirmation confirms one remediation: removed once its requests are deleted (the entry goes
-			// with them), or are found gone.
-			t.Unconfirm = engine.Confirmed(o.Node) && in.Paused == "" && entry == nil &&
-				(len(t.Delete) > 0 || (prevEntry != nil && len(o.Requests) == 0))
+			if len(o.Requests) == 0 {
+				// A confirmation confirms one remediation: removed once its requests are found gone.
+				t.Unconfirm = engine.Confirmed(o.Node) && prevEntry != nil
+				break
+			}
+			out := gate.pass.Healthy(gate.target(t, o, records, prevEntry), healthySince(prevEntry), engine.DurationOf(mhc.Spec.HealthyDelay),
+				engine.Confirmed(o.Node))
+			if out.Hold {
+				entry := v1alpha1.UnhealthyMachine{Name: t.Machine.Name, Reason: clusterv1.MachineHealthCheckUnhealthyNodeReason,
+					Remediations: records, ConditionsHealthyTimestamp: &metav1.Time{Time: out.HealthySince}}
+				if prevEntry != nil {
+					entry.Reason = prevEntry.Reason
+				}
+				status.UnhealthyMachines = append(status.UnhealthyMachines, entry)
+			}
+			if out.Lease {
+				t.Lease = &leaseAction{Node: o.Node, From: out.From}
+			}
+			t.Delete, t.Unconfirm = pick(o.Requests, out.Delete), out.Unconfirm
+			p.Events = append(p.Events, machineEvents(mhc, t.Machine, out.Events)...)
 		case statePending:
 			// Not judged yet: keep what was started (its escalation memory) and touch nothing.
 			if prevEntry != nil && len(records) > 0 {
 				status.UnhealthyMachines = append(status.UnhealthyMachines, v1alpha1.UnhealthyMachine{
 					Name: t.Machine.Name, Reason: prevEntry.Reason, Remediations: records})
-				p.NextCheck = earliest(p.NextCheck, gate.keepLease(t, o, now))
+				gate.keepLease(t, o)
 			}
 		}
 	}
+	// The template remediations' starts go through the gates, in the order their criteria expired.
+	gate.pass.Admit()
+	for _, w := range walks {
+		t := &p.Targets[w.target]
+		gate.admitted(t, observed[w.target], &status.UnhealthyMachines[w.entry], w.out)
+		p.Events = append(p.Events, machineEvents(mhc, t.Machine, w.out.Events)...)
+	}
+	p.NextCheck = engine.Earliest(p.NextCheck, gate.pass.Next)
 	slices.Sort(status.Targets)
 	slices.SortFunc(status.UnhealthyMachines, func(a, b v1alpha1.UnhealthyMachine) int { return strings.Compare(a.Name, b.Name) })
 
@@ -414,26 +420,21 @@ func controlledByReplacer(m *clusterv1.Machine) bool {
 		strings.HasSuffix(ref.Kind, "ControlPlane")
 }
 
-// planUnhealthy decides what to do about an unhealthy Machine. entry.Remediations is updated with the
-// requests created or timed out.
-func planUnhealthy(t *targetPlan, steps []step, entry *v1alpha1.UnhealthyMachine, requests []*unstructured.Unstructured, now time.Time) {
+// planUnhealthy reports an unhealthy Machine on its conditions and, for condition-based remediation, asks
+// its owner to replace it. It reports whether its template remediation is walked (engine.Pass.Unhealthy):
+// a Machine held back (a storm, its cooldown, the exclusion label) still ends the steps under way, as a
+// NodeHealthCheck's do, but starts nothing new.
+func planUnhealthy(t *targetPlan, steps []step, now time.Time) bool {
 	switch t.Blocked {
 	case blockedPaused, blockedDeleting, blockedNotControlled:
 		// Left alone: paused means hands off, a deleting Machine is already going, and nothing would
 		// replace a Machine without a controller.
-		return
+		return false
 	}
 	conds, changed := withCondition(t.Machine.Status.Conditions, metav1.Condition{
 		Type: clusterv1.MachineHealthCheckSucceededCondition, Status: metav1.ConditionFalse,
 		Reason: t.Verdict.Reason, Message: t.Verdict.Message, LastTransitionTime: metav1.NewTime(now)})
-	if t.Blocked != notBlocked && len(steps) == 0 {
-		// Reported on the Machine, not remediated (short-circuited, a storm's cooldown, or excluded).
-		if changed {
-			t.Conditions = conds
-		}
-		return
-	}
-	if len(steps) == 0 {
+	if len(steps) == 0 && t.Blocked == notBlocked {
 		// Cluster API's default: the owner replaces a Machine whose OwnerRemediated is False. Once the
 		// owner has taken it over (OwnerRemediated False) it is the owner's; a True one (a remediation
 		// that completed) asks again.
@@ -444,63 +445,17 @@ func planUnhealthy(t *targetPlan, steps []step, entry *v1alpha1.UnhealthyMachine
 				LastTransitionTime: metav1.NewTime(now)})
 			changed, t.MarkedForOwner = true, true
 		}
-		if changed {
-			t.Conditions = conds
-		}
-		return
 	}
 	if changed {
 		t.Conditions = conds
 	}
-	esc := escalate(steps, t.Machine.Name, entry.Remediations, requests, now)
-	if t.Blocked != notBlocked {
-		// Held back (a storm, its cooldown, the exclusion label): the steps under way still end, as a
-		// NodeHealthCheck's do, but nothing new starts.
-		if esc.Create != nil && esc.Recorded {
-			esc.Records = esc.Records[:len(esc.Records)-1]
-		}
-		esc.Create, esc.Overdue = nil, nil
-	}
-	entry.Remediations, entry.WaitingFor = esc.Records, esc.WaitingFor
-	t.Create, t.TimeOut, t.Delete, t.Exhausted = esc.Create, esc.TimeOut, esc.Delete, esc.Exhausted
-	t.HandOverCheck, t.HandOverUntil, t.Overdue, t.StepDeadline = esc.WaitCheck, esc.WaitUntil, esc.Overdue, esc.Deadline
+	return len(steps) > 0
 }
 
-// handOverEvents are the events of a Machine's wait for an ended step's request to hand the host over:
-// once when the wait for a request begins, and a warning for each request that did not hand over within
-// the bound when the next step starts without it.
-func handOverEvents(mhc *v1alpha1.MachineHealthCheck, t *targetPlan, entry, prev *v1alpha1.UnhealthyMachine) []checkEvent {
-	var out []checkEvent
-	if entry.WaitingFor != "" && (prev == nil || prev.WaitingFor != entry.WaitingFor) {
-		out = append(out, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeNormal,
-			Reason: EventWaitingForHandOver, Note: fmt.Sprintf("The next escalation step waits until %s is finished "+
-				"with the host (deleted, or Processing=False); it starts at %s at the latest",
-				entry.WaitingFor, t.HandOverUntil.UTC().Format(time.RFC3339))})
-	}
-	if t.Create == nil {
-		return out
-	}
-	for _, r := range t.Overdue {
-		out = append(out, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeWarning,
-			Reason: EventHandOverTimedOut, Note: fmt.Sprintf("%s did not report that it is finished with the host "+
-				"(Processing=False) within %s of its timed-out mark: starting %s %s anyway",
-				requestRef(r), template.HandOverBound, t.Create.Step.GVK.Kind, t.Create.Name)})
-	}
-	return out
-}
-
-// planHealthy decides what to do about a healthy Machine: report it, and withdraw its remediation
-// requests.
-func planHealthy(t *targetPlan, requests []*unstructured.Unstructured, now time.Time) {
-	if t.Blocked == blockedPaused {
-		return
-	}
-	for _, r := range requests {
-		if r.GetDeletionTimestamp() == nil {
-			t.Delete = append(t.Delete, r)
-		}
-	}
-	if t.Blocked == blockedDeleting || t.Blocked == blockedNotControlled {
+// planHealthy reports a healthy Machine on its conditions.
+func planHealthy(t *targetPlan, now time.Time) {
+	switch t.Blocked {
+	case blockedPaused, blockedDeleting, blockedNotControlled:
 		return
 	}
 	if conds, changed := withCondition(t.Machine.Status.Conditions, metav1.Condition{
@@ -510,80 +465,27 @@ func planHealthy(t *targetPlan, requests []*unstructured.Unstructured, now time.
 	}
 }
 
-// escalation is what escalate decides for one Machine.
-type escalation struct {
-	Records []v1alpha1.MachineRemediationRequest
-	Create  *createRequest
-	// Recorded: the last of Records is Create's, recorded at once.
-	Recorded  bool
-	TimeOut   []*unstructured.Unstructured
-	Delete    []*unstructured.Unstructured
-	Exhausted bool
-	// WaitingFor names ("Kind namespace/name") the ended step's request the next step waits for;
-	// WaitCheck is the earliest instant a wait for such a request runs out, WaitUntil the latest (when the
-	// next step starts at the latest).
-	WaitingFor string
-	WaitCheck  time.Time
-	WaitUntil  time.Time
-	// Overdue are ended steps' requests the next step no longer waits for: the bound ran out.
-	Overdue []*unstructured.Unstructured
-	// Deadline is when the current step times out (zero: never, or none under way).
-	Deadline time.Time
+// healthySince is since when a Machine's status says it is healthy again (zero: it does not).
+func healthySince(prev *v1alpha1.UnhealthyMachine) time.Time {
+	if prev == nil || prev.ConditionsHealthyTimestamp == nil {
+		return time.Time{}
+	}
+	return prev.ConditionsHealthyTimestamp.Time
 }
 
-// escalate walks the remediation steps of the unhealthy Machine named machine (engine.Escalate). records
-// are the requests created so far (oldest first), requests the ones that exist. The request it asks for
-// is recorded at once (execute drops the record if the create fails).
-func escalate(steps []step, machine string, records []v1alpha1.MachineRemediationRequest, requests []*unstructured.Unstructured,
-	now time.Time) escalation {
-	qs, byRef := engineRequests(requests)
-	objects := func(refs []engine.Ref) []*unstructured.Unstructured {
-		var out []*unstructured.Unstructured
-		for _, ref := range refs {
-			out = append(out, byRef[ref])
-		}
-		return out
-	}
-	walk := engine.Escalate(engineSteps(steps), machine, engineRecords(records), qs, now)
-	out := escalation{Records: machineRecords(walk.Records), TimeOut: objects(walk.TimeOut), Delete: objects(walk.Delete),
-		Deadline:  walk.Deadline,
-		Exhausted: walk.Exhausted && walk.Ended != nil, WaitingFor: walk.WaitingFor, WaitCheck: walk.WaitCheck,
-		WaitUntil: walk.WaitUntil, Overdue: objects(walk.Overdue)}
-	if c := walk.Create; c != nil {
-		out.Create = &createRequest{Step: steps[c.Step], Name: c.Name, First: c.First}
-		if timeout := steps[c.Step].Timeout; !c.Again && timeout > 0 {
-			out.Deadline = now.Add(timeout) // the step about to start
-		}
-		if out.Recorded = !c.Again; out.Recorded {
-			out.Records = append(out.Records, v1alpha1.MachineRemediationRequest{
-				APIVersion: steps[c.Step].GVK.GroupVersion().String(), Kind: steps[c.Step].GVK.Kind,
-				TemplateName: steps[c.Step].Template.Name, Started: metav1.NewTime(now)})
-		}
-	}
-	return out
-}
-
-// engineRequests are a Machine's requests as the engine reads them, and each by its reference.
-func engineRequests(requests []*unstructured.Unstructured) ([]engine.Request, map[engine.Ref]*unstructured.Unstructured) {
-	byRef := make(map[engine.Ref]*unstructured.Unstructured, len(requests))
-	qs := make([]engine.Request, 0, len(requests))
-	for _, r := range requests {
-		ref := engine.RefOf(r)
-		byRef[ref] = r
-		qs = append(qs, engine.RequestOf(ref, r))
-	}
-	return qs, byRef
+// pick are the requests refs name.
+func pick(requests []engine.Request, refs []engine.Ref) []engine.Request {
+	return slices.DeleteFunc(slices.Clone(requests), func(q engine.Request) bool { return !slices.Contains(refs, q.Ref) })
 }
 
 // mergeRecords returns the Machine's remediation records: those in status, completed with the requests
 // that exist but are not recorded (engine.Adopt).
-func mergeRecords(prev *v1alpha1.UnhealthyMachine, requests []*unstructured.Unstructured, now time.Time) []v1alpha1.MachineRemediationRequest {
+func mergeRecords(prev *v1alpha1.UnhealthyMachine, requests []engine.Request, now time.Time) []v1alpha1.MachineRemediationRequest {
 	var records []v1alpha1.MachineRemediationRequest
 	if prev != nil {
 		records = prev.Remediations
 	}
-	qs, _ := engineRequests(requests)
-	return machineRecords(engine.Adopt(engineRecords(records), qs, now))
+	return machineRecords(engine.Adopt(engineRecords(records), requests, now))
 }
 
 // engineSteps are the steps as the engine takes them.
@@ -626,28 +528,12 @@ func machineRecords(records []engine.Record) []v1alpha1.MachineRemediationReques
 	return out
 }
 
-// requestRef names a request as "Kind namespace/name".
-func requestRef(r *unstructured.Unstructured) string {
-	return r.GetKind() + " " + r.GetNamespace() + "/" + r.GetName()
-}
-
 // withCondition returns conds with c set (the transition time kept when the status does not change),
 // and whether anything changed. conds is not modified.
 func withCondition(conds []metav1.Condition, c metav1.Condition) ([]metav1.Condition, bool) {
 	out := slices.Clone(conds)
 	changed := meta.SetStatusCondition(&out, c)
 	return out, changed
-}
-
-// earliest returns the earlier of two instants, ignoring zero ones.
-func earliest(a, b time.Time) time.Time {
-	switch {
-	case a.IsZero():
-		return b
-	case b.IsZero() || a.Before(b):
-		return a
-	}
-	return b
 }
 
 // keepFromOwner takes back the plan to hand the Machine to its owner: its Node's lease could not be

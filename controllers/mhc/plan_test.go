@@ -1,7 +1,6 @@
 package mhc
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/template"
 )
 
@@ -312,7 +312,8 @@ var (
 	noLimit = step{Template: reboot.Template, GVK: pcrGVK}
 )
 
-func request(s step, started time.Time, mutate ...func(*unstructured.Unstructured)) *unstructured.Unstructured {
+// request is a request of step s for Machine m, as observe reads it.
+func request(s step, started time.Time, mutate ...func(*unstructured.Unstructured)) engine.Request {
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(s.GVK)
 	u.SetName("m")
@@ -322,7 +323,7 @@ func request(s step, started time.Time, mutate ...func(*unstructured.Unstructure
 	for _, f := range mutate {
 		f(u)
 	}
-	return u
+	return engine.RequestOf(engine.RefOf(u), u)
 }
 
 func record(s step, started time.Time, timedOut *time.Time) v1alpha1.MachineRemediationRequest {
@@ -366,107 +367,6 @@ func named(name string) func(*unstructured.Unstructured) {
 // fenceName is the name of fence's request for Machine m: a later step of reboot's kind.
 var fenceName = template.LaterStepName("m", fence.Template.Name)
 
-// TestEscalate: the escalation walk as planChecks calls it. Its cases shared with the NodeHealthCheck are rows
-// of the parity table (parity_test.go); this table holds what that one does not compare: request names,
-// First, the overdue list, the edges.
-func TestEscalate(t *testing.T) {
-	ago := func(d time.Duration) time.Time { return t0.Add(-d) }
-	tests := []struct {
-		name          string
-		steps         []step
-		records       []v1alpha1.MachineRemediationRequest
-		requests      []*unstructured.Unstructured
-		wantCreate    *step
-		wantFirst     bool
-		wantTimeOut   int
-		wantDelete    int
-		wantExhausted bool
-		wantRecords   int
-		// wantName is the created request's name when not the Machine's.
-		wantName string
-		// wantWaitingFor is the request the next step waits for; wantWaitCheck when that wait runs out.
-		wantWaitingFor string
-		wantWaitCheck  time.Time
-		wantOverdue    int
-	}{
-		{name: "nothing yet: the first step starts", steps: []step{reboot, metal3},
-			wantCreate: &reboot, wantFirst: true, wantRecords: 1},
-		{name: "Succeeded=True does not end a step early", steps: []step{reboot, metal3},
-			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(time.Minute), nil)},
-			requests: []*unstructured.Unstructured{request(reboot, ago(time.Minute), succeeded(metav1.ConditionTrue))}, wantRecords: 1},
-		{name: "next step of the same kind: a name of its own, the old request is not deleted", steps: []step{reboot, fence},
-			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(11*time.Minute), nil)},
-			requests: []*unstructured.Unstructured{request(reboot, ago(11*time.Minute))}, wantTimeOut: 1, wantCreate: &fence, wantName: fenceName, wantRecords: 2},
-		{name: "same kind, old request going away without a Processing condition: not waited for", steps: []step{reboot, fence},
-			records:    []v1alpha1.MachineRemediationRequest{record(reboot, ago(11*time.Minute), ptr.To(ago(time.Minute)))},
-			requests:   []*unstructured.Unstructured{request(reboot, ago(11*time.Minute), deleting, markedAt(ago(time.Minute)))},
-			wantCreate: &fence, wantName: fenceName, wantRecords: 2},
-		{name: "same kind, old request going away while Processing=True: wait", steps: []step{reboot, fence},
-			records:     []v1alpha1.MachineRemediationRequest{record(reboot, ago(11*time.Minute), ptr.To(ago(time.Minute)))},
-			requests:    []*unstructured.Unstructured{request(reboot, ago(11*time.Minute), deleting, markedAt(ago(time.Minute)), processing(metav1.ConditionTrue))},
-			wantRecords: 1, wantWaitingFor: "PowerCycleRemediation ns/m", wantWaitCheck: t0.Add(4 * time.Minute)},
-		{name: "same kind, old request gone: the next step starts (memory in status)", steps: []step{reboot, fence},
-			records:    []v1alpha1.MachineRemediationRequest{record(reboot, ago(11*time.Minute), ptr.To(ago(time.Minute)))},
-			wantCreate: &fence, wantName: fenceName, wantRecords: 2},
-		{name: "step timed out while its request reports Processing=True: marked, the next step waits", steps: []step{reboot, metal3},
-			records:     []v1alpha1.MachineRemediationRequest{record(reboot, ago(10*time.Minute), nil)},
-			requests:    []*unstructured.Unstructured{request(reboot, ago(10*time.Minute), processing(metav1.ConditionTrue))},
-			wantTimeOut: 1, wantRecords: 1, wantWaitingFor: "PowerCycleRemediation ns/m", wantWaitCheck: t0.Add(5 * time.Minute)},
-		{name: "Succeeded=False with Processing=False: handed over, the next step starts at once", steps: []step{reboot, metal3},
-			records: []v1alpha1.MachineRemediationRequest{record(reboot, ago(time.Minute), nil)},
-			requests: []*unstructured.Unstructured{request(reboot, ago(time.Minute), succeeded(metav1.ConditionFalse),
-				processing(metav1.ConditionFalse))}, wantTimeOut: 1, wantCreate: &metal3, wantRecords: 2},
-		{name: "ended request still Processing=True a moment before the bound: wait", steps: []step{reboot, metal3},
-			records:     []v1alpha1.MachineRemediationRequest{record(reboot, ago(15*time.Minute), ptr.To(ago(5*time.Minute-time.Second)))},
-			requests:    []*unstructured.Unstructured{request(reboot, ago(15*time.Minute), markedAt(ago(5*time.Minute-time.Second)), processing(metav1.ConditionTrue))},
-			wantRecords: 1, wantWaitingFor: "PowerCycleRemediation ns/m", wantWaitCheck: t0.Add(time.Second)},
-		{name: "both same-kind requests live: nothing deleted, nothing created", steps: []step{reboot, fence},
-			records: []v1alpha1.MachineRemediationRequest{record(reboot, ago(20*time.Minute), ptr.To(ago(10*time.Minute))), record(fence, ago(5*time.Minute), nil)},
-			requests: []*unstructured.Unstructured{request(reboot, ago(20*time.Minute), markedAt(ago(10*time.Minute)), processing(metav1.ConditionTrue)),
-				request(fence, ago(5*time.Minute), named(fenceName), processing(metav1.ConditionTrue))}, wantRecords: 2},
-		{name: "last step timed out: exhausted, request marked", steps: []step{reboot, metal3},
-			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(time.Hour), ptr.To(ago(50*time.Minute))), record(metal3, ago(50*time.Minute), nil)},
-			requests: []*unstructured.Unstructured{request(reboot, ago(time.Hour)), request(metal3, ago(50*time.Minute))}, wantTimeOut: 1, wantExhausted: true, wantRecords: 2},
-		{name: "exhausted earlier: nothing more", steps: []step{reboot, metal3},
-			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(time.Hour), ptr.To(ago(50*time.Minute))), record(metal3, ago(50*time.Minute), ptr.To(ago(30*time.Minute)))},
-			requests: []*unstructured.Unstructured{request(reboot, ago(time.Hour)), request(metal3, ago(50*time.Minute))}, wantRecords: 2},
-		{name: "single template without timeout: waits as long as it takes", steps: []step{noLimit},
-			records:  []v1alpha1.MachineRemediationRequest{record(noLimit, ago(48*time.Hour), nil)},
-			requests: []*unstructured.Unstructured{request(noLimit, ago(48*time.Hour))}, wantRecords: 1},
-		{name: "single template gave up (Succeeded=False): exhausted, the request left unmarked as its remediator left it", steps: []step{noLimit},
-			records:  []v1alpha1.MachineRemediationRequest{record(noLimit, ago(time.Hour), nil)},
-			requests: []*unstructured.Unstructured{request(noLimit, ago(time.Hour), succeeded(metav1.ConditionFalse))}, wantExhausted: true, wantRecords: 1},
-		{name: "current request being deleted: wait", steps: []step{reboot, metal3},
-			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(time.Minute), nil)},
-			requests: []*unstructured.Unstructured{request(reboot, ago(time.Minute), deleting)}, wantRecords: 1},
-		{name: "step removed from the spec: given up, the next one starts", steps: []step{metal3},
-			records:  []v1alpha1.MachineRemediationRequest{record(reboot, ago(time.Minute), nil)},
-			requests: []*unstructured.Unstructured{request(reboot, ago(time.Minute))}, wantTimeOut: 1, wantCreate: &metal3, wantRecords: 2},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			g := NewWithT(t)
-			out := escalate(tt.steps, "m", tt.records, tt.requests, t0)
-			if tt.wantCreate == nil {
-				g.Expect(out.Create).To(BeNil())
-			} else {
-				g.Expect(out.Create).NotTo(BeNil())
-				g.Expect(out.Create.Step).To(Equal(*tt.wantCreate))
-				g.Expect(out.Create.First).To(Equal(tt.wantFirst))
-				g.Expect(out.Create.Name).To(Equal(cmp.Or(tt.wantName, "m")))
-			}
-			g.Expect(out.WaitingFor).To(Equal(tt.wantWaitingFor))
-			g.Expect(out.WaitCheck).To(Equal(tt.wantWaitCheck))
-			g.Expect(out.Overdue).To(HaveLen(tt.wantOverdue))
-			g.Expect(out.TimeOut).To(HaveLen(tt.wantTimeOut))
-			g.Expect(out.Delete).To(HaveLen(tt.wantDelete))
-			g.Expect(out.Exhausted).To(Equal(tt.wantExhausted))
-			g.Expect(out.Records).To(HaveLen(tt.wantRecords))
-			g.Expect(tt.records).To(Equal(tt.records), "input records are not modified")
-		})
-	}
-}
-
 func TestPlanTemplateRemediation(t *testing.T) {
 	withSteps := func(c *v1alpha1.MachineHealthCheck) {
 		c.Spec.EscalatingRemediations = []v1alpha1.EscalatingRemediation{
@@ -493,7 +393,7 @@ func TestPlanTemplateRemediation(t *testing.T) {
 		mhc.Status.UnhealthyMachines = []v1alpha1.UnhealthyMachine{{Name: "m", Reason: "UnhealthyNode",
 			Remediations: []v1alpha1.MachineRemediationRequest{record(reboot, t0.Add(-time.Minute), nil)}}}
 		o := healthyTarget("m")
-		o.Requests = []*unstructured.Unstructured{request(reboot, t0.Add(-time.Minute))}
+		o.Requests = []engine.Request{request(reboot, t0.Add(-time.Minute))}
 		p := mustPlan(g, mhc, "", o)
 		g.Expect(p.Targets[0].Delete).To(HaveLen(1))
 		g.Expect(p.Status.UnhealthyMachines).To(BeEmpty())
@@ -503,7 +403,7 @@ func TestPlanTemplateRemediation(t *testing.T) {
 		g := NewWithT(t)
 		mhc := unitCheck(withSteps, func(c *v1alpha1.MachineHealthCheck) { c.Spec.MaxUnhealthy = ptr.To(intstr.FromInt32(0)) })
 		o := unhealthyTarget("m")
-		o.Requests = []*unstructured.Unstructured{request(reboot, t0.Add(-time.Hour))}
+		o.Requests = []engine.Request{request(reboot, t0.Add(-time.Hour))}
 		p := mustPlan(g, mhc, "", o, unhealthyTarget("n"))
 		for _, tp := range p.Targets {
 			g.Expect(tp.Blocked).To(Equal(blockedShortCircuit))
@@ -527,7 +427,7 @@ func TestPlanStormEndsStepsStartsNothing(t *testing.T) {
 			Remediations: []v1alpha1.MachineRemediationRequest{record(reboot, t0.Add(-11*time.Minute), nil)}}}
 	})
 	o := unhealthyTarget("m")
-	o.Requests = []*unstructured.Unstructured{request(reboot, t0.Add(-11*time.Minute))}
+	o.Requests = []engine.Request{request(reboot, t0.Add(-11*time.Minute))}
 	p := mustPlan(g, mhc, "", o)
 	tp := p.Targets[0]
 	g.Expect(tp.Blocked).To(Equal(blockedShortCircuit))
@@ -574,16 +474,6 @@ func TestSelects(t *testing.T) {
 	g.Expect(selects(mhc, m)).To(BeFalse(), "labels do not match")
 }
 
-func TestRequestToCheck(t *testing.T) {
-	g := NewWithT(t)
-	u := request(reboot, t0)
-	u.SetOwnerReferences([]metav1.OwnerReference{
-		{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "Machine", Name: "m", UID: "m-uid"},
-		{APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "MachineHealthCheck", Name: "check", UID: "mhc-uid"},
-	})
-	g.Expect(requestToCheck(t.Context(), u)).To(ConsistOf(HaveField("NamespacedName.Name", "check")))
-}
-
 // TestPlanHandOver walks one Machine's escalation through planChecks, status carried from pass to pass:
 // after step 1 times out, no second request is asked for while the first reports Processing=True; the
 // status and an event (once) say what is waited for, and the check looks again at the bound; the second
@@ -608,7 +498,7 @@ func TestPlanHandOver(t *testing.T) {
 			c.Status.UnhealthyMachines = []v1alpha1.UnhealthyMachine{{Name: "m", Reason: "UnhealthyNode",
 				Remediations: []v1alpha1.MachineRemediationRequest{record(reboot, started, nil)}}}
 		}
-		planAt := func(g Gomega, mhc *v1alpha1.MachineHealthCheck, now time.Time, requests ...*unstructured.Unstructured) (plan, targetPlan) {
+		planAt := func(g Gomega, mhc *v1alpha1.MachineHealthCheck, now time.Time, requests ...engine.Request) (plan, targetPlan) {
 			steps, err := stepsFor(mhc)
 			g.Expect(err).NotTo(HaveOccurred())
 			o := unhealthyTarget("m")
@@ -633,7 +523,7 @@ func TestPlanHandOver(t *testing.T) {
 			mhc.Status = p.Status
 			return mhc
 		}
-		first := func(status metav1.ConditionStatus) *unstructured.Unstructured {
+		first := func(status metav1.ConditionStatus) engine.Request {
 			return request(reboot, started, markedAt(t0), processing(status))
 		}
 		secondAskedFor := func(g Gomega, p plan, tp targetPlan) {

@@ -1,26 +1,17 @@
 package mhc
 
 import (
-	"context"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/testenv"
-	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // Whoever may write a MachineHealthCheck names its templates, and the kind of request a template makes
@@ -33,24 +24,7 @@ var _ = Describe("A check naming built-in or Cluster API kinds as remediation ki
 	It("makes the manager watch none of them, is disabled saying why, and stops no other check", func(ctx SpecContext) {
 		w := newWorld(ctx)
 		log := &testenv.RequestLog{}
-		cfg := rest.CopyConfig(mgmtCfg)
-		cfg.WrapTransport = log.Wrap
-		mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-			Scheme:                 scheme,
-			Metrics:                metricsserver.Options{BindAddress: "0"},
-			HealthProbeBindAddress: "0",
-			Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-			Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{w.ns: {}},
-				ByObject: map[client.Object]cache.ByObject{&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{leases.DefaultNamespace: {}}}}},
-		})
-		Expect(err).NotTo(HaveOccurred())
-		r, err := New(Options{Clock: w.clock, Recorder: w.rec})
-		Expect(err).NotTo(HaveOccurred())
-		Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
-		mgrCtx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- mgr.Start(mgrCtx) }()
-		DeferCleanup(func() { stop(); Eventually(done).WithTimeout(eventuallyTimeout).Should(Receive(BeNil())) })
+		w.runManager(ctx, testenv.ManagerOptions{WrapTransport: log.Wrap}, Options{})
 
 		By("a check with a real remediation template works: Machines, Nodes and its kind are watched")
 		w.createTemplate(ctx, "reboot", "reboot")

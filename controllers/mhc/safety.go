@@ -1,6 +1,7 @@
 package mhc
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/backoff"
 	"github.com/metalheal/metalheal/internal/budget"
 	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/gates"
@@ -35,14 +37,12 @@ const defaultLeaseDuration = 10 * time.Minute
 // Skip reasons of the safety gates: status.unhealthyMachines[].skipReason and the reason label of the
 // skipped metric, the NodeHealthCheck's.
 const (
-	blockedOwnedByOtherCheck blocker = "OwnedByOtherCheck"
+	blockedOwnedByOtherCheck blocker = engine.SkipOwnedByOtherCheck
 	blockedControlPlaneBusy  blocker = gates.SkipControlPlaneBusy
 	blockedLeaseHeld         blocker = gates.SkipLeaseHeldByOther
-	blockedRemediationExists blocker = "RemediationExists"
+	blockedRemediationExists blocker = engine.SkipRemediationExists
 	// blockedStormCooldown: the storm is over but stormCooldownDuration has not passed.
 	blockedStormCooldown blocker = "StormCooldown"
-	// blockedDryRun: the check is in dry run (spec.dryRun): the Machine passed every gate, nothing starts.
-	blockedDryRun blocker = engine.SkipDryRun
 )
 
 // safetyInput is what the safety gates decide from, read by observeSafety.
@@ -258,14 +258,7 @@ func (r *Reconciler) busyMachine(ctx context.Context, ns, name string, controlPl
 // cpKey names a control-plane target for the one-at-a-time rule: its Node, which both checkers know it
 // by, or the Machine when it has none.
 func cpKey(m *clusterv1.Machine) string {
-	return cmpOr(m.Status.NodeRef.Name, "Machine "+m.Namespace+"/"+m.Name)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
+	return cmp.Or(m.Status.NodeRef.Name, "Machine "+m.Namespace+"/"+m.Name)
 }
 
 // isControlPlaneTarget: a Machine of a control plane, or one whose Node has a control-plane role.
@@ -276,18 +269,21 @@ func isControlPlaneTarget(o observedTarget) bool {
 	return o.Node != nil && gates.IsControlPlane(o.Node.Labels)
 }
 
-// safety applies the gates across the Machines of one plan: the control-plane targets this check is
-// remediating are busy, and each gated target admitted adds itself.
+// safety applies the gates across the Machines of one plan (engine.Gate): the control-plane targets this
+// check is remediating are busy, and each gated target admitted adds itself.
 type safety struct {
-	in  planInput
-	adm *gates.Admission
+	in planInput
+	// pass decides the template remediations (engine.Pass), and keeps the leases of every kind.
+	pass *engine.Pass
 }
 
-func newSafety(in planInput) *safety {
-	s := &safety{in: in, adm: gates.NewAdmission(in.Safety.Holder, in.Safety.Leases, in.Safety.BusyControlPlane, in.Now)}
+func newSafety(in planInput, memory *backoff.Memory) *safety {
+	s := &safety{in: in, pass: &engine.Pass{Steps: engineSteps(in.Steps), Now: in.Now, Holder: in.Safety.Holder, Leases: in.Safety.Leases,
+		LeaseDuration: in.Safety.LeaseDuration, Gate: engine.Gate{Backoff: memory, DryRun: in.Check.Spec.DryRun,
+			Admission: gates.NewAdmission(in.Safety.Holder, in.Safety.Leases, in.Safety.BusyControlPlane, in.Now)}}}
 	for _, o := range in.Machines {
 		if remediating(o) && isControlPlaneTarget(o) {
-			s.adm.Busy(cpKey(o.Machine))
+			s.pass.Gate.Admission.Busy(cpKey(o.Machine))
 		}
 	}
 	return s
@@ -297,39 +293,46 @@ func newSafety(in planInput) *safety {
 // or its owner was asked to replace it.
 func remediating(o observedTarget) bool {
 	for _, r := range o.Requests {
-		if _, timedOut, _ := template.TimedOut(r); !timedOut && r.GetDeletionTimestamp() == nil {
+		if !r.TimedOut && !r.Deleting {
 			return true
 		}
 	}
 	return ownerReplacing(o.Machine)
 }
 
-// gate decides whether a new remediation (a first request, the next escalation step, or the owner's
-// replacement) may start for an unhealthy Machine, in the NodeHealthCheck's order: the overlapping rule
-// (unless the check has started remediating the Machine: started), control-plane Machines one at a time,
-// the node lease. It returns the skip reason and message, and when to look again (a held lease's end).
-func (s *safety) gate(o observedTarget, started bool, now time.Time) (blocker, string, time.Time) {
+// ownerOf is the overlapping rule for a Machine this check finds unhealthy (engine.Start.Owner), across
+// both kinds, unless the check has started remediating it (started).
+func (s *safety) ownerOf(o observedTarget, started bool, now time.Time) func() (string, string) {
 	node := o.Machine.Status.NodeRef.Name
-	if !started {
+	return func() (string, string) {
+		if started {
+			return "", ""
+		}
 		if owner := s.owner(o, now); owner != "" {
-			return blockedOwnedByOtherCheck, gates.OwnedMessage("MachineHealthCheck", owner, "Machine"), time.Time{}
+			return engine.SkipOwnedByOtherCheck, gates.OwnedMessage("MachineHealthCheck", owner, "Machine")
 		}
-		if who := s.in.Safety.Elsewhere[node]; node != "" && who != "" {
-			if l := s.in.Safety.Leases[node]; true {
-				if retry, held := l.HeldByOther(s.in.Safety.Holder, now); held {
-					return blockedLeaseHeld, l.HeldMessage(), retry
-				}
-			}
-			return blockedOwnedByOtherCheck, fmt.Sprintf("%s is remediating node %s (the check already remediating a node keeps it)",
-				who, node), time.Time{}
+		// A check of the other kind remediating the Node keeps it; while someone holds its lease, the
+		// admission says so.
+		if _, held := s.in.Safety.Leases[node].HeldByOther(s.in.Safety.Holder, now); node != "" && s.in.Safety.Elsewhere[node] != "" && !held {
+			return engine.SkipOwnedByOtherCheck, fmt.Sprintf("%s is remediating node %s (the check already remediating a node keeps it)",
+				s.in.Safety.Elsewhere[node], node)
 		}
+		return "", ""
 	}
-	key := ""
+}
+
+// target is the Machine as the engine decides its remediation.
+func (s *safety) target(t *targetPlan, o observedTarget, records []v1alpha1.MachineRemediationRequest, prev *v1alpha1.UnhealthyMachine) engine.Target {
+	et := engine.Target{Name: t.Machine.Name, Subject: "Machine", Node: o.Node, NodeName: t.Machine.Status.NodeRef.Name, Why: t.Verdict.Reason,
+		ExpiredAt: t.Verdict.ExpiredAt, Held: t.Blocked != notBlocked, Requests: o.Requests, Records: engineRecords(records),
+		Owner: s.ownerOf(o, len(records) > 0 || remediating(o), s.in.Now)}
 	if isControlPlaneTarget(o) {
-		key = cpKey(o.Machine)
+		et.CPKey = cpKey(o.Machine)
 	}
-	reason, msg, retry := s.adm.Admit(key, node)
-	return blocker(reason), msg, retry
+	if prev != nil {
+		et.SkipReason, et.SkipMessage, et.WaitingFor = prev.SkipReason, prev.SkipMessage, prev.WaitingFor
+	}
+	return et
 }
 
 // owner applies the overlapping rule (internal/gates) to a Machine this check finds unhealthy: "" when
@@ -349,25 +352,17 @@ func (s *safety) owner(o observedTarget, now time.Time) string {
 	return gates.Owner(gates.Contender{Name: self.Name, Created: self.CreationTimestamp.Time, Claims: true}, contenders)
 }
 
-// keepLease decides the check's node lease for one Machine: keep it (renew, retake, take over from our
-// own request's remediator) at the lease's half-time while a request of ours lives, or while the
-// Machine's owner replaces it (OwnerRemediated=False): every remediation of a Node, whoever carries it
-// out, holds the Node's lease for as long as it acts, so that every checker (a NodeHealthCheck's
-// control-plane rule, say) and every outside actor sees it.
-func (s *safety) keepLease(t *targetPlan, o observedTarget, now time.Time) time.Time {
-	node := o.Machine.Status.NodeRef.Name
-	if s.in.Safety.Leases == nil || node == "" || o.Node == nil || (len(o.Requests) == 0 && !ownerReplacing(o.Machine)) {
-		return time.Time{}
+// keepLease keeps the check's node lease for one Machine (engine.Pass.KeepLease) while a request of ours
+// lives, or while the Machine's owner replaces it (OwnerRemediated=False): every remediation of a Node,
+// whoever carries it out, holds the Node's lease for as long as it acts, so that every checker (a
+// NodeHealthCheck's control-plane rule, say) and every outside actor sees it.
+func (s *safety) keepLease(t *targetPlan, o observedTarget) {
+	if len(o.Requests) == 0 && !ownerReplacing(o.Machine) {
+		return
 	}
-	var from []string
-	for _, r := range o.Requests {
-		from = append(from, leases.HolderIdentity(r.GetKind(), r.GetName()))
+	if out := s.pass.KeepLease(engine.Target{Node: o.Node, Requests: o.Requests}); out.Lease {
+		t.Lease = &leaseAction{Node: o.Node, From: out.From}
 	}
-	write, at := gates.KeepLease(s.in.Safety.Leases[node], s.in.Safety.Holder, from, s.in.Safety.LeaseDuration, now)
-	if write {
-		t.Lease = &leaseAction{Node: o.Node, From: from}
-	}
-	return at
 }
 
 // releaseLeases lists the Nodes of this check's Machines (and of its orphaned requests) whose lease the
@@ -423,7 +418,7 @@ func checkWide(p *plan, mhc *v1alpha1.MachineHealthCheck, paused string, d budge
 	}
 	cw := engine.DecideCheckWide(engine.CheckWideInput{Conditions: mhc.Status.Conditions, Generation: mhc.Generation,
 		Paused: pauses, Budget: d, Cooldown: cooldown, Now: now})
-	p.NextCheck = earliest(p.NextCheck, cw.Storm.Until)
+	p.NextCheck = engine.Earliest(p.NextCheck, cw.Storm.Until)
 	event := func(reason, note string) {
 		p.Events = append(p.Events, checkEvent{Regarding: mhc, Type: corev1.EventTypeNormal, Reason: reason, Note: note})
 	}
@@ -443,22 +438,28 @@ func checkWide(p *plan, mhc *v1alpha1.MachineHealthCheck, paused string, d budge
 }
 
 // applyGate applies the safety gates to a Machine about to be handed to its owner (condition-based
-// remediation) and returns when to look again. An admitted one takes its Node's lease first, as a
-// request would: the owner's replacement is a remediation of the Node too.
+// remediation, which the back-off does not hold) and returns when to look again. An admitted one takes its
+// Node's lease first, as a request would: the owner's replacement is a remediation of the Node too.
 func applyGate(s *safety, t *targetPlan, entry *v1alpha1.UnhealthyMachine, o observedTarget, now time.Time) time.Time {
-	b, msg, retry := s.gate(o, remediating(o), now)
-	if b == notBlocked && s.in.Check.Spec.DryRun {
-		b, msg = blockedDryRun, engine.WouldHandToOwner
+	key := ""
+	if isControlPlaneTarget(o) {
+		key = cpKey(o.Machine)
 	}
-	if b != notBlocked {
-		t.Blocked, t.SkipMessage = b, msg
-		entry.SkipReason, entry.SkipMessage = string(b), msg
-		return retry
+	if r := s.pass.Gate.Start(engine.Start{Target: o.Machine.Name, Node: o.Machine.Status.NodeRef.Name, CPKey: key,
+		Owner: s.ownerOf(o, remediating(o), now), WouldDo: engine.WouldHandToOwner}); r != nil {
+		t.refuse(entry, r)
+		return r.Retry
 	}
 	if s.in.Safety.Leases != nil && o.Node != nil {
 		t.Lease = &leaseAction{Node: o.Node, Fresh: true}
 	}
-	return retry
+	return time.Time{}
+}
+
+// refuse records a gate's refusal in the plan and the Machine's status entry.
+func (t *targetPlan) refuse(entry *v1alpha1.UnhealthyMachine, r *engine.Skip) {
+	t.Blocked, t.Skip = blocker(r.Reason), r
+	entry.SkipReason, entry.SkipMessage = r.Reason, r.Message
 }
 
 // ownerReplacing reports whether the Machine was handed to its owner for replacement
@@ -467,71 +468,73 @@ func ownerReplacing(m *clusterv1.Machine) bool {
 	return meta.IsStatusConditionFalse(m.Status.Conditions, clusterv1.MachineOwnerRemediatedCondition)
 }
 
-// gateCreate applies the safety gates to the request escalate wants to create: a skipped one is not
-// created and its record (records: how many there were before escalate) is dropped; an admitted one takes
-// the node lease first. It returns when to look again.
-func gateCreate(s *safety, t *targetPlan, entry *v1alpha1.UnhealthyMachine, o observedTarget, records int, now time.Time) time.Time {
-	b, msg, retry := s.gate(o, records > 0 || remediating(o), now)
-	if c := t.Create; b == notBlocked && s.in.Check.Spec.DryRun {
-		ref := engine.Ref{APIVersion: c.Step.GVK.GroupVersion().String(), Kind: c.Step.GVK.Kind, Namespace: c.Step.Template.Namespace, Name: c.Name}
-		b, msg = blockedDryRun, engine.WouldCreate(ref, c.Step.Template.Name, slices.IndexFunc(s.in.Steps, func(st step) bool {
-			return st.Template == c.Step.Template
-		}), len(s.in.Steps))
+// admitted applies what the engine decided for a Machine's template remediation (engine.Pass.Unhealthy,
+// then Admit) to its plan and status entry: the walk's records and marks, the skip, and the request to
+// create, recorded at once (execute drops the record should the create fail) with its Node's lease first.
+func (s *safety) admitted(t *targetPlan, o observedTarget, entry *v1alpha1.UnhealthyMachine, out *engine.Outcome) {
+	w, now := out.Walk, s.in.Now
+	entry.Remediations, entry.WaitingFor = machineRecords(w.Records), w.WaitingFor
+	t.TimeOut, t.Delete, t.Exhausted = pick(o.Requests, w.TimeOut), pick(o.Requests, w.Delete), w.Exhausted && w.Ended != nil
+	if out.Skip != nil {
+		t.refuse(entry, out.Skip)
 	}
-	if b != notBlocked {
-		t.Blocked, t.SkipMessage, t.Create = b, msg, nil
-		entry.Remediations = entry.Remediations[:min(records, len(entry.Remediations))]
-		entry.SkipReason, entry.SkipMessage = string(b), msg
-		return retry
-	}
-	if s.in.Safety.Leases != nil && o.Node != nil {
-		var from []string
-		for _, r := range o.Requests {
-			from = append(from, leases.HolderIdentity(r.GetKind(), r.GetName()))
+	switch c := out.Create; {
+	case c != nil:
+		st := s.in.Steps[c.Step]
+		t.Create = &createRequest{Step: st, Name: c.Name, First: c.First}
+		if !c.Again {
+			entry.Remediations = append(entry.Remediations, v1alpha1.MachineRemediationRequest{APIVersion: st.GVK.GroupVersion().String(),
+				Kind: st.GVK.Kind, TemplateName: st.Template.Name, Started: metav1.NewTime(now)})
+			if st.Timeout > 0 {
+				s.pass.Next = engine.Earliest(s.pass.Next, now.Add(st.Timeout)) // the step about to start
+			}
 		}
-		t.Lease = &leaseAction{Node: o.Node, From: from, Fresh: len(o.Requests) == 0}
+		if s.in.Safety.Leases != nil && o.Node != nil {
+			t.Lease = &leaseAction{Node: o.Node, From: engine.Holders(o.Requests), Fresh: len(o.Requests) == 0}
+		}
+	case out.Lease:
+		t.Lease = &leaseAction{Node: o.Node, From: out.From}
 	}
-	return time.Time{}
 }
 
-// skipEvents is the Warning a gate's skip calls for, once per reason and message.
+// machineEvents are the engine's events about a Machine that the plan records; a step's end, the last
+// step's and a request's deletion are recorded once execute has written them (executeTarget).
+func machineEvents(mhc *v1alpha1.MachineHealthCheck, m *clusterv1.Machine, evs []engine.Event) []checkEvent {
+	var out []checkEvent
+	for _, ev := range evs {
+		switch ev.Reason {
+		case engine.EventRemediationTimedOut, engine.EventRemediationFailed, engine.EventRemediationsExhausted, engine.EventRemediationFinished:
+			continue
+		}
+		typ := corev1.EventTypeWarning
+		if ev.Normal {
+			typ = corev1.EventTypeNormal
+		}
+		out = append(out, checkEvent{Regarding: m, Related: mhc, Type: typ, Reason: cmp.Or(ev.Reason, EventRemediationSkipped), Note: ev.Note})
+	}
+	return out
+}
+
+// skipEvents is the event a skip calls for (engine.Skip.Event): once per reason and message, once
+// per back-off hold.
 func skipEvents(mhc *v1alpha1.MachineHealthCheck, t *targetPlan, entry, prev *v1alpha1.UnhealthyMachine) []checkEvent {
-	// A back-off hold has its own event (RemediationBackingOff), once per hold.
-	if entry.SkipReason == "" || entry.SkipReason == string(blockedBackingOff) ||
-		(prev != nil && prev.SkipReason == entry.SkipReason && prev.SkipMessage == entry.SkipMessage) {
+	if entry.SkipReason == "" {
 		return nil
 	}
-	if entry.SkipReason == string(blockedDryRun) {
-		return []checkEvent{{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeNormal, Reason: engine.EventWouldRemediate,
-			Note: fmt.Sprintf("Machine is unhealthy (%s): %s", t.Verdict.Reason, entry.SkipMessage)}}
+	r := engine.Skip{Reason: entry.SkipReason, Message: entry.SkipMessage}
+	if t.Skip != nil {
+		r = *t.Skip
 	}
-	return []checkEvent{{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeWarning, Reason: EventRemediationSkipped,
-		Note: fmt.Sprintf("Machine is unhealthy (%s) but is not remediated: %s", t.Verdict.Reason, entry.SkipMessage)}}
-}
-
-// holdHealthy keeps the remediation requests of a Machine healthy again for healthyDelay after it was
-// first seen healthy, or until a person confirms its Node healthy when the delay is negative
-// (engine.HealthyHold, the NodeHealthCheck's rule), so that a flapping Node keeps its request. It returns
-// the status entry that remembers since when (nil once nothing is held), when the delay ends, and whether
-// the hold has just begun.
-func holdHealthy(t *targetPlan, prev *v1alpha1.UnhealthyMachine, records []v1alpha1.MachineRemediationRequest,
-	delay *metav1.Duration, confirmed bool, now time.Time) (*v1alpha1.UnhealthyMachine, time.Time, bool) {
-	if delay == nil || len(t.Delete) == 0 {
-		return nil, time.Time{}, false
-	}
-	since, began := now, true
-	if prev != nil && prev.ConditionsHealthyTimestamp != nil {
-		since, began = prev.ConditionsHealthyTimestamp.Time, false
-	}
-	hold, until := engine.HealthyHold(since, delay.Duration, confirmed, now)
-	if !hold {
-		return nil, time.Time{}, false
-	}
-	t.Delete = nil
-	reason := clusterv1.MachineHealthCheckUnhealthyNodeReason
+	var prevReason, prevMessage string
 	if prev != nil {
-		reason = prev.Reason
+		prevReason, prevMessage = prev.SkipReason, prev.SkipMessage
 	}
-	return &v1alpha1.UnhealthyMachine{Name: t.Machine.Name, Reason: reason, Remediations: records,
-		ConditionsHealthyTimestamp: &metav1.Time{Time: since}}, until, began
+	ev := r.Event(prevReason, prevMessage, "Machine", t.Verdict.Reason)
+	if ev == nil {
+		return nil
+	}
+	if ev.Normal {
+		return []checkEvent{{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeNormal, Reason: ev.Reason, Note: ev.Note}}
+	}
+	return []checkEvent{{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeWarning, Reason: EventRemediationSkipped, Note: ev.Note}}
 }

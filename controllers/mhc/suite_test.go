@@ -2,36 +2,29 @@ package mhc
 
 import (
 	"context"
-	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/discovery"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
-	clusterv1beta1 "sigs.k8s.io/cluster-api/api/core/v1beta1"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/testenv"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
-// The suite runs two real API servers: the management cluster (metalheal's and Cluster API's CRDs) and a
-// workload cluster (bare), reached through a <cluster>-kubeconfig Secret.
+// The suite runs two real API servers (internal/testenv), started once for every spec: the management
+// cluster (metalheal's and Cluster API's CRDs, the lease namespace) and a workload cluster (bare), reached
+// through a <cluster>-kubeconfig Secret.
 var (
-	scheme = runtime.NewScheme()
+	mgmtServer, workloadServer *testenv.Env
 
+	scheme               *runtime.Scheme
 	mgmtEnv, workloadEnv *envtest.Environment
 	mgmtCfg              *rest.Config
 	k8s, workloadK8s     client.Client
@@ -44,72 +37,42 @@ func TestEnvtest(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
-	Expect(clusterv1.AddToScheme(scheme)).To(Succeed())
-	Expect(clusterv1beta1.AddToScheme(scheme)).To(Succeed())
-
-	capiCRDs, err := testenv.ClusterAPICRDs()
-	Expect(err).NotTo(HaveOccurred())
 	var wg sync.WaitGroup
-	var wlCfg *rest.Config
 	var wlErr error
-	wg.Go(func() { workloadEnv, wlCfg, wlErr = testenv.Start(testenv.Options{SkipCRDs: true}) })
-	mgmtEnv, mgmtCfg, err = testenv.Start(testenv.Options{ExtraCRDPaths: []string{capiCRDs}})
+	wg.Go(func() {
+		workloadServer, wlErr = testenv.Up(testenv.EnvOptions{Options: testenv.Options{SkipCRDs: true}})
+	})
+	// Node leases live in medik8s-leases (config/default ships it).
+	var err error
+	mgmtServer, err = testenv.Up(testenv.EnvOptions{ClusterAPI: true, Namespaces: []string{leases.DefaultNamespace}})
 	wg.Wait()
 	Expect(err).NotTo(HaveOccurred())
 	Expect(wlErr).NotTo(HaveOccurred())
 
-	k8s, err = client.New(mgmtCfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
-	mgmtDiscovery, err = discovery.NewDiscoveryClientForConfig(mgmtCfg)
-	Expect(err).NotTo(HaveOccurred())
-	workloadK8s, err = client.New(wlCfg, client.Options{Scheme: scheme})
+	scheme, mgmtEnv, mgmtCfg, k8s, mgmtDiscovery = mgmtServer.Scheme, mgmtServer.Environment, mgmtServer.Config, mgmtServer.Client, mgmtServer.Discovery
+	workloadEnv = workloadServer.Environment
+	// The workload cluster is read with the management cluster's scheme, as the controller reads it.
+	workloadK8s, err = client.New(workloadServer.Config, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 })
 
 var _ = AfterSuite(func() {
-	if mgmtEnv != nil {
-		Expect(mgmtEnv.Stop()).To(Succeed())
-	}
-	if workloadEnv != nil {
-		Expect(workloadEnv.Stop()).To(Succeed())
-	}
+	Expect(mgmtServer.Stop()).To(Succeed())
+	Expect(workloadServer.Stop()).To(Succeed())
 })
 
 // recordedEvent is an event the recorder saw.
-type recordedEvent struct {
-	Kind, Name, Type, Reason, Note string
-}
+type recordedEvent = testenv.Event
 
 // recorder records events for assertions.
-type recorder struct {
-	mu     sync.Mutex
-	events []recordedEvent
-}
+type recorder struct{ *testenv.Recorder }
 
-func (r *recorder) Eventf(regarding, _ runtime.Object, eventtype, reason, _, note string, args ...any) {
-	o, ok := regarding.(client.Object)
-	Expect(ok).To(BeTrue())
-	kind := fmt.Sprintf("%T", regarding)
-	switch o.(type) {
-	case *clusterv1.Machine:
-		kind = "Machine"
-	case *v1alpha1.MachineHealthCheck:
-		kind = "MachineHealthCheck"
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, recordedEvent{Kind: kind, Name: o.GetName(), Type: eventtype, Reason: reason, Note: fmt.Sprintf(note, args...)})
-}
+// newRecorder is a recorder naming kinds by the suite's scheme.
+func newRecorder() *recorder { return &recorder{testenv.NewRecorder(scheme)} }
 
-func (r *recorder) all() []recordedEvent {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.events)
-}
+func (r *recorder) all() []recordedEvent { return r.All() }
 
-// world is one test's namespace, clock, recorder and reconciler.
+// world is one spec's namespace, clock, recorder and reconciler.
 type world struct {
 	ns    string
 	clock *clocktesting.FakeClock
@@ -121,11 +84,9 @@ type world struct {
 // fake clock starting at the namespace's creation (the API server's time, to which the creation
 // timestamps of the test's objects are close).
 func newWorld(ctx context.Context) *world {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "mhc-"}}
-	Expect(k8s.Create(ctx, ns)).To(Succeed())
-	// Node leases live in medik8s-leases (config/default ships it).
-	Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leases.DefaultNamespace}}))).To(Succeed())
-	w := &world{ns: ns.Name, clock: clocktesting.NewFakeClock(ns.CreationTimestamp.Add(time.Second)), rec: &recorder{}}
+	GinkgoHelper()
+	tw := mgmtServer.NewWorld(ctx, GinkgoT(), testenv.WorldOptions{GenerateNamespace: "mhc-"})
+	w := &world{ns: tw.Namespace, clock: tw.Clock, rec: &recorder{tw.Events}}
 	var err error
 	// The resync is left out of the tests' requeue assertions: they see the decision's own deadlines.
 	w.r, err = New(Options{Client: k8s, Reader: k8s, APIReader: k8s, Recorder: w.rec, Clock: w.clock, Discovery: mgmtDiscovery,
@@ -133,6 +94,22 @@ func newWorld(ctx context.Context) *world {
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() { w.r.remotes.StopAll() })
 	return w
+}
+
+// runManager runs the controller in a manager for the rest of the spec, as main does: the world's
+// namespace cached, and Leases only in the lease namespace. mopts adds to that (a request log, a user to
+// act as); opts are the reconciler's, its clock and recorder the world's.
+func (w *world) runManager(ctx context.Context, mopts testenv.ManagerOptions, opts Options) {
+	GinkgoHelper()
+	mopts.Namespaces = append(mopts.Namespaces, w.ns)
+	mopts.LeaseNamespace = leases.DefaultNamespace
+	mgr, err := mgmtServer.NewManager(mopts)
+	Expect(err).NotTo(HaveOccurred())
+	opts.Clock, opts.Recorder = w.clock, w.rec
+	r, err := New(opts)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
+	testenv.RunManager(ctx, GinkgoT(), mgr)
 }
 
 // worldResync is the resync period of newWorld's reconciler.

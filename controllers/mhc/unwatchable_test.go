@@ -2,7 +2,6 @@ package mhc
 
 import (
 	"context"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -11,19 +10,13 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/kindwatch"
 	"github.com/metalheal/metalheal/internal/testenv"
-	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // A check naming a remediation kind the manager may not list (its own RBAC, in a real manager): only
@@ -49,26 +42,7 @@ var _ = Describe("A remediation kind the manager cannot watch", func() {
 		})
 
 		log := &testenv.RequestLog{}
-		cfg := rest.CopyConfig(mgmtCfg)
-		cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-		cfg.WrapTransport = log.Wrap
-		mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-			Scheme:                 scheme,
-			Metrics:                metricsserver.Options{BindAddress: "0"},
-			HealthProbeBindAddress: "0",
-			Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-			Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{w.ns: {}},
-				// As main: Leases only in the lease namespace.
-				ByObject: map[client.Object]cache.ByObject{&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{leases.DefaultNamespace: {}}}}},
-		})
-		Expect(err).NotTo(HaveOccurred())
-		r, err := New(Options{Clock: w.clock, Recorder: w.rec})
-		Expect(err).NotTo(HaveOccurred())
-		Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
-		mgrCtx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- mgr.Start(mgrCtx) }()
-		DeferCleanup(func() { stop(); Eventually(done).WithTimeout(eventuallyTimeout).Should(Receive(BeNil())) })
+		w.runManager(ctx, testenv.ManagerOptions{User: user, WrapTransport: log.Wrap}, Options{})
 
 		By("a check naming the kind, selecting no Machine, and a check with an unhealthy Machine")
 		bad := w.createCheck(ctx, "bad", func(mhc *v1alpha1.MachineHealthCheck) {

@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -117,9 +116,7 @@ func (r *Reconciler) nodeToChecks(ctx context.Context, node client.Object, clust
 	}
 	// Bounded all the same: were the indexed informer stopped meanwhile, a cache read would start another
 	// and wait for it.
-	listCtx, cancel := context.WithTimeout(ctx, cacheReadGuard)
-	defer cancel()
-	machines, err := listMachinesByNode(listCtx, r.reader, version, node.GetName())
+	machines, err := listMachinesByNode(ctx, engine.Guarded{Reader: r.reader}, version, node.GetName())
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing Machines for a Node event", "node", node.GetName())
 		return nil
@@ -174,28 +171,6 @@ func (r *Reconciler) nodeLeaseToChecks(ctx context.Context, lease client.Object,
 	return r.nodeToChecks(ctx, node, cluster)
 }
 
-// requestToCheck maps a remediation request to the check that owns it.
-func requestToCheck(_ context.Context, o client.Object) []reconcile.Request {
-	var out []reconcile.Request
-	for _, ref := range o.GetOwnerReferences() {
-		gv, err := schema.ParseGroupVersion(ref.APIVersion)
-		if err == nil && gv.Group == v1alpha1.GroupVersion.Group && ref.Kind == "MachineHealthCheck" {
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}})
-		}
-	}
-	return out
-}
-
-// nodeHealthChanged lets through Node updates that can change a verdict (engine.NodeChanged): heartbeats
-// alone are dropped.
-func nodeHealthChanged() predicate.Funcs {
-	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		oldNode, ok1 := e.ObjectOld.(*corev1.Node)
-		newNode, ok2 := e.ObjectNew.(*corev1.Node)
-		return !ok1 || !ok2 || engine.NodeChanged(oldNode, newNode)
-	}}
-}
-
 // clusterEvents enqueues the checks of a Cluster and drops the Cluster's workload cache when it goes.
 type clusterEvents struct {
 	handler.EventHandler
@@ -224,7 +199,7 @@ func (r *Reconciler) watchRemoteNodes(cluster types.NamespacedName, c *workload.
 	if err := r.controller.Watch(source.Kind(c.Cache(), client.Object(&corev1.Node{}),
 		handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.nodeToChecks(ctx, o, &cluster)
-		}), nodeHealthChanged())); err != nil {
+		}), engine.NodeUpdates())); err != nil {
 		return err
 	}
 	return r.controller.Watch(source.Kind(c.Cache(), client.Object(&coordinationv1.Lease{}),
@@ -235,7 +210,7 @@ func (r *Reconciler) watchRemoteNodes(cluster types.NamespacedName, c *workload.
 
 // watchKinds tells the kind watcher which kinds the check reads: Machines and Clusters in the served
 // version, and the remediation kinds its steps make; it returns whether each can be read. It never waits
-// for a watch: a kind not synced yet makes a *watchPendingError, one that cannot be watched a
+// for a watch: a kind not synced yet makes an *engine.WatchPendingError, one that cannot be watched a
 // *kindNotWatchableError (the check is disabled; the others go on). Without a manager (tests that call
 // Reconcile directly) every kind is read through the reader.
 func (r *Reconciler) watchKinds(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, version string, gvks []schema.GroupVersionKind) error {
@@ -252,11 +227,11 @@ func (r *Reconciler) watchKinds(ctx context.Context, mhc *v1alpha1.MachineHealth
 		kindwatch.Kind{GVK: schema.FromAPIVersionAndKind(gv, "Cluster"), Object: cluster,
 			Handler: clusterEvents{EventHandler: handler.EnqueueRequestsFromMapFunc(r.clusterToChecks), forget: r.remotes.Forget}})
 	for _, gvk := range gvks {
-		kinds = append(kinds, kindwatch.Kind{GVK: gvk, Handler: handler.EnqueueRequestsFromMapFunc(requestToCheck),
+		kinds = append(kinds, kindwatch.Kind{GVK: gvk, Handler: handler.EnqueueRequestsFromMapFunc(engine.ChecksOwning("MachineHealthCheck", true)),
 			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}})
 	}
-	var pending *watchPendingError
-	for gvk, st := range r.kinds.Want(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(mhc)}, kinds) {
+	states := r.kinds.Want(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(mhc)}, kinds)
+	for gvk, st := range states {
 		if gvk.Kind == "Machine" && gvk.Group == clusterv1.GroupVersion.Group {
 			switch st.State {
 			case kindwatch.Synced:
@@ -265,19 +240,11 @@ func (r *Reconciler) watchKinds(ctx context.Context, mhc *v1alpha1.MachineHealth
 				r.served.forget() // Cluster API may have been upgraded past this version, or removed
 			}
 		}
-		switch st.State {
-		case kindwatch.Failed:
+		if st.State == kindwatch.Failed {
 			return &kindNotWatchableError{gvk: gvk, err: st.Err, retry: st.Until}
-		case kindwatch.Pending:
-			if pending == nil || st.Until.Before(pending.until) {
-				pending = &watchPendingError{until: st.Until}
-			}
 		}
 	}
-	if pending != nil {
-		return pending
-	}
-	return nil
+	return engine.Pending(states)
 }
 
 // forgetKinds tells the kind watcher that a check is gone: the kinds no other check names stop being
@@ -286,17 +253,6 @@ func (r *Reconciler) forgetKinds(ctx context.Context, key types.NamespacedName) 
 	if r.kinds != nil {
 		r.kinds.Forget(ctx, reconcile.Request{NamespacedName: key})
 	}
-}
-
-// watchPendingError says that a remediation kind the check names is being watched for the first time:
-// nothing of it can be read yet without waiting, so the check is looked at again when the watch has synced
-// (the kind watcher enqueues it) or been given up (at until, at the latest).
-type watchPendingError struct {
-	until time.Time
-}
-
-func (e *watchPendingError) Error() string {
-	return "a remediation kind the check names is not watched yet"
 }
 
 // kindNotWatchableError says that a remediation kind the check names cannot be watched: the check is

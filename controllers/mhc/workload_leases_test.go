@@ -20,12 +20,8 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/gates"
@@ -384,22 +380,7 @@ func (w *world) spyOnStarts() *startSpy {
 // happens is brought by a watch.
 func (w *world) startManager(ctx context.Context) {
 	GinkgoHelper()
-	mgr, err := ctrl.NewManager(mgmtCfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{w.ns: {}},
-			ByObject: map[client.Object]cache.ByObject{&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{leases.DefaultNamespace: {}}}}},
-	})
-	Expect(err).NotTo(HaveOccurred())
-	r, err := New(Options{Clock: w.clock, Recorder: w.rec, ResyncPeriod: worldResync})
-	Expect(err).NotTo(HaveOccurred())
-	Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
-	mgrCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mgrCtx) }()
-	DeferCleanup(func() { stop(); Eventually(done).WithTimeout(eventuallyTimeout).Should(Receive(BeNil())) })
+	w.runManager(ctx, testenv.ManagerOptions{}, Options{ResyncPeriod: worldResync})
 }
 
 // The check holds its workload Nodes' leases in its lease namespace, and reads them from the shared

@@ -20,18 +20,16 @@ import (
 	"github.com/metalheal/metalheal/internal/conditions"
 	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/gates"
-	"github.com/metalheal/metalheal/internal/template"
-	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // Per-node skip reasons: status.unhealthyNodes[].skipReason and the reason label of
 // metalheal_remediations_skipped_total.
 const (
-	SkipExcluded          = "Excluded"
-	SkipOwnedByOtherCheck = "OwnedByOtherCheck"
+	SkipExcluded          = engine.SkipExcluded
+	SkipOwnedByOtherCheck = engine.SkipOwnedByOtherCheck
 	SkipControlPlaneBusy  = gates.SkipControlPlaneBusy
 	SkipLeaseHeldByOther  = gates.SkipLeaseHeldByOther
-	SkipRemediationExists = "RemediationExists"
+	SkipRemediationExists = engine.SkipRemediationExists
 )
 
 // Check-wide skip reasons, for the skipped metric only (the conditions say so in status).
@@ -155,15 +153,22 @@ func (p *plan) nodeOf(ref emrRef) string {
 
 // decider holds the state of one decide call.
 type decider struct {
-	in      observed
-	now     time.Time
-	p       *plan
-	old     map[string]*v1alpha1.UnhealthyNode
-	work    map[string]*nodeWork
-	hold    bool
-	steps   []engine.Step
-	cands   []candidate
+	in   observed
+	now  time.Time
+	p    *plan
+	old  map[string]*v1alpha1.UnhealthyNode
+	work map[string]*nodeWork
+	hold bool
+	pass *engine.Pass
+	// outs are the unhealthy Nodes' outcomes, their entries beside them, in order of name.
+	outs    []nodeOutcome
 	creates map[string]bool
+}
+
+type nodeOutcome struct {
+	o    *engine.Outcome
+	e    *v1alpha1.UnhealthyNode
+	node *corev1.Node
 }
 
 // nodeWork is a Node decide has to think about: unhealthy, or remediated by the check.
@@ -173,23 +178,6 @@ type nodeWork struct {
 	selected bool
 }
 
-// candidate is a Node that passed the per-node gates evaluated in the first pass.
-type candidate struct {
-	name    string
-	node    *corev1.Node
-	step    int
-	request string // the request's name
-	// overdue are requests of ended steps that did not hand the host over within the bound: the step
-	// starts without them, with a warning.
-	overdue []emrRef
-	// again: the current step's request vanished and is asked for again (its record is kept).
-	again     bool
-	expiredAt time.Time
-	why       string
-	entry     *v1alpha1.UnhealthyNode
-	prev      *v1alpha1.UnhealthyNode
-}
-
 // decide is the NodeHealthCheck's whole decision: from what the cache shows and now, which remediation
 // requests to create, time out and delete, which leases to take and release, the status and the events,
 // and when to look again. It performs no I/O.
@@ -197,8 +185,10 @@ func decide(in observed, now time.Time) plan {
 	p := &plan{Entries: map[string]*v1alpha1.UnhealthyNode{}, Disabled: in.Disabled, Paused: in.Check.Spec.PauseRequests}
 	d := &decider{in: in, now: now, p: p, old: map[string]*v1alpha1.UnhealthyNode{}, work: map[string]*nodeWork{},
 		creates: map[string]bool{}}
+	d.pass = &engine.Pass{Now: now, Holder: in.Holder, Leases: in.Leases, LeaseDuration: in.LeaseDuration,
+		Gate: engine.Gate{Admission: gates.NewAdmission(in.Holder, in.Leases, in.BusyControlPlane, now), DryRun: in.Check.Spec.DryRun}}
 	for _, st := range in.Steps {
-		d.steps = append(d.steps, engine.Step{GVK: st.EMR, Namespace: st.Ref.Namespace, Template: st.Ref.Name, Timeout: st.Timeout})
+		d.pass.Steps = append(d.pass.Steps, engine.Step{GVK: st.EMR, Namespace: st.Ref.Namespace, Template: st.Ref.Name, Timeout: st.Timeout})
 	}
 	for i := range in.Check.Status.UnhealthyNodes {
 		u := &in.Check.Status.UnhealthyNodes[i]
@@ -206,6 +196,7 @@ func decide(in observed, now time.Time) plan {
 	}
 
 	p.Backoff = backoff.NewMemory(backoff.PolicyOf(in.Check.Spec.RemediationBackoff), in.Check.Status.RecentRemediations, now)
+	d.pass.Gate.Backoff = p.Backoff
 	d.evaluateNodes()
 	d.checkWide()
 
@@ -217,7 +208,7 @@ func decide(in observed, now time.Time) plan {
 	for _, name := range names {
 		d.decideNode(name)
 	}
-	d.admitCandidates()
+	d.admit()
 	d.releaseLeases()
 	return *p
 }
@@ -316,7 +307,7 @@ func (d *decider) checkWide() {
 	}
 
 	cw := engine.DecideCheckWide(engine.CheckWideInput{Conditions: conds, Generation: check.Generation, Paused: p.Paused,
-		Budget: dec, BudgetErr: err, Cooldown: durationOf(check.Spec.StormCooldownDuration), Now: now})
+		Budget: dec, BudgetErr: err, Cooldown: engine.DurationOf(check.Spec.StormCooldownDuration), Now: now})
 	conds, storm := cw.Conditions, cw.Storm
 	switch {
 	case cw.PausedNow:
@@ -374,7 +365,8 @@ func (d *decider) nodeGone(e *v1alpha1.UnhealthyNode, ours []remediationObject) 
 	}
 }
 
-// nodeHealthy deletes the requests of a Node that has been healthy for healthyDelay.
+// nodeHealthy decides for a Node healthy again (engine.Pass.Healthy): its requests kept for healthyDelay,
+// or until a person confirms it, then deleted.
 func (d *decider) nodeHealthy(node *corev1.Node, e *v1alpha1.UnhealthyNode, ours []remediationObject) {
 	if len(ours) == 0 {
 		if engine.Confirmed(node) && d.old[e.Name] != nil {
@@ -383,32 +375,23 @@ func (d *decider) nodeHealthy(node *corev1.Node, e *v1alpha1.UnhealthyNode, ours
 		return // nothing (left) to delete: forget the Node; its lease is released below
 	}
 	d.p.Entries[e.Name] = e
-	first := e.ConditionsHealthyTimestamp == nil
-	if first {
-		e.ConditionsHealthyTimestamp = &metav1.Time{Time: d.now}
+	var since time.Time
+	if e.ConditionsHealthyTimestamp != nil {
+		since = e.ConditionsHealthyTimestamp.Time
 	}
-	delay := durationOf(d.in.Check.Spec.HealthyDelay)
-	if hold, until := engine.HealthyHold(e.ConditionsHealthyTimestamp.Time, delay, engine.Confirmed(node), d.now); hold {
-		d.p.at(until)
-		d.keepLease(node)
-		if first && delay < 0 {
-			d.p.Events = append(d.p.Events, normal(EventWaitingForConfirmation, actionWait, e.Name, fmt.Sprintf(
-				"Node %s is healthy again; its remediation is kept until a person confirms it: annotate the Node %s",
-				e.Name, v1alpha1.AnnotationConfirmedHealthy)))
-		}
-		return
+	o := d.pass.Healthy(engine.Target{Name: e.Name, Subject: "Node " + e.Name, Node: node, NodeName: e.Name, Requests: ours}, since,
+		engine.DurationOf(d.in.Check.Spec.HealthyDelay), engine.Confirmed(node))
+	e.ConditionsHealthyTimestamp = &metav1.Time{Time: o.HealthySince}
+	d.lease(node, o)
+	d.p.at(d.pass.Next)
+	if o.Unconfirm {
+		d.p.Unconfirm = append(d.p.Unconfirm, e.Name) // removed once its requests are deleted
 	}
-	if engine.Confirmed(node) {
-		// A confirmation confirms one remediation: removed once its requests are deleted.
-		d.p.Unconfirm = append(d.p.Unconfirm, e.Name)
+	for _, ref := range o.Delete {
+		d.p.delete(ref, e.Name)
 	}
-	if d.deleteAll(e.Name, ours) {
-		refs := make([]string, 0, len(ours))
-		for _, o := range ours {
-			refs = append(refs, o.Ref.String())
-		}
-		d.p.Events = append(d.p.Events, normal(EventRemediationFinished, actionDelete, e.Name,
-			fmt.Sprintf("Node %s is healthy again: deleting %s", e.Name, strings.Join(refs, ", "))))
+	for _, ev := range o.Events {
+		d.p.Events = append(d.p.Events, nodeEvent(e.Name, "", ev))
 	}
 }
 
@@ -425,9 +408,7 @@ func (d *decider) deleteAll(node string, ours []remediationObject) bool {
 	return asked
 }
 
-// nodeUnhealthy runs the escalation of an unhealthy Node (engine.Escalate: end the current step on
-// timeout or Succeeded=False, start the next once the ended steps' requests are finished with the host),
-// then applies the gates to the request it asks for.
+// nodeUnhealthy decides for an unhealthy Node (engine.Pass.Unhealthy: its lease, its walk, its start).
 func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ours []remediationObject) {
 	node := w.node
 	e.ConditionsHealthyTimestamp = nil
@@ -435,116 +416,69 @@ func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ou
 		return // no longer selected and never remediated: not ours
 	}
 	d.p.Entries[e.Name] = e
-	if len(ours) > 0 {
-		d.keepLease(node)
+	t := engine.Target{Name: e.Name, Subject: "Node " + e.Name, Node: node, NodeName: e.Name, Why: why(w.res), ExpiredAt: w.res.ExpiredAt,
+		Held: d.hold, Excluded: node.Labels[v1alpha1.LabelExcludeFromRemediation] == "true", Requests: ours,
+		Records: recordsOf(e.Name, e.Remediations)}
+	if isControlPlane(node) {
+		t.CPKey = e.Name
 	}
-	walk := engine.Escalate(d.steps, e.Name, recordsOf(e.Name, e.Remediations), ours, d.now)
-	e.Remediations = nodeRemediations(walk.Records)
-	d.p.at(walk.Next())
-	for _, ref := range walk.TimeOut {
+	if prev != nil {
+		t.SkipReason, t.SkipMessage, t.WaitingFor = prev.SkipReason, prev.SkipMessage, prev.WaitingFor
+	}
+	var o *engine.Outcome
+	t.Owner = func() (string, string) {
+		if owner, msg := d.ownerOf(w, len(e.Remediations) > 0); owner != "" {
+			return SkipOwnedByOtherCheck, msg
+		}
+		st := d.in.Steps[o.Walk.Create.Step]
+		key := emrRef{APIVersion: st.EMR.GroupVersion().String(), Kind: st.EMR.Kind, Namespace: st.Ref.Namespace, Name: o.Walk.Create.Name}
+		if who, ok := d.in.Foreign[key]; ok && who != "" {
+			return SkipRemediationExists, fmt.Sprintf("%s exists, created by %s", key, who)
+		} else if ok {
+			return SkipRemediationExists, fmt.Sprintf("%s exists and was not created by this check", key)
+		}
+		return "", ""
+	}
+	o = d.pass.Unhealthy(t)
+	e.Remediations, e.WaitingFor = nodeRemediations(o.Walk.Records), o.Walk.WaitingFor
+	for _, ref := range o.Walk.TimeOut {
 		d.p.timeOut(ref, e.Name)
 	}
-	for _, ref := range walk.Delete {
+	for _, ref := range o.Walk.Delete {
 		d.p.delete(ref, e.Name)
 	}
-	if end := walk.Ended; end != nil {
-		d.p.Events = append(d.p.Events, endEvent(e.Name, end))
-		if walk.Exhausted {
-			d.p.Events = append(d.p.Events, warning(EventRemediationsExhausted, actionTimeout, e.Name,
-				fmt.Sprintf("Node %s is still unhealthy and every remediation step has ended", e.Name)))
-		}
-	}
-	if e.WaitingFor = walk.WaitingFor; e.WaitingFor != "" && (prev == nil || prev.WaitingFor != e.WaitingFor) {
-		d.p.Events = append(d.p.Events, normal(EventWaitingForHandOver, actionWait, e.Name, fmt.Sprintf(
-			"Escalation step %d of %d for node %s waits until %s is finished with the host "+
-				"(deleted, or Processing=False); it starts at %s at the latest",
-			walk.NextStep+1, len(d.in.Steps), e.Name, e.WaitingFor, walk.WaitUntil.UTC().Format(time.RFC3339))))
-	}
-	c := walk.Create
-	if c == nil || d.hold {
-		return // nothing to start, or the conditions and the phase say why not
-	}
-	st := d.in.Steps[c.Step]
-	key := emrRef{APIVersion: st.EMR.GroupVersion().String(), Kind: st.EMR.Kind, Namespace: st.Ref.Namespace, Name: c.Name}
-	if node.Labels[v1alpha1.LabelExcludeFromRemediation] == "true" {
-		d.p.skip(e, prev, SkipExcluded, gates.ExcludedMessage(), why(w.res))
-		return
-	}
-	if owner, msg := d.ownerOf(w, len(e.Remediations) > 0); owner != "" {
-		d.p.skip(e, prev, SkipOwnedByOtherCheck, msg, why(w.res))
-		return
-	}
-	if who, ok := d.in.Foreign[key]; ok {
-		msg := fmt.Sprintf("%s exists and was not created by this check", key)
-		if who != "" {
-			msg = fmt.Sprintf("%s exists, created by %s", key, who)
-		}
-		d.p.skip(e, prev, SkipRemediationExists, msg, why(w.res))
-		return
-	}
-	if c.First && d.backingOff(e, prev, why(w.res)) {
-		return
-	}
-	cand := candidate{name: e.Name, node: node, step: c.Step, request: c.Name, again: c.Again, overdue: walk.Overdue,
-		entry: e, prev: prev, why: why(w.res)}
-	if c.First {
-		cand.expiredAt = w.res.ExpiredAt
-	}
-	d.cands = append(d.cands, cand)
+	d.outs = append(d.outs, nodeOutcome{o: o, e: e, node: node})
 }
 
-// endEvent is the warning for a step that ended.
-func endEvent(node string, end *engine.Ending) event {
-	switch {
-	case end.Failed && !end.Marked:
-		return warning(EventRemediationFailed, actionTimeout, node, fmt.Sprintf(
-			"%s reported Succeeded=False: it was the last step, so it is left as the remediator left it", end.Request))
-	case end.Failed:
-		return warning(EventRemediationFailed, actionTimeout, node, fmt.Sprintf("%s reported Succeeded=False: marked timed out", end.Request))
-	case end.Removed:
-		return warning(EventRemediationTimedOut, actionTimeout, node, fmt.Sprintf(
-			"%s belongs to a step no longer in the spec: marked timed out", end.Request))
-	}
-	return warning(EventRemediationTimedOut, actionTimeout, node, fmt.Sprintf(
-		"%s did not succeed within %s: marked timed out", end.Request, end.Timeout))
-}
-
-// admitCandidates applies the gates that need every candidate (control-plane Nodes one at a time) and the
-// lease gate, and turns the survivors into creations. Candidates are taken in order of expiry.
-func (d *decider) admitCandidates() {
-	slices.SortFunc(d.cands, func(a, b candidate) int {
-		return cmp.Or(a.expiredAt.Compare(b.expiredAt), cmp.Compare(a.name, b.name))
-	})
-	adm := gates.NewAdmission(d.in.Holder, d.in.Leases, d.in.BusyControlPlane, d.now)
+// admit puts the Nodes' starts through the gates (engine.Pass.Admit: the control-plane Nodes the check
+// remediates are busy), and turns the outcomes into the plan's creations, leases, skips and events.
+func (d *decider) admit() {
 	for name, ours := range d.in.Ours {
 		if w := d.work[name]; len(ours) > 0 && w != nil && w.node != nil && isControlPlane(w.node) {
-			adm.Busy(name)
+			d.pass.Gate.Admission.Busy(name)
 		}
 	}
-	for _, c := range d.cands {
-		cpKey := ""
-		if isControlPlane(c.node) {
-			cpKey = c.name
+	d.pass.Admit()
+	d.p.at(d.pass.Next)
+	for _, out := range d.outs {
+		o, e := out.o, out.e
+		d.lease(out.node, o)
+		if s := o.Skip; s != nil {
+			e.SkipReason, e.SkipMessage = s.Reason, s.Message
+			if o.NewSkip {
+				d.p.Skipped = append(d.p.Skipped, s.Reason)
+			}
 		}
-		if reason, msg, retry := adm.Admit(cpKey, c.name); reason != "" {
-			d.p.skip(c.entry, c.prev, reason, msg, c.why)
-			d.p.at(retry)
-			continue
+		for _, ev := range o.Events {
+			d.p.Events = append(d.p.Events, nodeEvent(e.Name, e.SkipReason, ev))
 		}
-		st := d.in.Steps[c.step]
-		if d.in.Check.Spec.DryRun {
-			ref := emrRef{APIVersion: st.EMR.GroupVersion().String(), Kind: st.EMR.Kind, Namespace: st.Ref.Namespace, Name: c.request}
-			d.p.skip(c.entry, c.prev, engine.SkipDryRun, engine.WouldCreate(ref, st.Ref.Name, c.step, len(d.in.Steps)), c.why)
-			continue
-		}
-		d.p.Creates = append(d.p.Creates, createAction{Node: c.node, Name: c.request, Step: c.step, Template: st.Template,
-			ExpiredAt: c.expiredAt, Why: c.why, Again: c.again})
-		d.creates[c.name] = true
-		for _, o := range c.overdue {
-			d.p.Events = append(d.p.Events, warning(EventHandOverTimedOut, actionCreate, c.name, fmt.Sprintf(
-				"%s did not report that it is finished with node %s (Processing=False) within %s of its "+
-					"timed-out mark: starting escalation step %d of %d anyway",
-				o, c.name, template.HandOverBound, c.step+1, len(d.in.Steps))))
+		if c := o.Create; c != nil {
+			ca := createAction{Node: out.node, Name: c.Name, Step: c.Step, Template: d.in.Steps[c.Step].Template, Why: o.Target.Why, Again: c.Again}
+			if c.First {
+				ca.ExpiredAt = o.Target.ExpiredAt
+			}
+			d.p.Creates = append(d.p.Creates, ca)
+			d.creates[e.Name] = true
 		}
 	}
 }
@@ -563,38 +497,43 @@ type renewal struct {
 	From []string
 }
 
-// keepLease renews our lease on node once half of it has run out (or retakes it when it is missing or
-// expired), and otherwise looks again at that moment. A lease the remediator of one of our requests for
-// the Node holds (it took the lease between its request going out and ours, see create) is taken over:
-// the check holds the Node for every step of its remediation.
-func (d *decider) keepLease(node *corev1.Node) {
-	l := d.in.Leases[node.Name]
-	var from []string
-	for _, o := range d.in.Ours[node.Name] {
-		from = append(from, leases.HolderIdentity(o.Ref.Kind, o.Ref.Name))
+// lease asks to write our lease on node when the outcome does: renewed, retaken, or taken over from the
+// remediators of our own requests (which took it between their request going out and ours).
+func (d *decider) lease(node *corev1.Node, o *engine.Outcome) {
+	if o.Lease {
+		d.p.Renew = append(d.p.Renew, renewal{Node: node, From: o.From})
 	}
-	// Someone else may have taken it: the remediation already runs and is not interrupted.
-	if write, at := gates.KeepLease(l, d.in.Holder, from, d.in.LeaseDuration, d.now); !write {
-		d.p.at(at)
-		return
-	}
-	d.p.Renew = append(d.p.Renew, renewal{Node: node, From: from})
 }
 
-// skip records why a Node is not remediated; the event and the metric only when that changes.
-func (p *plan) skip(e, prev *v1alpha1.UnhealthyNode, reason, msg, why string) {
-	e.SkipReason, e.SkipMessage = reason, msg
-	if prev != nil && prev.SkipReason == reason && prev.SkipMessage == msg {
+// skip records why a Node is not remediated, and when to look again; the event and the metric only when
+// that changes (engine.Skip.Event).
+func (p *plan) skip(e, prev *v1alpha1.UnhealthyNode, r engine.Skip, why string) {
+	e.SkipReason, e.SkipMessage = r.Reason, r.Message
+	p.at(r.Retry)
+	var prevReason, prevMessage string
+	if prev != nil {
+		prevReason, prevMessage = prev.SkipReason, prev.SkipMessage
+	}
+	ev := r.Event(prevReason, prevMessage, "Node "+e.Name, why)
+	if ev == nil {
 		return
 	}
-	p.Skipped = append(p.Skipped, reason)
-	if reason == engine.SkipDryRun {
-		p.Events = append(p.Events, normal(engine.EventWouldRemediate, actionSkip, e.Name,
-			fmt.Sprintf("Node %s is unhealthy (%s): %s", e.Name, why, msg)))
-		return
+	p.Skipped = append(p.Skipped, r.Reason)
+	p.Events = append(p.Events, nodeEvent(e.Name, r.Reason, *ev))
+}
+
+// nodeEvent is an event of the engine's about node, whose skip reason is skipReason: a skip's own is the
+// kind's (skipEvents).
+func nodeEvent(node, skipReason string, ev engine.Event) event {
+	action, ok := eventActions[ev.Reason]
+	if !ok {
+		action = actionSkip
 	}
-	p.Events = append(p.Events, warning(skipEvents[reason], actionSkip, e.Name,
-		fmt.Sprintf("Node %s is unhealthy (%s) but is not remediated: %s", e.Name, why, msg)))
+	reason := cmp.Or(ev.Reason, skipEvents[skipReason])
+	if ev.Normal {
+		return normal(reason, action, node, ev.Note)
+	}
+	return warning(reason, action, node, ev.Note)
 }
 
 // ownerOf applies the overlapping rule to an unhealthy Node: a check that is already remediating the Node
@@ -691,11 +630,4 @@ func policyOf(spec v1alpha1.NodeHealthCheckSpec) budget.Policy {
 		return budget.Policy{MaxUnhealthy: &defaultMaxUnhealthy}
 	}
 	return budget.Policy{MaxUnhealthy: spec.MaxUnhealthy, MinHealthy: spec.MinHealthy}
-}
-
-func durationOf(d *metav1.Duration) time.Duration {
-	if d == nil {
-		return 0
-	}
-	return d.Duration
 }

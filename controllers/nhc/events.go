@@ -1,6 +1,10 @@
 package nhc
 
-import corev1 "k8s.io/api/core/v1"
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/metalheal/metalheal/internal/engine"
+)
 
 // Event reasons. Each is emitted on the NodeHealthCheck (with the Node as the related object when there is
 // one) when a decision changes, never on every reconcile.
@@ -9,25 +13,25 @@ const (
 	EventRemediationCreated = "RemediationCreated"
 	// EventRemediationTimedOut: an escalation step ran out of time, or its step was removed from the spec;
 	// its request was marked timed out.
-	EventRemediationTimedOut = "RemediationTimedOut"
+	EventRemediationTimedOut = engine.EventRemediationTimedOut
 	// EventRemediationFailed: the remediator reported Succeeded=False; the request was marked timed out,
 	// unless it was the last step's (engine.Ending.Marked).
-	EventRemediationFailed = "RemediationFailed"
+	EventRemediationFailed = engine.EventRemediationFailed
 	// EventRemediationsExhausted: the last step ended and the Node is still unhealthy.
-	EventRemediationsExhausted = "RemediationsExhausted"
+	EventRemediationsExhausted = engine.EventRemediationsExhausted
 	// EventRemediationFinished: the Node is healthy again; its remediation requests are being deleted.
-	EventRemediationFinished = "RemediationFinished"
+	EventRemediationFinished = engine.EventRemediationFinished
 	// EventWaitingForConfirmation: a Node is healthy again and, healthyDelay being negative, its
 	// remediation waits for a person to confirm it (v1alpha1.AnnotationConfirmedHealthy).
-	EventWaitingForConfirmation = "WaitingForConfirmation"
+	EventWaitingForConfirmation = engine.EventWaitingForConfirmation
 	// EventNodeGone: a remediated Node was deleted; its remediation requests are being deleted.
 	EventNodeGone = "NodeGone"
 	// EventWaitingForHandOver: the next escalation step waits until the request of the step that ended is
 	// finished with the host (deleted, or Processing=False); emitted once per request waited for.
-	EventWaitingForHandOver = "WaitingForHandOver"
+	EventWaitingForHandOver = engine.EventWaitingForHandOver
 	// EventHandOverTimedOut: a request of an ended step did not report that it is finished with the host
 	// within template.HandOverBound of its timed-out mark; the next step starts anyway.
-	EventHandOverTimedOut = "HandOverTimedOut"
+	EventHandOverTimedOut = engine.EventHandOverTimedOut
 
 	// EventSkippedExcluded: the Node carries the exclude-from-remediation label.
 	EventSkippedExcluded = "SkippedExcluded"
@@ -42,7 +46,7 @@ const (
 	EventSkippedRemediationExists = "SkippedRemediationExists"
 	// EventRemediationBackingOff (Normal): the Node is unhealthy again after too many remediations within
 	// remediationBackoff's window; its next remediation waits (once per hold, with the hold's end).
-	EventRemediationBackingOff = "RemediationBackingOff"
+	EventRemediationBackingOff = engine.EventRemediationBackingOff
 	// EventLeaseNotRenewed: the lease of a Node under remediation could not be renewed.
 	EventLeaseNotRenewed = "LeaseNotRenewed"
 	// EventNodeLeaseReleased (Normal): the check released the lease of a Node it no longer remediates.
@@ -73,6 +77,17 @@ const (
 	// actionWait is a decision recorded in status (waitingFor), like actionSkip and actionCheck.
 	actionWait = "WaitForHandOver"
 )
+
+// eventActions are the actions of the engine's events; a skip's is actionSkip.
+var eventActions = map[string]string{
+	engine.EventRemediationTimedOut:    actionTimeout,
+	engine.EventRemediationFailed:      actionTimeout,
+	engine.EventRemediationsExhausted:  actionTimeout,
+	engine.EventWaitingForHandOver:     actionWait,
+	engine.EventHandOverTimedOut:       actionCreate,
+	engine.EventWaitingForConfirmation: actionWait,
+	engine.EventRemediationFinished:    actionDelete,
+}
 
 // skipEvents maps a per-node skip reason to its event reason.
 var skipEvents = map[string]string{

@@ -14,9 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -34,13 +32,9 @@ type createResult struct {
 	remediation *v1alpha1.NodeRemediation
 	adopted     bool
 	ref         emrRef
-	// skipReason/skipMessage are set when the Node turned out not to be ours to remediate after all.
-	skipReason, skipMessage string
-	// until is when a lease held by someone else runs out.
-	until time.Time
-	// retryAt is when to look again after the control-plane claim refused the start.
-	retryAt time.Time
-	err     error
+	// skip is set when the Node turned out not to be ours to remediate after all.
+	skip *engine.Skip
+	err  error
 	// leaseErr: the request was created, but taking its lease failed (to be retried).
 	leaseErr error
 	// leaseAfter: the request went out before its lease (see create), which takeLeaseAfter takes.
@@ -56,7 +50,7 @@ type createResult struct {
 // it creates is recorded in p.Entries; what fails is returned, joined, for a rate-limited retry. Events
 // and metrics are emitted here.
 func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthCheck, in observed, p *plan) error {
-	lm, err := r.leaseManager(in.Holder)
+	lm, err := r.starter(in.Holder)
 	if err != nil {
 		return fmt.Errorf("lease manager: %w", err)
 	}
@@ -86,12 +80,11 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 		switch {
 		case res.err != nil:
 			errs = append(errs, res.err)
-		case res.skipReason != "":
-			p.skip(e, findEntry(check.Status.UnhealthyNodes, name), res.skipReason, res.skipMessage, c.Why)
-			if !res.until.IsZero() {
-				p.at(res.until.Add(time.Second))
+		case res.skip != nil:
+			p.skip(e, findEntry(check.Status.UnhealthyNodes, name), *res.skip, c.Why)
+			if !res.skip.Until.IsZero() {
+				p.at(res.skip.Until.Add(time.Second))
 			}
-			p.at(res.retryAt)
 		case res.adopted:
 			if !c.Again {
 				e.Remediations = append(e.Remediations, *res.remediation)
@@ -121,22 +114,9 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 	return errors.Join(errs...)
 }
 
-// createAll creates the requests of creates (createEach), then takes the leases of those that went out
-// before them (leasesAfter).
-func (r *Reconciler) createAll(ctx context.Context, lm *leases.Manager, check *v1alpha1.NodeHealthCheck, in observed, creates []createAction) []createResult {
-	results := make([]createResult, len(creates))
-	all := make([]int, len(creates))
-	for i := range all {
-		all[i] = i
-	}
-	r.createEach(ctx, lm, check, in, creates, all, results)
-	r.leasesAfter(ctx, lm, creates, results)
-	return results
-}
-
 // createEach creates, in parallel (see create), the request creates[i] for each i in which, into
 // results[i].
-func (r *Reconciler) createEach(ctx context.Context, lm *leases.Manager, check *v1alpha1.NodeHealthCheck, in observed, creates []createAction, which []int, results []createResult) {
+func (r *Reconciler) createEach(ctx context.Context, lm engine.Starter, check *v1alpha1.NodeHealthCheck, in observed, creates []createAction, which []int, results []createResult) {
 	r.inParallel(ctx, len(which), func(ctx context.Context, j int) {
 		i := which[j]
 		results[i] = r.create(ctx, lm, check, in, creates[i])
@@ -146,7 +126,7 @@ func (r *Reconciler) createEach(ctx context.Context, lm *leases.Manager, check *
 // leasesAfter takes, in parallel, the leases of the requests that went out before them. In a burst of
 // failures every request goes out before any of their leases is written, so that the API server stores
 // the requests without the leases' writes in between.
-func (r *Reconciler) leasesAfter(ctx context.Context, lm *leases.Manager, creates []createAction, results []createResult) {
+func (r *Reconciler) leasesAfter(ctx context.Context, lm engine.Starter, creates []createAction, results []createResult) {
 	r.inParallel(ctx, len(creates), func(ctx context.Context, i int) {
 		if results[i].leaseAfter {
 			results[i] = r.takeLeaseAfter(ctx, lm, creates[i].Node, results[i])
@@ -156,7 +136,7 @@ func (r *Reconciler) leasesAfter(ctx context.Context, lm *leases.Manager, create
 
 // tidy carries out, in parallel, the plan's time-outs, deletions, lease releases and lease renewals, and
 // returns what failed. Each concerns a different object.
-func (r *Reconciler) tidy(ctx context.Context, lm *leases.Manager, p *plan) []error {
+func (r *Reconciler) tidy(ctx context.Context, lm engine.Starter, p *plan) []error {
 	log := ctrl.LoggerFrom(ctx)
 	var mu sync.Mutex
 	var errs []error
@@ -190,7 +170,7 @@ func (r *Reconciler) tidy(ctx context.Context, lm *leases.Manager, p *plan) []er
 	}
 	for _, name := range p.Release {
 		jobs = append(jobs, func(ctx context.Context) {
-			if err := lm.InvalidateLease(ctx, name); err != nil {
+			if err := lm.Leases.InvalidateLease(ctx, name); err != nil {
 				fail(fmt.Errorf("releasing the lease of node %s: %w", name, err))
 				return
 			}
@@ -204,17 +184,15 @@ func (r *Reconciler) tidy(ctx context.Context, lm *leases.Manager, p *plan) []er
 	for _, renew := range p.Renew {
 		node := renew.Node
 		jobs = append(jobs, func(ctx context.Context) {
-			err := r.requestLease(ctx, lm, node, renew.From...)
-			var held *leases.AlreadyHeldError
+			skip, err := lm.TakeLease(ctx, node, false, renew.From...)
 			switch {
-			case err == nil:
-			case errors.As(err, &held):
+			case skip != nil:
 				mu.Lock()
 				defer mu.Unlock()
 				notRenewed = append(notRenewed, warning(EventLeaseNotRenewed, actionLease, node.Name,
-					fmt.Sprintf("Node %s is being remediated but its lease is now held by %q until %s", node.Name, held.Holder, held.Until.UTC().Format(time.RFC3339))))
-			default:
-				fail(fmt.Errorf("renewing the lease of node %s: %w", node.Name, err))
+					fmt.Sprintf("Node %s is being remediated but its lease is now held by %q until %s", node.Name, skip.Holder, skip.Until.UTC().Format(time.RFC3339))))
+			case err != nil:
+				fail(err)
 			}
 		})
 	}
@@ -275,10 +253,10 @@ func isDecision(ev event) bool {
 // of the reconcile went out): its remediator itself takes the lease, or finds it held by the check, before
 // it touches the host, so the lease still comes before any action, and the request is out one round trip
 // sooner (in a burst of failures, that round trip is a queue). A control-plane Node's lease always comes
-// first, under the manager's control-plane claim (takeLeaseFirst). A lease held by someone else turns
+// first, under the manager's control-plane claim (engine.Starter). A lease held by someone else turns
 // into a skip (a request just created is deleted again), as do another control-plane Node's lease and a
-// request of the same name created by someone else.
-func (r *Reconciler) create(ctx context.Context, lm *leases.Manager, check *v1alpha1.NodeHealthCheck, in observed, c createAction) createResult {
+// request of the same name created by someone else (its lease is let go).
+func (r *Reconciler) create(ctx context.Context, s engine.Starter, check *v1alpha1.NodeHealthCheck, in observed, c createAction) createResult {
 	st := in.Steps[c.Step]
 	emr, err := template.Instantiate(template.Request{
 		Template:     c.Template,
@@ -291,39 +269,49 @@ func (r *Reconciler) create(ctx context.Context, lm *leases.Manager, check *v1al
 	if err != nil {
 		return createResult{err: fmt.Errorf("instantiating %s for node %s: %w", st.Ref.Kind, c.Node.Name, err)}
 	}
-	ref := emrRef{APIVersion: emr.GetAPIVersion(), Kind: emr.GetKind(), Namespace: emr.GetNamespace(), Name: emr.GetName()}
-	if !takesLeaseItself(emr.GroupVersionKind()) || isControlPlane(c.Node) {
-		if res, ok := r.takeLeaseFirst(ctx, lm, c.Node); !ok {
-			return res
+	ref := engine.RefOf(emr)
+	leaseAfter := takesLeaseItself(emr.GroupVersionKind()) && !isControlPlane(c.Node)
+	if !leaseAfter {
+		if skip, err := s.TakeLease(ctx, c.Node, isControlPlane(c.Node)); skip != nil || err != nil {
+			return createResult{skip: skip, err: err}
 		}
-		return r.createRequest(ctx, lm, check, c.Node, st, emr, ref)
 	}
-
-	res := r.createRequest(ctx, lm, check, c.Node, st, emr, ref)
-	// Nothing created now: no lease to take here (an in-flight request's lease is kept by keepLease).
-	res.leaseAfter = res.remediation != nil && !res.adopted
-	return res
+	adopted, skip, err := s.CreateRequest(ctx, emr, check.UID)
+	switch {
+	case err != nil:
+		return createResult{err: err}
+	case skip != nil:
+		if err := s.Leases.InvalidateLease(ctx, c.Node.Name); err != nil {
+			return createResult{err: fmt.Errorf("releasing the lease of node %s: %w", c.Node.Name, err)}
+		}
+		return createResult{skip: skip}
+	}
+	rem := &v1alpha1.NodeRemediation{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name,
+		TemplateName: st.Ref.Name, Started: metav1.Time{Time: r.clock.Now()}}
+	if !adopted {
+		r.recent.created(remediationObject{Ref: ref, TemplateName: st.Ref.Name, Created: rem.Started.Time}, rem.Started.Time)
+	}
+	// Nothing created now: no lease to take after it (an in-flight request's lease is kept: engine.Pass).
+	return createResult{remediation: rem, ref: ref, adopted: adopted, leaseAfter: leaseAfter && !adopted}
 }
 
 // takeLeaseAfter takes the Node's lease for a request that went out first (see create).
-func (r *Reconciler) takeLeaseAfter(ctx context.Context, lm *leases.Manager, node *corev1.Node, res createResult) createResult {
+func (r *Reconciler) takeLeaseAfter(ctx context.Context, s engine.Starter, node *corev1.Node, res createResult) createResult {
 	res.leaseAfter = false
-	lease, ok := r.takeLease(ctx, lm, node, leases.HolderIdentity(res.ref.Kind, res.ref.Name))
+	skip, err := s.TakeLease(ctx, node, false, leases.HolderIdentity(res.ref.Kind, res.ref.Name))
 	switch {
-	case ok:
-		return res
-	case lease.skipReason != "":
+	case skip != nil:
 		// Someone took the Node a moment ago (the cache did not show it yet): the request goes again,
 		// before its remediator, which finds the lease held too, has done anything.
 		if err := r.deleteRemediation(ctx, res.ref); err != nil {
-			return createResult{err: fmt.Errorf("node %s: %s; deleting %s again: %w", node.Name, lease.skipMessage, res.ref, err)}
+			return createResult{err: fmt.Errorf("node %s: %s; deleting %s again: %w", node.Name, skip.Message, res.ref, err)}
 		}
 		r.recent.deleted(res.ref, r.clock.Now())
-		return lease
+		return createResult{skip: skip}
 	default:
-		// The request stands and its remediator waits for the lease or takes it; the next reconcile
-		// takes it for the check (keepLease).
-		res.leaseErr = lease.err
+		// The request stands (err nil: with its lease). Otherwise its remediator waits for the lease or
+		// takes it; the next reconcile takes it for the check (engine.Pass).
+		res.leaseErr = err
 		return res
 	}
 }
@@ -347,29 +335,6 @@ func takesLeaseItself(gvk schema.GroupVersionKind) bool {
 	return gvk.Group == v1alpha1.GroupVersion.Group && gvk.Kind == "PowerCycleRemediation"
 }
 
-// takeLeaseFirst takes the Node's lease before its request goes out. A control-plane Node's is taken under
-// the manager's control-plane claim, and only while no other control-plane Node's lease is held, read from
-// the API server (internal/gates): checks deciding at the same moment from the same cache, of either kind,
-// do not start two control-plane Nodes. Another one held is a ControlPlaneBusy skip, looked at again soon.
-func (r *Reconciler) takeLeaseFirst(ctx context.Context, lm *leases.Manager, node *corev1.Node) (createResult, bool) {
-	if !isControlPlane(node) {
-		return r.takeLease(ctx, lm, node)
-	}
-	var res createResult
-	ok := false
-	refusal, err := r.cpClaim.Start(ctx, r.nodeCluster(), node.Name, func(ctx context.Context) error {
-		res, ok = r.takeLease(ctx, lm, node)
-		return nil // in res
-	})
-	switch {
-	case err != nil:
-		return createResult{err: fmt.Errorf("starting control-plane node %s: %w", node.Name, err)}, false
-	case refusal != nil:
-		return createResult{skipReason: SkipControlPlaneBusy, skipMessage: refusal.Message(), retryAt: refusal.RetryAt}, false
-	}
-	return res, ok
-}
-
 // nodeCluster is the cluster of the check's Nodes (the manager's own) as the control-plane claim reads it:
 // node leases live, Node roles from the cache.
 func (r *Reconciler) nodeCluster() gates.NodeCluster {
@@ -380,85 +345,21 @@ func (r *Reconciler) nodeCluster() gates.NodeCluster {
 		}}
 }
 
-// takeLease takes the Node's lease for the check, over from its own request's remediator (from) should
-// that have taken it first. A lease held by anyone else is a skip.
-func (r *Reconciler) takeLease(ctx context.Context, lm *leases.Manager, node *corev1.Node, from ...string) (createResult, bool) {
-	err := r.requestLease(ctx, lm, node, from...)
-	if err == nil {
-		return createResult{}, true
-	}
-	var held *leases.AlreadyHeldError
-	switch {
-	case errors.As(err, &held):
-		return createResult{skipReason: SkipLeaseHeldByOther, skipMessage: fmt.Sprintf("The node's lease is held by %q", held.Holder), until: held.Until}, false
-	default:
-		return createResult{err: fmt.Errorf("taking the lease of node %s: %w", node.Name, err)}, false
-	}
-}
-
-// createRequest creates the remediation request emr. One of the same name that is ours already (the cache
-// had not shown it) is adopted; one created by someone else is a skip, and the lease is let go.
-func (r *Reconciler) createRequest(ctx context.Context, lm *leases.Manager, check *v1alpha1.NodeHealthCheck, node *corev1.Node, st step, emr *unstructured.Unstructured, ref emrRef) createResult {
-	rem := &v1alpha1.NodeRemediation{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name, TemplateName: st.Ref.Name}
-	err := r.client.Create(ctx, emr)
-	switch {
-	case err == nil:
-		rem.Started = metav1.Time{Time: r.clock.Now()}
-		r.recent.created(remediationObject{Ref: ref, TemplateName: st.Ref.Name, Created: rem.Started.Time}, rem.Started.Time)
-		return createResult{remediation: rem, ref: ref}
-	case apierrors.IsAlreadyExists(err):
-		existing := &unstructured.Unstructured{}
-		existing.SetGroupVersionKind(emr.GroupVersionKind())
-		if err := r.liveReader().Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, existing); err != nil {
-			return createResult{err: fmt.Errorf("reading existing %s: %w", ref, err)}
-		}
-		if ownedBy(existing, check.UID) { // ours, and the cache had not shown it: adopt it
-			rem.Started = metav1.Time{Time: r.clock.Now()}
-			return createResult{remediation: rem, ref: ref, adopted: true}
-		}
-		if err := lm.InvalidateLease(ctx, node.Name); err != nil {
-			return createResult{err: fmt.Errorf("releasing the lease of node %s: %w", node.Name, err)}
-		}
-		msg := fmt.Sprintf("%s exists and was not created by this check", ref)
-		if who := ownerDescription(existing); who != "" {
-			msg = fmt.Sprintf("%s exists, created by %s", ref, who)
-		}
-		return createResult{skipReason: SkipRemediationExists, skipMessage: msg}
-	default:
-		return createResult{err: fmt.Errorf("creating %s: %w", ref, err)}
-	}
-}
-
-// requestLease takes or renews the node lease (taking it over from a holder in from, the remediator of
-// one of the check's own requests). The lease namespace is the deployment's to create (config/default
-// ships it, with the manager's Role there): the manager may not create namespaces, so without it this
-// fails, and the error says why.
-func (r *Reconciler) requestLease(ctx context.Context, lm *leases.Manager, node *corev1.Node, from ...string) error {
-	return lm.RequestLeaseFrom(ctx, node, r.opts.LeaseDuration, from...)
-}
-
 // deleteRemediation deletes a request; the remediator's finalizer may keep it a while.
 func (r *Reconciler) deleteRemediation(ctx context.Context, ref emrRef) error {
-	if err := r.client.Delete(ctx, objectFor(ref)); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.client.Delete(ctx, ref.Object()); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting %s: %w", ref, err)
 	}
 	return nil
 }
 
-func objectFor(ref emrRef) *unstructured.Unstructured {
-	obj := &unstructured.Unstructured{}
-	obj.SetAPIVersion(ref.APIVersion)
-	obj.SetKind(ref.Kind)
-	obj.SetNamespace(ref.Namespace)
-	obj.SetName(ref.Name)
-	return obj
-}
-
-// leaseManager is the node lease manager acting as holder, in the lease namespace, reading a lease live
-// after a lost race.
-func (r *Reconciler) leaseManager(holder string) (*leases.Manager, error) {
-	return leases.NewManager(r.client, holder, r.clock, leases.WithNamespace(r.opts.LeaseNamespace),
+// starter writes the check's leases, as holder, in the lease namespace (reading a lease live after a lost
+// race), and its requests.
+func (r *Reconciler) starter(holder string) (engine.Starter, error) {
+	lm, err := leases.NewManager(r.client, holder, r.clock, leases.WithNamespace(r.opts.LeaseNamespace),
 		leases.WithLiveReader(r.liveReader()))
+	return engine.Starter{Leases: lm, Duration: r.opts.LeaseDuration, Claim: r.cpClaim, Cluster: r.nodeCluster(),
+		Client: r.client, Live: r.liveReader()}, err
 }
 
 // liveReader reads from the API server.

@@ -1,29 +1,22 @@
 package nhc
 
 import (
-	"context"
 	"net/http"
 	"regexp"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/template"
+	"github.com/metalheal/metalheal/internal/testenv"
 )
 
 // requestLog counts the manager's API requests that are not watches, by method and path.
@@ -50,99 +43,74 @@ func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { r
 // With a real manager: the watches on Nodes, leases, templates and remediation requests (of kinds only
 // named at run time) drive the reconciles, and the remediation kinds are read from the informer cache,
 // not listed from the API server per reconcile.
-func TestManagerWatchesAndCachedReads(t *testing.T) {
-	w := newWorld(t)
-	g := w.g
-	w.clk.SetTime(t0.Add(time.Hour)) // every condition set at t0 has expired
+var _ = Describe("Running in a manager", func() {
+	It("reconciles on Node, lease, template and remediation request events, and reads every kind from the informers", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		w.clk.SetTime(t0.Add(time.Hour)) // every condition set at t0 has expired
 
-	log := &requestLog{reads: map[string]int{}}
-	cfg := rest.CopyConfig(restCfg)
-	cfg.WrapTransport = log.wrap
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-		// As cmd/main.go does: the lease cache is limited to the lease namespace.
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{leaseNS: {}}},
-		}},
+		log := &requestLog{reads: map[string]int{}}
+		w.startManager(ctx, testenv.ManagerOptions{WrapTransport: log.wrap}, Options{})
+
+		pc := w.pcTemplate(ctx, "pc")
+		fence := w.fenceTemplate(ctx, "fence", map[string]any{"template": map[string]any{"spec": map[string]any{"mode": "hard"}}})
+		check := w.check(ctx, "nhc", nil, escalating(
+			v1alpha1.EscalatingRemediation{RemediationTemplate: pc, Order: 1, Timeout: metav1.Duration{Duration: 30 * time.Minute}},
+			v1alpha1.EscalatingRemediation{RemediationTemplate: fence, Order: 2, Timeout: metav1.Duration{Duration: 30 * time.Minute}},
+		))
+		sick := w.node(ctx, "w1", corev1.ConditionUnknown, t0)
+		later := w.node(ctx, "w2", corev1.ConditionTrue, t0)
+
+		// A check and an unhealthy node: the request appears.
+		eventually(func() []string { return names(w.remediations(ctx, pcRemediation, check)) }).Should(Equal([]string{sick.Name}))
+
+		// A node's condition changes: the node watch reconciles the check.
+		w.setReady(ctx, later, corev1.ConditionUnknown, t0)
+		eventually(func() []string { return names(w.remediations(ctx, pcRemediation, check)) }).Should(Equal([]string{sick.Name, later.Name}))
+
+		// The remediator gives up: the watch on the (run-time) remediation kind escalates at once.
+		first := w.remediations(ctx, pcRemediation, check)[0]
+		w.setSucceeded(ctx, &first, metav1.ConditionFalse)
+		eventually(func() []string { return names(w.remediations(ctx, fenceRemediation, check)) }).Should(Equal([]string{sick.Name}))
+		Expect(w.remediations(ctx, pcRemediation, check)[0].GetAnnotations()).To(HaveKey(template.AnnotationTimedOut))
+
+		// The nodes recover: requests deleted, then (request deletions watched) leases released.
+		w.setReady(ctx, sick, corev1.ConditionTrue, t0.Add(time.Hour))
+		w.setReady(ctx, later, corev1.ConditionTrue, t0.Add(time.Hour))
+		eventually(func() int {
+			return len(w.remediations(ctx, pcRemediation, check)) + len(w.remediations(ctx, fenceRemediation, check))
+		}).Should(BeZero())
+		eventually(func() string { return w.leaseHolder(ctx, sick) + w.leaseHolder(ctx, later) }).Should(BeEmpty())
+		eventually(func() v1alpha1.NodeHealthCheckPhase {
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(check), check)).To(Succeed())
+			return check.Status.Phase
+		}).Should(Equal(v1alpha1.PhaseEnabled))
+
+		// A lease held by node maintenance; its release is watched and the check proceeds.
+		maintenance := w.maintenance()
+		Expect(maintenance.RequestLease(ctx, sick, time.Hour)).To(Succeed())
+		w.setReady(ctx, sick, corev1.ConditionFalse, t0)
+		eventually(func() []testenv.Event { return w.rec.With(EventSkippedLeaseHeld) }).Should(HaveLen(1))
+		Expect(maintenance.InvalidateLease(ctx, sick.Name)).To(Succeed())
+		eventually(func() []string { return names(w.remediations(ctx, pcRemediation, check)) }).Should(Equal([]string{sick.Name}))
+
+		// A check whose template is missing is disabled; the template watch enables it when it appears.
+		ref := v1alpha1.TemplateReference{APIVersion: pc.APIVersion, Kind: pc.Kind, Name: w.pool + "-pc2", Namespace: pcNS}
+		other := w.check(ctx, "other", &ref, func(c *v1alpha1.NodeHealthCheck) {
+			c.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": w.pool + "-none"}}
+		})
+		disabled := func() bool {
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(other), other)).To(Succeed())
+			return meta.IsStatusConditionTrue(other.Status.Conditions, v1alpha1.ConditionDisabled)
+		}
+		eventually(disabled).Should(BeTrue())
+		w.pcTemplate(ctx, "pc2")
+		eventually(disabled).Should(BeFalse())
+
+		// Everything above came from the informers: no kind was ever listed (client-go's informers start with
+		// a streaming watch) and no object was read one by one; the only reads are API discovery.
+		Expect(log.readsBeyondDiscovery()).To(BeEmpty())
 	})
-	g.Expect(err).NotTo(HaveOccurred())
-	r, err := New(Options{Client: mgr.GetClient(), Clock: w.clk, Recorder: w.rec, LeaseNamespace: leaseNS})
-	g.Expect(err).NotTo(HaveOccurred())
-	r.skipNameValidation = true
-	g.Expect(r.SetupWithManager(w.ctx, mgr)).To(Succeed())
-	ctx, cancel := context.WithCancel(w.ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = mgr.Start(ctx)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-
-	eventually := func(f any) AsyncAssertion {
-		return g.Eventually(f).WithTimeout(20 * time.Second).WithPolling(20 * time.Millisecond)
-	}
-	pc := w.pcTemplate("pc")
-	fence := w.fenceTemplate("fence", map[string]any{"template": map[string]any{"spec": map[string]any{"mode": "hard"}}})
-	check := w.check("nhc", nil, escalating(
-		v1alpha1.EscalatingRemediation{RemediationTemplate: pc, Order: 1, Timeout: metav1.Duration{Duration: 30 * time.Minute}},
-		v1alpha1.EscalatingRemediation{RemediationTemplate: fence, Order: 2, Timeout: metav1.Duration{Duration: 30 * time.Minute}},
-	))
-	sick := w.node("w1", corev1.ConditionUnknown, t0)
-	later := w.node("w2", corev1.ConditionTrue, t0)
-
-	// A check and an unhealthy node: the request appears.
-	eventually(func() []string { return names(w.remediations(pcRemediation, check)) }).Should(Equal([]string{sick.Name}))
-
-	// A node's condition changes: the node watch reconciles the check.
-	w.setReady(later, corev1.ConditionUnknown, t0)
-	eventually(func() []string { return names(w.remediations(pcRemediation, check)) }).Should(Equal([]string{sick.Name, later.Name}))
-
-	// The remediator gives up: the watch on the (run-time) remediation kind escalates at once.
-	first := w.remediations(pcRemediation, check)[0]
-	w.setSucceeded(&first, metav1.ConditionFalse)
-	eventually(func() []string { return names(w.remediations(fenceRemediation, check)) }).Should(Equal([]string{sick.Name}))
-	g.Expect(w.remediations(pcRemediation, check)[0].GetAnnotations()).To(HaveKey(template.AnnotationTimedOut))
-
-	// The nodes recover: requests deleted, then (request deletions watched) leases released.
-	w.setReady(sick, corev1.ConditionTrue, t0.Add(time.Hour))
-	w.setReady(later, corev1.ConditionTrue, t0.Add(time.Hour))
-	eventually(func() int {
-		return len(w.remediations(pcRemediation, check)) + len(w.remediations(fenceRemediation, check))
-	}).Should(BeZero())
-	eventually(func() string { return w.leaseHolder(sick) + w.leaseHolder(later) }).Should(BeEmpty())
-	eventually(func() v1alpha1.NodeHealthCheckPhase {
-		g.Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(check), check)).To(Succeed())
-		return check.Status.Phase
-	}).Should(Equal(v1alpha1.PhaseEnabled))
-
-	// A lease held by node maintenance; its release is watched and the check proceeds.
-	maintenance := w.maintenance()
-	g.Expect(maintenance.RequestLease(w.ctx, sick, time.Hour)).To(Succeed())
-	w.setReady(sick, corev1.ConditionFalse, t0)
-	eventually(func() []recordedEvent { return w.rec.with(EventSkippedLeaseHeld) }).Should(HaveLen(1))
-	g.Expect(maintenance.InvalidateLease(w.ctx, sick.Name)).To(Succeed())
-	eventually(func() []string { return names(w.remediations(pcRemediation, check)) }).Should(Equal([]string{sick.Name}))
-
-	// A check whose template is missing is disabled; the template watch enables it when it appears.
-	ref := v1alpha1.TemplateReference{APIVersion: pc.APIVersion, Kind: pc.Kind, Name: w.pool + "-pc2", Namespace: pcNS}
-	other := w.check("other", &ref, func(c *v1alpha1.NodeHealthCheck) {
-		c.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": w.pool + "-none"}}
-	})
-	disabled := func() bool {
-		g.Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(other), other)).To(Succeed())
-		return meta.IsStatusConditionTrue(other.Status.Conditions, v1alpha1.ConditionDisabled)
-	}
-	eventually(disabled).Should(BeTrue())
-	w.pcTemplate("pc2")
-	eventually(disabled).Should(BeFalse())
-
-	// Everything above came from the informers: no kind was ever listed (client-go's informers start with
-	// a streaming watch) and no object was read one by one; the only reads are API discovery.
-	g.Expect(log.readsBeyondDiscovery()).To(BeEmpty())
-}
+})
 
 var discovery = regexp.MustCompile(`^(/api(/v1)?|/apis(/[^/]+(/[^/]+)?)?)$`)
 

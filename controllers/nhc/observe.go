@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -50,7 +49,7 @@ var probeRef = metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: "prob
 // the templates, the remediation requests of the templates' kinds, the node leases and the other checks.
 // retry is non-zero when a template kind is not installed, which no watch reports, or cannot be watched
 // (then it is when the kind is tried again). A kind whose watch has not synced yet is never read: the
-// error is then a *watchPendingError.
+// error is then an *engine.WatchPendingError.
 func (r *Reconciler) observe(ctx context.Context, check *v1alpha1.NodeHealthCheck) (observed, time.Duration, error) {
 	in := observed{
 		Check:         check,
@@ -317,7 +316,7 @@ func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeH
 			// Typed items, and lists from some readers, leave the items' type to the list.
 			ref := emrRef{APIVersion: k.gvk.GroupVersion().String(), Kind: k.gvk.Kind, Namespace: item.GetNamespace(), Name: item.GetName()}
 			if !ownedBy(item, check.UID) {
-				foreign[ref] = ownerDescription(item)
+				foreign[ref] = engine.OwnerDescription(item)
 				continue
 			}
 			node := item.GetAnnotations()[template.AnnotationNodeName]
@@ -421,19 +420,8 @@ func remembered(ref emrRef, rem v1alpha1.NodeRemediation) remediationObject {
 	return o
 }
 
-func ownedBy(obj metav1.Object, uid types.UID) bool {
-	return slices.ContainsFunc(obj.GetOwnerReferences(), func(o metav1.OwnerReference) bool { return o.UID == uid })
-}
-
-// ownerDescription names the health check that owns obj, if any, e.g. "NodeHealthCheck workers".
-func ownerDescription(obj metav1.Object) string {
-	for _, o := range obj.GetOwnerReferences() {
-		if strings.HasSuffix(o.Kind, "HealthCheck") {
-			return o.Kind + " " + o.Name
-		}
-	}
-	return ""
-}
+// ownedBy reports whether obj has an owner reference to the object with uid.
+var ownedBy = engine.OwnedBy
 
 // trackedNodes finds the Nodes the check still remediates that its selector no longer matches (nil when
 // gone), from the cache.
@@ -534,31 +522,13 @@ func (r *Reconciler) nodeNamed(ctx context.Context, name string) (*corev1.Node, 
 }
 
 // reader reads unstructured objects: the cache when there is one. Only kinds whose watch has synced are
-// read (see watchKinds), so no read waits for an informer; each read is still bounded by cacheReadGuard,
+// read (see watchKinds), so no read waits for an informer; each read is still bounded (engine.Guarded),
 // as a cache read of a kind without a synced informer would wait for one for ever.
 func (r *Reconciler) reader() client.Reader {
 	if r.cache != nil {
-		return guardedReader{r.cache}
+		return engine.Guarded{Reader: r.cache}
 	}
 	return r.client
-}
-
-// cacheReadGuard bounds a read of the cache. A read of a synced informer takes microseconds.
-const cacheReadGuard = 5 * time.Second
-
-// guardedReader bounds every read with cacheReadGuard.
-type guardedReader struct{ client.Reader }
-
-func (g guardedReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	ctx, cancel := context.WithTimeout(ctx, cacheReadGuard)
-	defer cancel()
-	return g.Reader.Get(ctx, key, obj, opts...)
-}
-
-func (g guardedReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	ctx, cancel := context.WithTimeout(ctx, cacheReadGuard)
-	defer cancel()
-	return g.Reader.List(ctx, list, opts...)
 }
 
 // recentWrites remembers the requests this process just created or deleted, until the cache shows the

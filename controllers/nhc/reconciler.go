@@ -167,9 +167,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	in, retry, err := r.observe(ctx, check)
-	if pending := (*watchPendingError)(nil); errors.As(err, &pending) {
+	if pending := (*engine.WatchPendingError)(nil); errors.As(err, &pending) {
 		// Nothing is decided from a kind not watched yet; the kind watcher enqueues the check once it is.
-		return ctrl.Result{RequeueAfter: max(pending.until.Sub(r.clock.Now()), time.Millisecond)}, nil
+		return ctrl.Result{RequeueAfter: max(pending.Until.Sub(r.clock.Now()), time.Millisecond)}, nil
 	}
 	if err != nil {
 		return ctrl.Result{}, err

@@ -4,8 +4,8 @@ import (
 	"context"
 	"reflect"
 	"sync"
-	"testing"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -16,7 +16,7 @@ import (
 // freeze is called, while its writes and its live reads reach the API server. It returns how many
 // deletes of a PowerCycleRemediation the reconciler attempts.
 func (w *world) stalePCRs() (freeze func(), deletes func() int) {
-	w.t.Helper()
+	GinkgoHelper()
 	var mu sync.Mutex
 	var frozen client.ObjectList
 	freezeNext, n := false, 0
@@ -60,21 +60,22 @@ func (w *world) stalePCRs() (freeze func(), deletes func() int) {
 // The check deletes a recovered Node's request once, even while its cache goes on showing the request
 // as it was before the delete: it waits for the request to go, as it does when the cache shows it being
 // deleted.
-func TestOwnDeleteIsNotRepeatedWhileTheCacheLags(t *testing.T) {
-	w := newWorld(t)
-	g := w.g
-	freeze, deletes := w.stalePCRs()
-	check, sick := w.pcCheckWithSickNode()
-	w.reconcile(check)
-	g.Expect(names(w.remediations(pcRemediation, check))).To(Equal([]string{sick.Name}))
+var _ = Describe("Request deletion", func() {
+	It("deletes a recovered Node's request once, though its cache goes on showing the request", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		freeze, deletes := w.stalePCRs()
+		check, sick := w.pcCheckWithSickNode(ctx)
+		w.reconcile(ctx, check)
+		Expect(names(w.remediations(ctx, pcRemediation, check))).To(Equal([]string{sick.Name}))
 
-	freeze()
-	w.reconcile(check) // the cache shows the request from now on
-	w.setReady(sick, corev1.ConditionTrue, w.clk.Now())
-	for range 3 {
-		w.reconcile(check)
-	}
-	g.Expect(w.remediations(pcRemediation, check)).To(BeEmpty())
-	g.Expect(deletes()).To(Equal(1), "one delete of a request just deleted")
-	g.Expect(entry(check, sick)).NotTo(BeNil(), "the Node is remembered until its request is gone from the cache too")
-}
+		freeze()
+		w.reconcile(ctx, check) // the cache shows the request from now on
+		w.setReady(ctx, sick, corev1.ConditionTrue, w.clk.Now())
+		for range 3 {
+			w.reconcile(ctx, check)
+		}
+		Expect(w.remediations(ctx, pcRemediation, check)).To(BeEmpty())
+		Expect(deletes()).To(Equal(1), "one delete of a request just deleted")
+		Expect(entry(check, sick)).NotTo(BeNil(), "the Node is remembered until its request is gone from the cache too")
+	})
+})

@@ -3,14 +3,13 @@ package nhc
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	dto "github.com/prometheus/client_model/go"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -18,11 +17,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -35,20 +32,28 @@ import (
 )
 
 // The envtest suite runs the controller against a real kube-apiserver and etcd (internal/testenv) with
-// metalheal's CRDs and a third-party remediator's (testdata/crds). Tests call Reconcile directly and step
-// an injected fake clock; only manager_test.go runs a manager. Each test has its own pool label, Nodes,
-// templates and checks, and removes them when it ends (envtest runs no garbage collector).
+// metalheal's CRDs and a third-party remediator's (testdata/crds), started once for every spec. Specs call
+// Reconcile directly and step an injected fake clock; only the manager specs run a manager. Each spec has
+// its own pool label, Nodes, templates and checks, and removes them when it ends (envtest runs no garbage
+// collector). The unit tests of the package (decide, parity, the watches' predicates) are plain `testing`
+// and need no API server: `go test -run TestDecide` starts none.
 
 const (
 	leaseNS = "medik8s-leases"
 	pcNS    = "metalheal-system"
 	fenceNS = "ops"
+
+	// worldResync is the resync period of a world's reconciler: long, so that the specs assert the exact
+	// requeue at each deadline.
+	worldResync = 24 * time.Hour
+	// eventuallyTimeout bounds the waits on a running manager.
+	eventuallyTimeout = 20 * time.Second
 )
 
 var (
+	env     *testenv.Env
 	k8s     client.Client
 	restCfg *rest.Config
-	scheme  = runtime.NewScheme()
 	t0      = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
 	pools   atomic.Int32
 
@@ -56,133 +61,99 @@ var (
 	fenceRemediation = schema.GroupVersionKind{Group: "fence.example.com", Version: "v1", Kind: "FenceRemediation"}
 )
 
-func TestMain(m *testing.M) {
-	os.Exit(runSuite(m))
+func TestEnvtest(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "NodeHealthCheck controller")
 }
 
-func runSuite(m *testing.M) int {
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	env, cfg, err := testenv.Start(testenv.Options{ExtraCRDPaths: []string{filepath.Join("testdata", "crds")}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	restCfg = cfg
-	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	for _, ns := range []string{leaseNS, pcNS, fenceNS} {
-		if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-	}
-	return m.Run()
-}
+var _ = BeforeSuite(func() {
+	var err error
+	env, err = testenv.Up(testenv.EnvOptions{
+		Options:    testenv.Options{ExtraCRDPaths: []string{filepath.Join("testdata", "crds")}},
+		Namespaces: []string{leaseNS, pcNS, fenceNS},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	k8s, restCfg = env.Client, env.Config
+})
 
-// recordedEvent is one event the recorder saw.
-type recordedEvent struct {
-	Regarding, Related, Type, Reason, Action, Note string
-}
+var _ = AfterSuite(func() {
+	Expect(env.Stop()).To(Succeed())
+})
 
-// recorder records events (k8s.io/client-go/tools/events.EventRecorder) for assertions.
-type recorder struct {
-	mu     sync.Mutex
-	events []recordedEvent
-}
-
-func (r *recorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
-	name := func(o runtime.Object) string {
-		if m, ok := o.(metav1.Object); ok && o != nil {
-			return m.GetName()
-		}
-		return ""
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, recordedEvent{Regarding: name(regarding), Related: name(related), Type: eventtype,
-		Reason: reason, Action: action, Note: fmt.Sprintf(note, args...)})
-}
-
-// with returns the events with the given reason.
-func (r *recorder) with(reason string) []recordedEvent {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []recordedEvent
-	for _, e := range r.events {
-		if e.Reason == reason {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// world is one test's corner of the cluster.
+// world is one spec's corner of the cluster: the testenv world (clock, recorder) and a pool label of its
+// own that its Nodes carry and its checks select.
 type world struct {
-	t    *testing.T
-	g    *WithT
-	ctx  context.Context
 	clk  *clocktesting.FakeClock
-	rec  *recorder
+	rec  *testenv.Recorder
 	r    *Reconciler
 	pool string
 }
 
-func newWorld(t *testing.T) *world {
-	t.Helper()
-	w := &world{t: t, g: NewWithT(t), ctx: t.Context(), clk: clocktesting.NewFakeClock(t0), rec: &recorder{},
-		pool: fmt.Sprintf("p%02d", pools.Add(1))}
+func newWorld(ctx context.Context) *world {
+	GinkgoHelper()
+	tw := env.NewWorld(ctx, GinkgoT(), testenv.WorldOptions{Start: t0})
+	w := &world{clk: tw.Clock, rec: tw.Events, pool: fmt.Sprintf("p%02d", pools.Add(1))}
 	w.restart()
 	return w
 }
 
 // restart gives w a new reconciler, as a restarted manager has: nothing remembered of earlier writes.
 func (w *world) restart() {
-	w.t.Helper()
-	// A long resync: the tests assert the exact requeue at each deadline.
-	r, err := New(Options{Client: k8s, Clock: w.clk, Recorder: w.rec, LeaseNamespace: leaseNS, ResyncPeriod: 24 * time.Hour})
-	w.g.Expect(err).NotTo(HaveOccurred())
+	GinkgoHelper()
+	r, err := New(Options{Client: k8s, Clock: w.clk, Recorder: w.rec, LeaseNamespace: leaseNS, ResyncPeriod: worldResync})
+	Expect(err).NotTo(HaveOccurred())
 	w.r = r
+}
+
+// startManager runs the controller in a manager for the rest of the spec, on the world's clock and
+// recorder, with the lease cache limited to the lease namespace as cmd/manager does; opts adds to the
+// reconciler's options.
+func (w *world) startManager(ctx context.Context, mopts testenv.ManagerOptions, opts Options) {
+	GinkgoHelper()
+	mopts.LeaseNamespace = leaseNS
+	mgr, err := env.NewManager(mopts)
+	Expect(err).NotTo(HaveOccurred())
+	opts.Client, opts.Clock, opts.Recorder, opts.LeaseNamespace = mgr.GetClient(), w.clk, w.rec, leaseNS
+	r, err := New(opts)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
+	testenv.RunManager(ctx, GinkgoT(), mgr)
+}
+
+// eventually waits on what a running manager does.
+func eventually(f any) AsyncAssertion {
+	return Eventually(f).WithTimeout(eventuallyTimeout).WithPolling(20 * time.Millisecond)
 }
 
 // node creates a Node of this world's pool whose Ready condition has had status since the given time.
 // Extra labels come in key, value pairs.
-func (w *world) node(name string, status corev1.ConditionStatus, since time.Time, extra ...string) *corev1.Node {
-	w.t.Helper()
+func (w *world) node(ctx context.Context, name string, status corev1.ConditionStatus, since time.Time, extra ...string) *corev1.Node {
+	GinkgoHelper()
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: w.pool + "-" + name, Labels: map[string]string{"pool": w.pool}}}
 	for i := 0; i+1 < len(extra); i += 2 {
 		n.Labels[extra[i]] = extra[i+1]
 	}
-	w.g.Expect(k8s.Create(w.ctx, n)).To(Succeed())
-	w.t.Cleanup(func() {
+	Expect(k8s.Create(ctx, n)).To(Succeed())
+	DeferCleanup(func() {
 		_ = k8s.Delete(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: leaseNS, Name: leases.LeaseName(n.Name)}})
 		_ = k8s.Delete(context.Background(), n)
 	})
-	w.setReady(n, status, since)
+	w.setReady(ctx, n, status, since)
 	return n
 }
 
 // setReady sets node's Ready condition.
-func (w *world) setReady(n *corev1.Node, status corev1.ConditionStatus, since time.Time) {
-	w.t.Helper()
-	w.g.Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(n), n)).To(Succeed())
+func (w *world) setReady(ctx context.Context, n *corev1.Node, status corev1.ConditionStatus, since time.Time) {
+	GinkgoHelper()
+	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(n), n)).To(Succeed())
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: "Test",
 		LastTransitionTime: metav1.NewTime(since), LastHeartbeatTime: metav1.NewTime(since)}}
-	w.g.Expect(k8s.Status().Update(w.ctx, n)).To(Succeed())
+	Expect(k8s.Status().Update(ctx, n)).To(Succeed())
 }
 
 // pcTemplate creates a PowerCycleRemediationTemplate in metalheal-system.
-func (w *world) pcTemplate(name string) v1alpha1.TemplateReference {
-	w.t.Helper()
+func (w *world) pcTemplate(ctx context.Context, name string) v1alpha1.TemplateReference {
+	GinkgoHelper()
 	tpl := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "remediation.metalheal.io/v1alpha1",
 		"kind":       "PowerCycleRemediationTemplate",
@@ -191,44 +162,44 @@ func (w *world) pcTemplate(name string) v1alpha1.TemplateReference {
 			"strategy": "reboot", "powerOffTimeoutSeconds": int64(120),
 		}}},
 	}}
-	w.create(tpl)
+	w.create(ctx, tpl)
 	return v1alpha1.TemplateReference{APIVersion: tpl.GetAPIVersion(), Kind: tpl.GetKind(), Name: tpl.GetName(), Namespace: pcNS}
 }
 
 // fenceTemplate creates a third-party FenceRemediationTemplate in ops; spec is its whole spec.
-func (w *world) fenceTemplate(name string, spec map[string]any) v1alpha1.TemplateReference {
-	w.t.Helper()
+func (w *world) fenceTemplate(ctx context.Context, name string, spec map[string]any) v1alpha1.TemplateReference {
+	GinkgoHelper()
 	tpl := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "fence.example.com/v1",
 		"kind":       "FenceRemediationTemplate",
 		"metadata":   map[string]any{"name": w.pool + "-" + name, "namespace": fenceNS},
 		"spec":       spec,
 	}}
-	w.create(tpl)
+	w.create(ctx, tpl)
 	return v1alpha1.TemplateReference{APIVersion: tpl.GetAPIVersion(), Kind: tpl.GetKind(), Name: tpl.GetName(), Namespace: fenceNS}
 }
 
-func (w *world) create(obj client.Object) {
-	w.t.Helper()
-	w.g.Expect(k8s.Create(w.ctx, obj)).To(Succeed())
-	w.t.Cleanup(func() { _ = k8s.Delete(context.Background(), obj) })
+func (w *world) create(ctx context.Context, obj client.Object) {
+	GinkgoHelper()
+	Expect(k8s.Create(ctx, obj)).To(Succeed())
+	DeferCleanup(func() { _ = k8s.Delete(context.Background(), obj) })
 }
 
 // pcCheckWithSickNode is the common opening: a check "nhc" with a PowerCycleRemediation template, one
 // Node w1 Ready=False since t0, and the clock an hour later, so that the Node is due for a request.
-func (w *world) pcCheckWithSickNode() (*v1alpha1.NodeHealthCheck, *corev1.Node) {
-	w.t.Helper()
-	pc := w.pcTemplate("pc")
-	check := w.check("nhc", &pc)
-	sick := w.node("w1", corev1.ConditionFalse, t0)
+func (w *world) pcCheckWithSickNode(ctx context.Context) (*v1alpha1.NodeHealthCheck, *corev1.Node) {
+	GinkgoHelper()
+	pc := w.pcTemplate(ctx, "pc")
+	check := w.check(ctx, "nhc", &pc)
+	sick := w.node(ctx, "w1", corev1.ConditionFalse, t0)
 	w.clk.SetTime(t0.Add(time.Hour))
 	return check, sick
 }
 
 // check creates a NodeHealthCheck selecting this world's pool: Ready Unknown or False for 5m, no budget
 // limit (maxUnhealthy 100%) unless mods change it.
-func (w *world) check(name string, ref *v1alpha1.TemplateReference, mods ...func(*v1alpha1.NodeHealthCheck)) *v1alpha1.NodeHealthCheck {
-	w.t.Helper()
+func (w *world) check(ctx context.Context, name string, ref *v1alpha1.TemplateReference, mods ...func(*v1alpha1.NodeHealthCheck)) *v1alpha1.NodeHealthCheck {
+	GinkgoHelper()
 	all := intstr.FromString("100%")
 	c := &v1alpha1.NodeHealthCheck{
 		ObjectMeta: metav1.ObjectMeta{Name: w.pool + "-" + name},
@@ -245,8 +216,8 @@ func (w *world) check(name string, ref *v1alpha1.TemplateReference, mods ...func
 	for _, m := range mods {
 		m(c)
 	}
-	w.g.Expect(k8s.Create(w.ctx, c)).To(Succeed())
-	w.t.Cleanup(func() {
+	Expect(k8s.Create(ctx, c)).To(Succeed())
+	DeferCleanup(func() {
 		ctx := context.Background()
 		_ = k8s.Delete(ctx, c)
 		for _, gvk := range []schema.GroupVersionKind{pcRemediation, fenceRemediation} {
@@ -261,19 +232,19 @@ func (w *world) check(name string, ref *v1alpha1.TemplateReference, mods ...func
 }
 
 // reconcile reconciles the check once and refreshes it.
-func (w *world) reconcile(c *v1alpha1.NodeHealthCheck) ctrl.Result {
-	w.t.Helper()
-	res, err := w.r.Reconcile(w.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: c.Name}})
-	w.g.Expect(err).NotTo(HaveOccurred())
-	w.g.Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(c), c)).To(Succeed())
+func (w *world) reconcile(ctx context.Context, c *v1alpha1.NodeHealthCheck) ctrl.Result {
+	GinkgoHelper()
+	res, err := w.r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: c.Name}})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), c)).To(Succeed())
 	return res
 }
 
 // remediations lists the requests of kind gvk owned by check c.
-func (w *world) remediations(gvk schema.GroupVersionKind, c *v1alpha1.NodeHealthCheck) []unstructured.Unstructured {
-	w.t.Helper()
+func (w *world) remediations(ctx context.Context, gvk schema.GroupVersionKind, c *v1alpha1.NodeHealthCheck) []unstructured.Unstructured {
+	GinkgoHelper()
 	var out []unstructured.Unstructured
-	for _, emr := range listKind(w.ctx, gvk) {
+	for _, emr := range listKind(ctx, gvk) {
 		if ownedBy(&emr, c.UID) {
 			out = append(out, emr)
 		}
@@ -302,26 +273,27 @@ func listKind(ctx context.Context, gvk schema.GroupVersionKind) []unstructured.U
 
 // maintenance is node maintenance's lease manager ("node-maintenance"), on the world's clock.
 func (w *world) maintenance() *leases.Manager {
+	GinkgoHelper()
 	return w.leaseManager("node-maintenance")
 }
 
 // leaseManager is a lease manager acting as holder, on the world's clock.
 func (w *world) leaseManager(holder string) *leases.Manager {
-	w.t.Helper()
+	GinkgoHelper()
 	m, err := leases.NewManager(k8s, holder, w.clk, leases.WithNamespace(leaseNS))
-	w.g.Expect(err).NotTo(HaveOccurred())
+	Expect(err).NotTo(HaveOccurred())
 	return m
 }
 
 // leaseHolder returns who holds node's lease, "" when there is none.
-func (w *world) leaseHolder(n *corev1.Node) string {
-	w.t.Helper()
+func (w *world) leaseHolder(ctx context.Context, n *corev1.Node) string {
+	GinkgoHelper()
 	l := &coordinationv1.Lease{}
-	err := k8s.Get(w.ctx, types.NamespacedName{Namespace: leaseNS, Name: leases.LeaseName(n.Name)}, l)
+	err := k8s.Get(ctx, types.NamespacedName{Namespace: leaseNS, Name: leases.LeaseName(n.Name)}, l)
 	if apierrors.IsNotFound(err) {
 		return ""
 	}
-	w.g.Expect(err).NotTo(HaveOccurred())
+	Expect(err).NotTo(HaveOccurred())
 	if l.Spec.HolderIdentity == nil {
 		return ""
 	}
@@ -334,26 +306,22 @@ func entry(c *v1alpha1.NodeHealthCheck, n *corev1.Node) *v1alpha1.UnhealthyNode 
 }
 
 // detectionDelays returns the count and sum of the detection delay histogram.
-func detectionDelays(t *testing.T) (uint64, float64) {
-	t.Helper()
+func detectionDelays() (uint64, float64) {
+	GinkgoHelper()
 	m := &dto.Metric{}
 	h, ok := metrics.DetectionDelay.WithLabelValues(metrics.CheckerNHC).(interface{ Write(*dto.Metric) error })
-	if !ok {
-		t.Fatal("detection delay histogram cannot be read")
-	}
-	if err := h.Write(m); err != nil {
-		t.Fatal(err)
-	}
+	Expect(ok).To(BeTrue(), "detection delay histogram cannot be read")
+	Expect(h.Write(m)).To(Succeed())
 	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 }
 
 // setSucceeded sets the remediator's Succeeded condition on a request.
-func (w *world) setSucceeded(emr *unstructured.Unstructured, status metav1.ConditionStatus) {
-	w.t.Helper()
-	w.g.Expect(k8s.Get(w.ctx, client.ObjectKeyFromObject(emr), emr)).To(Succeed())
-	w.g.Expect(unstructured.SetNestedSlice(emr.Object, []any{map[string]any{
+func (w *world) setSucceeded(ctx context.Context, emr *unstructured.Unstructured, status metav1.ConditionStatus) {
+	GinkgoHelper()
+	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(emr), emr)).To(Succeed())
+	Expect(unstructured.SetNestedSlice(emr.Object, []any{map[string]any{
 		"type": "Succeeded", "status": string(status), "reason": "GaveUp", "message": "test",
 		"lastTransitionTime": t0.Format(time.RFC3339),
 	}}, "status", "conditions")).To(Succeed())
-	w.g.Expect(k8s.Status().Update(w.ctx, emr)).To(Succeed())
+	Expect(k8s.Status().Update(ctx, emr)).To(Succeed())
 }

@@ -58,7 +58,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Named(ControllerName).
 		For(&v1alpha1.NodeHealthCheck{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&v1alpha1.NodeHealthCheck{}, handler.EnqueueRequestsFromMapFunc(r.allChecks), builder.WithPredicates(peerChanged())).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.checksForNode), builder.WithPredicates(nodeChanged())).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.checksForNode), builder.WithPredicates(engine.NodeUpdates())).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.checksForLease), builder.WithPredicates(engine.LeaseChanged(r.opts.LeaseNamespace))).
 		WatchesRawSource(kinds.Source()).
 		WithOptions(opts).
@@ -109,20 +109,9 @@ func (k kindStates) notWatchable(gvk schema.GroupVersionKind, id string, now tim
 		max(st.Until.Sub(now), time.Millisecond)
 }
 
-// watchPendingError says that a kind the check names is still being watched for the first time: nothing
-// of it can be read yet without waiting, so the check is looked at again when the watch has synced (the
-// kind watcher enqueues it) or given up (at until, at the latest).
-type watchPendingError struct {
-	until time.Time
-}
-
-func (e *watchPendingError) Error() string {
-	return "a remediation kind the check names is not watched yet"
-}
-
 // watchKinds tells the kind watcher which template and remediation kinds the check names (those
 // installed: the steps' and the ones its status remembers requests of) and returns their states. It never
-// waits for a watch: a kind not synced yet makes a *watchPendingError, and one that cannot be watched
+// waits for a watch: a kind not synced yet makes an *engine.WatchPendingError, and one that cannot be watched
 // disables the check (see resolveStep) while the others go on.
 func (r *Reconciler) watchKinds(ctx context.Context, check *v1alpha1.NodeHealthCheck) (kindStates, error) {
 	if r.watches == nil {
@@ -175,16 +164,7 @@ func (r *Reconciler) watchKinds(ctx context.Context, check *v1alpha1.NodeHealthC
 		}
 	}
 	states := kindStates(r.watches.Want(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: check.Name}}, kinds))
-	var pending *watchPendingError
-	for _, st := range states {
-		if st.State == kindwatch.Pending && (pending == nil || st.Until.Before(pending.until)) {
-			pending = &watchPendingError{until: st.Until}
-		}
-	}
-	if pending != nil {
-		return states, pending
-	}
-	return states, nil
+	return states, engine.Pending(states)
 }
 
 // forgetKinds tells the kind watcher that a check is gone: the kinds no other check names stop being
@@ -205,7 +185,7 @@ func (r *Reconciler) kindFor(gvk schema.GroupVersionKind, role watchRole) kindwa
 		return kindwatch.Kind{GVK: gvk, Handler: handler.EnqueueRequestsFromMapFunc(r.checksUsingTemplate)}
 	}
 	return kindwatch.Kind{GVK: gvk, Object: r.typedRequest(gvk), // the remediator's own informer (see listRemediations)
-		Handler: handler.EnqueueRequestsFromMapFunc(checksOwning), Predicates: []predicate.Predicate{remediationChanged()},
+		Handler: handler.EnqueueRequestsFromMapFunc(engine.ChecksOwning(holderKind, false)), Predicates: []predicate.Predicate{remediationChanged()},
 		Verbs: requestVerbs}
 }
 
@@ -290,18 +270,6 @@ func ready(node *corev1.Node) bool {
 	return false
 }
 
-// checksOwning enqueues the NodeHealthCheck that owns a remediation request.
-func checksOwning(_ context.Context, obj client.Object) []reconcile.Request {
-	var out []reconcile.Request
-	for _, o := range obj.GetOwnerReferences() {
-		gv, err := schema.ParseGroupVersion(o.APIVersion)
-		if err == nil && o.Kind == holderKind && gv.Group == v1alpha1.GroupVersion.Group {
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: o.Name}})
-		}
-	}
-	return out
-}
-
 // checksUsingTemplate enqueues the checks that name a template.
 func (r *Reconciler) checksUsingTemplate(ctx context.Context, obj client.Object) []reconcile.Request {
 	var list v1alpha1.NodeHealthCheckList
@@ -321,19 +289,6 @@ func (r *Reconciler) checksUsingTemplate(ctx context.Context, obj client.Object)
 		}
 	}
 	return out
-}
-
-// nodeChanged passes Node events that can change a decision (engine.NodeChanged): heartbeats are
-// filtered out.
-func nodeChanged() predicate.Funcs {
-	return predicate.Funcs{
-		UpdateFunc: func(e crevent.UpdateEvent) bool {
-			o, okO := e.ObjectOld.(*corev1.Node)
-			n, okN := e.ObjectNew.(*corev1.Node)
-			return !okO || !okN || engine.NodeChanged(o, n)
-		},
-		GenericFunc: func(crevent.GenericEvent) bool { return false },
-	}
 }
 
 // remediationChanged passes the remediation request events a check acts on: creation, deletion, and

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -20,37 +21,6 @@ import (
 	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
-
-func TestNodeChangedIgnoresHeartbeats(t *testing.T) {
-	base := unitNode("w1", corev1.ConditionTrue, u0, "pool", "a")
-	tests := []struct {
-		name   string
-		change func(*corev1.Node)
-		want   bool
-	}{
-		{name: "heartbeat only", change: func(n *corev1.Node) {
-			n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(u0.Add(5 * time.Minute))
-			n.ResourceVersion = "2"
-		}},
-		{name: "ready status changes", want: true, change: func(n *corev1.Node) {
-			n.Status.Conditions[0].Status = corev1.ConditionUnknown
-			n.Status.Conditions[0].LastTransitionTime = metav1.NewTime(u0.Add(time.Minute))
-		}},
-		{name: "a condition appears", want: true, change: func(n *corev1.Node) {
-			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeDiskPressure, Status: corev1.ConditionTrue})
-		}},
-		{name: "labels change", want: true, change: func(n *corev1.Node) { n.Labels[v1alpha1.LabelExcludeFromRemediation] = "true" }},
-		{name: "deletion starts", want: true, change: func(n *corev1.Node) { n.DeletionTimestamp = &metav1.Time{Time: u0} }},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			g := NewWithT(t)
-			n := base.DeepCopy()
-			tt.change(n)
-			g.Expect(nodeChanged().Update(crevent.UpdateEvent{ObjectOld: base, ObjectNew: n})).To(Equal(tt.want))
-		})
-	}
-}
 
 func TestLeaseChangedOnlyOnHolderChanges(t *testing.T) {
 	lease := func(ns, holder string, renew time.Time) *coordinationv1.Lease {
@@ -126,54 +96,44 @@ func TestRemediationChangedIgnoresProgressReports(t *testing.T) {
 	g.Expect(remediationChanged().Delete(crevent.DeleteEvent{Object: base})).To(BeTrue())
 }
 
-func TestChecksOwning(t *testing.T) {
-	g := NewWithT(t)
-	emr := &unstructured.Unstructured{}
-	emr.SetOwnerReferences([]metav1.OwnerReference{
-		{APIVersion: "v1", Kind: "Node", Name: "w1", UID: "n"},
-		{APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "NodeHealthCheck", Name: "workers", UID: "c"},
-		{APIVersion: "remediation.medik8s.io/v1alpha1", Kind: "NodeHealthCheck", Name: "theirs", UID: "m"},
-	})
-	g.Expect(checksOwning(t.Context(), emr)).To(Equal([]reconcile.Request{{NamespacedName: types.NamespacedName{Name: "workers"}}}))
-}
-
 // The map functions find the checks a Node or a template event concerns (against the API server).
-func TestMapFunctions(t *testing.T) {
-	w := newWorld(t)
-	g := w.g
-	ref := w.pcTemplate("pc")
-	selecting := w.check("selecting", &ref)
-	other := w.check("other", nil, func(c *v1alpha1.NodeHealthCheck) {
-		c.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": w.pool + "-x"}}
-		c.Spec.RemediationTemplate = &v1alpha1.TemplateReference{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: ref.Namespace, Name: "else"}
+var _ = Describe("Map functions", func() {
+	It("find the checks a Node, lease or template event concerns", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		ref := w.pcTemplate(ctx, "pc")
+		selecting := w.check(ctx, "selecting", &ref)
+		other := w.check(ctx, "other", nil, func(c *v1alpha1.NodeHealthCheck) {
+			c.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": w.pool + "-x"}}
+			c.Spec.RemediationTemplate = &v1alpha1.TemplateReference{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: ref.Namespace, Name: "else"}
+		})
+		n := w.node(ctx, "w1", corev1.ConditionTrue, t0)
+		req := func(c *v1alpha1.NodeHealthCheck) reconcile.Request {
+			return reconcile.Request{NamespacedName: types.NamespacedName{Name: c.Name}}
+		}
+		Expect(w.r.checksForNode(ctx, n)).To(Equal([]reconcile.Request{req(selecting)}))
+		leaseOf := func(n *corev1.Node) *coordinationv1.Lease {
+			return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: leases.LeaseName(n.Name), Namespace: leaseNS}}
+		}
+		Expect(w.r.checksForLease(ctx, leaseOf(n))).To(BeEmpty(), "a Ready Node no check remembers: its lease does not matter")
+		sick := w.node(ctx, "w2", corev1.ConditionFalse, t0)
+		Expect(w.r.checksForLease(ctx, leaseOf(sick))).To(Equal([]reconcile.Request{req(selecting)}), "not Ready: it matters to the checks that select it")
+		cp := w.node(ctx, "cp1", corev1.ConditionTrue, t0, labelControlPlane, "")
+		Expect(w.r.checksForLease(ctx, leaseOf(cp))).To(ContainElements(req(selecting), req(other)), "a control-plane Node's lease matters to every check")
+
+		// A check that remembers the Node hears of it even when its selector no longer matches.
+		other.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: n.Name, SkipReason: SkipExcluded}}
+		Expect(k8s.Status().Update(ctx, other)).To(Succeed())
+		Expect(w.r.checksForNode(ctx, n)).To(ConsistOf(req(selecting), req(other)))
+		Expect(w.r.checksForLease(ctx, leaseOf(n))).To(Equal([]reconcile.Request{req(other)}))
+
+		tpl := &unstructured.Unstructured{}
+		tpl.SetAPIVersion(ref.APIVersion)
+		tpl.SetKind(ref.Kind)
+		tpl.SetNamespace(ref.Namespace)
+		tpl.SetName(ref.Name)
+		Expect(w.r.checksUsingTemplate(ctx, tpl)).To(Equal([]reconcile.Request{req(selecting)}))
 	})
-	n := w.node("w1", corev1.ConditionTrue, t0)
-	req := func(c *v1alpha1.NodeHealthCheck) reconcile.Request {
-		return reconcile.Request{NamespacedName: types.NamespacedName{Name: c.Name}}
-	}
-	g.Expect(w.r.checksForNode(w.ctx, n)).To(Equal([]reconcile.Request{req(selecting)}))
-	leaseOf := func(n *corev1.Node) *coordinationv1.Lease {
-		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: leases.LeaseName(n.Name), Namespace: leaseNS}}
-	}
-	g.Expect(w.r.checksForLease(w.ctx, leaseOf(n))).To(BeEmpty(), "a Ready Node no check remembers: its lease does not matter")
-	sick := w.node("w2", corev1.ConditionFalse, t0)
-	g.Expect(w.r.checksForLease(w.ctx, leaseOf(sick))).To(Equal([]reconcile.Request{req(selecting)}), "not Ready: it matters to the checks that select it")
-	cp := w.node("cp1", corev1.ConditionTrue, t0, labelControlPlane, "")
-	g.Expect(w.r.checksForLease(w.ctx, leaseOf(cp))).To(ContainElements(req(selecting), req(other)), "a control-plane Node's lease matters to every check")
-
-	// A check that remembers the Node hears of it even when its selector no longer matches.
-	other.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: n.Name, SkipReason: SkipExcluded}}
-	g.Expect(k8s.Status().Update(w.ctx, other)).To(Succeed())
-	g.Expect(w.r.checksForNode(w.ctx, n)).To(ConsistOf(req(selecting), req(other)))
-	g.Expect(w.r.checksForLease(w.ctx, leaseOf(n))).To(Equal([]reconcile.Request{req(other)}))
-
-	tpl := &unstructured.Unstructured{}
-	tpl.SetAPIVersion(ref.APIVersion)
-	tpl.SetKind(ref.Kind)
-	tpl.SetNamespace(ref.Namespace)
-	tpl.SetName(ref.Name)
-	g.Expect(w.r.checksUsingTemplate(w.ctx, tpl)).To(Equal([]reconcile.Request{req(selecting)}))
-}
+})
 
 // BenchmarkDecide5000Nodes is decide's cost for a 5,000-node check with 50 unhealthy Nodes: what every
 // reconcile of a large check pays besides reading the cache.

@@ -14,18 +14,16 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,17 +38,39 @@ import (
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
-// remediationScheme knows core Kubernetes, metalheal and Cluster API's Machines.
-func remediationScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(v1alpha1.AddToScheme(s))
-	utilruntime.Must(clusterv1.AddToScheme(s))
-	return s
+// The suite runs the remediator against one real API server (internal/testenv), with metalheal's and
+// Cluster API's CRDs, started once for every spec. Specs call Reconcile directly and step an injected fake
+// clock; only the many-at-once spec runs a manager. Each spec keeps apart by its namespace and the prefix
+// of its Nodes' names. The unit tables of the package (decisions, host phases, records, the state metrics)
+// are plain `testing` and need no API server: `go test -run 'TestSpecDefaults|TestNextOffPhase'` starts none.
+var (
+	env *testenv.Env
+	api *apiServer
+	// stopCache stops api's cache.
+	stopCache context.CancelFunc = func() {}
+)
+
+func TestEnvtest(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "PowerCycleRemediation controller")
 }
 
-// apiServer is a real kube-apiserver and etcd with metalheal's and Cluster API's CRDs, a direct client,
-// and a cache that the BMC access layer reads BMCs and Secrets from (as it does in the manager).
+var _ = BeforeSuite(func() {
+	setupLogging()
+	var err error
+	env, err = testenv.Up(testenv.EnvOptions{ClusterAPI: true, Namespaces: []string{leases.DefaultNamespace}, QPS: 500, Burst: 1000})
+	Expect(err).NotTo(HaveOccurred())
+	api, err = newAPIServer(env)
+	Expect(err).NotTo(HaveOccurred())
+})
+
+var _ = AfterSuite(func() {
+	stopCache()
+	Expect(env.Stop()).To(Succeed())
+})
+
+// apiServer is the package's API server: a direct client, and a cache that the BMC access layer reads
+// BMCs and Secrets from (as it does in the manager).
 type apiServer struct {
 	// kubeconfig is an admin kubeconfig of the API server, with inline credentials.
 	kubeconfig []byte
@@ -60,54 +80,30 @@ type apiServer struct {
 	cache      cache.Cache
 }
 
-// startAPIServer starts one for the duration of t.
-func startAPIServer(t *testing.T) *apiServer {
-	t.Helper()
-	setupLogging()
-	capi, err := testenv.ClusterAPICRDs()
+// newAPIServer starts the cache of env for the rest of the suite.
+func newAPIServer(env *testenv.Env) (*apiServer, error) {
+	ca, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme})
 	if err != nil {
-		t.Fatalf("locating Cluster API CRDs: %v", err)
-	}
-	env, cfg, err := testenv.Start(testenv.Options{ExtraCRDPaths: []string{capi}})
-	if err != nil {
-		t.Fatalf("starting the API server: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stopping the API server: %v", err)
-		}
-	})
-	cfg.QPS, cfg.Burst = 500, 1000
-	scheme := remediationScheme()
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatalf("creating a client: %v", err)
-	}
-	ca, err := cache.New(cfg, cache.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatalf("creating a cache: %v", err)
+		return nil, fmt.Errorf("creating a cache: %w", err)
 	}
 	// The field indexes the access layer looks BMCs up by, registered once for every Access built on
 	// this cache.
 	if err := bmcaccess.New(ca, "", nil, bmcaccess.Options{}).SetupIndexes(context.Background(), ca); err != nil {
-		t.Fatalf("indexing BMCs: %v", err)
+		return nil, fmt.Errorf("indexing BMCs: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
+	stopCache = cancel
 	go func() { _ = ca.Start(ctx) }()
 	// Informers for what the access layer reads, started now.
 	for _, o := range []client.Object{&v1alpha1.BMC{}, &corev1.Secret{}} {
 		if _, err := ca.GetInformer(ctx, o); err != nil {
-			t.Fatalf("starting an informer: %v", err)
+			return nil, fmt.Errorf("starting an informer: %w", err)
 		}
 	}
 	if !ca.WaitForCacheSync(ctx) {
-		t.Fatal("the cache did not sync")
+		return nil, errors.New("the cache did not sync")
 	}
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leases.DefaultNamespace}}); err != nil {
-		t.Fatalf("creating the lease namespace: %v", err)
-	}
-	return &apiServer{kubeconfig: env.KubeConfig, cfg: cfg, scheme: scheme, client: c, cache: ca}
+	return &apiServer{kubeconfig: env.KubeConfig(), cfg: env.Config, scheme: env.Scheme, client: env.Client, cache: ca}, nil
 }
 
 var loggingOnce sync.Once
@@ -133,11 +129,9 @@ func redfishFactory(addr bmc.Address, creds bmc.Credentials, opts bmc.Options) (
 
 var worldSeq atomic.Int32
 
-// world is one scenario: its own namespace (BMCs, Secrets, remediations), nodes with unique names, a
-// fake clock, an event recorder and the BMC drivers of a registry chosen by the scenario.
+// world is one spec's testenv world: its own namespace (BMCs, Secrets, remediations), nodes with
+// unique names, a fake clock, an event recorder and the BMC drivers of a registry chosen by the spec.
 type world struct {
-	t        *testing.T
-	ctx      context.Context
 	api      *apiServer
 	c        client.Client
 	ns       string
@@ -151,35 +145,30 @@ type world struct {
 	reconcilerOptions func(*RemediationReconcilerOptions)
 }
 
-func newWorld(t *testing.T, api *apiServer, registry *bmc.Registry) *world {
-	t.Helper()
+func newWorld(ctx context.Context, registry *bmc.Registry) *world {
+	GinkgoHelper()
 	n := worldSeq.Add(1)
-	w := &world{
-		t:        t,
-		ctx:      context.Background(),
+	tw := env.NewWorld(ctx, GinkgoT(), testenv.WorldOptions{Namespace: fmt.Sprintf("scenario-%d", n), Start: epoch})
+	return &world{
 		api:      api,
 		c:        api.client,
-		ns:       fmt.Sprintf("scenario-%d", n),
+		ns:       tw.Namespace,
 		prefix:   fmt.Sprintf("s%d-", n),
-		clock:    clocktesting.NewFakeClock(epoch),
+		clock:    tw.Clock,
 		recorder: events.NewFakeRecorder(10000),
 		registry: registry,
 	}
-	w.must(w.c.Create(w.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}))
-	return w
 }
 
 func (w *world) must(err error) {
-	w.t.Helper()
-	if err != nil {
-		w.t.Fatal(err)
-	}
+	GinkgoHelper()
+	Expect(err).NotTo(HaveOccurred())
 }
 
 // reconciler builds a fresh remediator, as a restarted manager would: a new access layer (no cached
 // drivers) over the same API server, registry and clock.
 func (w *world) reconciler() *RemediationReconciler {
-	w.t.Helper()
+	GinkgoHelper()
 	opts := RemediationReconcilerOptions{
 		Client:            w.c,
 		Clock:             w.clock,
@@ -198,24 +187,24 @@ func (w *world) reconciler() *RemediationReconciler {
 }
 
 // node creates a broken node (Ready Unknown since long ago) and returns its full name.
-func (w *world) node(name string, labels map[string]string) string {
-	w.t.Helper()
+func (w *world) node(ctx context.Context, name string, labels map[string]string) string {
+	GinkgoHelper()
 	name = w.prefix + name
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
-	w.must(w.c.Create(w.ctx, n))
+	w.must(w.c.Create(ctx, n))
 	long := metav1.NewTime(epoch.Add(-time.Hour))
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown,
 		LastHeartbeatTime: long, LastTransitionTime: long, Reason: "NodeStatusUnknown"}}
-	w.must(w.c.Status().Update(w.ctx, n))
+	w.must(w.c.Status().Update(ctx, n))
 	return name
 }
 
 // setReady sets the node's Ready condition as its kubelet (or the node lifecycle controller) would,
 // stamped with the world's time.
-func (w *world) setReady(name string, status corev1.ConditionStatus) {
-	w.t.Helper()
+func (w *world) setReady(ctx context.Context, name string, status corev1.ConditionStatus) {
+	GinkgoHelper()
 	n := &corev1.Node{}
-	w.must(w.c.Get(w.ctx, client.ObjectKey{Name: name}, n))
+	w.must(w.c.Get(ctx, client.ObjectKey{Name: name}, n))
 	now := metav1.NewTime(w.clock.Now())
 	for i, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
@@ -225,102 +214,101 @@ func (w *world) setReady(name string, status corev1.ConditionStatus) {
 			n.Status.Conditions[i].Status, n.Status.Conditions[i].LastHeartbeatTime = status, now
 		}
 	}
-	w.must(w.c.Status().Update(w.ctx, n))
+	w.must(w.c.Status().Update(ctx, n))
 }
 
 // bmc creates the node's BMC at address, with a credentials Secret (unless secret is nil).
-func (w *world) bmc(node, address string, secret map[string]string) *v1alpha1.BMC {
-	w.t.Helper()
+func (w *world) bmc(ctx context.Context, node, address string, secret map[string]string) *v1alpha1.BMC {
+	GinkgoHelper()
 	b := &v1alpha1.BMC{
 		ObjectMeta: metav1.ObjectMeta{Name: node + "-bmc", Namespace: w.ns},
 		Spec: v1alpha1.BMCSpec{NodeName: node, Address: address,
 			CredentialsSecretRef: v1alpha1.SecretReference{Name: node + "-bmc-credentials"}},
 	}
-	w.must(w.c.Create(w.ctx, b))
+	w.must(w.c.Create(ctx, b))
 	if secret != nil {
-		w.secret(b.Spec.CredentialsSecretRef.Name, secret)
+		w.secret(ctx, b.Spec.CredentialsSecretRef.Name, secret)
 	}
-	w.waitCached(b, func(o client.Object) bool { return true })
+	w.waitCached(ctx, b, func(o client.Object) bool { return true })
 	return b
 }
 
 // fakeHost creates a node (see node) whose BMC is a fake driver with good credentials, and returns the
 // node's full name.
-func (w *world) fakeHost(name string, labels map[string]string) string {
-	w.t.Helper()
-	node := w.node(name, labels)
-	w.bmc(node, fakeAddress(node), credentials)
+func (w *world) fakeHost(ctx context.Context, name string, labels map[string]string) string {
+	GinkgoHelper()
+	node := w.node(ctx, name, labels)
+	w.bmc(ctx, node, fakeAddress(node), credentials)
 	return node
 }
 
 // secret creates or updates a Secret and waits until the access layer's cache has this version.
-func (w *world) secret(name string, data map[string]string) {
-	w.t.Helper()
+func (w *world) secret(ctx context.Context, name string, data map[string]string) {
+	GinkgoHelper()
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns}}
-	err := w.c.Get(w.ctx, client.ObjectKeyFromObject(s), s)
+	err := w.c.Get(ctx, client.ObjectKeyFromObject(s), s)
 	s.StringData = data
 	if apierrors.IsNotFound(err) {
-		w.must(w.c.Create(w.ctx, s))
+		w.must(w.c.Create(ctx, s))
 	} else {
 		w.must(err)
-		w.must(w.c.Update(w.ctx, s))
+		w.must(w.c.Update(ctx, s))
 	}
 	rv := s.ResourceVersion
-	w.waitCached(s, func(o client.Object) bool { return o.GetResourceVersion() == rv })
+	w.waitCached(ctx, s, func(o client.Object) bool { return o.GetResourceVersion() == rv })
 }
 
 // waitCached waits until the cache holds o in a state ok accepts (the cache is real: it lags).
-func (w *world) waitCached(o client.Object, ok func(client.Object) bool) {
-	w.t.Helper()
-	g := NewWithT(w.t)
+func (w *world) waitCached(ctx context.Context, o client.Object, ok func(client.Object) bool) {
+	GinkgoHelper()
 	cached := o.DeepCopyObject().(client.Object)
-	g.Eventually(func() bool {
-		return w.api.cache.Get(w.ctx, client.ObjectKeyFromObject(o), cached) == nil && ok(cached)
+	Eventually(func() bool {
+		return w.api.cache.Get(ctx, client.ObjectKeyFromObject(o), cached) == nil && ok(cached)
 	}).WithTimeout(10 * time.Second).WithPolling(10 * time.Millisecond).Should(BeTrue())
 }
 
 // remediation creates a PowerCycleRemediation in the world's namespace.
-func (w *world) remediation(name string, spec v1alpha1.PowerCycleRemediationSpec, annotations map[string]string, owners ...metav1.OwnerReference) client.ObjectKey {
-	w.t.Helper()
+func (w *world) remediation(ctx context.Context, name string, spec v1alpha1.PowerCycleRemediationSpec, annotations map[string]string, owners ...metav1.OwnerReference) client.ObjectKey {
+	GinkgoHelper()
 	p := &v1alpha1.PowerCycleRemediation{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns, Annotations: annotations, OwnerReferences: owners},
 		Spec:       spec,
 	}
-	w.must(w.c.Create(w.ctx, p))
+	w.must(w.c.Create(ctx, p))
 	return client.ObjectKeyFromObject(p)
 }
 
 // nhcRemediation creates a remediation as NodeHealthCheck does: named after the node, annotated with it,
 // owned by the Node and the health check.
-func (w *world) nhcRemediation(node string, spec v1alpha1.PowerCycleRemediationSpec) client.ObjectKey {
-	w.t.Helper()
+func (w *world) nhcRemediation(ctx context.Context, node string, spec v1alpha1.PowerCycleRemediationSpec) client.ObjectKey {
+	GinkgoHelper()
 	n := &corev1.Node{}
-	w.must(w.c.Get(w.ctx, client.ObjectKey{Name: node}, n))
-	return w.remediation(node, spec, map[string]string{v1alpha1.AnnotationNodeName: node},
+	w.must(w.c.Get(ctx, client.ObjectKey{Name: node}, n))
+	return w.remediation(ctx, node, spec, map[string]string{v1alpha1.AnnotationNodeName: node},
 		metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: node, UID: n.UID},
 		metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeHealthCheck", Name: "workers", UID: "4a1b5e0e-0000-4000-8000-000000000001"})
 }
 
-func (w *world) get(key client.ObjectKey) *v1alpha1.PowerCycleRemediation {
-	w.t.Helper()
+func (w *world) get(ctx context.Context, key client.ObjectKey) *v1alpha1.PowerCycleRemediation {
+	GinkgoHelper()
 	p := &v1alpha1.PowerCycleRemediation{}
-	w.must(w.c.Get(w.ctx, key, p))
+	w.must(w.c.Get(ctx, key, p))
 	return p
 }
 
-func (w *world) getNode(name string) *corev1.Node {
-	w.t.Helper()
+func (w *world) getNode(ctx context.Context, name string) *corev1.Node {
+	GinkgoHelper()
 	n := &corev1.Node{}
-	w.must(w.c.Get(w.ctx, client.ObjectKey{Name: name}, n))
+	w.must(w.c.Get(ctx, client.ObjectKey{Name: name}, n))
 	return n
 }
 
 // taintKeys lists the keys of the node's remediation taints (the API server adds others of its own,
 // such as node.kubernetes.io/not-ready).
-func (w *world) taintKeys(name string) []string {
-	w.t.Helper()
+func (w *world) taintKeys(ctx context.Context, name string) []string {
+	GinkgoHelper()
 	var keys []string
-	for _, t := range w.getNode(name).Spec.Taints {
+	for _, t := range w.getNode(ctx, name).Spec.Taints {
 		if _, ours := taintEffects[t.Key]; ours {
 			keys = append(keys, t.Key)
 		}
@@ -329,10 +317,10 @@ func (w *world) taintKeys(name string) []string {
 }
 
 // lease returns the node's lease, or nil.
-func (w *world) lease(node string) *coordinationv1.Lease {
-	w.t.Helper()
+func (w *world) lease(ctx context.Context, node string) *coordinationv1.Lease {
+	GinkgoHelper()
 	l := &coordinationv1.Lease{}
-	err := w.c.Get(w.ctx, client.ObjectKey{Namespace: leases.DefaultNamespace, Name: leases.LeaseName(node)}, l)
+	err := w.c.Get(ctx, client.ObjectKey{Namespace: leases.DefaultNamespace, Name: leases.LeaseName(node)}, l)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -364,18 +352,18 @@ type step struct {
 // reconcile (the same one, or a fresh one to simulate restarts). After each reconcile react lets the
 // world respond (a kubelet reporting Ready, say), then the clock jumps to the requeue time. It fails the
 // test after maxSteps reconciles, and returns what each reconcile saw.
-func (w *world) drive(key client.ObjectKey, next func() *RemediationReconciler, react func(*v1alpha1.PowerCycleRemediation), until func([]step) bool) []step {
-	w.t.Helper()
+func (w *world) drive(ctx context.Context, key client.ObjectKey, next func() *RemediationReconciler, react func(*v1alpha1.PowerCycleRemediation), until func([]step) bool) []step {
+	GinkgoHelper()
 	const maxSteps = 400
 	var steps []step
 	for range maxSteps {
 		at := w.clock.Now()
-		res, err := next().Reconcile(w.ctx, ctrl.Request{NamespacedName: key})
+		res, err := next().Reconcile(ctx, ctrl.Request{NamespacedName: key})
 		if err != nil {
-			w.t.Fatalf("reconcile %d (at +%s): %v", len(steps)+1, at.Sub(epoch), err)
+			Fail(fmt.Sprintf("reconcile %d (at +%s): %v", len(steps)+1, at.Sub(epoch), err))
 		}
 		p := &v1alpha1.PowerCycleRemediation{}
-		err = w.c.Get(w.ctx, key, p)
+		err = w.c.Get(ctx, key, p)
 		if apierrors.IsNotFound(err) {
 			steps = append(steps, step{gone: true, result: res, at: at})
 			return steps
@@ -392,7 +380,7 @@ func (w *world) drive(key client.ObjectKey, next func() *RemediationReconciler, 
 			w.clock.Step(res.RequeueAfter)
 		}
 	}
-	w.t.Fatalf("remediation %s did not get there in %d reconciles; phases: %v", key, maxSteps, phases(steps))
+	Fail(fmt.Sprintf("remediation %s did not get there in %d reconciles; phases: %v", key, maxSteps, phases(steps)))
 	return nil
 }
 
@@ -434,17 +422,17 @@ func phases(steps []step) []v1alpha1.PowerCyclePhase {
 
 // kubeletOnPowerOn answers a power-on the way a healthy host does: once the BMC has confirmed it on, the
 // kubelet reports Ready. healthy says whether this attempt's boot brings the node back.
-func (w *world) kubeletOnPowerOn(node string, healthy func(attempt int32) bool) func(*v1alpha1.PowerCycleRemediation) {
+func (w *world) kubeletOnPowerOn(ctx context.Context, node string, healthy func(attempt int32) bool) func(*v1alpha1.PowerCycleRemediation) {
 	return func(p *v1alpha1.PowerCycleRemediation) {
 		if p.Status.Phase != v1alpha1.PhaseWaitingForNode || len(p.Status.Attempts) == 0 {
 			return
 		}
 		a := p.Status.Attempts[len(p.Status.Attempts)-1]
-		if a.PowerOnRequested == nil || !healthy(a.Number) || nodeReadySince(w.getNode(node), a.PowerOnRequested.Time) {
+		if a.PowerOnRequested == nil || !healthy(a.Number) || nodeReadySince(w.getNode(ctx, node), a.PowerOnRequested.Time) {
 			return
 		}
 		w.clock.Step(20 * time.Second) // the boot
-		w.setReady(node, corev1.ConditionTrue)
+		w.setReady(ctx, node, corev1.ConditionTrue)
 	}
 }
 
@@ -506,7 +494,7 @@ func (l *writeLog) reset() {
 // interceptedClient is a client straight to the API server (no cache) with funcs in front of it. Every
 // write that funcs leaves alone is counted in the log it returns.
 func (w *world) interceptedClient(funcs interceptor.Funcs) (client.Client, *writeLog) {
-	w.t.Helper()
+	GinkgoHelper()
 	direct, err := client.NewWithWatch(w.api.cfg, client.Options{Scheme: w.api.scheme})
 	w.must(err)
 	log := &writeLog{}
@@ -550,18 +538,16 @@ func (w *world) interceptedClient(funcs interceptor.Funcs) (client.Client, *writ
 }
 
 // indexedClient is a client whose reads come from a cache of the world's namespace with the remediator's
-// node index, as the manager's do; the cache runs until the test ends.
-func (w *world) indexedClient() client.Client {
-	w.t.Helper()
+// node index, as the manager's do; the cache runs until the spec ends.
+func (w *world) indexedClient(ctx context.Context) client.Client {
+	GinkgoHelper()
 	ca, err := cache.New(w.api.cfg, cache.Options{Scheme: w.api.scheme, DefaultNamespaces: map[string]cache.Config{w.ns: {}}})
 	w.must(err)
-	w.must(indexRemediationsByNode(w.ctx, ca))
-	ctx, cancel := context.WithCancel(w.ctx)
-	w.t.Cleanup(cancel)
+	w.must(indexRemediationsByNode(ctx, ca))
+	ctx, cancel := context.WithCancel(ctx)
+	DeferCleanup(cancel)
 	go func() { _ = ca.Start(ctx) }()
-	if !ca.WaitForCacheSync(ctx) {
-		w.t.Fatal("the cache did not sync")
-	}
+	Expect(ca.WaitForCacheSync(ctx)).To(BeTrue(), "the cache did not sync")
 	c, err := client.New(w.api.cfg, client.Options{Scheme: w.api.scheme, Cache: &client.CacheOptions{Reader: ca}})
 	w.must(err)
 	return c
@@ -572,7 +558,7 @@ func (w *world) indexedClient() client.Client {
 // the phase before. It lets a test stop in a phase that a reconcile otherwise enters and leaves at once
 // (PoweredOff, say). It sets w.reconcilerOptions.
 func (w *world) pauseBefore(phase v1alpha1.PowerCyclePhase) {
-	w.t.Helper()
+	GinkgoHelper()
 	var fired atomic.Bool
 	c, _ := w.interceptedClient(interceptor.Funcs{
 		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {

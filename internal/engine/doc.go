@@ -10,13 +10,27 @@
 //     request that vanished, starts the next step once every ended step's request is finished with the
 //     host (one hand per host: template.HandOver), and says when to look again. Its memory is the check's
 //     status: one Record per step started, adopted from the requests themselves when the status lost them.
+//   - Pass decides a check's unhealthy targets, the same for both kinds: per target the walk (Escalate) and
+//     its events, the Node's lease kept while the check's requests live, the target's holds, and its start,
+//     which Admit puts through the Gate in the order the targets' criteria expired; and (Healthy) a target
+//     healthy again, its requests held for healthyDelay, then deleted. The adapters map each Outcome to
+//     their status entries, writes and events.
 //   - DecideCheckWide sets the check-wide conditions (Paused, RemediationAllowed, StormActive with its
 //     cooldown) from the budget and the pause requests.
 //   - HealthyHold keeps a target healthy again under remediation for healthyDelay, or until a person
 //     confirms it (a negative delay); Unconfirm removes the confirmation once it has served.
 //   - Dry run (SkipDryRun, WouldCreate): a check decides everything and starts nothing.
-//   - NodeChanged and LeaseChanged are the watch filters both kinds use; RequeueAfter is when a check is
-//     looked at again; RequestOf and MarkTimedOut read and mark a remediation request of any kind.
+//   - Gate applies the gates of a new start in one order for both kinds (the overlapping rule, the repeat
+//     back-off, control-plane targets one at a time and the Node's lease, dry run); a Skip is the
+//     target's skip, and Skip.Event its event, once per reason and message.
+//   - Starter makes the writes that start or keep a remediation, the same for both kinds: a Node's lease
+//     (a control-plane start under the manager's gates.ControlPlaneClaim; a lease someone else holds is a
+//     Skip) and a remediation request (one the check made already is adopted, anyone else's is a
+//     RemediationExists Skip).
+//   - NodeChanged (NodeUpdates) and LeaseChanged are the watch filters both kinds use, ChecksOwning maps
+//     a request to its check, and Pending says a check waits for a kind's first watch; RequeueAfter is
+//     when a check is looked at again; RequestOf and MarkTimedOut read and mark a remediation request of
+//     any kind.
 //
 // The admission gates (overlap, control plane one at a time, node leases: gates.Admission and
 // gates.ControlPlaneClaim) live in internal/gates. Package enginetest holds the table both checkers must

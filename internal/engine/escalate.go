@@ -6,6 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/metalheal/metalheal/internal/template"
 )
@@ -41,6 +42,8 @@ type Step struct {
 // Request is one of the check's remediation requests for a target, as the cache shows it.
 type Request struct {
 	Ref Ref
+	// UID is the request's (deleting it is conditional on it: never a namesake made since).
+	UID types.UID
 	// TemplateName is the template the request was made from (its annotation), "" when it does not say.
 	TemplateName string
 	Created      time.Time

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/internal/template"
+	"github.com/metalheal/metalheal/pkg/leases"
 )
 
 // RequestOf reads what the engine needs from a remediation request (unstructured, or a typed kind that
@@ -19,6 +20,7 @@ import (
 func RequestOf(ref Ref, obj client.Object) Request {
 	q := Request{
 		Ref:          ref,
+		UID:          obj.GetUID(),
 		TemplateName: obj.GetAnnotations()[template.AnnotationTemplateName],
 		Created:      obj.GetCreationTimestamp().Time,
 		Deleting:     obj.GetDeletionTimestamp() != nil,
@@ -52,15 +54,31 @@ func Condition(obj client.Object, condType string) (*metav1.Condition, error) {
 	return nil, nil
 }
 
+// Object is the request ref names, for a write that needs nothing else of it.
+func (r Ref) Object() *unstructured.Unstructured {
+	obj := &unstructured.Unstructured{}
+	obj.SetAPIVersion(r.APIVersion)
+	obj.SetKind(r.Kind)
+	obj.SetNamespace(r.Namespace)
+	obj.SetName(r.Name)
+	return obj
+}
+
+// Holders are the lease holder identities of the remediators of requests (pkg/leases.HolderIdentity): a
+// check takes its Node's lease over from them, should one have taken it first.
+func Holders(requests []Request) []string {
+	var out []string
+	for _, q := range requests {
+		out = append(out, leases.HolderIdentity(q.Ref.Kind, q.Ref.Name))
+	}
+	return out
+}
+
 // MarkTimedOut marks the request ref timed out at now (template.AnnotationTimedOut, a merge patch: the
 // remediator's own fields are left alone): its step has ended and the remediator must let go of the host.
 // A request gone is nothing to do.
 func MarkTimedOut(ctx context.Context, c client.Client, ref Ref, now time.Time) error {
-	obj := &unstructured.Unstructured{}
-	obj.SetAPIVersion(ref.APIVersion)
-	obj.SetKind(ref.Kind)
-	obj.SetNamespace(ref.Namespace)
-	obj.SetName(ref.Name)
+	obj := ref.Object()
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, template.AnnotationTimedOut, now.UTC().Format(time.RFC3339))
 	if err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("marking %s timed out: %w", ref, err)

@@ -1,6 +1,10 @@
 package engine
 
-import "time"
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
 
 // DefaultResyncPeriod is how often a check is looked at again when nothing is pending: a safety net only
 // (every deadline a decision knows of, a condition's expiry above all, is requeued at exactly), for what
@@ -19,4 +23,12 @@ func RequeueAfter(next, now time.Time, resync, retry time.Duration) time.Duratio
 		d = min(d, retry)
 	}
 	return max(d, time.Nanosecond)
+}
+
+// DurationOf is a spec's duration, zero when unset.
+func DurationOf(d *metav1.Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	return d.Duration
 }

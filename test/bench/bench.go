@@ -219,6 +219,9 @@ func (b *bench) phases(ctx context.Context) error {
 		}
 		b.heapProfile(ctx, "after-steady")
 		p.Notes = append(p.Notes, "no failures")
+		if err := b.powerWatchRest(ctx); err != nil {
+			return err
+		}
 	}
 	if b.cfg.failures > 0 {
 		spread, burst := b.detectionNodes()

@@ -8,6 +8,8 @@
 //
 //	startup           the controller's initial list and sync (and, for metalheal, the first check of every BMC)
 //	steady            no failures, --steady long
+//	steady-streams    with --power-watch: the same, once every BMC's spec.powerWatch is on and the manager
+//	                  holds one event stream open per BMC (the cost of following every host's power)
 //	spread, burst     --failures nodes fail one after another over --spread-over, then all at once
 //	floor             before the burst: --floor-rounds rounds of --failures creates the bench sends itself
 //	power-single      one PowerCycleRemediation alone, with --bmc-latency per Redfish request

@@ -28,6 +28,7 @@ type config struct {
 	leaseInterval     time.Duration
 	gracePeriod       time.Duration
 	bmcs              bool
+	powerWatch        bool
 	out               string
 	controllerCmd     string
 	checker           string
@@ -76,6 +77,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.bootDelay, "boot-delay", 10*time.Second, "How long a simulated host takes from power-on to a Ready node.")
 	fs.DurationVar(&c.leaseInterval, "lease-interval", 10*time.Second, "How often simulated kubelets renew their node lease (a kubelet's default is 10s; status is posted every 5m).")
 	fs.DurationVar(&c.gracePeriod, "node-monitor-grace-period", 40*time.Second, "The controller-manager's node monitor grace period (silence before Ready=Unknown).")
+	fs.BoolVar(&c.powerWatch, "power-watch", false, "After the steady phase, turn spec.powerWatch on for every BMC (each Redfish BMC's event stream followed) and measure the manager at rest again for --steady, with one stream open per BMC.")
 	fs.BoolVar(&c.bmcs, "bmcs", true, "Create one BMC object per node (metalheal's BMC inventory then checks them all, as in production).")
 	fs.StringVar(&c.out, "out", "bin/bench.json", "Where to write the JSON results.")
 	fs.StringVar(&c.controllerCmd, "controller-cmd", "", "Peer mode: a shell command to run as the controller under test instead of metalheal's manager. "+

@@ -29,10 +29,13 @@ type Report struct {
 	Floor        *Floor         `json:"floor,omitempty"`
 	PowerCycles  *PowerCycles   `json:"powerCycles,omitempty"`
 	// Fleet is the fleet world's summary (--world=fleet).
-	Fleet   *FleetSummary `json:"fleet,omitempty"`
-	Targets []Target      `json:"targets"`
-	Method  []string      `json:"method"`
-	Error   string        `json:"error,omitempty"`
+	Fleet *FleetSummary `json:"fleet,omitempty"`
+	// EventStreams is how many BMC event streams the manager held open in the steady-streams phase
+	// (--power-watch); 0 without.
+	EventStreams int      `json:"eventStreams,omitempty"`
+	Targets      []Target `json:"targets"`
+	Method       []string `json:"method"`
+	Error        string   `json:"error,omitempty"`
 }
 
 // Machine is where the run happened.
@@ -214,6 +217,12 @@ func (r *Report) finish() {
 		c := p.Costs[controllerMeter]
 		add(costWorld, "controller steady-state CPU", "< 2% of one core",
 			fmt.Sprintf("%.2f%% (%.1f CPU-s in %.0fs)", c.CPUPercent, c.CPUSeconds, p.Seconds), c.CPUPercent < 2)
+	}
+	if p, q := phase("steady"), phase("steady-streams"); p != nil && q != nil {
+		c, d := p.Costs[controllerMeter], q.Costs[controllerMeter]
+		r.Targets = append(r.Targets, Target{Name: fmt.Sprintf("at rest with %d BMC event streams open, against without", r.EventStreams),
+			Goal: "reported", Value: fmt.Sprintf("CPU %.2f%% against %.2f%% of a core; peak RSS %.0f MiB against %.0f MiB",
+				d.CPUPercent, c.CPUPercent, d.PeakRSSMiB, c.PeakRSSMiB)})
 	}
 	lists := 0
 	var where []string

@@ -21,13 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/bmcaccess"
@@ -593,33 +590,15 @@ var _ = Describe("BMC inventory schedule and status writes", func() {
 // startBMCManager runs a manager with the BMC inventory for namespace ns until the spec ends, logging to
 // logger. It returns the Access the controller uses.
 func startBMCManager(ctx context.Context, ns string, opts Options, logger logr.Logger) *bmcaccess.Access {
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Logger:                 logger,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Secret{}: {Namespaces: map[string]cache.Config{ns: {}}},
-		}},
-	})
+	mgr, err := env.NewManager(testenv.ManagerOptions{Logger: logger,
+		ByObject: map[client.Object]cache.ByObject{&corev1.Secret{}: {Namespaces: map[string]cache.Config{ns: {}}}}})
 	Expect(err).NotTo(HaveOccurred())
 	access := bmcaccess.New(mgr.GetClient(), ns, newTestRegistry(), bmcaccess.Options{})
 	Expect(mgr.Add(access)).To(Succeed())
 	r := &Reconciler{Client: mgr.GetClient(), Access: access, Recorder: mgr.GetEventRecorder(ControllerName),
 		Clock: clocktesting.NewFakeClock(bmcT0Suite), Options: opts}
 	Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
-
-	mgrCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan error, 1)
-	go func() {
-		defer GinkgoRecover()
-		done <- mgr.Start(mgrCtx)
-	}()
-	DeferCleanup(func() {
-		cancel()
-		Eventually(done).WithTimeout(time.Minute).Should(Receive(BeNil()))
-	})
+	testenv.RunManager(context.WithoutCancel(ctx), GinkgoT(), mgr)
 	return access
 }
 

@@ -1,5 +1,3 @@
-// Package testenv starts a real kube-apiserver and etcd for tests (controller-runtime's envtest) from the
-// binaries that hack/build-control-plane.sh builds into ./bin, with metalheal's CRDs installed.
 package testenv
 
 import (

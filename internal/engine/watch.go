@@ -1,0 +1,92 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/kindwatch"
+)
+
+// NodeUpdates passes the Node events that can change a check's decision (NodeChanged): heartbeats are
+// dropped.
+func NodeUpdates() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, okO := e.ObjectOld.(*corev1.Node)
+			n, okN := e.ObjectNew.(*corev1.Node)
+			return !okO || !okN || NodeChanged(o, n)
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// ChecksOwning maps a remediation request to the check of kind (NodeHealthCheck, MachineHealthCheck) that
+// owns it: metalheal's, not medik8s' check of the same kind. A namespaced check is in the request's
+// namespace.
+func ChecksOwning(kind string, namespaced bool) func(context.Context, client.Object) []reconcile.Request {
+	return func(_ context.Context, obj client.Object) []reconcile.Request {
+		var out []reconcile.Request
+		for _, o := range obj.GetOwnerReferences() {
+			if gv, err := schema.ParseGroupVersion(o.APIVersion); err == nil && o.Kind == kind && gv.Group == v1alpha1.GroupVersion.Group {
+				key := types.NamespacedName{Name: o.Name}
+				if namespaced {
+					key.Namespace = obj.GetNamespace()
+				}
+				out = append(out, reconcile.Request{NamespacedName: key})
+			}
+		}
+		return out
+	}
+}
+
+// WatchPendingError says that a kind a check names is being watched for the first time: nothing of it can
+// be read yet without waiting, so the check is looked at again when the watch has synced (the kind watcher
+// enqueues it) or been given up (at Until, at the latest).
+type WatchPendingError struct{ Until time.Time }
+
+func (e *WatchPendingError) Error() string {
+	return "a remediation kind the check names is not watched yet"
+}
+
+// Pending is the WatchPendingError of the kinds among states whose first watch is still pending (the
+// earliest give-up), nil when none is.
+func Pending(states map[schema.GroupVersionKind]kindwatch.Status) error {
+	var pending *WatchPendingError
+	for _, st := range states {
+		if st.State == kindwatch.Pending && (pending == nil || st.Until.Before(pending.Until)) {
+			pending = &WatchPendingError{Until: st.Until}
+		}
+	}
+	if pending == nil {
+		return nil
+	}
+	return pending
+}
+
+// CacheReadGuard bounds a read of a check's cache: a read of a synced informer takes microseconds, and one
+// of a kind without a synced informer would wait for one for ever.
+const CacheReadGuard = 5 * time.Second
+
+// Guarded bounds every read of its Reader with CacheReadGuard.
+type Guarded struct{ client.Reader }
+
+func (g Guarded) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	ctx, cancel := context.WithTimeout(ctx, CacheReadGuard)
+	defer cancel()
+	return g.Reader.Get(ctx, key, obj, opts...)
+}
+
+func (g Guarded) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	ctx, cancel := context.WithTimeout(ctx, CacheReadGuard)
+	defer cancel()
+	return g.Reader.List(ctx, list, opts...)
+}
