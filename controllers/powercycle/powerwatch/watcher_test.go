@@ -14,14 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
-	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/bmcaccess"
@@ -56,34 +50,23 @@ func (r *remediations) set(host string, at bool) {
 
 // world is one spec's manager with the power watch, its fake BMCs, clock, recorder and remediator.
 type world struct {
-	ns           string
+	*testenv.World
 	hosts        *fake.Factory
-	clock        *clocktesting.FakeClock
-	recorder     *events.FakeRecorder
-	seen         []string
 	remediations *remediations
 	watcher      *Watcher
 	cached       client.Reader // the manager's cache: what the watch reads
 }
 
 func startWorld(ctx context.Context, mutate ...func(*Options)) *world {
-	w := &world{ns: newNamespace(ctx), hosts: fake.NewFactory(bmc.PowerStateOn), clock: clocktesting.NewFakeClock(time.Now()),
-		recorder: events.NewFakeRecorder(100), remediations: &remediations{hosts: map[string]bool{}}}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Logger:                 GinkgoLogr,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Secret{}: {Namespaces: map[string]cache.Config{w.ns: {}}},
-		}},
-	})
+	w := &world{World: env.NewWorld(ctx, GinkgoT(), testenv.WorldOptions{GenerateNamespace: "powerwatch-test-"}),
+		hosts: fake.NewFactory(bmc.PowerStateOn), remediations: &remediations{hosts: map[string]bool{}}}
+	mgr, err := env.NewManager(testenv.ManagerOptions{Logger: GinkgoLogr,
+		ByObject: map[client.Object]cache.ByObject{&corev1.Secret{}: {Namespaces: map[string]cache.Config{w.Namespace: {}}}}})
 	Expect(err).NotTo(HaveOccurred())
 	reg := bmc.NewRegistry()
 	Expect(reg.Register(bmc.DriverRedfish, w.hosts.New)).To(Succeed())
-	access := bmcaccess.New(mgr.GetClient(), w.ns, reg, bmcaccess.Options{})
-	opts := Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Access: access, Recorder: w.recorder, Clock: w.clock,
+	access := bmcaccess.New(mgr.GetClient(), w.Namespace, reg, bmcaccess.Options{})
+	opts := Options{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Access: access, Recorder: w.Events, Clock: w.Clock,
 		Remediations: w.remediations, ProbeTimeout: 500 * time.Millisecond}
 	for _, m := range mutate {
 		m(&opts)
@@ -92,20 +75,14 @@ func startWorld(ctx context.Context, mutate ...func(*Options)) *world {
 	w.watcher, err = New(opts)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(w.watcher.SetupWithManager(ctx, mgr)).To(Succeed())
-	Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "bmc"},
+	Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: "bmc"},
 		StringData: map[string]string{"username": "admin", "password": "pw"}})).To(Succeed())
 
-	mgrCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan error, 1)
-	go func() {
-		defer GinkgoRecover()
-		done <- mgr.Start(mgrCtx)
-	}()
 	DeferCleanup(func() {
-		cancel()
-		Eventually(done).WithTimeout(time.Minute).Should(Receive(BeNil()))
+		// Cleanups run last in, first out: RunManager's, registered after this one, has stopped the manager.
 		Expect(w.watcher.goroutines.Load()).To(BeZero(), "every watch ends with the manager")
 	})
+	testenv.RunManager(context.WithoutCancel(ctx), GinkgoT(), mgr)
 	return w
 }
 
@@ -147,7 +124,7 @@ func silentKubelet() *kubeletPort {
 // addHost creates a Node whose kubelet listens at k (nil: the Node publishes no endpoint) and its BMC
 // with watch, and returns the host's fake BMC.
 func (w *world) addHost(ctx context.Context, name string, watch *v1alpha1.PowerWatch, k *kubeletPort) (*fake.Driver, *v1alpha1.BMC) {
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: w.ns + "-" + name}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: w.Namespace + "-" + name}}
 	Expect(k8sClient.Create(ctx, node)).To(Succeed())
 	DeferCleanup(func(ctx context.Context) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, node))).To(Succeed()) })
 	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
@@ -158,9 +135,9 @@ func (w *world) addHost(ctx context.Context, name string, watch *v1alpha1.PowerW
 	}
 	Expect(k8sClient.Status().Update(ctx, node)).To(Succeed())
 
-	address := "redfish://" + name + ".bmc.example.com/redfish/v1/Systems/" + strings.TrimPrefix(w.ns, "powerwatch-test-")
+	address := "redfish://" + name + ".bmc.example.com/redfish/v1/Systems/" + strings.TrimPrefix(w.Namespace, "powerwatch-test-")
 	d := w.hosts.Driver(address)
-	b := &v1alpha1.BMC{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: name},
+	b := &v1alpha1.BMC{ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: name},
 		Spec: v1alpha1.BMCSpec{NodeName: node.Name, Address: address, CredentialsSecretRef: v1alpha1.SecretReference{Name: "bmc"}, PowerWatch: watch}}
 	Expect(k8sClient.Create(ctx, b)).To(Succeed())
 	return d, b
@@ -205,27 +182,16 @@ func (w *world) kubeletReports(ctx context.Context, b *v1alpha1.BMC) {
 
 // events returns the events emitted so far, as "Type Reason note".
 func (w *world) events() []string {
-	for {
-		select {
-		case e := <-w.recorder.Events:
-			w.seen = append(w.seen, e)
-		default:
-			return w.seen
-		}
+	var out []string
+	for _, e := range w.Events.All() {
+		out = append(out, e.Type+" "+e.Reason+" "+e.Note)
 	}
+	return out
 }
 
 // eventsWith counts the events emitted so far with this reason.
 func (w *world) eventsWith(reason string) func() int {
-	return func() int {
-		n := 0
-		for _, e := range w.events() {
-			if strings.Split(e, " ")[1] == reason {
-				n++
-			}
-		}
-		return n
-	}
+	return func() int { return len(w.Events.With(reason)) }
 }
 
 func reads(d *fake.Driver) func() int {
@@ -263,8 +229,8 @@ var _ = Describe("Power watch", func() {
 		Eventually(reads(d)).WithTimeout(wait).Should(BeNumerically(">", at))
 		Expect(conditionState(ctx, b)()).To(Equal("True/"+v1alpha1.ReasonBMCReportedOff), "booting, not back")
 		w.kubeletReports(ctx, b)
-		Eventually(w.clock.HasWaiters).WithTimeout(wait).Should(BeTrue())
-		w.clock.Step(5 * time.Second) // the watch polls while the host comes back, stream or not
+		Eventually(w.Clock.HasWaiters).WithTimeout(wait).Should(BeTrue())
+		w.Clock.Step(5 * time.Second) // the watch polls while the host comes back, stream or not
 		Eventually(conditionState(ctx, b)).WithTimeout(wait).Should(Equal("False/" + v1alpha1.ReasonBMCReportedOn))
 		Expect(condition(ctx, b).Message).To(ContainSubstring("its kubelet reported Ready at"))
 		Eventually(w.eventsWith(EventHostPoweredOn)).WithTimeout(wait).Should(Equal(1))
@@ -325,14 +291,14 @@ var _ = Describe("Power watch", func() {
 
 		d.SetPowerStateQuietly(bmc.PowerStateOff)
 		Expect(reads(d)()).To(Equal(2), "nothing reads the power until the poll")
-		w.clock.Step(5 * time.Second)
+		w.Clock.Step(5 * time.Second)
 		Eventually(conditionState(ctx, b)).WithTimeout(wait).Should(Equal("True/" + v1alpha1.ReasonBMCReportedOff))
 		Expect(condition(ctx, b).Message).To(ContainSubstring("(a poll)"))
 		Expect(d.CallCount(bmc.OperationWatchPower)).To(Equal(1), "a BMC without a stream is not asked again at once")
 
 		By("asked again after a while, a BMC that offers a stream now gets it followed")
 		d.SetWatchUnsupported(false)
-		w.clock.Step(UnsupportedRecheck)
+		w.Clock.Step(UnsupportedRecheck)
 		Eventually(d.OpenStreams).WithTimeout(wait).Should(Equal(1))
 	})
 
@@ -347,14 +313,14 @@ var _ = Describe("Power watch", func() {
 		Eventually(reads(d)).WithTimeout(wait).Should(Equal(2), "a change may have been missed: read at once")
 
 		d.SetPowerStateQuietly(bmc.PowerStateOff) // no stream to tell
-		Eventually(w.clock.HasWaiters).WithTimeout(wait).Should(BeTrue())
-		w.clock.Step(5 * time.Second) // the poll's interval; the reopening (after 1s) fails again
+		Eventually(w.Clock.HasWaiters).WithTimeout(wait).Should(BeTrue())
+		w.Clock.Step(5 * time.Second) // the poll's interval; the reopening (after 1s) fails again
 		Eventually(conditionState(ctx, b)).WithTimeout(wait).Should(Equal("True/" + v1alpha1.ReasonBMCReportedOff))
 		Expect(condition(ctx, b).Message).To(ContainSubstring("(a poll)"))
 		Expect(d.OpenStreams()).To(BeZero())
 
 		d.FailAlways(bmc.OperationWatchPower, nil)
-		w.clock.Step(DefaultStreamBackoffMax)
+		w.Clock.Step(DefaultStreamBackoffMax)
 		Eventually(d.OpenStreams).WithTimeout(wait).Should(Equal(1), "the stream is opened again")
 		Expect(d.CallCount(bmc.OperationWatchPower)).To(BeNumerically(">=", 3))
 		w.kubeletReports(ctx, b)
@@ -372,7 +338,7 @@ var _ = Describe("Power watch", func() {
 		clusters := workload.New(workload.Options{})
 		DeferCleanup(clusters.StopAll)
 		w := startWorld(ctx, func(o *Options) { o.WorkloadClusters = clusters })
-		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "edge-a" + workload.KubeconfigSecretSuffix},
+		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: "edge-a" + workload.KubeconfigSecretSuffix},
 			Data: map[string][]byte{workload.KubeconfigSecretKey: env.KubeConfig}})).To(Succeed())
 
 		// This cluster's Node of the name (addHost), and edge-a's, whose BMC it is.
@@ -384,8 +350,8 @@ var _ = Describe("Power watch", func() {
 		remote.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}
 		remote.Status.DaemonEndpoints.KubeletEndpoint.Port = k.port
 		Expect(edge.Status().Update(ctx, remote)).To(Succeed())
-		b = &v1alpha1.BMC{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "edge-a-" + b.Name}, Spec: *b.Spec.DeepCopy()}
-		b.Spec.Cluster = &v1alpha1.ClusterReference{Namespace: w.ns, Name: "edge-a"}
+		b = &v1alpha1.BMC{ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: "edge-a-" + b.Name}, Spec: *b.Spec.DeepCopy()}
+		b.Spec.Cluster = &v1alpha1.ClusterReference{Namespace: w.Namespace, Name: "edge-a"}
 		b.Spec.PowerWatch = streamed
 		Expect(k8sClient.Create(ctx, b)).To(Succeed())
 		Eventually(d.OpenStreams).WithTimeout(wait).Should(Equal(1))
@@ -423,7 +389,7 @@ var _ = Describe("Power watch", func() {
 
 // addHostUnsupported adds a host whose BMC offers no event stream, polled every 5s.
 func (w *world) addHostUnsupported(ctx context.Context, name string) (*fake.Driver, *v1alpha1.BMC) {
-	address := "redfish://" + name + ".bmc.example.com/redfish/v1/Systems/" + strings.TrimPrefix(w.ns, "powerwatch-test-")
+	address := "redfish://" + name + ".bmc.example.com/redfish/v1/Systems/" + strings.TrimPrefix(w.Namespace, "powerwatch-test-")
 	w.hosts.Driver(address).SetWatchUnsupported(true)
 	return w.addHost(ctx, name, streamed, silentKubelet())
 }
