@@ -10,12 +10,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -36,7 +34,12 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 	if err != nil {
 		return []error{fmt.Errorf("lease manager: %w", err)}
 	}
-	errs := r.releaseLeases(ctx, lm, p.Release)
+	var errs []error
+	for _, n := range p.Release {
+		if err := lm.Release(ctx, n); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	templates := &templateMemo{m: map[v1alpha1.TemplateReference]templateResult{}}
 	p.mu = &sync.Mutex{}
 	var work []int
@@ -50,28 +53,17 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 			work = append(work, i)
 		}
 	}
-	sem := make(chan struct{}, executeParallel)
-	var wg sync.WaitGroup
-	for _, i := range work {
-		t := &p.Targets[i]
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			var terrs []error
-			if err := r.takeLease(ctx, lm, mhc, t, p); err != nil {
-				terrs = append(terrs, err)
-			}
-			if err := r.executeTarget(ctx, lm, mhc, t, p, templates); err != nil {
-				terrs = append(terrs, err)
-			}
+	engine.InParallel(ctx, executeParallel, len(work), func(ctx context.Context, j int) {
+		t := &p.Targets[work[j]]
+		err := errors.Join(r.takeLease(ctx, lm, mhc, t, p), r.executeTarget(ctx, lm, mhc, t, p, templates))
+		if err != nil {
 			defer p.lock()()
-			errs = append(errs, terrs...)
-		})
-	}
-	wg.Wait()
+			errs = append(errs, err)
+		}
+	})
 	for _, req := range p.Orphans {
-		if err := r.client.Delete(ctx, req, client.Preconditions{UID: ptr.To(req.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("deleting %s %s/%s of a Machine that is gone: %w", req.GetKind(), req.GetNamespace(), req.GetName(), err))
+		if err := engine.Delete(ctx, r.client, engine.RefOf(req), req.GetUID()); err != nil {
+			errs = append(errs, fmt.Errorf("the request of a Machine that is gone: %w", err))
 			continue
 		}
 		ctrl.LoggerFrom(ctx).Info("Deleted the remediation request of a Machine that is gone", "kind", req.GetKind(), "request", klog.KObj(req))
@@ -116,8 +108,8 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *
 	log := ctrl.LoggerFrom(ctx).WithValues("machine", klog.KObj(t.Machine))
 	var errs []error
 	if t.Conditions != nil {
-		if err := r.patchMachineConditions(ctx, t); err != nil {
-			errs = append(errs, err)
+		if err := r.writeMachineConditions(ctx, t.Machine, t.Conditions); err != nil {
+			errs = append(errs, fmt.Errorf("setting conditions on Machine %s: %w", t.Machine.Name, err))
 		} else if t.MarkedForOwner {
 			log.Info("Marked Machine for remediation by its owner", "reason", t.Verdict.Reason)
 			r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeNormal, EventMachineMarkedUnhealthy, actionRemediate,
@@ -140,8 +132,8 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *
 			"Every remediation step ended and the Machine is still unhealthy (%s)", t.Verdict.Reason)
 	}
 	for _, req := range t.Delete {
-		if err := r.client.Delete(ctx, req.Ref.Object(), client.Preconditions{UID: &req.UID}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("deleting %s: %w", req.Ref, err))
+		if err := engine.Delete(ctx, r.client, req.Ref, req.UID); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		log.Info("Deleted remediation request", "kind", req.Ref.Kind)
@@ -174,15 +166,6 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("machine %s: %w", t.Machine.Name, errors.Join(errs...))
-	}
-	return nil
-}
-
-// patchMachineConditions writes the Machine's new conditions, failing on a conflict rather than
-// overwriting conditions another controller set meanwhile.
-func (r *Reconciler) patchMachineConditions(ctx context.Context, t *targetPlan) error {
-	if err := r.writeMachineConditions(ctx, t.Machine, t.Conditions); err != nil {
-		return fmt.Errorf("setting conditions on Machine %s: %w", t.Machine.Name, err)
 	}
 	return nil
 }
@@ -349,23 +332,10 @@ func (r *Reconciler) skipped(ctx context.Context, lm engine.Starter, mhc *v1alph
 	r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventRemediationSkipped, actionRemediate, "%s",
 		skip.Event("", "", "Machine", t.Verdict.Reason).Note)
 	if lm.Leases != nil && t.Lease != nil && t.Lease.Fresh {
-		if err := lm.Leases.InvalidateLease(ctx, t.Lease.Node.Name); err != nil {
+		if err := lm.Release(ctx, t.Lease.Node.Name); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Releasing a node lease taken for a skipped Machine", "node", t.Lease.Node.Name)
 		}
 	}
-}
-
-// releaseLeases releases the node leases the check no longer needs.
-func (r *Reconciler) releaseLeases(ctx context.Context, lm engine.Starter, nodes []string) []error {
-	var errs []error
-	for _, n := range nodes {
-		if err := lm.Leases.InvalidateLease(ctx, n); err != nil {
-			errs = append(errs, fmt.Errorf("releasing the lease of node %s: %w", n, err))
-			continue
-		}
-		ctrl.LoggerFrom(ctx).V(4).Info("Released node lease", "node", n)
-	}
-	return errs
 }
 
 // unconfirm removes the confirmation annotation from the Node, in the cluster the check read its Nodes

@@ -10,9 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -69,10 +67,22 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 		}
 	}
 	results := make([]createResult, len(p.Creates))
-	r.createEach(ctx, lm, check, in, p.Creates, first, results)
+	createEach := func(which []int) {
+		engine.InParallel(ctx, r.opts.MaxConcurrentWrites, len(which), func(ctx context.Context, j int) {
+			results[which[j]] = r.create(ctx, lm, check, in, p.Creates[which[j]])
+		})
+	}
+	createEach(first)
 	errs := r.tidy(ctx, lm, p)
-	r.createEach(ctx, lm, check, in, p.Creates, after, results)
-	r.leasesAfter(ctx, lm, p.Creates, results)
+	createEach(after)
+	// The leases of the requests that went out before them: in a burst of failures every request goes out
+	// before any of their leases is written, so that the API server stores the requests without the
+	// leases' writes in between.
+	engine.InParallel(ctx, r.opts.MaxConcurrentWrites, len(results), func(ctx context.Context, i int) {
+		if results[i].leaseAfter {
+			results[i] = r.takeLeaseAfter(ctx, lm, p.Creates[i].Node, results[i])
+		}
+	})
 
 	for i, c := range p.Creates {
 		res, name := results[i], c.Node.Name
@@ -114,26 +124,6 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 	return errors.Join(errs...)
 }
 
-// createEach creates, in parallel (see create), the request creates[i] for each i in which, into
-// results[i].
-func (r *Reconciler) createEach(ctx context.Context, lm engine.Starter, check *v1alpha1.NodeHealthCheck, in observed, creates []createAction, which []int, results []createResult) {
-	r.inParallel(ctx, len(which), func(ctx context.Context, j int) {
-		i := which[j]
-		results[i] = r.create(ctx, lm, check, in, creates[i])
-	})
-}
-
-// leasesAfter takes, in parallel, the leases of the requests that went out before them. In a burst of
-// failures every request goes out before any of their leases is written, so that the API server stores
-// the requests without the leases' writes in between.
-func (r *Reconciler) leasesAfter(ctx context.Context, lm engine.Starter, creates []createAction, results []createResult) {
-	r.inParallel(ctx, len(creates), func(ctx context.Context, i int) {
-		if results[i].leaseAfter {
-			results[i] = r.takeLeaseAfter(ctx, lm, creates[i].Node, results[i])
-		}
-	})
-}
-
 // tidy carries out, in parallel, the plan's time-outs, deletions, lease releases and lease renewals, and
 // returns what failed. Each concerns a different object.
 func (r *Reconciler) tidy(ctx context.Context, lm engine.Starter, p *plan) []error {
@@ -157,7 +147,7 @@ func (r *Reconciler) tidy(ctx context.Context, lm engine.Starter, p *plan) []err
 	undeleted := map[string]bool{} // Nodes a request of which could not be deleted
 	for _, ref := range p.Deletes {
 		jobs = append(jobs, func(ctx context.Context) {
-			if err := r.deleteRemediation(ctx, ref); err != nil {
+			if err := engine.Delete(ctx, r.client, ref, ""); err != nil {
 				fail(err)
 				mu.Lock()
 				defer mu.Unlock()
@@ -170,8 +160,8 @@ func (r *Reconciler) tidy(ctx context.Context, lm engine.Starter, p *plan) []err
 	}
 	for _, name := range p.Release {
 		jobs = append(jobs, func(ctx context.Context) {
-			if err := lm.Leases.InvalidateLease(ctx, name); err != nil {
-				fail(fmt.Errorf("releasing the lease of node %s: %w", name, err))
+			if err := lm.Release(ctx, name); err != nil {
+				fail(err)
 				return
 			}
 			mu.Lock()
@@ -196,10 +186,10 @@ func (r *Reconciler) tidy(ctx context.Context, lm engine.Starter, p *plan) []err
 			}
 		})
 	}
-	r.inParallel(ctx, len(jobs), func(ctx context.Context, i int) { jobs[i](ctx) })
+	engine.InParallel(ctx, r.opts.MaxConcurrentWrites, len(jobs), func(ctx context.Context, i int) { jobs[i](ctx) })
 	// A confirmation goes once the requests it confirmed are deleted.
 	unconfirm := slices.DeleteFunc(slices.Clone(p.Unconfirm), func(node string) bool { return undeleted[node] })
-	r.inParallel(ctx, len(unconfirm), func(ctx context.Context, i int) {
+	engine.InParallel(ctx, r.opts.MaxConcurrentWrites, len(unconfirm), func(ctx context.Context, i int) {
 		if err := engine.Unconfirm(ctx, r.client, unconfirm[i]); err != nil {
 			fail(err)
 		}
@@ -281,8 +271,8 @@ func (r *Reconciler) create(ctx context.Context, s engine.Starter, check *v1alph
 	case err != nil:
 		return createResult{err: err}
 	case skip != nil:
-		if err := s.Leases.InvalidateLease(ctx, c.Node.Name); err != nil {
-			return createResult{err: fmt.Errorf("releasing the lease of node %s: %w", c.Node.Name, err)}
+		if err := s.Release(ctx, c.Node.Name); err != nil {
+			return createResult{err: err}
 		}
 		return createResult{skip: skip}
 	}
@@ -303,7 +293,7 @@ func (r *Reconciler) takeLeaseAfter(ctx context.Context, s engine.Starter, node 
 	case skip != nil:
 		// Someone took the Node a moment ago (the cache did not show it yet): the request goes again,
 		// before its remediator, which finds the lease held too, has done anything.
-		if err := r.deleteRemediation(ctx, res.ref); err != nil {
+		if err := engine.Delete(ctx, r.client, res.ref, ""); err != nil {
 			return createResult{err: fmt.Errorf("node %s: %s; deleting %s again: %w", node.Name, skip.Message, res.ref, err)}
 		}
 		r.recent.deleted(res.ref, r.clock.Now())
@@ -314,19 +304,6 @@ func (r *Reconciler) takeLeaseAfter(ctx context.Context, s engine.Starter, node 
 		res.leaseErr = err
 		return res
 	}
-}
-
-// inParallel runs do for 0..n-1, at most MaxConcurrentWrites at once, and waits for them.
-func (r *Reconciler) inParallel(ctx context.Context, n int, do func(ctx context.Context, i int)) {
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(r.opts.MaxConcurrentWrites)
-	for i := range n {
-		g.Go(func() error {
-			do(gctx, i)
-			return nil
-		})
-	}
-	_ = g.Wait() // do reports through its own results
 }
 
 // takesLeaseItself reports whether the remediator of a kind takes (or checks) the node lease itself before
@@ -343,14 +320,6 @@ func (r *Reconciler) nodeCluster() gates.NodeCluster {
 			node, err := r.nodeNamed(ctx, name)
 			return node != nil && isControlPlane(node), err
 		}}
-}
-
-// deleteRemediation deletes a request; the remediator's finalizer may keep it a while.
-func (r *Reconciler) deleteRemediation(ctx context.Context, ref emrRef) error {
-	if err := r.client.Delete(ctx, ref.Object()); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting %s: %w", ref, err)
-	}
-	return nil
 }
 
 // starter writes the check's leases, as holder, in the lease namespace (reading a lease live after a lost

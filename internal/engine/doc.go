@@ -26,7 +26,8 @@
 //   - Starter makes the writes that start or keep a remediation, the same for both kinds: a Node's lease
 //     (a control-plane start under the manager's gates.ControlPlaneClaim; a lease someone else holds is a
 //     Skip) and a remediation request (one the check made already is adopted, anyone else's is a
-//     RemediationExists Skip).
+//     RemediationExists Skip), and lets a lease go (Release); Delete deletes a request, and InParallel sends
+//     a check's writes about different objects together.
 //   - NodeChanged (NodeUpdates) and LeaseChanged are the watch filters both kinds use, ChecksOwning maps
 //     a request to its check, and Pending says a check waits for a kind's first watch; RequeueAfter is
 //     when a check is looked at again; RequestOf and MarkTimedOut read and mark a remediation request of
