@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -278,32 +277,19 @@ func evaluate(n *corev1.Node, criteria []conditions.Criterion, now time.Time) co
 // transitions, and whether new remediations are held back for every Node.
 func (d *decider) checkWide() {
 	check, now, p := d.in.Check, d.now, d.p
-	prev := check.Status.Conditions
-	conds := make([]metav1.Condition, len(prev))
-	copy(conds, prev)
-	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&conds, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg,
-			ObservedGeneration: check.Generation, LastTransitionTime: metav1.NewTime(now)})
-	}
-	wasTrue := func(typ string) bool { return meta.IsStatusConditionTrue(prev, typ) }
+	conds := slices.Clone(check.Status.Conditions)
 
 	dec, err := budget.Evaluate(policyOf(check.Spec), len(d.in.Nodes), p.Failing)
 	if err != nil && p.Disabled == nil {
 		p.Disabled = &cause{Reason: ReasonInvalidBudget, Message: err.Error()}
 	}
 
-	// Disabled.
-	if p.Disabled != nil {
-		set(v1alpha1.ConditionDisabled, metav1.ConditionTrue, p.Disabled.Reason, p.Disabled.Message)
-		if c := meta.FindStatusCondition(prev, v1alpha1.ConditionDisabled); c == nil || c.Status != metav1.ConditionTrue || c.Reason != p.Disabled.Reason {
-			p.Events = append(p.Events, warning(EventDisabled, actionCheck, "", "No remediation can start: "+p.Disabled.Message))
-			p.Skipped = append(p.Skipped, SkipDisabled)
-		}
-	} else {
-		set(v1alpha1.ConditionDisabled, metav1.ConditionFalse, v1alpha1.ReasonAsExpected, "The remediation templates are usable")
-		if wasTrue(v1alpha1.ConditionDisabled) {
-			p.Events = append(p.Events, normal(EventEnabled, actionCheck, "", "The remediation templates are usable again"))
-		}
+	switch {
+	case p.Disabled != nil && engine.Disable(&conds, check.Generation, p.Disabled.Reason, p.Disabled.Message, now):
+		p.Events = append(p.Events, warning(EventDisabled, actionCheck, "", "No remediation can start: "+p.Disabled.Message))
+		p.Skipped = append(p.Skipped, SkipDisabled)
+	case p.Disabled == nil && engine.Enable(&conds, check.Generation, "The remediation templates are usable", now):
+		p.Events = append(p.Events, normal(EventEnabled, actionCheck, "", "The remediation templates are usable again"))
 	}
 
 	cw := engine.DecideCheckWide(engine.CheckWideInput{Conditions: conds, Generation: check.Generation, Paused: p.Paused,

@@ -16,7 +16,8 @@
 //     healthy again, its requests held for healthyDelay, then deleted. The adapters map each Outcome to
 //     their status entries, writes and events.
 //   - DecideCheckWide sets the check-wide conditions (Paused, RemediationAllowed, StormActive with its
-//     cooldown) from the budget and the pause requests.
+//     cooldown) from the budget and the pause requests; Disable and Enable set Disabled, and say when that
+//     is news.
 //   - HealthyHold keeps a target healthy again under remediation for healthyDelay, or until a person
 //     confirms it (a negative delay); Unconfirm removes the confirmation once it has served.
 //   - Dry run (SkipDryRun, WouldCreate): a check decides everything and starts nothing.
