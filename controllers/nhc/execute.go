@@ -24,7 +24,7 @@ import (
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
-// createResult is the outcome of one createAction.
+// createResult is what the creation of an outcome's request (create) came to.
 type createResult struct {
 	// remediation is set when the request was created (or found already ours: adopted).
 	remediation *v1alpha1.NodeRemediation
@@ -52,24 +52,23 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 	if err != nil {
 		return fmt.Errorf("lease manager: %w", err)
 	}
-	follows := map[string]bool{} // Nodes whose request is timed out or deleted now: a new one comes after
-	for _, refs := range [][]emrRef{p.TimeOuts, p.Deletes} {
-		for _, ref := range refs {
-			follows[p.nodeOf(ref)] = true
-		}
-	}
+	var creates []*engine.Outcome
 	var first, after []int
-	for i, c := range p.Creates {
-		if follows[c.Node.Name] || isControlPlane(c.Node) {
-			after = append(after, i)
-		} else {
-			first = append(first, i)
+	for _, o := range p.Outcomes {
+		switch {
+		case o.Create == nil:
+			continue
+		case len(o.Walk.TimeOut) > 0 || len(o.Walk.Delete) > 0 || isControlPlane(o.Target.Node):
+			after = append(after, len(creates)) // after its Node's request is timed out or deleted
+		default:
+			first = append(first, len(creates))
 		}
+		creates = append(creates, o)
 	}
-	results := make([]createResult, len(p.Creates))
+	results := make([]createResult, len(creates))
 	createEach := func(which []int) {
 		engine.InParallel(ctx, r.opts.MaxConcurrentWrites, len(which), func(ctx context.Context, j int) {
-			results[which[j]] = r.create(ctx, lm, check, in, p.Creates[which[j]])
+			results[which[j]] = r.create(ctx, lm, check, in, creates[which[j]])
 		})
 	}
 	createEach(first)
@@ -80,18 +79,18 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 	// leases' writes in between.
 	engine.InParallel(ctx, r.opts.MaxConcurrentWrites, len(results), func(ctx context.Context, i int) {
 		if results[i].leaseAfter {
-			results[i] = r.takeLeaseAfter(ctx, lm, p.Creates[i].Node, results[i])
+			results[i] = r.takeLeaseAfter(ctx, lm, creates[i].Target.Node, results[i])
 		}
 	})
 
-	for i, c := range p.Creates {
-		res, name := results[i], c.Node.Name
+	for i, o := range creates {
+		res, name, c := results[i], o.Target.Name, o.Create
 		e := p.Entries[name]
 		switch {
 		case res.err != nil:
 			errs = append(errs, res.err)
 		case res.skip != nil:
-			p.skip(e, findEntry(check.Status.UnhealthyNodes, name), *res.skip, c.Why)
+			p.skip(e, findEntry(check.Status.UnhealthyNodes, name), *res.skip, o.Target.Why)
 			if !res.skip.Until.IsZero() {
 				p.at(res.skip.Until.Add(time.Second))
 			}
@@ -115,7 +114,7 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 				p.at(res.remediation.Started.Add(timeout))
 			}
 			p.at(res.remediation.Started.Add(r.opts.LeaseDuration / 2))
-			p.Events = append(p.Events, r.created(ctx, in, c, res))
+			p.Events = append(p.Events, r.created(ctx, in, o, res))
 		}
 	}
 
@@ -136,27 +135,44 @@ func (r *Reconciler) tidy(ctx context.Context, lm engine.Starter, p *plan) []err
 		errs = append(errs, err)
 	}
 	var jobs []func(context.Context)
-	var released []event // the lease is gone with the remediation: its event is the record of its release
-	for _, ref := range p.TimeOuts {
-		jobs = append(jobs, func(ctx context.Context) {
-			if err := engine.MarkTimedOut(ctx, r.client, ref, r.clock.Now()); err != nil {
-				fail(err)
-			}
-		})
-	}
+	var released []event           // the lease is gone with the remediation: its event is the record of its release
 	undeleted := map[string]bool{} // Nodes a request of which could not be deleted
-	for _, ref := range p.Deletes {
-		jobs = append(jobs, func(ctx context.Context) {
-			if err := engine.Delete(ctx, r.client, ref, ""); err != nil {
-				fail(err)
-				mu.Lock()
-				defer mu.Unlock()
-				undeleted[p.nodeOf(ref)] = true
-				return
-			}
-			r.recent.deleted(ref, r.clock.Now())
-			log.V(4).Info("Deleted remediation request", "request", ref.String())
-		})
+	var notRenewed []event
+	for _, o := range p.Outcomes {
+		for _, ref := range o.Walk.TimeOut {
+			jobs = append(jobs, func(ctx context.Context) {
+				if err := engine.MarkTimedOut(ctx, r.client, ref, r.clock.Now()); err != nil {
+					fail(err)
+				}
+			})
+		}
+		for _, ref := range slices.Concat(o.Walk.Delete, o.Delete) {
+			jobs = append(jobs, func(ctx context.Context) {
+				if err := engine.Delete(ctx, r.client, ref, ""); err != nil {
+					fail(err)
+					mu.Lock()
+					defer mu.Unlock()
+					undeleted[o.Target.Name] = true
+					return
+				}
+				r.recent.deleted(ref, r.clock.Now())
+				log.V(4).Info("Deleted remediation request", "request", ref.String())
+			})
+		}
+		if node := o.Target.Node; o.Lease {
+			jobs = append(jobs, func(ctx context.Context) {
+				skip, err := lm.TakeLease(ctx, node, false, o.From...)
+				switch {
+				case skip != nil:
+					mu.Lock()
+					defer mu.Unlock()
+					notRenewed = append(notRenewed, warning(EventLeaseNotRenewed, actionLease, node.Name,
+						fmt.Sprintf("Node %s is being remediated but its lease is now held by %q until %s", node.Name, skip.Holder, skip.Until.UTC().Format(time.RFC3339))))
+				case err != nil:
+					fail(err)
+				}
+			})
+		}
 	}
 	for _, name := range p.Release {
 		jobs = append(jobs, func(ctx context.Context) {
@@ -168,22 +184,6 @@ func (r *Reconciler) tidy(ctx context.Context, lm engine.Starter, p *plan) []err
 			defer mu.Unlock()
 			released = append(released, normal(EventNodeLeaseReleased, actionLease, name,
 				fmt.Sprintf("%s/%s deleted by its holder", r.opts.LeaseNamespace, leases.LeaseName(name))))
-		})
-	}
-	var notRenewed []event
-	for _, renew := range p.Renew {
-		node := renew.Node
-		jobs = append(jobs, func(ctx context.Context) {
-			skip, err := lm.TakeLease(ctx, node, false, renew.From...)
-			switch {
-			case skip != nil:
-				mu.Lock()
-				defer mu.Unlock()
-				notRenewed = append(notRenewed, warning(EventLeaseNotRenewed, actionLease, node.Name,
-					fmt.Sprintf("Node %s is being remediated but its lease is now held by %q until %s", node.Name, skip.Holder, skip.Until.UTC().Format(time.RFC3339))))
-			case err != nil:
-				fail(err)
-			}
 		})
 	}
 	engine.InParallel(ctx, r.opts.MaxConcurrentWrites, len(jobs), func(ctx context.Context, i int) { jobs[i](ctx) })
@@ -201,18 +201,18 @@ func (r *Reconciler) tidy(ctx context.Context, lm engine.Starter, p *plan) []err
 	return errs
 }
 
-// created counts and logs the request res created for c, and returns its event.
-func (r *Reconciler) created(ctx context.Context, in observed, c createAction, res createResult) event {
+// created counts and logs the request res created for o, and returns its event.
+func (r *Reconciler) created(ctx context.Context, in observed, o *engine.Outcome, res createResult) event {
 	metrics.RemediationsCreated.WithLabelValues(metrics.CheckerNHC, res.ref.Kind).Inc()
-	if !c.ExpiredAt.IsZero() {
-		metrics.DetectionDelay.WithLabelValues(metrics.CheckerNHC).Observe(res.remediation.Started.Sub(c.ExpiredAt).Seconds())
+	if o.Create.First && !o.Target.ExpiredAt.IsZero() {
+		metrics.DetectionDelay.WithLabelValues(metrics.CheckerNHC).Observe(res.remediation.Started.Sub(o.Target.ExpiredAt).Seconds())
 	}
-	name := c.Node.Name
-	msg := fmt.Sprintf("Created %s for node %s, unhealthy (%s)", res.ref, name, c.Why)
+	name := o.Target.Name
+	msg := fmt.Sprintf("Created %s for node %s, unhealthy (%s)", res.ref, name, o.Target.Why)
 	if n := len(in.Steps); n > 1 {
-		msg += fmt.Sprintf(": escalation step %d of %d", c.Step+1, n)
+		msg += fmt.Sprintf(": escalation step %d of %d", o.Create.Step+1, n)
 	}
-	ctrl.LoggerFrom(ctx).Info("Created remediation request", "node", name, "request", res.ref.String(), "reason", c.Why)
+	ctrl.LoggerFrom(ctx).Info("Created remediation request", "node", name, "request", res.ref.String(), "reason", o.Target.Why)
 	return normal(EventRemediationCreated, actionCreate, name, msg)
 }
 
@@ -246,23 +246,23 @@ func isDecision(ev event) bool {
 // first, under the manager's control-plane claim (engine.Starter). A lease held by someone else turns
 // into a skip (a request just created is deleted again), as do another control-plane Node's lease and a
 // request of the same name created by someone else (its lease is let go).
-func (r *Reconciler) create(ctx context.Context, s engine.Starter, check *v1alpha1.NodeHealthCheck, in observed, c createAction) createResult {
-	st := in.Steps[c.Step]
+func (r *Reconciler) create(ctx context.Context, s engine.Starter, check *v1alpha1.NodeHealthCheck, in observed, o *engine.Outcome) createResult {
+	node, st := o.Target.Node, in.Steps[o.Create.Step]
 	emr, err := template.Instantiate(template.Request{
-		Template:     c.Template,
-		Name:         cmp.Or(c.Name, c.Node.Name),
-		NodeName:     c.Node.Name,
-		Target:       metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: c.Node.Name, UID: c.Node.UID},
+		Template:     st.Template,
+		Name:         cmp.Or(o.Create.Name, node.Name),
+		NodeName:     node.Name,
+		Target:       metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID},
 		HealthCheck:  metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: holderKind, Name: check.Name, UID: check.UID},
-		ControlPlane: isControlPlane(c.Node),
+		ControlPlane: isControlPlane(node),
 	})
 	if err != nil {
-		return createResult{err: fmt.Errorf("instantiating %s for node %s: %w", st.Ref.Kind, c.Node.Name, err)}
+		return createResult{err: fmt.Errorf("instantiating %s for node %s: %w", st.Ref.Kind, node.Name, err)}
 	}
 	ref := engine.RefOf(emr)
-	leaseAfter := takesLeaseItself(emr.GroupVersionKind()) && !isControlPlane(c.Node)
+	leaseAfter := takesLeaseItself(emr.GroupVersionKind()) && !isControlPlane(node)
 	if !leaseAfter {
-		if skip, err := s.TakeLease(ctx, c.Node, isControlPlane(c.Node)); skip != nil || err != nil {
+		if skip, err := s.TakeLease(ctx, node, isControlPlane(node)); skip != nil || err != nil {
 			return createResult{skip: skip, err: err}
 		}
 	}
@@ -271,7 +271,7 @@ func (r *Reconciler) create(ctx context.Context, s engine.Starter, check *v1alph
 	case err != nil:
 		return createResult{err: err}
 	case skip != nil:
-		if err := s.Release(ctx, c.Node.Name); err != nil {
+		if err := s.Release(ctx, node.Name); err != nil {
 			return createResult{err: err}
 		}
 		return createResult{skip: skip}
