@@ -208,8 +208,9 @@ type plan struct {
 	Release []string
 	// Site is the cluster of the check's Nodes, where Release and the targets' Lease are carried out.
 	Site nodeSite
-	// Backoff is the repeat-remediation back-off's memory (see backoff.go).
+	// Backoff is the repeat-remediation back-off's memory (see backoff.go), Holds the holds the plan began.
 	Backoff *backoff.Memory
+	Holds   int
 }
 
 // planChecks is the MachineHealthCheck's decision, a pure function of what was observed and now: which
@@ -355,7 +356,7 @@ func planChecks(in planInput) (plan, error) {
 		gate.admitted(t, observed[w.target], &status.UnhealthyMachines[w.entry], w.out)
 		p.Events = append(p.Events, machineEvents(mhc, t.Machine, w.out.Events)...)
 	}
-	p.NextCheck = engine.Earliest(p.NextCheck, gate.pass.Next)
+	p.NextCheck, p.Holds = engine.Earliest(p.NextCheck, gate.pass.Next), gate.pass.Holds
 	slices.Sort(status.Targets)
 	slices.SortFunc(status.UnhealthyMachines, func(a, b v1alpha1.UnhealthyMachine) int { return strings.Compare(a.Name, b.Name) })
 

@@ -85,8 +85,10 @@ type plan struct {
 	Disabled *cause
 	Paused   []string
 	Hold     string
-	// Backoff is the repeat-remediation back-off's memory (see backoff.go).
+	// Backoff is the repeat-remediation back-off's memory (see backoff.go), Holds the holds this decision
+	// began.
 	Backoff *backoff.Memory
+	Holds   int
 }
 
 // at makes sure the plan looks again no later than t.
@@ -154,6 +156,7 @@ func decide(in observed, now time.Time) plan {
 	}
 	d.admit()
 	d.releaseLeases()
+	p.Holds = d.pass.Holds
 	return *p
 }
 

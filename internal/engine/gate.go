@@ -86,3 +86,14 @@ func (r Skip) Event(prevReason, prevMessage, subject, why string) *Event {
 	}
 	return &Event{Note: fmt.Sprintf("%s is unhealthy (%s) but is not remediated: %s", subject, why, r.Message)}
 }
+
+// RecordBackoff sets, in a kind's back-off series (backoff.NHCMetrics, backoff.MHCMetrics), how many
+// targets the check's back-off memory holds back now (nil: none) and counts the holds its pass began.
+func RecordBackoff(m backoff.Metrics, check string, memory *backoff.Memory, began int) {
+	held := 0
+	if memory != nil {
+		held = memory.Held()
+	}
+	m.Held.WithLabelValues(check).Set(float64(held))
+	m.Holds.Add(float64(began))
+}
