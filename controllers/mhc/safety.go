@@ -99,15 +99,12 @@ func (r *Reconciler) observeSafety(ctx context.Context, in *planInput) error {
 	in.Safety.Leases = ls
 	controlPlaneNode := r.controlPlaneNode(site)
 	busy := map[string]bool{}
-	for node, l := range in.Safety.Leases {
-		if _, held := l.HeldByOther(in.Safety.Holder, in.Now); !held {
-			continue
-		}
-		if cp, err := controlPlaneNode(ctx, node); err != nil {
-			return err
-		} else if cp {
-			busy[node] = true
-		}
+	leased, err := engine.LeasedControlPlane(ctx, in.Safety.Leases, in.Safety.Holder, in.Now, controlPlaneNode)
+	if err != nil {
+		return err
+	}
+	for _, node := range leased {
+		busy[node] = true
 	}
 	// A workload cluster's Nodes share no names with the Nodes NodeHealthChecks see.
 	var nhcs v1alpha1.NodeHealthCheckList
