@@ -405,16 +405,12 @@ type leaseAction struct {
 // stormCooldownDuration after it is met again, no remediation starts. The budget's own transition keeps
 // Cluster API's RemediationRestricted event (planChecks); the cooldown and the storm's end get theirs.
 func checkWide(p *plan, mhc *v1alpha1.MachineHealthCheck, paused string, d budget.Decision, now time.Time) engine.CheckWide {
-	var cooldown time.Duration
-	if c := mhc.Spec.StormCooldownDuration; c != nil {
-		cooldown = c.Duration
-	}
 	var pauses []string
 	if paused != "" {
 		pauses = []string{paused}
 	}
 	cw := engine.DecideCheckWide(engine.CheckWideInput{Conditions: mhc.Status.Conditions, Generation: mhc.Generation,
-		Paused: pauses, Budget: d, Cooldown: cooldown, Now: now})
+		Paused: pauses, Budget: d, Cooldown: engine.DurationOf(mhc.Spec.StormCooldownDuration), Now: now})
 	p.NextCheck = engine.Earliest(p.NextCheck, cw.Storm.Until)
 	event := func(reason, note string) {
 		p.Events = append(p.Events, checkEvent{Regarding: mhc, Type: corev1.EventTypeNormal, Reason: reason, Note: note})

@@ -107,14 +107,9 @@ type decider struct {
 	work map[string]*nodeWork
 	hold bool
 	pass *engine.Pass
-	// outs are the unhealthy Nodes' outcomes, their entries beside them, in order of name.
-	outs    []nodeOutcome
+	// outs are the unhealthy Nodes' outcomes, in order of name.
+	outs    []*engine.Outcome
 	creates map[string]bool
-}
-
-type nodeOutcome struct {
-	o *engine.Outcome
-	e *v1alpha1.UnhealthyNode
 }
 
 // nodeWork is a Node decide has to think about: unhealthy, or remediated by the check.
@@ -366,7 +361,7 @@ func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ou
 	}
 	o = d.pass.Unhealthy(t)
 	e.Remediations, e.WaitingFor = nodeRemediations(o.Walk.Records), o.Walk.WaitingFor
-	d.outs = append(d.outs, nodeOutcome{o: o, e: e})
+	d.outs = append(d.outs, o)
 }
 
 // admit puts the Nodes' starts through the gates (engine.Pass.Admit: the control-plane Nodes the check
@@ -379,8 +374,8 @@ func (d *decider) admit() {
 	}
 	d.pass.Admit()
 	d.p.at(d.pass.Next)
-	for _, out := range d.outs {
-		o, e := out.o, out.e
+	for _, o := range d.outs {
+		e := d.p.Entries[o.Target.Name]
 		d.p.Outcomes = append(d.p.Outcomes, o)
 		if s := o.Skip; s != nil {
 			e.SkipReason, e.SkipMessage = s.Reason, s.Message
