@@ -48,8 +48,7 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 		if t.NewlyUnhealthy && t.Blocked != notBlocked {
 			countSkipped(t.Blocked)
 		}
-		if t.Lease != nil || t.Conditions != nil || t.Create != nil || len(t.TimeOut) > 0 || len(t.Delete) > 0 ||
-			t.Exhausted || t.Unconfirm {
+		if t.Lease != nil || t.Conditions != nil || t.Out != nil || t.Unconfirm {
 			work = append(work, i)
 		}
 	}
@@ -107,6 +106,7 @@ func (m *templateMemo) get(s step, load func() templateResult) templateResult {
 func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan, templates *templateMemo) error {
 	log := ctrl.LoggerFrom(ctx).WithValues("machine", klog.KObj(t.Machine))
 	var errs []error
+	out := cmp.Or(t.Out, &engine.Outcome{})
 	if t.Conditions != nil {
 		if err := r.writeMachineConditions(ctx, t.Machine, t.Conditions); err != nil {
 			errs = append(errs, fmt.Errorf("setting conditions on Machine %s: %w", t.Machine.Name, err))
@@ -117,7 +117,7 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *
 			observeDetection(t.Verdict.ExpiredAt, r.clock.Now())
 		}
 	}
-	for _, req := range t.TimeOut {
+	for _, req := range requests(out, out.Walk.TimeOut) {
 		if err := engine.MarkTimedOut(ctx, r.client, req.Ref, r.clock.Now()); err != nil {
 			errs = append(errs, err)
 			continue
@@ -126,12 +126,12 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *
 		r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventRemediationRequestTimedOut, actionRemediate,
 			"%s %s ended without the Machine recovering (timeout or Succeeded=False)", req.Ref.Kind, req.Ref.Name)
 	}
-	if t.Exhausted {
+	if out.Walk.Exhausted && out.Walk.Ended != nil {
 		log.Info("All remediation steps ended, Machine still unhealthy")
 		r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventRemediationsExhausted, actionRemediate,
 			"Every remediation step ended and the Machine is still unhealthy (%s)", t.Verdict.Reason)
 	}
-	for _, req := range t.Delete {
+	for _, req := range requests(out, out.Walk.Delete, out.Delete) {
 		if err := engine.Delete(ctx, r.client, req.Ref, req.UID); err != nil {
 			errs = append(errs, err)
 			continue
@@ -145,21 +145,22 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *
 			errs = append(errs, err)
 		}
 	}
-	if t.Create != nil {
-		created, skip, err := r.createRequest(ctx, lm, mhc, t, templates)
+	if c := out.Create; c != nil {
+		st := p.Steps[c.Step]
+		created, skip, err := r.createRequest(ctx, lm, mhc, t, st, c.Name, templates)
 		switch {
 		case skip != nil:
-			p.dropRecord(t.Machine.Name, t.Create.Step)
+			p.dropRecord(t.Machine.Name, st)
 			r.skipped(ctx, lm, mhc, t, p, skip)
 		case err != nil:
 			errs = append(errs, err)
-			p.dropRecord(t.Machine.Name, t.Create.Step)
+			p.dropRecord(t.Machine.Name, st)
 		case created:
-			log.Info("Created remediation request", "kind", t.Create.Step.GVK.Kind, "template", t.Create.Step.Template.Name, "reason", t.Verdict.Reason)
+			log.Info("Created remediation request", "kind", st.GVK.Kind, "template", st.Template.Name, "reason", t.Verdict.Reason)
 			r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeNormal, EventRemediationRequestCreated, actionRemediate,
-				"Created %s %s from template %s: %s", t.Create.Step.GVK.Kind, cmp.Or(t.Create.Name, t.Machine.Name), t.Create.Step.Template.Name, t.Verdict.Message)
-			countCreated(t.Create.Step.GVK.Kind)
-			if t.Create.First {
+				"Created %s %s from template %s: %s", st.GVK.Kind, cmp.Or(c.Name, t.Machine.Name), st.Template.Name, t.Verdict.Message)
+			countCreated(st.GVK.Kind)
+			if c.First {
 				observeDetection(t.Verdict.ExpiredAt, r.clock.Now())
 			}
 		}
@@ -172,8 +173,7 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *
 
 // createRequest instantiates the step's template for the Machine and creates it (engine.Starter). created
 // is false when the request already existed: ours (adopted), or someone else's (a skip).
-func (r *Reconciler) createRequest(ctx context.Context, lm engine.Starter, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, templates *templateMemo) (created bool, skip *engine.Skip, err error) {
-	s := t.Create.Step
+func (r *Reconciler) createRequest(ctx context.Context, lm engine.Starter, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, s step, name string, templates *templateMemo) (created bool, skip *engine.Skip, err error) {
 	key := types.NamespacedName{Namespace: s.Template.Namespace, Name: s.Template.Name}
 	res := templates.get(s, func() templateResult {
 		res := templateResult{obj: &unstructured.Unstructured{}}
@@ -190,7 +190,7 @@ func (r *Reconciler) createRequest(ctx context.Context, lm engine.Starter, mhc *
 	}
 	emr, err := template.Instantiate(template.Request{
 		Template: res.obj,
-		Name:     cmp.Or(t.Create.Name, t.Machine.Name),
+		Name:     cmp.Or(name, t.Machine.Name),
 		NodeName: t.Machine.Status.NodeRef.Name,
 		Target: metav1.OwnerReference{APIVersion: machineAPIVersion(t.Machine), Kind: "Machine",
 			Name: t.Machine.Name, UID: t.Machine.UID},
@@ -261,7 +261,7 @@ func (r *Reconciler) takeLease(ctx context.Context, s engine.Starter, mhc *v1alp
 	if t.Lease == nil {
 		return nil
 	}
-	starts := t.Create != nil || t.MarkedForOwner
+	starts := t.create() != nil || t.MarkedForOwner
 	skip, err := s.TakeLease(ctx, t.Lease.Node, starts && isControlPlaneTarget(observedTarget{Machine: t.Machine, Node: t.Lease.Node}),
 		t.Lease.From...)
 	switch {
@@ -272,9 +272,9 @@ func (r *Reconciler) takeLease(ctx context.Context, s engine.Starter, mhc *v1alp
 			"The Machine is being remediated but the lease of node %s is now held by %q", t.Lease.Node.Name, skip.Holder)
 		return nil
 	}
-	if t.Create != nil {
-		p.dropRecord(t.Machine.Name, t.Create.Step)
-		t.Create = nil // the lease first, always
+	if c := t.create(); c != nil {
+		p.dropRecord(t.Machine.Name, p.Steps[c.Step])
+		t.Out.Create = nil // the lease first, always
 	}
 	t.keepFromOwner()
 	if err != nil {

@@ -378,7 +378,7 @@ func (s *safety) releaseLeases(p *plan) []string {
 		}
 	}
 	for _, t := range p.Targets {
-		if n := t.Machine.Status.NodeRef.Name; n != "" && (t.Create != nil || t.MarkedForOwner) {
+		if n := t.Machine.Status.NodeRef.Name; n != "" && (t.create() != nil || t.MarkedForOwner) {
 			keep[n] = true
 		}
 	}
@@ -466,15 +466,13 @@ func ownerReplacing(m *clusterv1.Machine) bool {
 // create, recorded at once (execute drops the record should the create fail) with its Node's lease first.
 func (s *safety) admitted(t *targetPlan, o observedTarget, entry *v1alpha1.UnhealthyMachine, out *engine.Outcome) {
 	w, now := out.Walk, s.in.Now
-	entry.Remediations, entry.WaitingFor = machineRecords(w.Records), w.WaitingFor
-	t.TimeOut, t.Delete, t.Exhausted = pick(o.Requests, w.TimeOut), pick(o.Requests, w.Delete), w.Exhausted && w.Ended != nil
+	entry.Remediations, entry.WaitingFor, t.Out = machineRecords(w.Records), w.WaitingFor, out
 	if out.Skip != nil {
 		t.refuse(entry, out.Skip)
 	}
 	switch c := out.Create; {
 	case c != nil:
 		st := s.in.Steps[c.Step]
-		t.Create = &createRequest{Step: st, Name: c.Name, First: c.First}
 		if !c.Again {
 			entry.Remediations = append(entry.Remediations, v1alpha1.MachineRemediationRequest{APIVersion: st.GVK.GroupVersion().String(),
 				Kind: st.GVK.Kind, TemplateName: st.Template.Name, Started: metav1.NewTime(now)})
