@@ -28,7 +28,7 @@ import (
 // is sent as one, not one round trip after the other. A failure for one Machine is collected and the
 // others proceed. A request that could not be created is dropped from p.Status. The leases the check no
 // longer needs are released first: a control-plane Machine starts only while no other control-plane
-// Node's lease is held, the check's own too (requestLease).
+// Node's lease is held, the check's own too (takeLease).
 func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, p *plan) []error {
 	lm, err := r.starter(mhc, p.Site)
 	if err != nil {
