@@ -2,7 +2,6 @@ package mhc
 
 import (
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
-	"github.com/metalheal/metalheal/internal/backoff"
 )
 
 // recentRemediations is the new status.recentRemediations, once execute has dropped the records of the
@@ -15,23 +14,4 @@ func (p *plan) recentRemediations() []v1alpha1.RecentRemediation {
 		}
 	}
 	return p.Backoff.Status()
-}
-
-// recordBackoffMetrics counts the holds the plan began and sets the number of Machines held back.
-func recordBackoffMetrics(check string, p plan) {
-	held := 0
-	if p.Backoff != nil {
-		held = p.Backoff.Held()
-	}
-	backoff.MHCMetrics.Held.WithLabelValues(check).Set(float64(held))
-	for _, e := range p.Events {
-		if e.Reason == EventRemediationBackingOff {
-			backoff.MHCMetrics.Holds.Inc()
-		}
-	}
-}
-
-// forgetBackoffMetrics deletes a deleted check's series.
-func forgetBackoffMetrics(check string) {
-	backoff.MHCMetrics.Held.DeleteLabelValues(check)
 }

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/engine"
 )
 
 // The controller reads Machines and Clusters in the version the API server serves: v1beta2 (Cluster API
@@ -297,25 +298,17 @@ func setV1beta1Condition(conds *clusterv1beta1.Conditions, c clusterv1beta1.Cond
 	*conds = append(*conds, c)
 }
 
-// notInstalled records on a check that Cluster API is not installed: Disabled=True with reason
-// ClusterAPINotInstalled and a Warning event when it becomes so. The check is looked at again when the
-// served version is next rechecked.
-func (r *Reconciler) notInstalled(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, cause *clusterAPINotInstalledError) (ctrl.Result, error) {
-	return r.disableFor(ctx, mhc, v1alpha1.ReasonClusterAPINotInstalled, cause.Error(), cause.retry)
-}
-
 // disableFor sets Disabled=True with reason and message (the rest of the status is kept: nothing was
-// observed), emits a Warning event when the condition changes, and looks again at retry.
+// observed), emits a Warning event when the check becomes disabled or for another reason (engine.Disable),
+// and looks again at retry.
 func (r *Reconciler) disableFor(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, reason, message string, retry time.Time) (ctrl.Result, error) {
 	now := r.clock.Now()
 	status := *mhc.Status.DeepCopy()
-	was := meta.FindStatusCondition(mhc.Status.Conditions, v1alpha1.ConditionDisabled)
-	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.ConditionDisabled, Status: metav1.ConditionTrue,
-		Reason: reason, Message: message, ObservedGeneration: mhc.Generation, LastTransitionTime: metav1.NewTime(now)})
+	news := engine.Disable(&status.Conditions, mhc.Generation, reason, message, now)
 	if err := r.patchStatus(ctx, mhc, status); err != nil {
 		return ctrl.Result{}, err
 	}
-	if was == nil || was.Status != metav1.ConditionTrue || was.Reason != reason || was.Message != message {
+	if news {
 		r.recorder.Eventf(mhc, nil, corev1.EventTypeWarning, EventDisabled, actionCheck, "No remediation can start: %s", message)
 	}
 	return ctrl.Result{RequeueAfter: requeueAfter(retry, now)}, nil

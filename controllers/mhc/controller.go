@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/events"
@@ -265,7 +264,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.forgetKinds(ctx, req.NamespacedName)
 		return r.disableFor(ctx, mhc, v1alpha1.ReasonRemediationKindRefused, refused.Error(), time.Time{})
 	case errors.As(err, &noCAPI):
-		return r.notInstalled(ctx, mhc, noCAPI)
+		// Looked at again when the served version is next rechecked.
+		return r.disableFor(ctx, mhc, v1alpha1.ReasonClusterAPINotInstalled, noCAPI.Error(), noCAPI.retry)
 	case errors.As(err, &noKubeconfig):
 		// Disabled until the Role is granted; looked at again after the kubeconfig recheck interval.
 		return r.disableFor(ctx, mhc, v1alpha1.ReasonKubeconfigNotReadable, noKubeconfig.Error(), noKubeconfig.Retry)
@@ -273,7 +273,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// Nothing is decided from a kind not watched yet; the kind watcher enqueues the check once it is.
 		return ctrl.Result{RequeueAfter: requeueAfter(pending.Until, r.clock.Now())}, nil
 	case errors.As(err, &unwatchable):
-		return r.disable(ctx, mhc, unwatchable)
+		// Until the kind watcher's next attempt at the kind.
+		return r.disableFor(ctx, mhc, v1alpha1.ReasonRemediationKindNotWatchable, unwatchable.Error(), unwatchable.retry)
 	case err != nil:
 		return r.observeFailed(mhc, req.NamespacedName, err)
 	}
@@ -324,34 +325,12 @@ func (r *Reconciler) observeFailed(mhc *v1alpha1.MachineHealthCheck, key types.N
 // workloadRetry is how often a check whose workload cluster does not answer looks at it again.
 const workloadRetry = 10 * time.Second
 
-// disable records that the check cannot work because a remediation kind it names cannot be watched: its
-// Disabled condition says why (the rest of its status is kept as it was: nothing was observed), a Warning
-// event says so once, and it is looked at again when the kind watcher tries the kind again.
-func (r *Reconciler) disable(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, cause *kindNotWatchableError) (ctrl.Result, error) {
-	now := r.clock.Now()
-	status := *mhc.Status.DeepCopy()
-	was := meta.FindStatusCondition(mhc.Status.Conditions, v1alpha1.ConditionDisabled)
-	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.ConditionDisabled, Status: metav1.ConditionTrue,
-		Reason: v1alpha1.ReasonRemediationKindNotWatchable, Message: cause.Error(), ObservedGeneration: mhc.Generation,
-		LastTransitionTime: metav1.NewTime(now)})
-	if err := r.patchStatus(ctx, mhc, status); err != nil {
-		return ctrl.Result{}, err
-	}
-	if was == nil || was.Status != metav1.ConditionTrue || was.Reason != v1alpha1.ReasonRemediationKindNotWatchable {
-		r.recorder.Eventf(mhc, nil, corev1.EventTypeWarning, EventDisabled, actionCheck, "No remediation can start: %s", cause.Error())
-	}
-	return ctrl.Result{RequeueAfter: requeueAfter(cause.retry, now)}, nil
-}
-
 // enable clears the Disabled condition of a check that was disabled and works again, with an event.
 func (r *Reconciler) enable(mhc *v1alpha1.MachineHealthCheck, status *v1alpha1.MachineHealthCheckStatus) {
-	if !meta.IsStatusConditionTrue(status.Conditions, v1alpha1.ConditionDisabled) {
-		return
+	if meta.IsStatusConditionTrue(status.Conditions, v1alpha1.ConditionDisabled) && engine.Enable(&status.Conditions, mhc.Generation,
+		"Cluster API, the Cluster's kubeconfig and the remediation kinds are readable", r.clock.Now()) {
+		r.recorder.Eventf(mhc, nil, corev1.EventTypeNormal, EventEnabled, actionCheck, "The check works again")
 	}
-	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.ConditionDisabled, Status: metav1.ConditionFalse,
-		Reason: v1alpha1.ReasonAsExpected, Message: "Cluster API, the Cluster's kubeconfig and the remediation kinds are readable",
-		ObservedGeneration: mhc.Generation, LastTransitionTime: metav1.NewTime(r.clock.Now())})
-	r.recorder.Eventf(mhc, nil, corev1.EventTypeNormal, EventEnabled, actionCheck, "The check works again")
 }
 
 // ServedClusterAPIVersion returns the Cluster API version the controller would read Machines and Clusters

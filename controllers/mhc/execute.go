@@ -10,12 +10,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,13 +28,18 @@ import (
 // is sent as one, not one round trip after the other. A failure for one Machine is collected and the
 // others proceed. A request that could not be created is dropped from p.Status. The leases the check no
 // longer needs are released first: a control-plane Machine starts only while no other control-plane
-// Node's lease is held, the check's own too (requestLease).
+// Node's lease is held, the check's own too (takeLease).
 func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, p *plan) []error {
 	lm, err := r.starter(mhc, p.Site)
 	if err != nil {
 		return []error{fmt.Errorf("lease manager: %w", err)}
 	}
-	errs := r.releaseLeases(ctx, lm, p.Release)
+	var errs []error
+	for _, n := range p.Release {
+		if err := lm.Release(ctx, n); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	templates := &templateMemo{m: map[v1alpha1.TemplateReference]templateResult{}}
 	p.mu = &sync.Mutex{}
 	var work []int
@@ -45,33 +48,21 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 		if t.NewlyUnhealthy && t.Blocked != notBlocked {
 			countSkipped(t.Blocked)
 		}
-		if t.Lease != nil || t.Conditions != nil || t.Create != nil || len(t.TimeOut) > 0 || len(t.Delete) > 0 ||
-			t.Exhausted || t.Unconfirm {
+		if t.Lease != nil || t.Conditions != nil || t.Out != nil || t.Unconfirm {
 			work = append(work, i)
 		}
 	}
-	sem := make(chan struct{}, executeParallel)
-	var wg sync.WaitGroup
-	for _, i := range work {
-		t := &p.Targets[i]
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			var terrs []error
-			if err := r.takeLease(ctx, lm, mhc, t, p); err != nil {
-				terrs = append(terrs, err)
-			}
-			if err := r.executeTarget(ctx, lm, mhc, t, p, templates); err != nil {
-				terrs = append(terrs, err)
-			}
+	engine.InParallel(ctx, executeParallel, len(work), func(ctx context.Context, j int) {
+		t := &p.Targets[work[j]]
+		err := errors.Join(r.takeLease(ctx, lm, mhc, t, p), r.executeTarget(ctx, lm, mhc, t, p, templates))
+		if err != nil {
 			defer p.lock()()
-			errs = append(errs, terrs...)
-		})
-	}
-	wg.Wait()
+			errs = append(errs, err)
+		}
+	})
 	for _, req := range p.Orphans {
-		if err := r.client.Delete(ctx, req, client.Preconditions{UID: ptr.To(req.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("deleting %s %s/%s of a Machine that is gone: %w", req.GetKind(), req.GetNamespace(), req.GetName(), err))
+		if err := engine.Delete(ctx, r.client, engine.RefOf(req), req.GetUID()); err != nil {
+			errs = append(errs, fmt.Errorf("the request of a Machine that is gone: %w", err))
 			continue
 		}
 		ctrl.LoggerFrom(ctx).Info("Deleted the remediation request of a Machine that is gone", "kind", req.GetKind(), "request", klog.KObj(req))
@@ -115,9 +106,10 @@ func (m *templateMemo) get(s step, load func() templateResult) templateResult {
 func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan, templates *templateMemo) error {
 	log := ctrl.LoggerFrom(ctx).WithValues("machine", klog.KObj(t.Machine))
 	var errs []error
+	out := cmp.Or(t.Out, &engine.Outcome{})
 	if t.Conditions != nil {
-		if err := r.patchMachineConditions(ctx, t); err != nil {
-			errs = append(errs, err)
+		if err := r.writeMachineConditions(ctx, t.Machine, t.Conditions); err != nil {
+			errs = append(errs, fmt.Errorf("setting conditions on Machine %s: %w", t.Machine.Name, err))
 		} else if t.MarkedForOwner {
 			log.Info("Marked Machine for remediation by its owner", "reason", t.Verdict.Reason)
 			r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeNormal, EventMachineMarkedUnhealthy, actionRemediate,
@@ -125,7 +117,7 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *
 			observeDetection(t.Verdict.ExpiredAt, r.clock.Now())
 		}
 	}
-	for _, req := range t.TimeOut {
+	for _, req := range requests(out, out.Walk.TimeOut) {
 		if err := engine.MarkTimedOut(ctx, r.client, req.Ref, r.clock.Now()); err != nil {
 			errs = append(errs, err)
 			continue
@@ -134,14 +126,14 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *
 		r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventRemediationRequestTimedOut, actionRemediate,
 			"%s %s ended without the Machine recovering (timeout or Succeeded=False)", req.Ref.Kind, req.Ref.Name)
 	}
-	if t.Exhausted {
+	if out.Walk.Exhausted && out.Walk.Ended != nil {
 		log.Info("All remediation steps ended, Machine still unhealthy")
 		r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventRemediationsExhausted, actionRemediate,
 			"Every remediation step ended and the Machine is still unhealthy (%s)", t.Verdict.Reason)
 	}
-	for _, req := range t.Delete {
-		if err := r.client.Delete(ctx, req.Ref.Object(), client.Preconditions{UID: &req.UID}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("deleting %s: %w", req.Ref, err))
+	for _, req := range requests(out, out.Walk.Delete, out.Delete) {
+		if err := engine.Delete(ctx, r.client, req.Ref, req.UID); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		log.Info("Deleted remediation request", "kind", req.Ref.Kind)
@@ -153,21 +145,22 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *
 			errs = append(errs, err)
 		}
 	}
-	if t.Create != nil {
-		created, skip, err := r.createRequest(ctx, lm, mhc, t, templates)
+	if c := out.Create; c != nil {
+		st := p.Steps[c.Step]
+		created, skip, err := r.createRequest(ctx, lm, mhc, t, st, c.Name, templates)
 		switch {
 		case skip != nil:
-			p.dropRecord(t.Machine.Name, t.Create.Step)
+			p.dropRecord(t.Machine.Name, st)
 			r.skipped(ctx, lm, mhc, t, p, skip)
 		case err != nil:
 			errs = append(errs, err)
-			p.dropRecord(t.Machine.Name, t.Create.Step)
+			p.dropRecord(t.Machine.Name, st)
 		case created:
-			log.Info("Created remediation request", "kind", t.Create.Step.GVK.Kind, "template", t.Create.Step.Template.Name, "reason", t.Verdict.Reason)
+			log.Info("Created remediation request", "kind", st.GVK.Kind, "template", st.Template.Name, "reason", t.Verdict.Reason)
 			r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeNormal, EventRemediationRequestCreated, actionRemediate,
-				"Created %s %s from template %s: %s", t.Create.Step.GVK.Kind, cmp.Or(t.Create.Name, t.Machine.Name), t.Create.Step.Template.Name, t.Verdict.Message)
-			countCreated(t.Create.Step.GVK.Kind)
-			if t.Create.First {
+				"Created %s %s from template %s: %s", st.GVK.Kind, cmp.Or(c.Name, t.Machine.Name), st.Template.Name, t.Verdict.Message)
+			countCreated(st.GVK.Kind)
+			if c.First {
 				observeDetection(t.Verdict.ExpiredAt, r.clock.Now())
 			}
 		}
@@ -178,19 +171,9 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *
 	return nil
 }
 
-// patchMachineConditions writes the Machine's new conditions, failing on a conflict rather than
-// overwriting conditions another controller set meanwhile.
-func (r *Reconciler) patchMachineConditions(ctx context.Context, t *targetPlan) error {
-	if err := r.writeMachineConditions(ctx, t.Machine, t.Conditions); err != nil {
-		return fmt.Errorf("setting conditions on Machine %s: %w", t.Machine.Name, err)
-	}
-	return nil
-}
-
 // createRequest instantiates the step's template for the Machine and creates it (engine.Starter). created
 // is false when the request already existed: ours (adopted), or someone else's (a skip).
-func (r *Reconciler) createRequest(ctx context.Context, lm engine.Starter, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, templates *templateMemo) (created bool, skip *engine.Skip, err error) {
-	s := t.Create.Step
+func (r *Reconciler) createRequest(ctx context.Context, lm engine.Starter, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, s step, name string, templates *templateMemo) (created bool, skip *engine.Skip, err error) {
 	key := types.NamespacedName{Namespace: s.Template.Namespace, Name: s.Template.Name}
 	res := templates.get(s, func() templateResult {
 		res := templateResult{obj: &unstructured.Unstructured{}}
@@ -207,7 +190,7 @@ func (r *Reconciler) createRequest(ctx context.Context, lm engine.Starter, mhc *
 	}
 	emr, err := template.Instantiate(template.Request{
 		Template: res.obj,
-		Name:     cmp.Or(t.Create.Name, t.Machine.Name),
+		Name:     cmp.Or(name, t.Machine.Name),
 		NodeName: t.Machine.Status.NodeRef.Name,
 		Target: metav1.OwnerReference{APIVersion: machineAPIVersion(t.Machine), Kind: "Machine",
 			Name: t.Machine.Name, UID: t.Machine.UID},
@@ -278,7 +261,7 @@ func (r *Reconciler) takeLease(ctx context.Context, s engine.Starter, mhc *v1alp
 	if t.Lease == nil {
 		return nil
 	}
-	starts := t.Create != nil || t.MarkedForOwner
+	starts := t.create() != nil || t.MarkedForOwner
 	skip, err := s.TakeLease(ctx, t.Lease.Node, starts && isControlPlaneTarget(observedTarget{Machine: t.Machine, Node: t.Lease.Node}),
 		t.Lease.From...)
 	switch {
@@ -289,9 +272,9 @@ func (r *Reconciler) takeLease(ctx context.Context, s engine.Starter, mhc *v1alp
 			"The Machine is being remediated but the lease of node %s is now held by %q", t.Lease.Node.Name, skip.Holder)
 		return nil
 	}
-	if t.Create != nil {
-		p.dropRecord(t.Machine.Name, t.Create.Step)
-		t.Create = nil // the lease first, always
+	if c := t.create(); c != nil {
+		p.dropRecord(t.Machine.Name, p.Steps[c.Step])
+		t.Out.Create = nil // the lease first, always
 	}
 	t.keepFromOwner()
 	if err != nil {
@@ -349,23 +332,10 @@ func (r *Reconciler) skipped(ctx context.Context, lm engine.Starter, mhc *v1alph
 	r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventRemediationSkipped, actionRemediate, "%s",
 		skip.Event("", "", "Machine", t.Verdict.Reason).Note)
 	if lm.Leases != nil && t.Lease != nil && t.Lease.Fresh {
-		if err := lm.Leases.InvalidateLease(ctx, t.Lease.Node.Name); err != nil {
+		if err := lm.Release(ctx, t.Lease.Node.Name); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Releasing a node lease taken for a skipped Machine", "node", t.Lease.Node.Name)
 		}
 	}
-}
-
-// releaseLeases releases the node leases the check no longer needs.
-func (r *Reconciler) releaseLeases(ctx context.Context, lm engine.Starter, nodes []string) []error {
-	var errs []error
-	for _, n := range nodes {
-		if err := lm.Leases.InvalidateLease(ctx, n); err != nil {
-			errs = append(errs, fmt.Errorf("releasing the lease of node %s: %w", n, err))
-			continue
-		}
-		ctrl.LoggerFrom(ctx).V(4).Info("Released node lease", "node", n)
-	}
-	return errs
 }
 
 // unconfirm removes the confirmation annotation from the Node, in the cluster the check read its Nodes

@@ -6,6 +6,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/metalheal/metalheal/internal/backoff"
+	"github.com/metalheal/metalheal/internal/engine"
 )
 
 // The MachineHealthCheck's metrics carry names of their own (metalheal_mhc_*), so that a dashboard or an
@@ -55,13 +58,13 @@ func init() {
 // recordCheckMetrics sets the number of unhealthy Machines the check sees.
 func recordCheckMetrics(check types.NamespacedName, p plan) {
 	unhealthyMachines.WithLabelValues(check.String()).Set(float64(p.Unhealthy))
-	recordBackoffMetrics(check.String(), p)
+	engine.RecordBackoff(backoff.MHCMetrics, check.String(), p.Backoff, p.Holds)
 }
 
 // forgetCheckMetrics deletes a deleted check's series.
 func forgetCheckMetrics(check types.NamespacedName) {
 	unhealthyMachines.DeleteLabelValues(check.String())
-	forgetBackoffMetrics(check.String())
+	backoff.MHCMetrics.Held.DeleteLabelValues(check.String())
 }
 
 // countCreated counts a remediation request created, by kind.

@@ -1,6 +1,7 @@
 package mhc
 
 import (
+	"cmp"
 	"testing"
 	"time"
 
@@ -305,20 +306,21 @@ func (k parityKit) outcome(t *testing.T, p plan) enginetest.Outcome {
 	created := map[string]int{}
 	for _, tp := range p.Targets {
 		name := tp.Machine.Name
-		if c := tp.Create; c != nil {
-			i := k.stepOf(c.Step.GVK.Kind, c.Step.Template.Name)
+		if c := tp.create(); c != nil {
+			i := k.stepOf(p.Steps[c.Step].GVK.Kind, p.Steps[c.Step].Template.Name)
 			out.Creates = append(out.Creates, enginetest.Ref{Target: name, Step: i})
 			created[name] = i
 		}
-		out.TimeOuts = append(out.TimeOuts, refs(name, tp.TimeOut)...)
-		out.Deletes = append(out.Deletes, refs(name, tp.Delete)...)
-		if tp.Exhausted {
+		o := cmp.Or(tp.Out, &engine.Outcome{})
+		out.TimeOuts = append(out.TimeOuts, refs(name, requests(o, o.Walk.TimeOut))...)
+		out.Deletes = append(out.Deletes, refs(name, requests(o, o.Walk.Delete, o.Delete))...)
+		if o.Walk.Exhausted && o.Walk.Ended != nil {
 			out.Exhausted = append(out.Exhausted, name)
 		}
 		if tp.Unconfirm {
 			out.Unconfirms = append(out.Unconfirms, name)
 		}
-		if tp.Lease != nil && tp.Create == nil {
+		if tp.Lease != nil && tp.create() == nil {
 			out.LeaseWrites = append(out.LeaseWrites, name)
 		}
 	}

@@ -143,15 +143,6 @@ type planInput struct {
 	Safety safetyInput
 }
 
-// createRequest asks for a remediation request from a step's template.
-type createRequest struct {
-	Step step
-	// Name is the request's name: the Machine's, or a later step's own (template.RequestName).
-	Name string
-	// First is true for the first request of a remediation (not an escalation nor a re-creation).
-	First bool
-}
-
 // targetPlan is what to do about one Machine.
 type targetPlan struct {
 	Machine *clusterv1.Machine
@@ -170,12 +161,10 @@ type targetPlan struct {
 	// MarkedForOwner: OwnerRemediated becomes False, asking the owner to replace the Machine (once its
 	// Node's lease is taken: see keepFromOwner).
 	MarkedForOwner bool
-	// Create asks for a remediation request.
-	Create *createRequest
-	// TimeOut are requests to mark timed out (their step ended); Delete are requests to delete.
-	TimeOut, Delete []engine.Request
-	// Exhausted: the last remediation step just ended without the Machine recovering.
-	Exhausted bool
+	// Out is the engine's decision about the Machine's requests (engine.Pass), nil when none was made: its
+	// walk's time-outs and deletions and the request to create, or the deletion of those of a Machine
+	// healthy again.
+	Out *engine.Outcome
 	// Unconfirm: the Machine's remediation is over; its Node's confirmation annotation
 	// (v1alpha1.AnnotationConfirmedHealthy) is removed.
 	Unconfirm bool
@@ -198,6 +187,7 @@ type plan struct {
 	Decision  budget.Decision
 	Unhealthy int
 	Targets   []targetPlan
+	Steps     []step
 	// Orphans are requests to delete because their Machine is gone (deleted by a remediation's
 	// escalation, by its owner, or by anyone): nothing else would delete them while the check exists.
 	Orphans []*unstructured.Unstructured
@@ -208,8 +198,9 @@ type plan struct {
 	Release []string
 	// Site is the cluster of the check's Nodes, where Release and the targets' Lease are carried out.
 	Site nodeSite
-	// Backoff is the repeat-remediation back-off's memory (see backoff.go).
+	// Backoff is the repeat-remediation back-off's memory (see backoff.go), Holds the holds the plan began.
 	Backoff *backoff.Memory
+	Holds   int
 }
 
 // planChecks is the MachineHealthCheck's decision, a pure function of what was observed and now: which
@@ -222,7 +213,7 @@ func planChecks(in planInput) (plan, error) {
 		prev[mhc.Status.UnhealthyMachines[i].Name] = &mhc.Status.UnhealthyMachines[i]
 	}
 
-	p := plan{Site: in.Safety.Site, Backoff: backoff.NewMemory(backoff.PolicyOf(mhc.Spec.RemediationBackoff), mhc.Status.RecentRemediations, now)}
+	p := plan{Site: in.Safety.Site, Steps: in.Steps, Backoff: backoff.NewMemory(backoff.PolicyOf(mhc.Spec.RemediationBackoff), mhc.Status.RecentRemediations, now)}
 	var observed []observedTarget
 	healthy := 0
 	for _, o := range in.Machines {
@@ -337,7 +328,7 @@ func planChecks(in planInput) (plan, error) {
 			if out.Lease {
 				t.Lease = &leaseAction{Node: o.Node, From: out.From}
 			}
-			t.Delete, t.Unconfirm = pick(o.Requests, out.Delete), out.Unconfirm
+			t.Out, t.Unconfirm = out, out.Unconfirm
 			p.Events = append(p.Events, machineEvents(mhc, t.Machine, out.Events)...)
 		case statePending:
 			// Not judged yet: keep what was started (its escalation memory) and touch nothing.
@@ -355,7 +346,7 @@ func planChecks(in planInput) (plan, error) {
 		gate.admitted(t, observed[w.target], &status.UnhealthyMachines[w.entry], w.out)
 		p.Events = append(p.Events, machineEvents(mhc, t.Machine, w.out.Events)...)
 	}
-	p.NextCheck = engine.Earliest(p.NextCheck, gate.pass.Next)
+	p.NextCheck, p.Holds = engine.Earliest(p.NextCheck, gate.pass.Next), gate.pass.Holds
 	slices.Sort(status.Targets)
 	slices.SortFunc(status.UnhealthyMachines, func(a, b v1alpha1.UnhealthyMachine) int { return strings.Compare(a.Name, b.Name) })
 
@@ -473,9 +464,18 @@ func healthySince(prev *v1alpha1.UnhealthyMachine) time.Time {
 	return prev.ConditionsHealthyTimestamp.Time
 }
 
-// pick are the requests refs name.
-func pick(requests []engine.Request, refs []engine.Ref) []engine.Request {
-	return slices.DeleteFunc(slices.Clone(requests), func(q engine.Request) bool { return !slices.Contains(refs, q.Ref) })
+// create is the request the Machine's outcome asks for (nil: none).
+func (t *targetPlan) create() *engine.Create {
+	if t.Out == nil {
+		return nil
+	}
+	return t.Out.Create
+}
+
+// requests are the requests of o's target that refs name, with their UIDs (a delete's precondition).
+func requests(o *engine.Outcome, refs ...[]engine.Ref) []engine.Request {
+	all := slices.Concat(refs...)
+	return slices.DeleteFunc(slices.Clone(o.Target.Requests), func(q engine.Request) bool { return !slices.Contains(all, q.Ref) })
 }
 
 // mergeRecords returns the Machine's remediation records: those in status, completed with the requests

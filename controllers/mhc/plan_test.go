@@ -213,7 +213,7 @@ func TestPlanSkipRules(t *testing.T) {
 			tp := p.Targets[0]
 			g.Expect(tp.Blocked).To(Equal(tt.wantBlocked))
 			g.Expect(tp.MarkedForOwner).To(Equal(tt.wantBlocked == notBlocked))
-			g.Expect(tp.Create).To(BeNil())
+			g.Expect(tp.create()).To(BeNil())
 			if tt.wantReported {
 				g.Expect(conditionOf(tp.Conditions, clusterv1.MachineHealthCheckSucceededCondition)).To(HaveField("Status", metav1.ConditionFalse))
 			} else {
@@ -379,8 +379,8 @@ func TestPlanTemplateRemediation(t *testing.T) {
 		g := NewWithT(t)
 		p := mustPlan(g, unitCheck(withSteps), "", unhealthyTarget("m"))
 		tp := p.Targets[0]
-		g.Expect(tp.Create).NotTo(BeNil())
-		g.Expect(tp.Create.Step.Template.Name).To(Equal("reboot"))
+		g.Expect(tp.create()).NotTo(BeNil())
+		g.Expect(p.Steps[tp.create().Step].Template.Name).To(Equal("reboot"))
 		g.Expect(tp.MarkedForOwner).To(BeFalse())
 		g.Expect(conditionOf(tp.Conditions, clusterv1.MachineOwnerRemediatedCondition)).To(BeNil())
 		g.Expect(p.Status.UnhealthyMachines).To(ConsistOf(HaveField("Remediations", ConsistOf(HaveField("TemplateName", "reboot")))))
@@ -395,7 +395,7 @@ func TestPlanTemplateRemediation(t *testing.T) {
 		o := healthyTarget("m")
 		o.Requests = []engine.Request{request(reboot, t0.Add(-time.Minute))}
 		p := mustPlan(g, mhc, "", o)
-		g.Expect(p.Targets[0].Delete).To(HaveLen(1))
+		g.Expect(deletes(p.Targets[0])).To(HaveLen(1))
 		g.Expect(p.Status.UnhealthyMachines).To(BeEmpty())
 	})
 
@@ -407,9 +407,9 @@ func TestPlanTemplateRemediation(t *testing.T) {
 		p := mustPlan(g, mhc, "", o, unhealthyTarget("n"))
 		for _, tp := range p.Targets {
 			g.Expect(tp.Blocked).To(Equal(blockedShortCircuit))
-			g.Expect(tp.Create).To(BeNil())
-			g.Expect(tp.TimeOut).To(BeEmpty())
-			g.Expect(tp.Delete).To(BeEmpty())
+			g.Expect(tp.create()).To(BeNil())
+			g.Expect(timeOuts(tp)).To(BeEmpty())
+			g.Expect(deletes(tp)).To(BeEmpty())
 		}
 	})
 }
@@ -431,8 +431,8 @@ func TestPlanStormEndsStepsStartsNothing(t *testing.T) {
 	p := mustPlan(g, mhc, "", o)
 	tp := p.Targets[0]
 	g.Expect(tp.Blocked).To(Equal(blockedShortCircuit))
-	g.Expect(tp.TimeOut).To(HaveLen(1), "the first step's timeout passed: it ends")
-	g.Expect(tp.Create).To(BeNil(), "the next step waits for the storm to end")
+	g.Expect(timeOuts(tp)).To(HaveLen(1), "the first step's timeout passed: it ends")
+	g.Expect(tp.create()).To(BeNil(), "the next step waits for the storm to end")
 	g.Expect(p.Status.UnhealthyMachines[0].Remediations).To(HaveLen(1))
 	g.Expect(p.Status.UnhealthyMachines[0].Remediations[0].TimedOut).NotTo(BeNil())
 }
@@ -513,9 +513,9 @@ func TestPlanHandOver(t *testing.T) {
 		waiting := func(g Gomega) *v1alpha1.MachineHealthCheck {
 			mhc := unitCheck(withSteps)
 			p, tp := planAt(g, mhc, t0, request(reboot, started, processing(metav1.ConditionTrue)))
-			g.Expect(tp.TimeOut).To(HaveLen(1))
-			g.Expect(tp.Create).To(BeNil(), "no second request while the first still acts on the host")
-			g.Expect(tp.Delete).To(BeEmpty())
+			g.Expect(timeOuts(tp)).To(HaveLen(1))
+			g.Expect(tp.create()).To(BeNil(), "no second request while the first still acts on the host")
+			g.Expect(deletes(tp)).To(BeEmpty())
 			g.Expect(p.Status.UnhealthyMachines[0].WaitingFor).To(Equal("PowerCycleRemediation ns/m"))
 			g.Expect(eventReasons(p.Events)).To(Equal([]string{EventWaitingForHandOver}))
 			g.Expect(p.Events[0].Note).To(ContainSubstring("PowerCycleRemediation ns/m"))
@@ -527,10 +527,10 @@ func TestPlanHandOver(t *testing.T) {
 			return request(reboot, started, markedAt(t0), processing(status))
 		}
 		secondAskedFor := func(g Gomega, p plan, tp targetPlan) {
-			g.Expect(tp.Create).NotTo(BeNil())
-			g.Expect(tp.Create.Step).To(Equal(pair.second))
-			g.Expect(tp.Create.Name).To(Equal(pair.wantName))
-			g.Expect(tp.Delete).To(BeEmpty(), "the escalation never deletes the first request")
+			g.Expect(tp.create()).NotTo(BeNil())
+			g.Expect(p.Steps[tp.create().Step]).To(Equal(pair.second))
+			g.Expect(tp.create().Name).To(Equal(pair.wantName))
+			g.Expect(deletes(tp)).To(BeEmpty(), "the escalation never deletes the first request")
 			g.Expect(p.Status.UnhealthyMachines[0].WaitingFor).To(BeEmpty())
 			g.Expect(p.Status.UnhealthyMachines[0].Remediations).To(HaveLen(2))
 		}
@@ -539,9 +539,9 @@ func TestPlanHandOver(t *testing.T) {
 			g := NewWithT(t)
 			mhc := waiting(g)
 			p, tp := planAt(g, mhc, t0.Add(time.Minute), first(metav1.ConditionTrue))
-			g.Expect(tp.Create).To(BeNil())
-			g.Expect(tp.TimeOut).To(BeEmpty())
-			g.Expect(tp.Delete).To(BeEmpty())
+			g.Expect(tp.create()).To(BeNil())
+			g.Expect(timeOuts(tp)).To(BeEmpty())
+			g.Expect(deletes(tp)).To(BeEmpty())
 			g.Expect(p.Events).To(BeEmpty())
 			g.Expect(p.Status.UnhealthyMachines[0].WaitingFor).To(Equal("PowerCycleRemediation ns/m"))
 			g.Expect(p.NextCheck).To(BeTemporally("==", t0.Add(template.HandOverBound)))
@@ -563,7 +563,7 @@ func TestPlanHandOver(t *testing.T) {
 			g := NewWithT(t)
 			mhc := waiting(g)
 			_, tp := planAt(g, mhc, t0.Add(template.HandOverBound-time.Second), first(metav1.ConditionTrue))
-			g.Expect(tp.Create).To(BeNil())
+			g.Expect(tp.create()).To(BeNil())
 			p, tp := planAt(g, mhc, t0.Add(template.HandOverBound), first(metav1.ConditionTrue))
 			secondAskedFor(g, p, tp)
 			g.Expect(eventReasons(p.Events)).To(Equal([]string{EventHandOverTimedOut}))
@@ -573,9 +573,24 @@ func TestPlanHandOver(t *testing.T) {
 		t.Run(pair.name+": a first request without a Processing condition does not hold it", func(t *testing.T) {
 			g := NewWithT(t)
 			p, tp := planAt(g, unitCheck(withSteps), t0, request(reboot, started))
-			g.Expect(tp.TimeOut).To(HaveLen(1))
+			g.Expect(timeOuts(tp)).To(HaveLen(1))
 			secondAskedFor(g, p, tp)
 			g.Expect(p.Events).To(BeEmpty())
 		})
 	}
+}
+
+// timeOuts and deletes are the requests a Machine's plan marks timed out and deletes.
+func timeOuts(tp targetPlan) []engine.Request {
+	if tp.Out == nil {
+		return nil
+	}
+	return requests(tp.Out, tp.Out.Walk.TimeOut)
+}
+
+func deletes(tp targetPlan) []engine.Request {
+	if tp.Out == nil {
+		return nil
+	}
+	return requests(tp.Out, tp.Out.Walk.Delete, tp.Out.Delete)
 }

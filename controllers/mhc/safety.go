@@ -99,15 +99,12 @@ func (r *Reconciler) observeSafety(ctx context.Context, in *planInput) error {
 	in.Safety.Leases = ls
 	controlPlaneNode := r.controlPlaneNode(site)
 	busy := map[string]bool{}
-	for node, l := range in.Safety.Leases {
-		if _, held := l.HeldByOther(in.Safety.Holder, in.Now); !held {
-			continue
-		}
-		if cp, err := controlPlaneNode(ctx, node); err != nil {
-			return err
-		} else if cp {
-			busy[node] = true
-		}
+	leased, err := engine.LeasedControlPlane(ctx, in.Safety.Leases, in.Safety.Holder, in.Now, controlPlaneNode)
+	if err != nil {
+		return err
+	}
+	for _, node := range leased {
+		busy[node] = true
 	}
 	// A workload cluster's Nodes share no names with the Nodes NodeHealthChecks see.
 	var nhcs v1alpha1.NodeHealthCheckList
@@ -381,7 +378,7 @@ func (s *safety) releaseLeases(p *plan) []string {
 		}
 	}
 	for _, t := range p.Targets {
-		if n := t.Machine.Status.NodeRef.Name; n != "" && (t.Create != nil || t.MarkedForOwner) {
+		if n := t.Machine.Status.NodeRef.Name; n != "" && (t.create() != nil || t.MarkedForOwner) {
 			keep[n] = true
 		}
 	}
@@ -408,16 +405,12 @@ type leaseAction struct {
 // stormCooldownDuration after it is met again, no remediation starts. The budget's own transition keeps
 // Cluster API's RemediationRestricted event (planChecks); the cooldown and the storm's end get theirs.
 func checkWide(p *plan, mhc *v1alpha1.MachineHealthCheck, paused string, d budget.Decision, now time.Time) engine.CheckWide {
-	var cooldown time.Duration
-	if c := mhc.Spec.StormCooldownDuration; c != nil {
-		cooldown = c.Duration
-	}
 	var pauses []string
 	if paused != "" {
 		pauses = []string{paused}
 	}
 	cw := engine.DecideCheckWide(engine.CheckWideInput{Conditions: mhc.Status.Conditions, Generation: mhc.Generation,
-		Paused: pauses, Budget: d, Cooldown: cooldown, Now: now})
+		Paused: pauses, Budget: d, Cooldown: engine.DurationOf(mhc.Spec.StormCooldownDuration), Now: now})
 	p.NextCheck = engine.Earliest(p.NextCheck, cw.Storm.Until)
 	event := func(reason, note string) {
 		p.Events = append(p.Events, checkEvent{Regarding: mhc, Type: corev1.EventTypeNormal, Reason: reason, Note: note})
@@ -473,15 +466,13 @@ func ownerReplacing(m *clusterv1.Machine) bool {
 // create, recorded at once (execute drops the record should the create fail) with its Node's lease first.
 func (s *safety) admitted(t *targetPlan, o observedTarget, entry *v1alpha1.UnhealthyMachine, out *engine.Outcome) {
 	w, now := out.Walk, s.in.Now
-	entry.Remediations, entry.WaitingFor = machineRecords(w.Records), w.WaitingFor
-	t.TimeOut, t.Delete, t.Exhausted = pick(o.Requests, w.TimeOut), pick(o.Requests, w.Delete), w.Exhausted && w.Ended != nil
+	entry.Remediations, entry.WaitingFor, t.Out = machineRecords(w.Records), w.WaitingFor, out
 	if out.Skip != nil {
 		t.refuse(entry, out.Skip)
 	}
 	switch c := out.Create; {
 	case c != nil:
 		st := s.in.Steps[c.Step]
-		t.Create = &createRequest{Step: st, Name: c.Name, First: c.First}
 		if !c.Again {
 			entry.Remediations = append(entry.Remediations, v1alpha1.MachineRemediationRequest{APIVersion: st.GVK.GroupVersion().String(),
 				Kind: st.GVK.Kind, TemplateName: st.Template.Name, Started: metav1.NewTime(now)})

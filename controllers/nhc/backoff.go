@@ -2,7 +2,6 @@ package nhc
 
 import (
 	"github.com/metalheal/metalheal/api/v1alpha1"
-	"github.com/metalheal/metalheal/internal/backoff"
 	"github.com/metalheal/metalheal/internal/engine"
 )
 
@@ -23,23 +22,4 @@ func (p *plan) recentRemediations(check *v1alpha1.NodeHealthCheck) []v1alpha1.Re
 		}
 	}
 	return m.Status()
-}
-
-// recordBackoffMetrics counts the holds this decision began and sets the number of Nodes held back.
-func recordBackoffMetrics(check string, p *plan) {
-	held := 0
-	if p.Backoff != nil {
-		held = p.Backoff.Held()
-	}
-	backoff.NHCMetrics.Held.WithLabelValues(check).Set(float64(held))
-	for _, reason := range p.Skipped {
-		if reason == SkipBackingOff {
-			backoff.NHCMetrics.Holds.Inc()
-		}
-	}
-}
-
-// forgetBackoffMetrics deletes a deleted check's series.
-func forgetBackoffMetrics(check string) {
-	backoff.NHCMetrics.Held.DeleteLabelValues(check)
 }

@@ -8,9 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -58,17 +56,10 @@ var defaultCriteria = []conditions.Criterion{
 
 // plan is what decide wants done, and the status it leads to.
 type plan struct {
-	// Creates are the remediation requests to create (after taking the node lease).
-	Creates []createAction
-	// TimeOuts are requests to mark with the timed-out annotation.
-	TimeOuts []emrRef
-	// Deletes are requests to delete.
-	Deletes []emrRef
-	// nodes are the Nodes of the requests in TimeOuts and Deletes (see nodeOf).
-	nodes map[emrRef]string
-	// Renew are Nodes whose lease we hold (or must retake, or take over from our own request's
-	// remediator) while their remediation lives.
-	Renew []renewal
+	// Outcomes are the engine's decisions about the Nodes (engine.Pass; a Node gone: the deletion of its
+	// requests), which execute writes: the requests to create, mark timed out and delete, and the leases
+	// kept while a remediation lives.
+	Outcomes []*engine.Outcome
 	// Release are Nodes whose lease we hold but no longer need.
 	Release []string
 	// Unconfirm are Nodes whose remediation is over and whose confirmation annotation
@@ -94,26 +85,10 @@ type plan struct {
 	Disabled *cause
 	Paused   []string
 	Hold     string
-	// Backoff is the repeat-remediation back-off's memory (see backoff.go).
+	// Backoff is the repeat-remediation back-off's memory (see backoff.go), Holds the holds this decision
+	// began.
 	Backoff *backoff.Memory
-}
-
-// createAction asks for one remediation request.
-type createAction struct {
-	Node *corev1.Node
-	// Name is the request's name: the Node's, or a later step's own (template.RequestName).
-	Name string
-	// Step is the index in observed.Steps.
-	Step     int
-	Template *unstructured.Unstructured
-	// ExpiredAt is when the Node's unhealthy condition expired, for the detection delay metric; zero for
-	// later escalation steps and for conditions without a transition time.
-	ExpiredAt time.Time
-	// Why says why the Node is unhealthy, e.g. "Ready=Unknown for 5m0s".
-	Why string
-	// Again: the request of the Node's current step vanished and is asked for again; status keeps its
-	// record (and the step's start).
-	Again bool
+	Holds   int
 }
 
 // at makes sure the plan looks again no later than t.
@@ -121,34 +96,6 @@ func (p *plan) at(t time.Time) {
 	if !t.IsZero() && (p.Next.IsZero() || t.Before(p.Next)) {
 		p.Next = t
 	}
-}
-
-// timeOut asks to mark ref, a request for node, timed out.
-func (p *plan) timeOut(ref emrRef, node string) {
-	p.TimeOuts = append(p.TimeOuts, ref)
-	p.setNode(ref, node)
-}
-
-// delete asks to delete ref, a request for node.
-func (p *plan) delete(ref emrRef, node string) {
-	p.Deletes = append(p.Deletes, ref)
-	p.setNode(ref, node)
-}
-
-func (p *plan) setNode(ref emrRef, node string) {
-	if p.nodes == nil {
-		p.nodes = map[emrRef]string{}
-	}
-	p.nodes[ref] = node
-}
-
-// nodeOf is the Node of a request the plan times out or deletes. Requests are named after their Node,
-// except a later escalation step's whose name would collide with an earlier one's.
-func (p *plan) nodeOf(ref emrRef) string {
-	if node, ok := p.nodes[ref]; ok {
-		return node
-	}
-	return ref.Name
 }
 
 // decider holds the state of one decide call.
@@ -160,15 +107,9 @@ type decider struct {
 	work map[string]*nodeWork
 	hold bool
 	pass *engine.Pass
-	// outs are the unhealthy Nodes' outcomes, their entries beside them, in order of name.
-	outs    []nodeOutcome
+	// outs are the unhealthy Nodes' outcomes, in order of name.
+	outs    []*engine.Outcome
 	creates map[string]bool
-}
-
-type nodeOutcome struct {
-	o    *engine.Outcome
-	e    *v1alpha1.UnhealthyNode
-	node *corev1.Node
 }
 
 // nodeWork is a Node decide has to think about: unhealthy, or remediated by the check.
@@ -210,6 +151,7 @@ func decide(in observed, now time.Time) plan {
 	}
 	d.admit()
 	d.releaseLeases()
+	p.Holds = d.pass.Holds
 	return *p
 }
 
@@ -278,32 +220,19 @@ func evaluate(n *corev1.Node, criteria []conditions.Criterion, now time.Time) co
 // transitions, and whether new remediations are held back for every Node.
 func (d *decider) checkWide() {
 	check, now, p := d.in.Check, d.now, d.p
-	prev := check.Status.Conditions
-	conds := make([]metav1.Condition, len(prev))
-	copy(conds, prev)
-	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&conds, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg,
-			ObservedGeneration: check.Generation, LastTransitionTime: metav1.NewTime(now)})
-	}
-	wasTrue := func(typ string) bool { return meta.IsStatusConditionTrue(prev, typ) }
+	conds := slices.Clone(check.Status.Conditions)
 
 	dec, err := budget.Evaluate(policyOf(check.Spec), len(d.in.Nodes), p.Failing)
 	if err != nil && p.Disabled == nil {
 		p.Disabled = &cause{Reason: ReasonInvalidBudget, Message: err.Error()}
 	}
 
-	// Disabled.
-	if p.Disabled != nil {
-		set(v1alpha1.ConditionDisabled, metav1.ConditionTrue, p.Disabled.Reason, p.Disabled.Message)
-		if c := meta.FindStatusCondition(prev, v1alpha1.ConditionDisabled); c == nil || c.Status != metav1.ConditionTrue || c.Reason != p.Disabled.Reason {
-			p.Events = append(p.Events, warning(EventDisabled, actionCheck, "", "No remediation can start: "+p.Disabled.Message))
-			p.Skipped = append(p.Skipped, SkipDisabled)
-		}
-	} else {
-		set(v1alpha1.ConditionDisabled, metav1.ConditionFalse, v1alpha1.ReasonAsExpected, "The remediation templates are usable")
-		if wasTrue(v1alpha1.ConditionDisabled) {
-			p.Events = append(p.Events, normal(EventEnabled, actionCheck, "", "The remediation templates are usable again"))
-		}
+	switch {
+	case p.Disabled != nil && engine.Disable(&conds, check.Generation, p.Disabled.Reason, p.Disabled.Message, now):
+		p.Events = append(p.Events, warning(EventDisabled, actionCheck, "", "No remediation can start: "+p.Disabled.Message))
+		p.Skipped = append(p.Skipped, SkipDisabled)
+	case p.Disabled == nil && engine.Enable(&conds, check.Generation, "The remediation templates are usable", now):
+		p.Events = append(p.Events, normal(EventEnabled, actionCheck, "", "The remediation templates are usable again"))
 	}
 
 	cw := engine.DecideCheckWide(engine.CheckWideInput{Conditions: conds, Generation: check.Generation, Paused: p.Paused,
@@ -359,7 +288,14 @@ func (d *decider) nodeGone(e *v1alpha1.UnhealthyNode, ours []remediationObject) 
 		return
 	}
 	d.p.Entries[e.Name] = e
-	if d.deleteAll(e.Name, ours) {
+	o := &engine.Outcome{Target: engine.Target{Name: e.Name, NodeName: e.Name}}
+	for _, q := range ours {
+		if !q.Deleting {
+			o.Delete = append(o.Delete, q.Ref)
+		}
+	}
+	if len(o.Delete) > 0 {
+		d.p.Outcomes = append(d.p.Outcomes, o)
 		d.p.Events = append(d.p.Events, normal(EventNodeGone, actionDelete, "",
 			fmt.Sprintf("Node %s no longer exists: deleting its remediation requests", e.Name)))
 	}
@@ -382,30 +318,14 @@ func (d *decider) nodeHealthy(node *corev1.Node, e *v1alpha1.UnhealthyNode, ours
 	o := d.pass.Healthy(engine.Target{Name: e.Name, Subject: "Node " + e.Name, Node: node, NodeName: e.Name, Requests: ours}, since,
 		engine.DurationOf(d.in.Check.Spec.HealthyDelay), engine.Confirmed(node))
 	e.ConditionsHealthyTimestamp = &metav1.Time{Time: o.HealthySince}
-	d.lease(node, o)
+	d.p.Outcomes = append(d.p.Outcomes, o)
 	d.p.at(d.pass.Next)
 	if o.Unconfirm {
 		d.p.Unconfirm = append(d.p.Unconfirm, e.Name) // removed once its requests are deleted
 	}
-	for _, ref := range o.Delete {
-		d.p.delete(ref, e.Name)
-	}
 	for _, ev := range o.Events {
 		d.p.Events = append(d.p.Events, nodeEvent(e.Name, "", ev))
 	}
-}
-
-// deleteAll asks to delete every request of node not already being deleted and reports whether there
-// was one.
-func (d *decider) deleteAll(node string, ours []remediationObject) bool {
-	asked := false
-	for _, o := range ours {
-		if !o.Deleting {
-			d.p.delete(o.Ref, node)
-			asked = true
-		}
-	}
-	return asked
 }
 
 // nodeUnhealthy decides for an unhealthy Node (engine.Pass.Unhealthy: its lease, its walk, its start).
@@ -441,17 +361,11 @@ func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ou
 	}
 	o = d.pass.Unhealthy(t)
 	e.Remediations, e.WaitingFor = nodeRemediations(o.Walk.Records), o.Walk.WaitingFor
-	for _, ref := range o.Walk.TimeOut {
-		d.p.timeOut(ref, e.Name)
-	}
-	for _, ref := range o.Walk.Delete {
-		d.p.delete(ref, e.Name)
-	}
-	d.outs = append(d.outs, nodeOutcome{o: o, e: e, node: node})
+	d.outs = append(d.outs, o)
 }
 
 // admit puts the Nodes' starts through the gates (engine.Pass.Admit: the control-plane Nodes the check
-// remediates are busy), and turns the outcomes into the plan's creations, leases, skips and events.
+// remediates are busy), and puts the outcomes in the plan, their skips and events in the Nodes' entries.
 func (d *decider) admit() {
 	for name, ours := range d.in.Ours {
 		if w := d.work[name]; len(ours) > 0 && w != nil && w.node != nil && isControlPlane(w.node) {
@@ -460,9 +374,9 @@ func (d *decider) admit() {
 	}
 	d.pass.Admit()
 	d.p.at(d.pass.Next)
-	for _, out := range d.outs {
-		o, e := out.o, out.e
-		d.lease(out.node, o)
+	for _, o := range d.outs {
+		e := d.p.Entries[o.Target.Name]
+		d.p.Outcomes = append(d.p.Outcomes, o)
 		if s := o.Skip; s != nil {
 			e.SkipReason, e.SkipMessage = s.Reason, s.Message
 			if o.NewSkip {
@@ -472,12 +386,7 @@ func (d *decider) admit() {
 		for _, ev := range o.Events {
 			d.p.Events = append(d.p.Events, nodeEvent(e.Name, e.SkipReason, ev))
 		}
-		if c := o.Create; c != nil {
-			ca := createAction{Node: out.node, Name: c.Name, Step: c.Step, Template: d.in.Steps[c.Step].Template, Why: o.Target.Why, Again: c.Again}
-			if c.First {
-				ca.ExpiredAt = o.Target.ExpiredAt
-			}
-			d.p.Creates = append(d.p.Creates, ca)
+		if o.Create != nil {
 			d.creates[e.Name] = true
 		}
 	}
@@ -488,21 +397,6 @@ func (d *decider) releaseLeases() {
 	d.p.Release = gates.Release(d.in.Leases, d.in.Holder, func(name string) bool {
 		return len(d.in.Ours[name]) > 0 || d.creates[name]
 	})
-}
-
-// renewal is a node lease to renew, retake, or take over From the remediators of our own requests for
-// the Node.
-type renewal struct {
-	Node *corev1.Node
-	From []string
-}
-
-// lease asks to write our lease on node when the outcome does: renewed, retaken, or taken over from the
-// remediators of our own requests (which took it between their request going out and ours).
-func (d *decider) lease(node *corev1.Node, o *engine.Outcome) {
-	if o.Lease {
-		d.p.Renew = append(d.p.Renew, renewal{Node: node, From: o.From})
-	}
 }
 
 // skip records why a Node is not remediated, and when to look again; the event and the metric only when

@@ -2,6 +2,7 @@ package nhc
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/conditions"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/template"
 )
 
@@ -104,10 +106,65 @@ func pcEntry(started time.Time) v1alpha1.NodeRemediation {
 
 func created(p plan) []string {
 	var out []string
-	for _, c := range p.Creates {
-		out = append(out, fmt.Sprintf("%s@%d", c.Node.Name, c.Step))
+	for _, c := range creates(p) {
+		out = append(out, fmt.Sprintf("%s@%d", c.Target.Name, c.Create.Step))
 	}
 	return out
+}
+
+// creates are the plan's outcomes that create a request.
+func creates(p plan) []*engine.Outcome {
+	var out []*engine.Outcome
+	for _, o := range p.Outcomes {
+		if o.Create != nil {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// timeOuts and deletes are the requests the plan marks timed out and deletes.
+func timeOuts(p plan) []emrRef {
+	var out []emrRef
+	for _, o := range p.Outcomes {
+		out = append(out, o.Walk.TimeOut...)
+	}
+	return out
+}
+
+func deletes(p plan) []emrRef {
+	var out []emrRef
+	for _, o := range p.Outcomes {
+		out = append(out, slices.Concat(o.Walk.Delete, o.Delete)...)
+	}
+	return out
+}
+
+// renewal is a lease the plan writes: renewed, retaken, or taken over From the remediators of the Node's
+// requests.
+type renewal struct {
+	Node *corev1.Node
+	From []string
+}
+
+func renewals(p plan) []renewal {
+	var out []renewal
+	for _, o := range p.Outcomes {
+		if o.Lease {
+			out = append(out, renewal{Node: o.Target.Node, From: o.From})
+		}
+	}
+	return out
+}
+
+// nodeOf is the Node of a request the plan times out or deletes.
+func nodeOf(p plan, ref emrRef) string {
+	for _, o := range p.Outcomes {
+		if slices.Contains(slices.Concat(o.Walk.TimeOut, o.Walk.Delete, o.Delete), ref) {
+			return o.Target.Name
+		}
+	}
+	return ""
 }
 
 func reasons(p plan) []string {
@@ -152,8 +209,8 @@ func TestDecideDetection(t *testing.T) {
 				g.Expect(p.Next).To(Equal(tt.wantNext))
 			}
 			if len(tt.wantCreates) > 0 {
-				g.Expect(p.Creates[0].ExpiredAt).To(Equal(tt.since.Add(5 * time.Minute)))
-				g.Expect(p.Creates[0].Why).To(Equal("Ready=Unknown for 5m0s"))
+				g.Expect(creates(p)[0].Target.ExpiredAt).To(Equal(tt.since.Add(5 * time.Minute)))
+				g.Expect(creates(p)[0].Target.Why).To(Equal("Ready=Unknown for 5m0s"))
 			}
 			g.Expect(p.Observed).To(Equal(2))
 		})
@@ -193,12 +250,12 @@ func TestDecideBudget(t *testing.T) {
 			allowedCond := meta.FindStatusCondition(p.Conditions, v1alpha1.ConditionRemediationAllowed)
 			storm := meta.FindStatusCondition(p.Conditions, v1alpha1.ConditionStormActive)
 			if tt.allowed {
-				g.Expect(p.Creates).To(HaveLen(tt.unhealthy))
+				g.Expect(creates(p)).To(HaveLen(tt.unhealthy))
 				g.Expect(allowedCond.Status).To(Equal(metav1.ConditionTrue))
 				g.Expect(storm.Status).To(Equal(metav1.ConditionFalse))
 				return
 			}
-			g.Expect(p.Creates).To(BeEmpty())
+			g.Expect(creates(p)).To(BeEmpty())
 			g.Expect(allowedCond.Status).To(Equal(metav1.ConditionFalse))
 			g.Expect(allowedCond.Reason).To(Equal(v1alpha1.ReasonTooManyUnhealthy))
 			g.Expect(storm.Status).To(Equal(metav1.ConditionTrue))
@@ -224,7 +281,7 @@ func TestDecideStorm(t *testing.T) {
 
 	// 3 of 6 unhealthy, 2 allowed: storm.
 	p := decide(unitObserved(check, nodes...), now)
-	g.Expect(p.Creates).To(BeEmpty())
+	g.Expect(creates(p)).To(BeEmpty())
 	g.Expect(meta.IsStatusConditionTrue(p.Conditions, v1alpha1.ConditionStormActive)).To(BeTrue())
 	check.Status = p.status(check)
 
@@ -232,7 +289,7 @@ func TestDecideStorm(t *testing.T) {
 	nodes[0] = unitNode(nodes[0].Name, corev1.ConditionTrue, now)
 	now = now.Add(10 * time.Second)
 	p = decide(unitObserved(check, nodes...), now)
-	g.Expect(p.Creates).To(BeEmpty())
+	g.Expect(creates(p)).To(BeEmpty())
 	storm := meta.FindStatusCondition(p.Conditions, v1alpha1.ConditionStormActive)
 	g.Expect(storm.Status).To(Equal(metav1.ConditionTrue))
 	g.Expect(storm.Reason).To(Equal(v1alpha1.ReasonStormCooldown))
@@ -242,7 +299,7 @@ func TestDecideStorm(t *testing.T) {
 
 	// Still cooling down a minute later: no event again, nothing created.
 	p = decide(unitObserved(check, nodes...), now.Add(time.Minute))
-	g.Expect(p.Creates).To(BeEmpty())
+	g.Expect(creates(p)).To(BeEmpty())
 	g.Expect(p.Events).To(BeEmpty())
 
 	// Cooldown over: both remaining unhealthy nodes are remediated.
@@ -270,7 +327,7 @@ func TestDecideStormOfNodesFailingTogether(t *testing.T) {
 	}
 	p := decide(unitObserved(check, nodes...), first.Add(5*time.Minute)) // a's condition has just expired
 	g.Expect(p.Unhealthy).To(Equal(1))
-	g.Expect(p.Creates).To(BeEmpty(), "3 of 5 nodes are failing, at most 2 may be remediated")
+	g.Expect(creates(p)).To(BeEmpty(), "3 of 5 nodes are failing, at most 2 may be remediated")
 	g.Expect(meta.IsStatusConditionTrue(p.Conditions, v1alpha1.ConditionStormActive)).To(BeTrue())
 	g.Expect(meta.FindStatusCondition(p.Conditions, v1alpha1.ConditionRemediationAllowed).Message).To(ContainSubstring("3 of 5"))
 	g.Expect(*p.status(check).HealthyNodes).To(Equal(int32(2)))
@@ -338,7 +395,7 @@ func TestDecideGates(t *testing.T) {
 			if tt.wantCreate {
 				g.Expect(created(p)).To(Equal([]string{"w1@0"}))
 			} else {
-				g.Expect(p.Creates).To(BeEmpty())
+				g.Expect(creates(p)).To(BeEmpty())
 			}
 			st := p.status(check)
 			g.Expect(st.Phase).To(Equal(tt.wantPhase))
@@ -396,7 +453,7 @@ func TestDecideOverlap(t *testing.T) {
 				g.Expect(created(p)).To(Equal([]string{"w1@0"}))
 				return
 			}
-			g.Expect(p.Creates).To(BeEmpty())
+			g.Expect(creates(p)).To(BeEmpty())
 			e := p.Entries["w1"]
 			g.Expect(e.SkipReason).To(Equal(SkipOwnedByOtherCheck))
 			g.Expect(e.SkipMessage).To(ContainSubstring("NodeHealthCheck " + tt.peer.Name))
@@ -430,7 +487,7 @@ func TestDecideControlPlaneOneAtATime(t *testing.T) {
 		in := unitObserved(unitCheck(), cp("cp-b", u0))
 		in.BusyControlPlane = []string{"cp-x"}
 		p := decide(in, now)
-		g.Expect(p.Creates).To(BeEmpty())
+		g.Expect(creates(p)).To(BeEmpty())
 		g.Expect(p.Entries["cp-b"].SkipMessage).To(ContainSubstring("cp-x"))
 	})
 }
@@ -457,9 +514,9 @@ func TestDecideEscalation(t *testing.T) {
 		in.Steps, in.Ours["w1"], in.Leases["w1"] = twoSteps(), []remediationObject{pcObj("w1", started)}, lease
 		now := started.Add(5 * time.Minute)
 		p := decide(in, now)
-		g.Expect(p.TimeOuts).To(Equal([]emrRef{pcObj("w1", started).Ref}))
+		g.Expect(timeOuts(p)).To(Equal([]emrRef{pcObj("w1", started).Ref}))
 		g.Expect(created(p)).To(Equal([]string{"w1@1"}))
-		g.Expect(p.Creates[0].ExpiredAt.IsZero()).To(BeTrue(), "escalation is not detection")
+		g.Expect(creates(p)[0].Create.First).To(BeFalse(), "escalation is not detection")
 		g.Expect(p.Entries["w1"].Remediations[0].TimedOut.Time).To(Equal(now))
 		g.Expect(reasons(p)).To(Equal([]string{EventRemediationTimedOut}))
 	})
@@ -470,7 +527,7 @@ func TestDecideEscalation(t *testing.T) {
 		in := unitObserved(check(pcEntry(started)), unitNode("w1", corev1.ConditionFalse, u0))
 		in.Steps, in.Ours["w1"], in.Leases["w1"] = twoSteps(), []remediationObject{obj}, lease
 		p := decide(in, started.Add(time.Second))
-		g.Expect(p.TimeOuts).To(HaveLen(1))
+		g.Expect(timeOuts(p)).To(HaveLen(1))
 		g.Expect(created(p)).To(Equal([]string{"w1@1"}))
 		g.Expect(reasons(p)).To(Equal([]string{EventRemediationFailed}))
 	})
@@ -480,8 +537,8 @@ func TestDecideEscalation(t *testing.T) {
 		in.Check.Spec.PauseRequests = []string{"maintenance window"}
 		in.Steps, in.Ours["w1"], in.Leases["w1"] = twoSteps(), []remediationObject{pcObj("w1", started)}, lease
 		p := decide(in, started.Add(5*time.Minute))
-		g.Expect(p.TimeOuts).To(HaveLen(1))
-		g.Expect(p.Creates).To(BeEmpty())
+		g.Expect(timeOuts(p)).To(HaveLen(1))
+		g.Expect(creates(p)).To(BeEmpty())
 	})
 	t.Run("last step ends: exhausted, nothing more", func(t *testing.T) {
 		g := NewWithT(t)
@@ -493,8 +550,8 @@ func TestDecideEscalation(t *testing.T) {
 		in.Steps, in.Leases["w1"] = twoSteps(), lease
 		in.Ours["w1"] = []remediationObject{timedOut, fenceObj("w1", started.Add(5*time.Minute))}
 		p := decide(in, started.Add(15*time.Minute))
-		g.Expect(p.TimeOuts).To(Equal([]emrRef{fenceObj("w1", started).Ref}))
-		g.Expect(p.Creates).To(BeEmpty())
+		g.Expect(timeOuts(p)).To(Equal([]emrRef{fenceObj("w1", started).Ref}))
+		g.Expect(creates(p)).To(BeEmpty())
 		g.Expect(reasons(p)).To(Equal([]string{EventRemediationTimedOut, EventRemediationsExhausted}))
 	})
 	t.Run("last step reports Succeeded=False: left as the remediator left it", func(t *testing.T) {
@@ -510,22 +567,22 @@ func TestDecideEscalation(t *testing.T) {
 		in.Ours["w1"] = []remediationObject{timedOut, failed}
 		now := started.Add(6 * time.Minute)
 		p := decide(in, now)
-		g.Expect(p.TimeOuts).To(BeEmpty(), "the fenced host must not be handed back to the remediator's clean-up")
-		g.Expect(p.Deletes).To(BeEmpty())
-		g.Expect(p.Creates).To(BeEmpty())
+		g.Expect(timeOuts(p)).To(BeEmpty(), "the fenced host must not be handed back to the remediator's clean-up")
+		g.Expect(deletes(p)).To(BeEmpty())
+		g.Expect(creates(p)).To(BeEmpty())
 		g.Expect(p.Entries["w1"].Remediations[1].TimedOut.Time).To(Equal(now), "the step has ended in status")
 		g.Expect(reasons(p)).To(Equal([]string{EventRemediationFailed, EventRemediationsExhausted}))
-		g.Expect(p.Renew).To(ContainElement(HaveField("Node.Name", "w1")), "the check keeps the node's lease")
+		g.Expect(renewals(p)).To(ContainElement(HaveField("Node.Name", "w1")), "the check keeps the node's lease")
 	})
 	t.Run("next step of the same kind: a name of its own, the earlier request is not deleted", func(t *testing.T) {
 		g := NewWithT(t)
 		in := unitObserved(check(pcEntry(started)), unitNode("w1", corev1.ConditionFalse, u0))
 		in.Steps, in.Ours["w1"], in.Leases["w1"] = sameKindSteps(), []remediationObject{pcObj("w1", started)}, lease
 		p := decide(in, started.Add(5*time.Minute))
-		g.Expect(p.TimeOuts).To(Equal([]emrRef{pcObj("w1", started).Ref}))
-		g.Expect(p.Deletes).To(BeEmpty())
+		g.Expect(timeOuts(p)).To(Equal([]emrRef{pcObj("w1", started).Ref}))
+		g.Expect(deletes(p)).To(BeEmpty())
 		g.Expect(created(p)).To(Equal([]string{"w1@1"}), "a request without a Processing condition cannot be waited for")
-		g.Expect(p.Creates[0].Name).To(Equal(hardObj("w1", started).Ref.Name))
+		g.Expect(creates(p)[0].Create.Name).To(Equal(hardObj("w1", started).Ref.Name))
 	})
 }
 
@@ -597,9 +654,9 @@ func TestDecideHandOver(t *testing.T) {
 		waiting := func(g Gomega) *v1alpha1.NodeHealthCheck {
 			check := checkWith()
 			p := decide(observe(check, processing(first, metav1.ConditionTrue)), timedOut)
-			g.Expect(p.TimeOuts).To(Equal([]emrRef{first.Ref}))
-			g.Expect(p.Creates).To(BeEmpty(), "no second request while the first still acts on the host")
-			g.Expect(p.Deletes).To(BeEmpty())
+			g.Expect(timeOuts(p)).To(Equal([]emrRef{first.Ref}))
+			g.Expect(creates(p)).To(BeEmpty(), "no second request while the first still acts on the host")
+			g.Expect(deletes(p)).To(BeEmpty())
 			g.Expect(p.Entries["w1"].WaitingFor).To(Equal(first.Ref.String()))
 			g.Expect(reasons(p)).To(Equal([]string{EventRemediationTimedOut, EventWaitingForHandOver}))
 			g.Expect(p.Events[1].Message).To(ContainSubstring(first.Ref.String()))
@@ -612,11 +669,11 @@ func TestDecideHandOver(t *testing.T) {
 		// secondCreated checks a pass that creates the second step's request.
 		secondCreated := func(g Gomega, p plan) {
 			g.Expect(created(p)).To(Equal([]string{"w1@1"}))
-			g.Expect(p.Creates[0].Name).To(Equal(second.Ref.Name))
+			g.Expect(creates(p)[0].Create.Name).To(Equal(second.Ref.Name))
 			if second.Ref.Kind == first.Ref.Kind && second.Ref.Namespace == first.Ref.Namespace {
 				g.Expect(second.Ref.Name).NotTo(Equal(first.Ref.Name), "two requests of one kind and namespace, two names")
 			}
-			g.Expect(p.Deletes).To(BeEmpty(), "the escalation never deletes the first request")
+			g.Expect(deletes(p)).To(BeEmpty(), "the escalation never deletes the first request")
 			g.Expect(p.Entries["w1"].WaitingFor).To(BeEmpty())
 		}
 
@@ -624,9 +681,9 @@ func TestDecideHandOver(t *testing.T) {
 			g := NewWithT(t)
 			check := waiting(g)
 			p := decide(observe(check, processing(marked(first, timedOut), metav1.ConditionTrue)), timedOut.Add(time.Minute))
-			g.Expect(p.Creates).To(BeEmpty())
-			g.Expect(p.TimeOuts).To(BeEmpty())
-			g.Expect(p.Deletes).To(BeEmpty())
+			g.Expect(creates(p)).To(BeEmpty())
+			g.Expect(timeOuts(p)).To(BeEmpty())
+			g.Expect(deletes(p)).To(BeEmpty())
 			g.Expect(p.Events).To(BeEmpty(), "the wait was reported already")
 			g.Expect(p.Entries["w1"].WaitingFor).To(Equal(first.Ref.String()))
 			g.Expect(p.Next).To(Equal(timedOut.Add(template.HandOverBound)))
@@ -651,7 +708,7 @@ func TestDecideHandOver(t *testing.T) {
 			deleting := processing(marked(first, timedOut), metav1.ConditionTrue)
 			deleting.Deleting = true
 			p := decide(observe(check, deleting), timedOut.Add(time.Minute))
-			g.Expect(p.Creates).To(BeEmpty())
+			g.Expect(creates(p)).To(BeEmpty())
 			g.Expect(p.Entries["w1"].WaitingFor).To(Equal(first.Ref.String()))
 		})
 		t.Run(pair.name+": a first request that never hands over holds it exactly until the bound", func(t *testing.T) {
@@ -659,7 +716,7 @@ func TestDecideHandOver(t *testing.T) {
 			check := waiting(g)
 			stuck := processing(marked(first, timedOut), metav1.ConditionTrue)
 			p := decide(observe(check, stuck), timedOut.Add(template.HandOverBound-time.Second))
-			g.Expect(p.Creates).To(BeEmpty())
+			g.Expect(creates(p)).To(BeEmpty())
 			g.Expect(p.Events).To(BeEmpty())
 			p = decide(observe(check, stuck), timedOut.Add(template.HandOverBound))
 			secondCreated(g, p)
@@ -671,19 +728,19 @@ func TestDecideHandOver(t *testing.T) {
 			g := NewWithT(t)
 			check := checkWith()
 			p := decide(observe(check, first), timedOut)
-			g.Expect(p.TimeOuts).To(Equal([]emrRef{first.Ref}))
+			g.Expect(timeOuts(p)).To(Equal([]emrRef{first.Ref}))
 			secondCreated(g, p)
 			g.Expect(reasons(p)).To(Equal([]string{EventRemediationTimedOut}))
-			g.Expect(p.nodeOf(first.Ref)).To(Equal("w1"))
+			g.Expect(nodeOf(p, first.Ref)).To(Equal("w1"))
 		})
 		t.Run(pair.name+": both requests live side by side; nothing is deleted or created", func(t *testing.T) {
 			g := NewWithT(t)
 			check := waiting(g)
 			now := timedOut.Add(6 * time.Minute)
 			p := decide(observe(check, processing(marked(first, timedOut), metav1.ConditionTrue), processing(second, metav1.ConditionTrue)), now)
-			g.Expect(p.Creates).To(BeEmpty())
-			g.Expect(p.Deletes).To(BeEmpty())
-			g.Expect(p.TimeOuts).To(BeEmpty())
+			g.Expect(creates(p)).To(BeEmpty())
+			g.Expect(deletes(p)).To(BeEmpty())
+			g.Expect(timeOuts(p)).To(BeEmpty())
 			g.Expect(p.Events).To(BeEmpty())
 			rems := p.Entries["w1"].Remediations
 			g.Expect(rems).To(HaveLen(2))
@@ -716,7 +773,7 @@ func TestDecideRecovery(t *testing.T) {
 		in := unitObserved(withEntry(&recovered), unitNode("w1", corev1.ConditionTrue, recovered))
 		in.Ours["w1"], in.Leases["w1"] = []remediationObject{pcObj("w1", started)}, lease
 		p := decide(in, recovered.Add(time.Minute))
-		g.Expect(p.Deletes).To(Equal([]emrRef{pcObj("w1", started).Ref}))
+		g.Expect(deletes(p)).To(Equal([]emrRef{pcObj("w1", started).Ref}))
 		g.Expect(reasons(p)).To(Equal([]string{EventRemediationFinished}))
 		g.Expect(p.Release).To(BeEmpty(), "the lease is kept until the request is gone")
 	})
@@ -738,7 +795,7 @@ func TestDecideRecovery(t *testing.T) {
 		in.Ours["w1"] = []remediationObject{pcObj("w1", started)}
 		in.Tracked = map[string]*corev1.Node{"w1": nil}
 		p := decide(in, recovered)
-		g.Expect(p.Deletes).To(HaveLen(1))
+		g.Expect(deletes(p)).To(HaveLen(1))
 		g.Expect(reasons(p)).To(Equal([]string{EventNodeGone}))
 	})
 	t.Run("a request of ours missing from status is adopted, not duplicated", func(t *testing.T) {
@@ -747,7 +804,7 @@ func TestDecideRecovery(t *testing.T) {
 		in.Ours["w1"] = []remediationObject{pcObj("w1", started)}
 		in.Leases["w1"] = lease
 		p := decide(in, started.Add(time.Minute))
-		g.Expect(p.Creates).To(BeEmpty())
+		g.Expect(creates(p)).To(BeEmpty())
 		g.Expect(p.Entries["w1"].Remediations).To(HaveLen(1))
 		g.Expect(p.Entries["w1"].Remediations[0].Started.Time).To(Equal(started.Add(time.Minute)), "adopted as started now: no early timeout")
 		g.Expect(p.status(in.Check).Phase).To(Equal(v1alpha1.PhaseRemediating))
@@ -768,8 +825,8 @@ func TestDecideRecovery(t *testing.T) {
 		in.Steps, in.Leases["w1"] = twoSteps(), leaseInfo{Holder: holder, Until: started.Add(9 * time.Minute)}
 		in.Ours["w1"] = []remediationObject{marked, fenceObj("w1", started.Add(time.Minute))}
 		p := decide(in, started.Add(2*time.Minute))
-		g.Expect(p.TimeOuts).To(BeEmpty())
-		g.Expect(p.Creates).To(BeEmpty())
+		g.Expect(timeOuts(p)).To(BeEmpty())
+		g.Expect(creates(p)).To(BeEmpty())
 		g.Expect(p.Events).To(BeEmpty())
 		rems := p.Entries["w1"].Remediations
 		g.Expect(rems).To(HaveLen(2))
@@ -783,9 +840,9 @@ func TestDecideRecovery(t *testing.T) {
 		in.Ours["w1"] = []remediationObject{pcObj("w1", started)}
 		in.Leases["w1"] = leaseInfo{Holder: "PowerCycleRemediation-w1", Until: started.Add(10 * time.Minute)}
 		p := decide(in, started.Add(time.Minute))
-		g.Expect(p.Renew).To(ConsistOf(renewal{Node: in.Nodes[0], From: []string{"PowerCycleRemediation-w1"}}))
+		g.Expect(renewals(p)).To(ConsistOf(renewal{Node: in.Nodes[0], From: []string{"PowerCycleRemediation-w1"}}))
 		in.Leases["w1"] = leaseInfo{Holder: "node-maintenance", Until: started.Add(10 * time.Minute)}
 		p = decide(in, started.Add(time.Minute))
-		g.Expect(p.Renew).To(BeEmpty())
+		g.Expect(renewals(p)).To(BeEmpty())
 	})
 }

@@ -10,9 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -26,7 +24,7 @@ import (
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
-// createResult is the outcome of one createAction.
+// createResult is what the creation of an outcome's request (create) came to.
 type createResult struct {
 	// remediation is set when the request was created (or found already ours: adopted).
 	remediation *v1alpha1.NodeRemediation
@@ -54,34 +52,45 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 	if err != nil {
 		return fmt.Errorf("lease manager: %w", err)
 	}
-	follows := map[string]bool{} // Nodes whose request is timed out or deleted now: a new one comes after
-	for _, refs := range [][]emrRef{p.TimeOuts, p.Deletes} {
-		for _, ref := range refs {
-			follows[p.nodeOf(ref)] = true
-		}
-	}
+	var creates []*engine.Outcome
 	var first, after []int
-	for i, c := range p.Creates {
-		if follows[c.Node.Name] || isControlPlane(c.Node) {
-			after = append(after, i)
-		} else {
-			first = append(first, i)
+	for _, o := range p.Outcomes {
+		switch {
+		case o.Create == nil:
+			continue
+		case len(o.Walk.TimeOut) > 0 || len(o.Walk.Delete) > 0 || isControlPlane(o.Target.Node):
+			after = append(after, len(creates)) // after its Node's request is timed out or deleted
+		default:
+			first = append(first, len(creates))
 		}
+		creates = append(creates, o)
 	}
-	results := make([]createResult, len(p.Creates))
-	r.createEach(ctx, lm, check, in, p.Creates, first, results)
+	results := make([]createResult, len(creates))
+	createEach := func(which []int) {
+		engine.InParallel(ctx, r.opts.MaxConcurrentWrites, len(which), func(ctx context.Context, j int) {
+			results[which[j]] = r.create(ctx, lm, check, in, creates[which[j]])
+		})
+	}
+	createEach(first)
 	errs := r.tidy(ctx, lm, p)
-	r.createEach(ctx, lm, check, in, p.Creates, after, results)
-	r.leasesAfter(ctx, lm, p.Creates, results)
+	createEach(after)
+	// The leases of the requests that went out before them: in a burst of failures every request goes out
+	// before any of their leases is written, so that the API server stores the requests without the
+	// leases' writes in between.
+	engine.InParallel(ctx, r.opts.MaxConcurrentWrites, len(results), func(ctx context.Context, i int) {
+		if results[i].leaseAfter {
+			results[i] = r.takeLeaseAfter(ctx, lm, creates[i].Target.Node, results[i])
+		}
+	})
 
-	for i, c := range p.Creates {
-		res, name := results[i], c.Node.Name
+	for i, o := range creates {
+		res, name, c := results[i], o.Target.Name, o.Create
 		e := p.Entries[name]
 		switch {
 		case res.err != nil:
 			errs = append(errs, res.err)
 		case res.skip != nil:
-			p.skip(e, findEntry(check.Status.UnhealthyNodes, name), *res.skip, c.Why)
+			p.skip(e, findEntry(check.Status.UnhealthyNodes, name), *res.skip, o.Target.Why)
 			if !res.skip.Until.IsZero() {
 				p.at(res.skip.Until.Add(time.Second))
 			}
@@ -105,33 +114,13 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 				p.at(res.remediation.Started.Add(timeout))
 			}
 			p.at(res.remediation.Started.Add(r.opts.LeaseDuration / 2))
-			p.Events = append(p.Events, r.created(ctx, in, c, res))
+			p.Events = append(p.Events, r.created(ctx, in, o, res))
 		}
 	}
 
 	metrics.UnhealthyTargets.WithLabelValues(metrics.CheckerNHC, check.Name).Set(float64(p.Unhealthy))
 	r.emit(check, p.Events, true)
 	return errors.Join(errs...)
-}
-
-// createEach creates, in parallel (see create), the request creates[i] for each i in which, into
-// results[i].
-func (r *Reconciler) createEach(ctx context.Context, lm engine.Starter, check *v1alpha1.NodeHealthCheck, in observed, creates []createAction, which []int, results []createResult) {
-	r.inParallel(ctx, len(which), func(ctx context.Context, j int) {
-		i := which[j]
-		results[i] = r.create(ctx, lm, check, in, creates[i])
-	})
-}
-
-// leasesAfter takes, in parallel, the leases of the requests that went out before them. In a burst of
-// failures every request goes out before any of their leases is written, so that the API server stores
-// the requests without the leases' writes in between.
-func (r *Reconciler) leasesAfter(ctx context.Context, lm engine.Starter, creates []createAction, results []createResult) {
-	r.inParallel(ctx, len(creates), func(ctx context.Context, i int) {
-		if results[i].leaseAfter {
-			results[i] = r.takeLeaseAfter(ctx, lm, creates[i].Node, results[i])
-		}
-	})
 }
 
 // tidy carries out, in parallel, the plan's time-outs, deletions, lease releases and lease renewals, and
@@ -146,32 +135,49 @@ func (r *Reconciler) tidy(ctx context.Context, lm engine.Starter, p *plan) []err
 		errs = append(errs, err)
 	}
 	var jobs []func(context.Context)
-	var released []event // the lease is gone with the remediation: its event is the record of its release
-	for _, ref := range p.TimeOuts {
-		jobs = append(jobs, func(ctx context.Context) {
-			if err := engine.MarkTimedOut(ctx, r.client, ref, r.clock.Now()); err != nil {
-				fail(err)
-			}
-		})
-	}
+	var released []event           // the lease is gone with the remediation: its event is the record of its release
 	undeleted := map[string]bool{} // Nodes a request of which could not be deleted
-	for _, ref := range p.Deletes {
-		jobs = append(jobs, func(ctx context.Context) {
-			if err := r.deleteRemediation(ctx, ref); err != nil {
-				fail(err)
-				mu.Lock()
-				defer mu.Unlock()
-				undeleted[p.nodeOf(ref)] = true
-				return
-			}
-			r.recent.deleted(ref, r.clock.Now())
-			log.V(4).Info("Deleted remediation request", "request", ref.String())
-		})
+	var notRenewed []event
+	for _, o := range p.Outcomes {
+		for _, ref := range o.Walk.TimeOut {
+			jobs = append(jobs, func(ctx context.Context) {
+				if err := engine.MarkTimedOut(ctx, r.client, ref, r.clock.Now()); err != nil {
+					fail(err)
+				}
+			})
+		}
+		for _, ref := range slices.Concat(o.Walk.Delete, o.Delete) {
+			jobs = append(jobs, func(ctx context.Context) {
+				if err := engine.Delete(ctx, r.client, ref, ""); err != nil {
+					fail(err)
+					mu.Lock()
+					defer mu.Unlock()
+					undeleted[o.Target.Name] = true
+					return
+				}
+				r.recent.deleted(ref, r.clock.Now())
+				log.V(4).Info("Deleted remediation request", "request", ref.String())
+			})
+		}
+		if node := o.Target.Node; o.Lease {
+			jobs = append(jobs, func(ctx context.Context) {
+				skip, err := lm.TakeLease(ctx, node, false, o.From...)
+				switch {
+				case skip != nil:
+					mu.Lock()
+					defer mu.Unlock()
+					notRenewed = append(notRenewed, warning(EventLeaseNotRenewed, actionLease, node.Name,
+						fmt.Sprintf("Node %s is being remediated but its lease is now held by %q until %s", node.Name, skip.Holder, skip.Until.UTC().Format(time.RFC3339))))
+				case err != nil:
+					fail(err)
+				}
+			})
+		}
 	}
 	for _, name := range p.Release {
 		jobs = append(jobs, func(ctx context.Context) {
-			if err := lm.Leases.InvalidateLease(ctx, name); err != nil {
-				fail(fmt.Errorf("releasing the lease of node %s: %w", name, err))
+			if err := lm.Release(ctx, name); err != nil {
+				fail(err)
 				return
 			}
 			mu.Lock()
@@ -180,26 +186,10 @@ func (r *Reconciler) tidy(ctx context.Context, lm engine.Starter, p *plan) []err
 				fmt.Sprintf("%s/%s deleted by its holder", r.opts.LeaseNamespace, leases.LeaseName(name))))
 		})
 	}
-	var notRenewed []event
-	for _, renew := range p.Renew {
-		node := renew.Node
-		jobs = append(jobs, func(ctx context.Context) {
-			skip, err := lm.TakeLease(ctx, node, false, renew.From...)
-			switch {
-			case skip != nil:
-				mu.Lock()
-				defer mu.Unlock()
-				notRenewed = append(notRenewed, warning(EventLeaseNotRenewed, actionLease, node.Name,
-					fmt.Sprintf("Node %s is being remediated but its lease is now held by %q until %s", node.Name, skip.Holder, skip.Until.UTC().Format(time.RFC3339))))
-			case err != nil:
-				fail(err)
-			}
-		})
-	}
-	r.inParallel(ctx, len(jobs), func(ctx context.Context, i int) { jobs[i](ctx) })
+	engine.InParallel(ctx, r.opts.MaxConcurrentWrites, len(jobs), func(ctx context.Context, i int) { jobs[i](ctx) })
 	// A confirmation goes once the requests it confirmed are deleted.
 	unconfirm := slices.DeleteFunc(slices.Clone(p.Unconfirm), func(node string) bool { return undeleted[node] })
-	r.inParallel(ctx, len(unconfirm), func(ctx context.Context, i int) {
+	engine.InParallel(ctx, r.opts.MaxConcurrentWrites, len(unconfirm), func(ctx context.Context, i int) {
 		if err := engine.Unconfirm(ctx, r.client, unconfirm[i]); err != nil {
 			fail(err)
 		}
@@ -211,18 +201,18 @@ func (r *Reconciler) tidy(ctx context.Context, lm engine.Starter, p *plan) []err
 	return errs
 }
 
-// created counts and logs the request res created for c, and returns its event.
-func (r *Reconciler) created(ctx context.Context, in observed, c createAction, res createResult) event {
+// created counts and logs the request res created for o, and returns its event.
+func (r *Reconciler) created(ctx context.Context, in observed, o *engine.Outcome, res createResult) event {
 	metrics.RemediationsCreated.WithLabelValues(metrics.CheckerNHC, res.ref.Kind).Inc()
-	if !c.ExpiredAt.IsZero() {
-		metrics.DetectionDelay.WithLabelValues(metrics.CheckerNHC).Observe(res.remediation.Started.Sub(c.ExpiredAt).Seconds())
+	if o.Create.First && !o.Target.ExpiredAt.IsZero() {
+		metrics.DetectionDelay.WithLabelValues(metrics.CheckerNHC).Observe(res.remediation.Started.Sub(o.Target.ExpiredAt).Seconds())
 	}
-	name := c.Node.Name
-	msg := fmt.Sprintf("Created %s for node %s, unhealthy (%s)", res.ref, name, c.Why)
+	name := o.Target.Name
+	msg := fmt.Sprintf("Created %s for node %s, unhealthy (%s)", res.ref, name, o.Target.Why)
 	if n := len(in.Steps); n > 1 {
-		msg += fmt.Sprintf(": escalation step %d of %d", c.Step+1, n)
+		msg += fmt.Sprintf(": escalation step %d of %d", o.Create.Step+1, n)
 	}
-	ctrl.LoggerFrom(ctx).Info("Created remediation request", "node", name, "request", res.ref.String(), "reason", c.Why)
+	ctrl.LoggerFrom(ctx).Info("Created remediation request", "node", name, "request", res.ref.String(), "reason", o.Target.Why)
 	return normal(EventRemediationCreated, actionCreate, name, msg)
 }
 
@@ -256,23 +246,23 @@ func isDecision(ev event) bool {
 // first, under the manager's control-plane claim (engine.Starter). A lease held by someone else turns
 // into a skip (a request just created is deleted again), as do another control-plane Node's lease and a
 // request of the same name created by someone else (its lease is let go).
-func (r *Reconciler) create(ctx context.Context, s engine.Starter, check *v1alpha1.NodeHealthCheck, in observed, c createAction) createResult {
-	st := in.Steps[c.Step]
+func (r *Reconciler) create(ctx context.Context, s engine.Starter, check *v1alpha1.NodeHealthCheck, in observed, o *engine.Outcome) createResult {
+	node, st := o.Target.Node, in.Steps[o.Create.Step]
 	emr, err := template.Instantiate(template.Request{
-		Template:     c.Template,
-		Name:         cmp.Or(c.Name, c.Node.Name),
-		NodeName:     c.Node.Name,
-		Target:       metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: c.Node.Name, UID: c.Node.UID},
+		Template:     st.Template,
+		Name:         cmp.Or(o.Create.Name, node.Name),
+		NodeName:     node.Name,
+		Target:       metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID},
 		HealthCheck:  metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: holderKind, Name: check.Name, UID: check.UID},
-		ControlPlane: isControlPlane(c.Node),
+		ControlPlane: isControlPlane(node),
 	})
 	if err != nil {
-		return createResult{err: fmt.Errorf("instantiating %s for node %s: %w", st.Ref.Kind, c.Node.Name, err)}
+		return createResult{err: fmt.Errorf("instantiating %s for node %s: %w", st.Ref.Kind, node.Name, err)}
 	}
 	ref := engine.RefOf(emr)
-	leaseAfter := takesLeaseItself(emr.GroupVersionKind()) && !isControlPlane(c.Node)
+	leaseAfter := takesLeaseItself(emr.GroupVersionKind()) && !isControlPlane(node)
 	if !leaseAfter {
-		if skip, err := s.TakeLease(ctx, c.Node, isControlPlane(c.Node)); skip != nil || err != nil {
+		if skip, err := s.TakeLease(ctx, node, isControlPlane(node)); skip != nil || err != nil {
 			return createResult{skip: skip, err: err}
 		}
 	}
@@ -281,8 +271,8 @@ func (r *Reconciler) create(ctx context.Context, s engine.Starter, check *v1alph
 	case err != nil:
 		return createResult{err: err}
 	case skip != nil:
-		if err := s.Leases.InvalidateLease(ctx, c.Node.Name); err != nil {
-			return createResult{err: fmt.Errorf("releasing the lease of node %s: %w", c.Node.Name, err)}
+		if err := s.Release(ctx, node.Name); err != nil {
+			return createResult{err: err}
 		}
 		return createResult{skip: skip}
 	}
@@ -303,7 +293,7 @@ func (r *Reconciler) takeLeaseAfter(ctx context.Context, s engine.Starter, node 
 	case skip != nil:
 		// Someone took the Node a moment ago (the cache did not show it yet): the request goes again,
 		// before its remediator, which finds the lease held too, has done anything.
-		if err := r.deleteRemediation(ctx, res.ref); err != nil {
+		if err := engine.Delete(ctx, r.client, res.ref, ""); err != nil {
 			return createResult{err: fmt.Errorf("node %s: %s; deleting %s again: %w", node.Name, skip.Message, res.ref, err)}
 		}
 		r.recent.deleted(res.ref, r.clock.Now())
@@ -314,19 +304,6 @@ func (r *Reconciler) takeLeaseAfter(ctx context.Context, s engine.Starter, node 
 		res.leaseErr = err
 		return res
 	}
-}
-
-// inParallel runs do for 0..n-1, at most MaxConcurrentWrites at once, and waits for them.
-func (r *Reconciler) inParallel(ctx context.Context, n int, do func(ctx context.Context, i int)) {
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(r.opts.MaxConcurrentWrites)
-	for i := range n {
-		g.Go(func() error {
-			do(gctx, i)
-			return nil
-		})
-	}
-	_ = g.Wait() // do reports through its own results
 }
 
 // takesLeaseItself reports whether the remediator of a kind takes (or checks) the node lease itself before
@@ -343,14 +320,6 @@ func (r *Reconciler) nodeCluster() gates.NodeCluster {
 			node, err := r.nodeNamed(ctx, name)
 			return node != nil && isControlPlane(node), err
 		}}
-}
-
-// deleteRemediation deletes a request; the remediator's finalizer may keep it a while.
-func (r *Reconciler) deleteRemediation(ctx context.Context, ref emrRef) error {
-	if err := r.client.Delete(ctx, ref.Object()); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting %s: %w", ref, err)
-	}
-	return nil
 }
 
 // starter writes the check's leases, as holder, in the lease namespace (reading a lease live after a lost

@@ -94,10 +94,12 @@ func (r *Reconciler) observe(ctx context.Context, check *v1alpha1.NodeHealthChec
 	if in.Peers, in.BusyControlPlane, err = r.peers(ctx, check); err != nil {
 		return in, 0, err
 	}
-	if err := r.controlPlaneLeased(ctx, &in); err != nil {
-		return in, 0, err
-	}
-	return in, retry, nil
+	// The control-plane Nodes whose lease someone else holds are busy too. What the cache does not show
+	// yet (another check's start a moment ago) the control-plane claim's live read catches when the lease
+	// is taken (execute).
+	leased, err := engine.LeasedControlPlane(ctx, in.Leases, in.Holder, r.clock.Now(), r.nodeCluster().IsControlPlane)
+	in.BusyControlPlane = slices.Compact(slices.Sorted(slices.Values(append(in.BusyControlPlane, leased...))))
+	return in, retry, err
 }
 
 // selectNodes returns the Nodes sel matches, from the cache; they must not be modified. With a manager it
@@ -123,28 +125,6 @@ func (r *Reconciler) selectNodes(ctx context.Context, sel labels.Selector) ([]*c
 		nodes[i] = &list.Items[i]
 	}
 	return nodes, nil
-}
-
-// controlPlaneLeased adds to BusyControlPlane the control-plane Nodes whose lease someone else holds
-// (node maintenance, another remediator): one control-plane Node down at a time, whoever took it down.
-// What the cache does not show yet (another check's start a moment ago) the control-plane claim's live
-// read catches when the lease is taken (execute).
-func (r *Reconciler) controlPlaneLeased(ctx context.Context, in *observed) error {
-	now := r.clock.Now()
-	for name, l := range in.Leases {
-		if l.Holder == in.Holder || !l.ValidAt(now) || slices.Contains(in.BusyControlPlane, name) {
-			continue
-		}
-		node, err := r.nodeNamed(ctx, name)
-		if err != nil {
-			return err
-		}
-		if node != nil && isControlPlane(node) {
-			in.BusyControlPlane = append(in.BusyControlPlane, name)
-		}
-	}
-	slices.Sort(in.BusyControlPlane)
-	return nil
 }
 
 // selectorOf returns the check's node selector (the worker Nodes when unset).

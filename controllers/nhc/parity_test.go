@@ -249,7 +249,7 @@ func (k parityKit) outcome(t *testing.T, in observed, p plan) enginetest.Outcome
 	refs := func(list []emrRef) []enginetest.Ref {
 		var rs []enginetest.Ref
 		for _, ref := range list {
-			target := p.nodeOf(ref)
+			target := nodeOf(p, ref)
 			i := k.stepOf(target, ref)
 			if i < 0 {
 				t.Errorf("%s is no request of the scenario's", ref)
@@ -258,10 +258,10 @@ func (k parityKit) outcome(t *testing.T, in observed, p plan) enginetest.Outcome
 		}
 		return rs
 	}
-	for _, c := range p.Creates {
-		out.Creates = append(out.Creates, enginetest.Ref{Target: c.Node.Name, Step: c.Step})
+	for _, c := range creates(p) {
+		out.Creates = append(out.Creates, enginetest.Ref{Target: c.Target.Name, Step: c.Create.Step})
 	}
-	out.TimeOuts, out.Deletes = refs(p.TimeOuts), refs(p.Deletes)
+	out.TimeOuts, out.Deletes = refs(timeOuts(p)), refs(deletes(p))
 	for name, e := range p.Entries {
 		if e.SkipReason != "" {
 			out.Skips[name] = e.SkipReason
@@ -286,7 +286,7 @@ func (k parityKit) outcome(t *testing.T, in observed, p plan) enginetest.Outcome
 			out.HealthySince[name] = e.ConditionsHealthyTimestamp.Time
 		}
 	}
-	for _, r := range p.Renew {
+	for _, r := range renewals(p) {
 		out.LeaseWrites = append(out.LeaseWrites, r.Node.Name)
 	}
 	out.Releases, out.Unconfirms = p.Release, p.Unconfirm

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/backoff"
 	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/gates"
 	"github.com/metalheal/metalheal/internal/kindwatch"
@@ -155,7 +156,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.client.Get(ctx, req.NamespacedName, check); err != nil {
 		if apierrors.IsNotFound(err) {
 			metrics.UnhealthyTargets.DeleteLabelValues(metrics.CheckerNHC, req.Name)
-			forgetBackoffMetrics(req.Name)
+			backoff.NHCMetrics.Held.DeleteLabelValues(req.Name)
 			r.forgetKinds(ctx, req.Name)
 			return ctrl.Result{}, nil
 		}
@@ -190,7 +191,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	for _, reason := range p.Skipped {
 		metrics.RemediationsSkipped.WithLabelValues(metrics.CheckerNHC, reason).Inc()
 	}
-	recordBackoffMetrics(check.Name, &p)
+	engine.RecordBackoff(backoff.NHCMetrics, check.Name, p.Backoff, p.Holds)
 	r.emit(base, p.Events, false)
 	if execErr != nil {
 		return ctrl.Result{}, execErr

@@ -86,3 +86,23 @@ func DecideCheckWide(in CheckWideInput) CheckWide {
 	meta.SetStatusCondition(&out.Conditions, out.Storm.Condition(in.Generation, in.Now))
 	return out
 }
+
+// Disable sets the check's Disabled condition True for reason (no remediation can start; message says
+// why), and reports whether that is news, which the adapter's Disabled warning says: it was not True, or
+// for another reason.
+func Disable(conds *[]metav1.Condition, generation int64, reason, message string, now time.Time) bool {
+	was := meta.FindStatusCondition(*conds, v1alpha1.ConditionDisabled)
+	news := was == nil || was.Status != metav1.ConditionTrue || was.Reason != reason
+	meta.SetStatusCondition(conds, metav1.Condition{Type: v1alpha1.ConditionDisabled, Status: metav1.ConditionTrue,
+		Reason: reason, Message: message, ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now)})
+	return news
+}
+
+// Enable sets the check's Disabled condition False (message says what works), and reports whether it was
+// True, which the adapter's Enabled event says.
+func Enable(conds *[]metav1.Condition, generation int64, message string, now time.Time) bool {
+	was := meta.IsStatusConditionTrue(*conds, v1alpha1.ConditionDisabled)
+	meta.SetStatusCondition(conds, metav1.Condition{Type: v1alpha1.ConditionDisabled, Status: metav1.ConditionFalse,
+		Reason: v1alpha1.ReasonAsExpected, Message: message, ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now)})
+	return was
+}

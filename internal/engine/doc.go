@@ -16,7 +16,8 @@
 //     healthy again, its requests held for healthyDelay, then deleted. The adapters map each Outcome to
 //     their status entries, writes and events.
 //   - DecideCheckWide sets the check-wide conditions (Paused, RemediationAllowed, StormActive with its
-//     cooldown) from the budget and the pause requests.
+//     cooldown) from the budget and the pause requests; Disable and Enable set Disabled, and say when that
+//     is news.
 //   - HealthyHold keeps a target healthy again under remediation for healthyDelay, or until a person
 //     confirms it (a negative delay); Unconfirm removes the confirmation once it has served.
 //   - Dry run (SkipDryRun, WouldCreate): a check decides everything and starts nothing.
@@ -26,7 +27,8 @@
 //   - Starter makes the writes that start or keep a remediation, the same for both kinds: a Node's lease
 //     (a control-plane start under the manager's gates.ControlPlaneClaim; a lease someone else holds is a
 //     Skip) and a remediation request (one the check made already is adopted, anyone else's is a
-//     RemediationExists Skip).
+//     RemediationExists Skip), and lets a lease go (Release); Delete deletes a request, and InParallel sends
+//     a check's writes about different objects together.
 //   - NodeChanged (NodeUpdates) and LeaseChanged are the watch filters both kinds use, ChecksOwning maps
 //     a request to its check, and Pending says a check waits for a kind's first watch; RequeueAfter is
 //     when a check is looked at again; RequestOf and MarkTimedOut read and mark a remediation request of

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/metalheal/metalheal/internal/backoff"
@@ -85,4 +87,35 @@ func (r Skip) Event(prevReason, prevMessage, subject, why string) *Event {
 		return &Event{Reason: EventWouldRemediate, Normal: true, Note: fmt.Sprintf("%s is unhealthy (%s): %s", subject, why, r.Message)}
 	}
 	return &Event{Note: fmt.Sprintf("%s is unhealthy (%s) but is not remediated: %s", subject, why, r.Message)}
+}
+
+// RecordBackoff sets, in a kind's back-off series (backoff.NHCMetrics, backoff.MHCMetrics), how many
+// targets the check's back-off memory holds back now (nil: none) and counts the holds its pass began.
+func RecordBackoff(m backoff.Metrics, check string, memory *backoff.Memory, began int) {
+	held := 0
+	if memory != nil {
+		held = memory.Held()
+	}
+	m.Held.WithLabelValues(check).Set(float64(held))
+	m.Holds.Add(float64(began))
+}
+
+// LeasedControlPlane are the control-plane Nodes whose lease someone other than holder holds at now (node
+// maintenance, a remediator, another check), in order: one control-plane Node down at a time, whoever
+// took it down. isCP reads a Node's role (false for a Node gone).
+func LeasedControlPlane(ctx context.Context, leases map[string]gates.Lease, holder string, now time.Time,
+	isCP func(context.Context, string) (bool, error)) ([]string, error) {
+	var out []string
+	for node, l := range leases {
+		if _, held := l.HeldByOther(holder, now); !held {
+			continue
+		}
+		if cp, err := isCP(ctx, node); err != nil {
+			return nil, err
+		} else if cp {
+			out = append(out, node)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -83,4 +85,23 @@ func TestSkipEvent(t *testing.T) {
 			NewWithT(t).Expect(tc.r.Event(tc.prevReason, tc.prevMsg, "Node w-1", "Ready=False for 5m0s")).To(Equal(tc.want))
 		})
 	}
+}
+
+// TestLeasedControlPlane: a control-plane Node is busy while someone else validly holds its lease; the
+// check's own lease, an expired one and a worker's are not.
+func TestLeasedControlPlane(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	ls := map[string]gates.Lease{
+		"cp-b":   {Holder: "node-maintenance", Until: now.Add(time.Minute)},
+		"cp-a":   {Holder: "PowerCycleRemediation-cp-a", Until: now.Add(time.Minute)},
+		"cp-own": {Holder: "self", Until: now.Add(time.Minute)},
+		"cp-old": {Holder: "node-maintenance", Until: now.Add(-time.Minute)},
+		"w-0":    {Holder: "node-maintenance", Until: now.Add(time.Minute)},
+	}
+	isCP := func(_ context.Context, n string) (bool, error) { return n[:3] == "cp-", nil }
+	g.Expect(LeasedControlPlane(t.Context(), ls, "self", now, isCP)).To(Equal([]string{"cp-a", "cp-b"}))
+	boom := errors.New("boom")
+	_, err := LeasedControlPlane(t.Context(), ls, "self", now, func(context.Context, string) (bool, error) { return false, boom })
+	g.Expect(err).To(MatchError(boom))
 }

@@ -51,6 +51,8 @@ type Pass struct {
 	LeaseDuration time.Duration
 	// Next is the earliest instant the decision can change by the passage of time alone (zero: none).
 	Next time.Time
+	// Holds counts the back-off holds the pass began (their event says so), for RecordBackoff.
+	Holds int
 
 	starts []*Outcome
 }
@@ -192,6 +194,9 @@ func (p *Pass) skip(o *Outcome, s *Skip) {
 	p.at(s.Retry)
 	if ev := s.Event(o.Target.SkipReason, o.Target.SkipMessage, o.Target.Subject, o.Target.Why); ev != nil {
 		o.Events, o.NewSkip = append(o.Events, *ev), true
+		if s.Reason == SkipBackingOff {
+			p.Holds++
+		}
 	}
 }
 
