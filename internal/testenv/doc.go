@@ -2,8 +2,7 @@
 // (controller-runtime's envtest) from the binaries that hack/build-control-plane.sh builds into ./bin,
 // with metalheal's CRDs installed.
 //
-// A package's envtest suite starts one Env for all its tests (Up in a Ginkgo BeforeSuite, or a Shared
-// for plain `testing` tests): the CRDs it needs (Cluster API's with EnvOptions.ClusterAPI, its own
+// A package's envtest suite starts one Env for all its specs (Up in a Ginkgo BeforeSuite): the CRDs it needs (Cluster API's with EnvOptions.ClusterAPI, its own
 // test CRDs), the scheme, the namespaces every test shares and a direct client. Each test then takes a
 // World of its own from it: a namespace, a fake clock to inject into the reconcilers and a Recorder of
 // the events they emit. A test that runs a real manager builds it with Env.NewManager and runs it for

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -115,33 +114,4 @@ func (e *Env) Stop() error {
 		return nil
 	}
 	return e.Environment.Stop()
-}
-
-// Shared starts an Env the first time a test of the package asks for it, and hands the same one to
-// every later test: a package whose unit tests need no API server does not start one for them. For
-// packages with plain `testing` tests; a Ginkgo suite calls Up in BeforeSuite.
-type Shared struct {
-	opts EnvOptions
-	once sync.Once
-	env  *Env
-	err  error
-}
-
-// NewShared is a Shared that starts its Env with opts.
-func NewShared(opts EnvOptions) *Shared { return &Shared{opts: opts} }
-
-// Get returns the package's Env, started at the first call; it fails t if it cannot be started.
-func (s *Shared) Get(t TB) *Env {
-	t.Helper()
-	s.once.Do(func() { s.env, s.err = Up(s.opts) })
-	if s.err != nil {
-		t.Fatalf("starting the API server: %v", s.err)
-	}
-	return s.env
-}
-
-// Stop stops the Env if a test started it. Call it from TestMain after m.Run.
-func (s *Shared) Stop() error {
-	s.once.Do(func() {}) // nothing starts after Stop
-	return s.env.Stop()
 }

@@ -9,14 +9,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// A Shared Env starts once, for the first test that asks, with the shared namespaces; worlds get a
-// namespace each and a fake clock; a test manager runs until the test ends.
-func TestSharedEnvAndWorlds(t *testing.T) {
+// An Env starts with the shared namespaces; worlds get a namespace each and a fake clock; a test manager
+// runs until the test ends.
+func TestEnvAndWorlds(t *testing.T) {
 	g := NewWithT(t)
-	shared := NewShared(EnvOptions{Namespaces: []string{"shared-a", "shared-b"}})
-	t.Cleanup(func() { g.Expect(shared.Stop()).To(Succeed()) })
-	env := shared.Get(t)
-	g.Expect(shared.Get(t)).To(BeIdenticalTo(env), "started once")
+	env, err := Up(EnvOptions{Namespaces: []string{"shared-a", "shared-b"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { g.Expect(env.Stop()).To(Succeed()) })
 	for _, ns := range []string{"shared-a", "shared-b"} {
 		g.Expect(env.Client.Get(t.Context(), client.ObjectKey{Name: ns}, &corev1.Namespace{})).To(Succeed())
 	}
