@@ -398,23 +398,31 @@ type timings struct {
 	SimulatedBMCTime time.Duration // how long the simulated BMC takes to change power
 }
 
+// seenSteps is when each step was first seen, since the failure.
+type seenSteps map[step]time.Duration
+
+// at is when st was seen, as an offset; n/a when it was not.
+func (s seenSteps) at(st step) string {
+	if d, ok := s[st]; ok {
+		return formatOffset(d)
+	}
+	return "   n/a"
+}
+
+// between is the time from one step to another; n/a when either was not seen.
+func (s seenSteps) between(from, to step) string {
+	a, ok1 := s[from]
+	b, ok2 := s[to]
+	if !ok1 || !ok2 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1fs", (b - a).Seconds())
+}
+
 // summarizePowerCut explains where the time went in the power-cut story: from the cut to the BMC's word
 // (poweredOffAt), the request and the fence, against what the kubelet's silence alone would have taken.
 func summarizePowerCut(seen map[step]time.Duration, poweredOffAt time.Duration, how string, t timings) []string {
-	at := func(st step) string {
-		if d, ok := seen[st]; ok {
-			return formatOffset(d)
-		}
-		return "   n/a"
-	}
-	between := func(from, to step) string {
-		a, ok1 := seen[from]
-		b, ok2 := seen[to]
-		if !ok1 || !ok2 {
-			return "n/a"
-		}
-		return fmt.Sprintf("%.1fs", (b - a).Seconds())
-	}
+	at, between := seenSteps(seen).at, seenSteps(seen).between
 	still := "the Node was still Ready then"
 	if nr, ok := seen[stepNotReady]; ok && nr <= seen[stepFenced] {
 		still = fmt.Sprintf("the Node had turned NotReady at %s", formatOffset(nr))
@@ -435,20 +443,7 @@ func summarizePowerCut(seen map[step]time.Duration, poweredOffAt time.Duration, 
 
 // summarize explains where the time went, from when each step was first seen.
 func summarize(seen map[step]time.Duration, t timings) []string {
-	at := func(st step) string {
-		if d, ok := seen[st]; ok {
-			return formatOffset(d)
-		}
-		return "   n/a"
-	}
-	between := func(from, to step) string {
-		a, ok1 := seen[from]
-		b, ok2 := seen[to]
-		if !ok1 || !ok2 {
-			return "n/a"
-		}
-		return fmt.Sprintf("%.1fs", (b - a).Seconds())
-	}
+	at, between := seenSteps(seen).at, seenSteps(seen).between
 	cleanDone := max(seen[stepEMRGone], seen[stepLeaseReleased], seen[stepTaintsRemoved])
 	clean := "   n/a"
 	if _, ok := seen[stepLeaseReleased]; ok {
