@@ -82,6 +82,9 @@ type options struct {
 	Workers int
 	// Keep leaves everything running until ctx is done, and prints how to look around.
 	Keep bool
+	// DropEventStream, in the power-cut story, switches the simulator's event service off before the cut:
+	// the manager's streams drop and only its poll can tell of the cut.
+	DropEventStream bool
 	// Timeout bounds everything after the manager is built: the world's start, the story and the checks.
 	Timeout time.Duration
 	// Clock times the story.
@@ -95,6 +98,9 @@ func (o options) validate() error {
 	case "", storyKubeletHang, storyPowerCut:
 	default:
 		return fmt.Errorf("--story %q: must be %s or %s", o.Story, storyKubeletHang, storyPowerCut)
+	}
+	if o.DropEventStream && o.Story != storyPowerCut {
+		return fmt.Errorf("--drop-event-stream belongs to --story=%s", storyPowerCut)
 	}
 	if o.Workers < 2 {
 		return fmt.Errorf("--workers %d: the demo needs at least 2 (one to break, one to stay healthy)", o.Workers)
@@ -266,7 +272,12 @@ func tellPowerCut(storyCtx, ctx context.Context, opts options, out io.Writer, h 
 		return err
 	}
 	how := fmt.Sprintf("a poll every %s", powerWatchPoll)
-	if streams, _ := managerGauge(storyCtx, m, "metalheal_power_watch_streams"); streams > 0 {
+	if opts.DropEventStream {
+		if err := dropEventStreams(storyCtx, h, m); err != nil {
+			return err
+		}
+		how += " (its event stream dropped)"
+	} else if streams, _ := managerGauge(storyCtx, m, "metalheal_power_watch_streams"); streams > 0 {
 		how = "its event stream"
 	}
 	fmt.Fprintf(out, "\nCutting the power of %s's host (the BMC simulator's control API): its kubelet stops at once,\n", node)
@@ -324,6 +335,24 @@ func waitWatched(ctx context.Context, m *harness.Manager, workers int) error {
 	})
 	if err != nil {
 		return fmt.Errorf("the manager did not watch the %d hosts' power within %s: %w", workers, readyTimeout, err)
+	}
+	return nil
+}
+
+// dropEventStreams switches the simulator's event service off, which drops every open stream, and waits
+// until the manager holds none: from then on only its poll tells of a power change.
+func dropEventStreams(ctx context.Context, h *harness.Harness, m *harness.Manager) error {
+	if err := h.Mock.SetEventService(redfishmock.EventServiceDisabled); err != nil {
+		return fmt.Errorf("switching the simulator's event service off: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
+		v, err := managerGauge(ctx, m, "metalheal_power_watch_streams")
+		return err == nil && v == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the manager still held an event stream %s after the simulator dropped them: %w", readyTimeout, err)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"regexp"
 	"strings"
@@ -131,31 +132,39 @@ func TestDemo(t *testing.T) {
 // the BMC, the kubelet's port is closed, the check acts on PoweredOff=True at once and the remediator,
 // reading the host off, fences it without a power-off. The out-of-service taint must be on within 5s of
 // the cut when the simulator's event stream told (issue 34), within 5s plus the watch's poll interval when
-// a poll did; and the host is only powered on again.
+// a poll did — as it must with the stream dropped before the cut (--drop-event-stream); and the host is
+// only powered on again.
 func TestDemoPowerCut(t *testing.T) {
-	g := NewWithT(t)
-	out := &testenv.SyncBuffer{}
-	st, err := runStory(context.Background(), options{Story: storyPowerCut, Workers: 3, Timeout: 3 * time.Minute, Clock: clock.RealClock{}},
-		io.MultiWriter(out, &lineLogger{t: t}))
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(st.Missing()).To(BeEmpty())
+	for _, drop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("event stream dropped %t", drop), func(t *testing.T) {
+			g := NewWithT(t)
+			out := &testenv.SyncBuffer{}
+			st, err := runStory(context.Background(), options{Story: storyPowerCut, DropEventStream: drop, Workers: 3,
+				Timeout: 3 * time.Minute, Clock: clock.RealClock{}}, io.MultiWriter(out, &lineLogger{t: t}))
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(st.Missing()).To(BeEmpty())
 
-	seen := st.Seen()
-	poweredOff, ok := st.PoweredOffAt()
-	g.Expect(ok).To(BeTrue(), "the Node's PoweredOff condition turned True")
-	g.Expect(seen[stepHostOff]).To(BeNumerically("<", time.Second), "the cut is the host's power-off")
-	g.Expect(poweredOff).To(BeNumerically("<=", powerWatchPoll+time.Second))
-	g.Expect(seen[stepEMRCreated]).To(BeNumerically(">=", poweredOff))
-	bound := powerWatchPoll + 5*time.Second
-	if strings.Contains(out.String(), "The BMC tells metalheal through its event stream") {
-		bound = 5 * time.Second
+			seen := st.Seen()
+			poweredOff, ok := st.PoweredOffAt()
+			g.Expect(ok).To(BeTrue(), "the Node's PoweredOff condition turned True")
+			g.Expect(seen[stepHostOff]).To(BeNumerically("<", time.Second), "the cut is the host's power-off")
+			g.Expect(poweredOff).To(BeNumerically("<=", powerWatchPoll+time.Second))
+			g.Expect(seen[stepEMRCreated]).To(BeNumerically(">=", poweredOff))
+			text := out.String()
+			bound := powerWatchPoll + 5*time.Second
+			if strings.Contains(text, "The BMC tells metalheal through its event stream") {
+				bound = 5 * time.Second
+			}
+			if drop {
+				g.Expect(text).To(ContainSubstring("The BMC tells metalheal through a poll every 5s (its event stream dropped)"))
+			}
+			g.Expect(seen[stepFenced]).To(BeNumerically("<=", bound), "cut → out-of-service taint")
+			t.Logf("cut → PoweredOff=True %s, → request %s, → out-of-service taint %s", poweredOff, seen[stepEMRCreated], seen[stepFenced])
+			for _, want := range []string{"Summary (times since the power cut)", "  reported ", "  fenced ", "  without ",
+				"PoweredOff=True", "BMCReportedOff", "All clean: worker-2 is Ready"} {
+				g.Expect(text).To(ContainSubstring(want))
+			}
+			g.Expect(text).NotTo(ContainSubstring(harness.BMCPassword))
+		})
 	}
-	g.Expect(seen[stepFenced]).To(BeNumerically("<=", bound), "cut → out-of-service taint")
-	t.Logf("cut → PoweredOff=True %s, → request %s, → out-of-service taint %s", poweredOff, seen[stepEMRCreated], seen[stepFenced])
-	text := out.String()
-	for _, want := range []string{"Summary (times since the power cut)", "  reported ", "  fenced ", "  without ",
-		"PoweredOff=True", "BMCReportedOff", "All clean: worker-2 is Ready"} {
-		g.Expect(text).To(ContainSubstring(want))
-	}
-	g.Expect(text).NotTo(ContainSubstring(harness.BMCPassword))
 }
