@@ -71,7 +71,7 @@ func (s *Simulator) postStatus(ctx context.Context, t task, now time.Time) error
 	if since.IsZero() {
 		since = now
 	}
-	_, err := s.patchStatus(ctx, t.node, corev1.NodeStatus{Conditions: conditions(now, since)})
+	_, err := s.patch(ctx, t.node, map[string]any{"conditions": conditions(now, since)})
 	if apierrors.IsNotFound(err) {
 		return errNodeGone
 	}
@@ -81,6 +81,13 @@ func (s *Simulator) postStatus(ctx context.Context, t task, now time.Time) error
 // patchStatus strategically merges status into the node's (conditions merge by type, as the kubelet's
 // patches do).
 func (s *Simulator) patchStatus(ctx context.Context, name string, status corev1.NodeStatus) (*corev1.Node, error) {
+	return s.patch(ctx, name, status)
+}
+
+// patch strategically merges status, a corev1.NodeStatus or only some of its fields, into the node's. A
+// heartbeat sends its conditions alone: a whole NodeStatus would also send its empty structs (the
+// daemon endpoints' port 0, an empty node info), which JSON never omits, and wipe what registration set.
+func (s *Simulator) patch(ctx context.Context, name string, status any) (*corev1.Node, error) {
 	patch, err := json.Marshal(map[string]any{"status": status})
 	if err != nil {
 		return nil, err

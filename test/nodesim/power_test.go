@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/metalheal/metalheal/test/nodesim"
 	"github.com/metalheal/metalheal/test/redfish-mock/redfishmock"
@@ -119,4 +120,50 @@ func TestKubeletPortsFollowThePower(t *testing.T) {
 	g.Expect(m.SetPowerState("1", redfishmock.PowerOn)).To(Succeed())
 	g.Expect(answers(one)).To(Succeed())
 	g.Eventually(func() string { return endpoint("ports-1") }).Should(Equal(one), "the same port after the power cycle")
+}
+
+// A heartbeat's status post sends its conditions alone: what registration published (the kubelet's port,
+// the node's info) stays. A whole NodeStatus in the patch set the port back to 0 at the first post.
+func TestStatusPostKeepsWhatRegistrationSet(t *testing.T) {
+	g := NewWithT(t)
+	w := sharedWorld(t)
+	ctx := t.Context()
+	cs, err := nodesim.NewClient(w.RESTConfig(), "status-post")
+	g.Expect(err).NotTo(HaveOccurred())
+	m, err := redfishmock.New().WithSystems(1).Start()
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(m.Close)
+	power, err := nodesim.RedfishPowerByID(m, func(id string) string { return "status-post-" + id })
+	g.Expect(err).NotTo(HaveOccurred())
+	clk := clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
+	sim := nodesim.New(cs, nodesim.Options{Name: "status-post", Power: power, KubeletPorts: true, BootDelay: -1,
+		Clock: clk, StatusInterval: time.Minute})
+	g.Expect(sim.Start(ctx)).To(Succeed())
+	t.Cleanup(func() { _ = sim.RemoveAll(context.WithoutCancel(ctx)) })
+	g.Expect(sim.AddNodes(ctx, nodesim.Nodes("status-post", 1, nil)...)).To(Succeed())
+
+	get := func() *corev1.Node {
+		n, err := cs.CoreV1().Nodes().Get(ctx, "status-post-1", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		return n
+	}
+	heartbeat := func(n *corev1.Node) time.Time {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.LastHeartbeatTime.Time
+			}
+		}
+		return time.Time{}
+	}
+	before := get()
+	g.Expect(before.Status.DaemonEndpoints.KubeletEndpoint.Port).To(BeNumerically(">", 0))
+	g.Expect(before.Status.NodeInfo.KubeletVersion).NotTo(BeEmpty())
+	g.Eventually(func() bool {
+		clk.Step(time.Minute)
+		return heartbeat(get()).After(heartbeat(before))
+	}).Should(BeTrue(), "a status post")
+	after := get()
+	g.Expect(after.Status.DaemonEndpoints).To(Equal(before.Status.DaemonEndpoints))
+	g.Expect(after.Status.NodeInfo).To(Equal(before.Status.NodeInfo))
+	g.Expect(after.Status.Addresses).To(Equal(before.Status.Addresses))
 }
