@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/trace"
 	"slices"
 	"strings"
 	"sync"
@@ -68,11 +69,13 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 	results := make([]createResult, len(creates))
 	createEach := func(which []int) {
 		engine.InParallel(ctx, r.opts.MaxConcurrentWrites, len(which), func(ctx context.Context, j int) {
+			defer trace.StartRegion(ctx, "create").End()
 			results[which[j]] = r.create(ctx, lm, check, in, creates[which[j]])
 		})
 	}
 	createEach(first)
-	errs := r.tidy(ctx, lm, p)
+	var errs []error
+	trace.WithRegion(ctx, "tidy", func() { errs = r.tidy(ctx, lm, p) })
 	createEach(after)
 	// The leases of the requests that went out before them: in a burst of failures every request goes out
 	// before any of their leases is written, so that the API server stores the requests without the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/trace"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -167,7 +168,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil // its requests go with it (owner references); its leases expire
 	}
 
+	// Annotated for Go's execution tracer (/debug/pprof/trace with --pprof-bind-address): each reconcile a
+	// task, its stages regions, each request's creation a region of its own (execute), the wall clock at
+	// its start a log entry, so that a trace tells where a burst's time goes (`bench --pprof-dir`).
+	ctx, task := trace.NewTask(ctx, "NodeHealthCheck")
+	defer task.End()
+	trace.Log(ctx, "start", check.Name+" "+r.clock.Now().UTC().Format(time.RFC3339Nano))
+	observing := trace.StartRegion(ctx, "observe")
 	in, retry, err := r.observe(ctx, check)
+	observing.End()
 	if pending := (*engine.WatchPendingError)(nil); errors.As(err, &pending) {
 		// Nothing is decided from a kind not watched yet; the kind watcher enqueues the check once it is.
 		return ctrl.Result{RequeueAfter: max(pending.Until.Sub(r.clock.Now()), time.Millisecond)}, nil
@@ -176,10 +185,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	now := r.clock.Now()
-	p := decide(in, now)
+	var p plan
+	trace.WithRegion(ctx, "decide", func() { p = decide(in, now) })
 	execErr := r.execute(ctx, check, in, &p)
 	base := check.DeepCopy()
-	if err := r.patchStatus(ctx, check, p.status(check), r.clock.Now()); err != nil {
+	writing := trace.StartRegion(ctx, "status")
+	err = r.patchStatus(ctx, check, p.status(check), r.clock.Now())
+	writing.End()
+	if err != nil {
 		if apierrors.IsConflict(err) && execErr == nil {
 			// The cache showed an older check than the API server has (often our own last status
 			// write): decide again from a fresh view.

@@ -66,6 +66,7 @@ type bench struct {
 	ends     []waveEnds
 
 	lastProfile chan struct{} // closed when the last CPU profile is saved
+	traces      sync.WaitGroup // the execution traces under way (traceBurst)
 
 	// active are the failed nodes of the detection phase under way, for the watch callback.
 	mu     sync.Mutex
@@ -751,6 +752,7 @@ func (b *bench) waitProfiles() {
 	if b.lastProfile != nil {
 		<-b.lastProfile
 	}
+	b.traces.Wait()
 }
 
 // heapProfile saves a heap profile of metalheal's manager, when --pprof-dir is set.

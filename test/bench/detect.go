@@ -158,6 +158,7 @@ func (b *bench) detect(ctx context.Context, name string, nodes []string, over ti
 			})
 		}
 		_ = g.Wait()
+		b.traceBurst(ctx, name, transition.Add(b.cfg.unhealthyDuration))
 	}
 
 	// Wait for every request.

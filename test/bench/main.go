@@ -87,7 +87,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.remediationKind, "remediation-kind", defaultRemediationKind, "group/version/Kind of the remediation requests to watch for (named after, or annotated with, the node).")
 	fs.StringVar(&c.extraCRDs, "extra-crds", "", "Comma-separated CRD files or directories to install when the world starts (a peer's kinds).")
 	fs.StringVar(&c.managerArgs, "manager-args", "", "Extra flags for metalheal's manager, space-separated.")
-	fs.StringVar(&c.pprofDir, "pprof-dir", "", "Save CPU and heap profiles of metalheal's manager here (CPU: start-up, steady, the first 30s of the concurrent power cycles; heap: after start-up, steady and burst).")
+	fs.StringVar(&c.pprofDir, "pprof-dir", "", "Save CPU and heap profiles of metalheal's manager here (CPU: start-up, steady, the first 30s of the concurrent power cycles; heap: after start-up, steady and burst; a Go execution trace from 1 s before the burst's expiry to 2 s after it, its reconciles told in burst.trace.txt).")
 	fs.BoolVar(&c.keepWorld, "keep-world", false, "Keep the world's directory (logs, kubeconfigs, audit log) after the run.")
 	fs.DurationVar(&c.startupTimeout, "startup-timeout", 10*time.Minute, "Bound on the start-up phase.")
 	fs.DurationVar(&c.detectTimeout, "detect-timeout", 10*time.Minute, "Bound on waiting for every failed node's remediation request, after its expiry.")
