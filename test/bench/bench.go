@@ -65,7 +65,7 @@ type bench struct {
 	powerLog powerLog
 	ends     []waveEnds
 
-	lastProfile chan struct{} // closed when the last CPU profile is saved
+	lastProfile chan struct{}  // closed when the last CPU profile is saved
 	traces      sync.WaitGroup // the execution traces under way (traceBurst)
 
 	// active are the failed nodes of the detection phase under way, for the watch callback.
