@@ -46,9 +46,10 @@ type Options struct {
 	// Client reads MachineHealthChecks and writes Machines' status, remediation requests and the check's
 	// status. Default: the manager's client.
 	Client client.Client
-	// Reader reads Machines, Clusters, local Nodes and remediation requests (unstructured). It should be
-	// a cache, so that no read reaches the API server. Default: the manager's cache (which caches
-	// unstructured objects too, unlike the manager's client).
+	// Reader reads Machines, Clusters, local Nodes and remediation requests (typed for the kinds the
+	// manager's scheme serves, unstructured for any other: engine.ListRequests). It should be a cache, so
+	// that no read reaches the API server. Default: the manager's cache (which caches unstructured objects
+	// too, unlike the manager's client).
 	Reader client.Reader
 	// APIReader reads, uncached, what is read rarely and must not be cached cluster-wide: kubeconfig
 	// Secrets (only when a workload cluster is first connected) and remediation templates (only when a

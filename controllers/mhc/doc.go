@@ -9,7 +9,9 @@
 //   - observe reads the check's inputs from the informer cache: the selected Machines, their Nodes (from
 //     the management cluster, or from the workload cluster named by clusterName when its
 //     <clusterName>-kubeconfig Secret exists, through a Node cache kept per workload cluster), the
-//     Cluster, and the check's own remediation requests (unstructured, any kind).
+//     Cluster, and the check's own remediation requests (any kind; metalheal's own PowerCycleRemediations
+//     from the remediator's typed informer, engine.ListRequests). A request's events reach the check only
+//     when they change what it reads (engine.RequestKind): the remediator's progress reports cost nothing.
 //   - planChecks decides, as a pure function of those inputs and now: each Machine's verdict
 //     (checkTarget: healthy, pending or unhealthy, and when that can next change), which Machines are
 //     skipped, whether the budget short-circuits remediation, what to write on each Machine, which

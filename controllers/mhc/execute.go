@@ -60,14 +60,15 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 			errs = append(errs, err)
 		}
 	})
-	for _, req := range p.Orphans {
-		if err := engine.Delete(ctx, r.client, engine.RefOf(req), req.GetUID()); err != nil {
+	for _, o := range p.Orphans {
+		if err := engine.Delete(ctx, r.client, o.Ref, o.UID); err != nil {
 			errs = append(errs, fmt.Errorf("the request of a Machine that is gone: %w", err))
 			continue
 		}
-		ctrl.LoggerFrom(ctx).Info("Deleted the remediation request of a Machine that is gone", "kind", req.GetKind(), "request", klog.KObj(req))
+		ctrl.LoggerFrom(ctx).Info("Deleted the remediation request of a Machine that is gone", "kind", o.Ref.Kind,
+			"request", klog.KRef(o.Ref.Namespace, o.Ref.Name))
 		r.recorder.Eventf(mhc, nil, corev1.EventTypeNormal, EventRemediationRequestDeleted, actionRemediate,
-			"Deleted %s %s: its Machine is gone", req.GetKind(), req.GetName())
+			"Deleted %s %s: its Machine is gone", o.Ref.Kind, o.Ref.Name)
 	}
 	for _, e := range p.Events {
 		r.recorder.Eventf(e.Regarding, e.Related, e.Type, e.Reason, actionCheck, "%s", e.Note)

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -179,30 +178,29 @@ func readNodes(ctx context.Context, reader client.Reader, names []string) (map[s
 // Machines, and the requests it owns whose Machine no longer exists (orphans: its owner reference to this
 // check keeps them from the garbage collector, so the check must delete them itself). Only kinds whose
 // watch has synced are read (see watchKinds), so no read waits for an informer.
-func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, version string, kinds []schema.GroupVersionKind, machines map[string]bool) (map[string][]engine.Request, []*unstructured.Unstructured, error) {
+func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, version string, kinds []schema.GroupVersionKind, machines map[string]bool) (map[string][]engine.Request, []orphan, error) {
 	out := map[string][]engine.Request{}
-	var orphans []*unstructured.Unstructured
+	var orphans []orphan
 	for _, gvk := range kinds {
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 		// Bounded all the same: a cache read of a kind without a synced informer would wait for one for ever.
-		if err := (engine.Guarded{Reader: r.reader}).List(ctx, list, client.InNamespace(mhc.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-			return nil, nil, fmt.Errorf("listing %s in %s (is its CRD installed and may the manager list it?): %w", gvk.Kind, mhc.Namespace, err)
+		items, err := engine.ListRequests(ctx, engine.Guarded{Reader: r.reader}, r.client.Scheme(), gvk, mhc.Namespace)
+		if err != nil {
+			return nil, nil, err
 		}
-		for i := range list.Items {
-			u := &list.Items[i]
-			machine := machineOf(u)
+		for _, item := range items {
+			ref := engine.RefIn(gvk, item)
+			machine := machineOf(item)
 			switch {
-			case !engine.OwnedBy(u, mhc.UID):
+			case !engine.OwnedBy(item, mhc.UID):
 			case machines[machine]:
-				out[machine] = append(out[machine], engine.RequestOf(engine.RefOf(u), u))
-			case u.GetDeletionTimestamp().IsZero():
+				out[machine] = append(out[machine], engine.RequestOf(ref, item))
+			case item.GetDeletionTimestamp().IsZero():
 				gone, err := r.machineGone(ctx, version, types.NamespacedName{Namespace: mhc.Namespace, Name: machine})
 				if err != nil {
 					return nil, nil, err
 				}
 				if gone {
-					orphans = append(orphans, u)
+					orphans = append(orphans, orphan{Ref: ref, UID: item.GetUID(), Node: item.GetAnnotations()[template.AnnotationNodeName]})
 				}
 			}
 		}
@@ -210,15 +208,23 @@ func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHeal
 	return out, orphans, nil
 }
 
+// orphan is a request the check owns whose Machine no longer exists.
+type orphan struct {
+	Ref engine.Ref
+	UID types.UID
+	// Node is the Node the request names (template.AnnotationNodeName), "" when it names none.
+	Node string
+}
+
 // machineOf is the name of the Machine a request remediates: its owner, which the request is named after,
 // unless it is a later escalation step's whose name would collide with an earlier one's.
-func machineOf(u *unstructured.Unstructured) string {
-	for _, ref := range u.GetOwnerReferences() {
+func machineOf(obj client.Object) string {
+	for _, ref := range obj.GetOwnerReferences() {
 		if gv, err := schema.ParseGroupVersion(ref.APIVersion); err == nil && gv.Group == clusterv1.GroupVersion.Group && ref.Kind == "Machine" {
 			return ref.Name
 		}
 	}
-	return u.GetName()
+	return obj.GetName()
 }
 
 // machineGone reports whether a Machine no longer exists.

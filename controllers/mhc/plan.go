@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -137,7 +136,7 @@ type planInput struct {
 	// Machines are all the Machines the check selects, skipped ones included.
 	Machines []observedTarget
 	// Orphans are requests the check owns whose Machine no longer exists.
-	Orphans []*unstructured.Unstructured
+	Orphans []orphan
 	Now     time.Time
 	// Safety is what the safety gates shared with the NodeHealthCheck decide from (safety.go).
 	Safety safetyInput
@@ -190,7 +189,7 @@ type plan struct {
 	Steps     []step
 	// Orphans are requests to delete because their Machine is gone (deleted by a remediation's
 	// escalation, by its owner, or by anyone): nothing else would delete them while the check exists.
-	Orphans []*unstructured.Unstructured
+	Orphans []orphan
 	// NextCheck is the earliest instant at which a decision can change by the passage of time alone.
 	NextCheck time.Time
 	Events    []checkEvent

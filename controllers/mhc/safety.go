@@ -21,7 +21,6 @@ import (
 	"github.com/metalheal/metalheal/internal/budget"
 	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/gates"
-	"github.com/metalheal/metalheal/internal/template"
 	"github.com/metalheal/metalheal/internal/workload"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
@@ -382,9 +381,9 @@ func (s *safety) releaseLeases(p *plan) []string {
 			keep[n] = true
 		}
 	}
-	for _, r := range s.in.Orphans {
-		if n := r.GetAnnotations()[template.AnnotationNodeName]; n != "" {
-			mine[n] = true
+	for _, o := range s.in.Orphans {
+		if o.Node != "" {
+			mine[o.Node] = true
 		}
 	}
 	return gates.Release(s.in.Safety.Leases, s.in.Safety.Holder, func(node string) bool { return !mine[node] || keep[node] })

@@ -13,6 +13,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/metalheal/metalheal/internal/testenv"
 	"github.com/metalheal/metalheal/pkg/leases"
@@ -98,8 +99,8 @@ func newWorld(ctx context.Context) *world {
 
 // runManager runs the controller in a manager for the rest of the spec, as main does: the world's
 // namespace cached, and Leases only in the lease namespace. mopts adds to that (a request log, a user to
-// act as); opts are the reconciler's, its clock and recorder the world's.
-func (w *world) runManager(ctx context.Context, mopts testenv.ManagerOptions, opts Options) {
+// act as); opts are the reconciler's, its clock and recorder the world's. It returns the manager, started.
+func (w *world) runManager(ctx context.Context, mopts testenv.ManagerOptions, opts Options) manager.Manager {
 	GinkgoHelper()
 	mopts.Namespaces = append(mopts.Namespaces, w.ns)
 	mopts.LeaseNamespace = leases.DefaultNamespace
@@ -110,6 +111,7 @@ func (w *world) runManager(ctx context.Context, mopts testenv.ManagerOptions, op
 	Expect(err).NotTo(HaveOccurred())
 	Expect(r.SetupWithManager(ctx, mgr)).To(Succeed())
 	testenv.RunManager(ctx, GinkgoT(), mgr)
+	return mgr
 }
 
 // worldResync is the resync period of newWorld's reconciler.

@@ -227,8 +227,7 @@ func (r *Reconciler) watchKinds(ctx context.Context, mhc *v1alpha1.MachineHealth
 		kindwatch.Kind{GVK: schema.FromAPIVersionAndKind(gv, "Cluster"), Object: cluster,
 			Handler: clusterEvents{EventHandler: handler.EnqueueRequestsFromMapFunc(r.clusterToChecks), forget: r.remotes.Forget}})
 	for _, gvk := range gvks {
-		kinds = append(kinds, kindwatch.Kind{GVK: gvk, Handler: handler.EnqueueRequestsFromMapFunc(engine.ChecksOwning("MachineHealthCheck", true)),
-			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}})
+		kinds = append(kinds, engine.RequestKind(r.client.Scheme(), gvk, "MachineHealthCheck", true))
 	}
 	states := r.kinds.Want(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(mhc)}, kinds)
 	for gvk, st := range states {

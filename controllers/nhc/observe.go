@@ -288,13 +288,12 @@ func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeH
 		if !kinds.readable(k.gvk) {
 			continue
 		}
-		items, err := r.listRequests(ctx, k.gvk, k.ns)
+		items, err := engine.ListRequests(ctx, r.reader(), r.client.Scheme(), k.gvk, k.ns)
 		if err != nil {
 			return nil, nil, err
 		}
 		for _, item := range items {
-			// Typed items, and lists from some readers, leave the items' type to the list.
-			ref := emrRef{APIVersion: k.gvk.GroupVersion().String(), Kind: k.gvk.Kind, Namespace: item.GetNamespace(), Name: item.GetName()}
+			ref := engine.RefIn(k.gvk, item)
 			if !ownedBy(item, check.UID) {
 				foreign[ref] = engine.OwnerDescription(item)
 				continue
@@ -311,37 +310,6 @@ func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeH
 		}
 	}
 	return ours, foreign, nil
-}
-
-// listRequests lists the remediation requests of kind gvk in ns from the cache, uncopied: typed for a
-// kind this manager serves (see typedRequest), unstructured for any other.
-func (r *Reconciler) listRequests(ctx context.Context, gvk schema.GroupVersionKind, ns string) ([]client.Object, error) {
-	var list client.ObjectList
-	if r.typedRequest(gvk) != nil {
-		obj, err := r.client.Scheme().New(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		if typed, ok := obj.(client.ObjectList); err == nil && ok {
-			list = typed
-		}
-	}
-	if list == nil {
-		u := &unstructured.UnstructuredList{}
-		u.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		list = u
-	}
-	if err := r.reader().List(ctx, list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing %s in %s: %w", gvk.Kind, ns, err)
-	}
-	objs, err := meta.ExtractList(list)
-	if err != nil {
-		return nil, fmt.Errorf("reading the list of %s in %s: %w", gvk.Kind, ns, err)
-	}
-	items := make([]client.Object, 0, len(objs))
-	for _, o := range objs {
-		if item, ok := o.(client.Object); ok {
-			items = append(items, item)
-		}
-	}
-	return items, nil
 }
 
 // confirmMissing accounts for the in-flight requests that the status remembers but the cache does not

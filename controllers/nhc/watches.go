@@ -3,16 +3,13 @@ package nhc
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -175,18 +172,13 @@ func (r *Reconciler) forgetKinds(ctx context.Context, name string) {
 	}
 }
 
-// requestVerbs are what a check does with remediation requests.
-var requestVerbs = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
-
 // kindFor says how a kind's events map to checks: a template's to the checks naming it, a remediation
-// request's to the check owning it (creations, deletions and the changes remediationChanged passes).
+// request's to the check owning it (engine.RequestKind).
 func (r *Reconciler) kindFor(gvk schema.GroupVersionKind, role watchRole) kindwatch.Kind {
 	if role == roleTemplate {
 		return kindwatch.Kind{GVK: gvk, Handler: handler.EnqueueRequestsFromMapFunc(r.checksUsingTemplate)}
 	}
-	return kindwatch.Kind{GVK: gvk, Object: r.typedRequest(gvk), // the remediator's own informer (see listRemediations)
-		Handler: handler.EnqueueRequestsFromMapFunc(engine.ChecksOwning(holderKind, false)), Predicates: []predicate.Predicate{remediationChanged()},
-		Verbs: requestVerbs}
+	return engine.RequestKind(r.client.Scheme(), gvk, holderKind, false)
 }
 
 // allChecks enqueues every check: the overlapping rule makes each depend on the others.
@@ -289,55 +281,6 @@ func (r *Reconciler) checksUsingTemplate(ctx context.Context, obj client.Object)
 		}
 	}
 	return out
-}
-
-// remediationChanged passes the remediation request events a check acts on: creation, deletion, and
-// changes of what observe reads (annotations, owner references, the deletion timestamp, the status of the
-// Succeeded and Processing conditions: Processing=False hands the host over to the next escalation step).
-// The remediator's other progress reports are dropped: a power cycle writes a dozen of them, and each
-// would cost a reconcile over every Node.
-func remediationChanged() predicate.Funcs {
-	return predicate.Funcs{
-		UpdateFunc: func(e crevent.UpdateEvent) bool {
-			o, n := e.ObjectOld, e.ObjectNew
-			if o == nil || n == nil {
-				return true
-			}
-			return !maps.Equal(o.GetAnnotations(), n.GetAnnotations()) ||
-				!equality.Semantic.DeepEqual(o.GetOwnerReferences(), n.GetOwnerReferences()) ||
-				(o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) ||
-				conditionStatus(o, template.ConditionSucceeded) != conditionStatus(n, template.ConditionSucceeded) ||
-				conditionStatus(o, template.ConditionProcessing) != conditionStatus(n, template.ConditionProcessing)
-		},
-		GenericFunc: func(crevent.GenericEvent) bool { return false },
-	}
-}
-
-// conditionStatus is the status of a remediation request's condition, "" when it has none or it cannot
-// be read.
-func conditionStatus(obj client.Object, condType string) metav1.ConditionStatus {
-	c, err := engine.Condition(obj, condType)
-	if err != nil || c == nil {
-		return ""
-	}
-	return c.Status
-}
-
-// typedRequest returns a new typed object of a remediation kind this manager serves itself (the
-// PowerCycleRemediation), nil for any other kind. Such requests are read from the typed informer the
-// remediator already keeps, not from a second, unstructured one: each of their watch events would be
-// decoded twice, and in a wave of power cycles each request held twice, the second time as nested maps.
-// Only kinds that report their conditions (GetConditions) qualify.
-func (r *Reconciler) typedRequest(gvk schema.GroupVersionKind) client.Object {
-	obj, err := r.client.Scheme().New(gvk)
-	if err != nil {
-		return nil
-	}
-	typed, ok := obj.(client.Object)
-	if _, hasConditions := obj.(interface{ GetConditions() []metav1.Condition }); !ok || !hasConditions {
-		return nil
-	}
-	return typed
 }
 
 // peerChanged passes the check events other checks depend on (the overlapping rule): creation,

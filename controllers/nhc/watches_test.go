@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	crevent "sigs.k8s.io/controller-runtime/pkg/event"
@@ -34,66 +33,6 @@ func TestLeaseChangedOnlyOnHolderChanges(t *testing.T) {
 	g.Expect(p.Create(crevent.CreateEvent{Object: lease(leaseNS, "a", u0)})).To(BeTrue())
 	g.Expect(p.Delete(crevent.DeleteEvent{Object: lease(leaseNS, "a", u0)})).To(BeTrue())
 	g.Expect(p.Create(crevent.CreateEvent{Object: lease("kube-node-lease", "w1", u0)})).To(BeFalse(), "kubelet heartbeats")
-}
-
-func TestRemediationChangedIgnoresProgressReports(t *testing.T) {
-	base := &unstructured.Unstructured{}
-	base.SetAPIVersion("remediation.metalheal.io/v1alpha1")
-	base.SetKind("PowerCycleRemediation")
-	base.SetNamespace("ns")
-	base.SetName("w1")
-	base.SetAnnotations(map[string]string{"remediation.medik8s.io/node-name": "w1"})
-	base.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "w1", UID: "n"}})
-	setStatus := func(u *unstructured.Unstructured, phase, succeeded string) {
-		_ = unstructured.SetNestedField(u.Object, phase, "status", "phase")
-		_ = unstructured.SetNestedSlice(u.Object, []any{
-			map[string]any{"type": "Processing", "status": "True", "reason": phase, "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
-			map[string]any{"type": "Succeeded", "status": succeeded, "reason": phase, "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
-		}, "status", "conditions")
-	}
-	setStatus(base, "PoweringOff", "Unknown")
-	tests := []struct {
-		name   string
-		change func(*unstructured.Unstructured)
-		want   bool
-	}{
-		{name: "the remediator reports progress", change: func(u *unstructured.Unstructured) {
-			setStatus(u, "PoweredOff", "Unknown")
-			u.SetResourceVersion("2")
-		}},
-		{name: "the remediator adds its finalizer", change: func(u *unstructured.Unstructured) { u.SetFinalizers([]string{"x"}) }},
-		{name: "it succeeds", want: true, change: func(u *unstructured.Unstructured) { setStatus(u, "Succeeded", "True") }},
-		{name: "it gives up", want: true, change: func(u *unstructured.Unstructured) { setStatus(u, "Failed", "False") }},
-		{name: "it hands the host over (Processing=False, Succeeded unchanged)", want: true, change: func(u *unstructured.Unstructured) {
-			_ = unstructured.SetNestedSlice(u.Object, []any{
-				map[string]any{"type": "Processing", "status": "False", "reason": "HandedOver", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
-				map[string]any{"type": "Succeeded", "status": "Unknown", "reason": "PoweringOff", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
-			}, "status", "conditions")
-		}},
-		{name: "it is marked timed out", want: true, change: func(u *unstructured.Unstructured) {
-			u.SetAnnotations(map[string]string{"remediation.medik8s.io/node-name": "w1", "remediation.medik8s.io/nhc-timed-out": "2026-01-01T00:00:00Z"})
-		}},
-		{name: "its owners change", want: true, change: func(u *unstructured.Unstructured) { u.SetOwnerReferences(nil) }},
-		{name: "its deletion starts", want: true, change: func(u *unstructured.Unstructured) { u.SetDeletionTimestamp(&metav1.Time{Time: u0}) }},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			g := NewWithT(t)
-			u := base.DeepCopy()
-			tt.change(u)
-			g.Expect(remediationChanged().Update(crevent.UpdateEvent{ObjectOld: base, ObjectNew: u})).To(Equal(tt.want))
-			// The same, as read from the typed informer of a kind this manager serves.
-			typed := func(u *unstructured.Unstructured) *v1alpha1.PowerCycleRemediation {
-				p := &v1alpha1.PowerCycleRemediation{}
-				g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, p)).To(Succeed())
-				return p
-			}
-			g.Expect(remediationChanged().Update(crevent.UpdateEvent{ObjectOld: typed(base), ObjectNew: typed(u)})).To(Equal(tt.want), "typed")
-		})
-	}
-	g := NewWithT(t)
-	g.Expect(remediationChanged().Create(crevent.CreateEvent{Object: base})).To(BeTrue())
-	g.Expect(remediationChanged().Delete(crevent.DeleteEvent{Object: base})).To(BeTrue())
 }
 
 // The map functions find the checks a Node or a template event concerns (against the API server).

@@ -29,10 +29,12 @@
 //     Skip) and a remediation request (one the check made already is adopted, anyone else's is a
 //     RemediationExists Skip), and lets a lease go (Release); Delete deletes a request, and InParallel sends
 //     a check's writes about different objects together.
-//   - NodeChanged (NodeUpdates) and LeaseChanged are the watch filters both kinds use, ChecksOwning maps
-//     a request to its check, and Pending says a check waits for a kind's first watch; RequeueAfter is
-//     when a check is looked at again; RequestOf and MarkTimedOut read and mark a remediation request of
-//     any kind.
+//   - NodeChanged (NodeUpdates) and LeaseChanged are the watch filters both kinds use; RequestKind is how
+//     both watch a remediation kind (ChecksOwning maps a request to its check, RequestChanged drops the
+//     remediator's progress reports, and metalheal's own kind is read from the remediator's typed
+//     informer, TypedRequest), ListRequests lists a kind's requests from the cache, typed or unstructured,
+//     and Pending says a check waits for a kind's first watch; RequeueAfter is when a check is looked at
+//     again; RequestOf and MarkTimedOut read and mark a remediation request of any kind.
 //
 // The admission gates (overlap, control plane one at a time, node leases: gates.Admission and
 // gates.ControlPlaneClaim) live in internal/gates. Package enginetest holds the table both checkers must

@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -41,6 +43,43 @@ func RequestOf(ref Ref, obj client.Object) Request {
 // RefOf names an unstructured request.
 func RefOf(u *unstructured.Unstructured) Ref {
 	return Ref{APIVersion: u.GetAPIVersion(), Kind: u.GetKind(), Namespace: u.GetNamespace(), Name: u.GetName()}
+}
+
+// RefIn names obj, a request of kind gvk: a typed object read from a cache does not carry its kind.
+func RefIn(gvk schema.GroupVersionKind, obj client.Object) Ref {
+	return Ref{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Namespace: obj.GetNamespace(), Name: obj.GetName()}
+}
+
+// ListRequests lists the remediation requests of kind gvk in namespace ns, uncopied (they must not be
+// modified): typed for a kind TypedRequest names, so that a cache serves them from the informer RequestKind
+// watches, unstructured for any other. scheme is the manager's.
+func ListRequests(ctx context.Context, reader client.Reader, scheme *runtime.Scheme, gvk schema.GroupVersionKind, ns string) ([]client.Object, error) {
+	listGVK := gvk.GroupVersion().WithKind(gvk.Kind + "List")
+	var list client.ObjectList
+	if TypedRequest(scheme, gvk) != nil {
+		if obj, err := scheme.New(listGVK); err == nil {
+			list, _ = obj.(client.ObjectList)
+		}
+	}
+	if list == nil {
+		u := &unstructured.UnstructuredList{}
+		u.SetGroupVersionKind(listGVK)
+		list = u
+	}
+	if err := reader.List(ctx, list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing %s in %s (is its CRD installed and may the manager list it?): %w", gvk.Kind, ns, err)
+	}
+	objs, err := meta.ExtractList(list)
+	if err != nil {
+		return nil, fmt.Errorf("reading the list of %s in %s: %w", gvk.Kind, ns, err)
+	}
+	items := make([]client.Object, 0, len(objs))
+	for _, o := range objs {
+		if item, ok := o.(client.Object); ok {
+			items = append(items, item)
+		}
+	}
+	return items, nil
 }
 
 // Condition returns a request's condition of type condType, nil when it has none.

@@ -2,18 +2,24 @@ package engine
 
 import (
 	"context"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/kindwatch"
+	"github.com/metalheal/metalheal/internal/template"
 )
 
 // NodeUpdates passes the Node events that can change a check's decision (NodeChanged): heartbeats are
@@ -27,6 +33,68 @@ func NodeUpdates() predicate.Funcs {
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
+}
+
+// RequestKind is how a check of kind owner (NodeHealthCheck, MachineHealthCheck; namespaced or not) watches
+// the remediation requests of kind gvk: each event goes to the check that owns the request (ChecksOwning),
+// unless RequestChanged drops it; a kind this manager serves itself is watched through the typed informer
+// its remediator keeps already (TypedRequest), any other as unstructured objects. scheme is the manager's.
+func RequestKind(scheme *runtime.Scheme, gvk schema.GroupVersionKind, owner string, namespaced bool) kindwatch.Kind {
+	return kindwatch.Kind{GVK: gvk, Object: TypedRequest(scheme, gvk),
+		Handler:    handler.EnqueueRequestsFromMapFunc(ChecksOwning(owner, namespaced)),
+		Predicates: []predicate.Predicate{RequestChanged()},
+		Verbs:      []string{"get", "list", "watch", "create", "update", "patch", "delete"}}
+}
+
+// RequestChanged passes the remediation request events a check acts on: creation, deletion, and changes
+// of what a check reads of a request (RequestOf: annotations, owner references, the deletion timestamp,
+// the status of the Succeeded and Processing conditions; Processing=False hands the host over to the next
+// escalation step). The remediator's other progress reports are dropped: a power cycle writes a dozen of
+// them, and each would cost a reconcile of the check over all its targets.
+func RequestChanged() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld, e.ObjectNew
+			if o == nil || n == nil {
+				return true
+			}
+			return !maps.Equal(o.GetAnnotations(), n.GetAnnotations()) ||
+				!equality.Semantic.DeepEqual(o.GetOwnerReferences(), n.GetOwnerReferences()) ||
+				(o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) ||
+				conditionStatus(o, template.ConditionSucceeded) != conditionStatus(n, template.ConditionSucceeded) ||
+				conditionStatus(o, template.ConditionProcessing) != conditionStatus(n, template.ConditionProcessing)
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// conditionStatus is the status of a request's condition, "" when it has none or it cannot be read.
+func conditionStatus(obj client.Object, condType string) metav1.ConditionStatus {
+	c, err := Condition(obj, condType)
+	if err != nil || c == nil {
+		return ""
+	}
+	return c.Status
+}
+
+// TypedRequest returns a new typed object of a remediation kind scheme knows (metalheal's own
+// PowerCycleRemediation), nil for any other kind. Such requests are watched and read through the typed
+// informer the remediator keeps already, not a second, unstructured one: each of their watch events would
+// be decoded twice, and in a wave of power cycles each request held twice, the second time as nested maps.
+// Only kinds that report their conditions (GetConditions) qualify.
+func TypedRequest(scheme *runtime.Scheme, gvk schema.GroupVersionKind) client.Object {
+	if scheme == nil {
+		return nil
+	}
+	obj, err := scheme.New(gvk)
+	if err != nil {
+		return nil
+	}
+	typed, ok := obj.(client.Object)
+	if _, hasConditions := obj.(interface{ GetConditions() []metav1.Condition }); !ok || !hasConditions {
+		return nil
+	}
+	return typed
 }
 
 // ChecksOwning maps a remediation request to the check of kind (NodeHealthCheck, MachineHealthCheck) that

@@ -8,8 +8,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -82,4 +84,116 @@ func TestPending(t *testing.T) {
 	err := Pending(map[schema.GroupVersionKind]kindwatch.Status{a: {State: kindwatch.Pending, Until: t0.Add(time.Minute)},
 		b: {State: kindwatch.Pending, Until: t0}, c: {State: kindwatch.Synced}})
 	g.Expect(err).To(Equal(&WatchPendingError{Until: t0}))
+}
+
+// TestRequestChanged: a remediation request's update reaches its check (of either kind) only when it changes
+// what the check reads of it; the remediator's progress reports are dropped. The same holds for a request
+// read as unstructured and for one read from the typed informer of a kind this manager serves.
+func TestRequestChanged(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	cond := func(condType, status, reason string) any {
+		return map[string]any{"type": condType, "status": status, "reason": reason, "message": "", "lastTransitionTime": "2030-01-01T12:00:00Z"}
+	}
+	setConditions := func(u *unstructured.Unstructured, conds ...any) {
+		_ = unstructured.SetNestedSlice(u.Object, conds, "status", "conditions")
+	}
+	base := &unstructured.Unstructured{}
+	base.SetAPIVersion("remediation.metalheal.io/v1alpha1")
+	base.SetKind("PowerCycleRemediation")
+	base.SetNamespace("ns")
+	base.SetName("w1")
+	base.SetResourceVersion("1")
+	base.SetAnnotations(map[string]string{"remediation.medik8s.io/node-name": "w1"})
+	base.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "w1", UID: "n"}})
+	_ = unstructured.SetNestedField(base.Object, "PoweringOff", "status", "phase")
+	setConditions(base, cond("Processing", "True", "PoweringOff"), cond("Succeeded", "Unknown", "PoweringOff"))
+
+	tests := []struct {
+		name   string
+		change func(*unstructured.Unstructured)
+		want   bool
+	}{
+		{name: "the remediator moves to its next phase", change: func(u *unstructured.Unstructured) {
+			_ = unstructured.SetNestedField(u.Object, "PoweredOff", "status", "phase")
+			_ = unstructured.SetNestedField(u.Object, "Off", "status", "powerState")
+			u.SetResourceVersion("2")
+		}},
+		{name: "the remediator counts a retry", change: func(u *unstructured.Unstructured) {
+			_ = unstructured.SetNestedField(u.Object, int64(1), "status", "retryCount")
+		}},
+		{name: "Succeeded and Processing keep their status, with new reasons", change: func(u *unstructured.Unstructured) {
+			setConditions(u, cond("Processing", "True", "PoweringOn"), cond("Succeeded", "Unknown", "PoweringOn"))
+		}},
+		{name: "another condition appears", change: func(u *unstructured.Unstructured) {
+			setConditions(u, cond("Processing", "True", "PoweringOff"), cond("Succeeded", "Unknown", "PoweringOff"),
+				cond("PowerOffRequested", "True", "Sent"))
+		}},
+		{name: "the remediator adds its finalizer", change: func(u *unstructured.Unstructured) { u.SetFinalizers([]string{"x"}) }},
+		{name: "its labels change", change: func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{"a": "b"}) }},
+		{name: "it succeeds", want: true, change: func(u *unstructured.Unstructured) {
+			setConditions(u, cond("Processing", "True", "Succeeded"), cond("Succeeded", "True", "Succeeded"))
+		}},
+		{name: "it gives up", want: true, change: func(u *unstructured.Unstructured) {
+			setConditions(u, cond("Processing", "True", "Failed"), cond("Succeeded", "False", "Failed"))
+		}},
+		{name: "it hands the host over (Processing=False, Succeeded unchanged)", want: true, change: func(u *unstructured.Unstructured) {
+			setConditions(u, cond("Processing", "False", "HandedOver"), cond("Succeeded", "Unknown", "PoweringOff"))
+		}},
+		{name: "its conditions are gone", want: true, change: func(u *unstructured.Unstructured) { setConditions(u) }},
+		{name: "it is marked timed out", want: true, change: func(u *unstructured.Unstructured) {
+			u.SetAnnotations(map[string]string{"remediation.medik8s.io/node-name": "w1", "remediation.medik8s.io/nhc-timed-out": "2030-01-01T12:00:00Z"})
+		}},
+		{name: "its owners change", want: true, change: func(u *unstructured.Unstructured) { u.SetOwnerReferences(nil) }},
+		{name: "its deletion starts", want: true, change: func(u *unstructured.Unstructured) { u.SetDeletionTimestamp(&metav1.Time{Time: t0}) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			u := base.DeepCopy()
+			tt.change(u)
+			g.Expect(RequestChanged().Update(event.UpdateEvent{ObjectOld: base, ObjectNew: u})).To(Equal(tt.want), "unstructured")
+			typed := func(u *unstructured.Unstructured) *v1alpha1.PowerCycleRemediation {
+				p := &v1alpha1.PowerCycleRemediation{}
+				g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, p)).To(Succeed())
+				return p
+			}
+			g.Expect(RequestChanged().Update(event.UpdateEvent{ObjectOld: typed(base), ObjectNew: typed(u)})).To(Equal(tt.want), "typed")
+		})
+	}
+	g := NewWithT(t)
+	g.Expect(RequestChanged().Create(event.CreateEvent{Object: base})).To(BeTrue(), "a creation")
+	g.Expect(RequestChanged().Delete(event.DeleteEvent{Object: base})).To(BeTrue(), "a deletion")
+	g.Expect(RequestChanged().Generic(event.GenericEvent{Object: base})).To(BeFalse(), "a generic event")
+}
+
+// TestRequestKind: a kind this manager serves, reporting its conditions, is watched and read typed (the
+// remediator's informer); any other kind as unstructured objects.
+func TestRequestKind(t *testing.T) {
+	scheme := runtime.NewScheme()
+	NewWithT(t).Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
+	NewWithT(t).Expect(corev1.AddToScheme(scheme)).To(Succeed())
+	pcr := v1alpha1.GroupVersion.WithKind("PowerCycleRemediation")
+	for name, tc := range map[string]struct {
+		scheme *runtime.Scheme
+		gvk    schema.GroupVersionKind
+		want   client.Object
+	}{
+		"metalheal's own kind":            {scheme: scheme, gvk: pcr, want: &v1alpha1.PowerCycleRemediation{}},
+		"another remediator's kind":       {scheme: scheme, gvk: schema.GroupVersionKind{Group: "x.io", Version: "v1", Kind: "FooRemediation"}},
+		"a known kind without conditions": {scheme: scheme, gvk: corev1.SchemeGroupVersion.WithKind("ConfigMap")},
+		"no scheme":                       {gvk: pcr},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			k := RequestKind(tc.scheme, tc.gvk, "MachineHealthCheck", true)
+			g.Expect(k.GVK).To(Equal(tc.gvk))
+			if tc.want == nil {
+				g.Expect(k.Object).To(BeNil())
+			} else {
+				g.Expect(k.Object).To(BeAssignableToTypeOf(tc.want))
+			}
+			g.Expect(k.Predicates).To(HaveLen(1))
+			g.Expect(k.Verbs).To(ContainElements("list", "watch", "create", "delete"))
+		})
+	}
 }

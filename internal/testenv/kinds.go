@@ -114,6 +114,7 @@ type RequestLog struct {
 	requests map[string]int
 	open     map[string]int
 	byPath   map[string]int
+	getsTo   map[string]int
 }
 
 // Wrap is a rest.Config.WrapTransport.
@@ -124,10 +125,13 @@ func (l *RequestLog) Wrap(rt http.RoundTripper) http.RoundTripper {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if l.requests == nil {
-			l.requests, l.open, l.byPath = map[string]int{}, map[string]int{}, map[string]int{}
+			l.requests, l.open, l.byPath, l.getsTo = map[string]int{}, map[string]int{}, map[string]int{}, map[string]int{}
 		}
 		l.requests[group]++
 		l.byPath[req.URL.Path]++
+		if req.Method == http.MethodGet {
+			l.getsTo[req.URL.Path]++
+		}
 		if err == nil && req.URL.Query().Get("watch") == "true" && resp.StatusCode == http.StatusOK {
 			l.open[group]++
 			resp.Body = &closeHook{ReadCloser: resp.Body, onClose: func() {
@@ -153,6 +157,15 @@ func (l *RequestLog) RequestsTo(path string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.byPath[path]
+}
+
+// GetsTo is how many GET requests were made to path exactly: for a collection (e.g.
+// /apis/remediation.metalheal.io/v1alpha1/namespaces/ns/powercycleremediations), the lists and watches of
+// the informers that cache it, without the writes.
+func (l *RequestLog) GetsTo(path string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.getsTo[path]
 }
 
 // OpenWatches is how many watches of group's API are open now.
