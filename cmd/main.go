@@ -225,7 +225,8 @@ func run(cfg config) error {
 
 	// One connection per Cluster API workload cluster, for the MachineHealthCheck and the remediator: its
 	// Nodes and the node leases of the lease namespace.
-	workloads := workload.New(workload.Options{Clock: clock.RealClock{}, LeaseNamespace: cfg.leaseNamespace})
+	workloads := workload.New(workload.Options{Clock: clock.RealClock{}, LeaseNamespace: cfg.leaseNamespace,
+		QPS: restCfg.QPS, Burst: restCfg.Burst})
 	if err := mgr.Add(workloads); err != nil {
 		return fmt.Errorf("adding the workload cluster connections: %w", err)
 	}

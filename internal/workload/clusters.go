@@ -59,6 +59,12 @@ type Options struct {
 	// CallTimeout bounds each call of a connection's Client: a workload cluster that accepts connections
 	// but does not answer fails the call, and drops the connection, within it. Default DefaultCallTimeout.
 	CallTimeout time.Duration
+	// QPS and Burst pace a connection's requests on the client's side, as the manager's --kube-api-qps and
+	// --kube-api-burst pace its own: QPS negative, no client-side limit (the workload API server's
+	// Priority and Fairness paces the manager); zero, client-go's default of 5 a second in bursts of 10,
+	// which held a burst of 50 failing Machines' lease and request writes for up to 18 s.
+	QPS   float32
+	Burst int
 }
 
 // Clusters keeps one connection per workload cluster. It is safe for concurrent use; share one between
@@ -219,6 +225,7 @@ func (r *Clusters) Get(ctx context.Context, apiReader client.Reader, key types.N
 	if err != nil {
 		return nil, false, &Error{Cluster: key, Err: fmt.Errorf("secret %s: %w", secretName, err)}
 	}
+	cfg.QPS, cfg.Burst = r.opts.QPS, r.opts.Burst
 	c, err := r.connect(ctx, key, cfg)
 	if err != nil {
 		return nil, false, &Error{Cluster: key, Err: err}

@@ -110,6 +110,24 @@ func TestLeaseCache(t *testing.T) {
 	}).WithTimeout(10 * time.Second).Should(Succeed())
 }
 
+// A connection paces its requests as the manager paces its own (--kube-api-qps -1: no client-side limit),
+// not at client-go's default of 5 a second, which held a burst of 50 failing Machines' lease and request
+// writes in a workload cluster for up to 18 s: 60 calls in a row here would take 10 s at that pace.
+func TestConnectionPacedAsTheManager(t *testing.T) {
+	g := NewWithT(t)
+	ctx := t.Context()
+	key := types.NamespacedName{Namespace: "fleet", Name: "edge-burst"}
+	clusters := New(Options{Clock: clocktesting.NewFakeClock(time.Now()), QPS: -1, Burst: 100})
+	t.Cleanup(clusters.StopAll)
+	c, _, err := clusters.Get(ctx, secrets(key, env.KubeConfig), key)
+	g.Expect(err).NotTo(HaveOccurred())
+	start := time.Now()
+	for range 60 {
+		g.Expect(c.Client().Get(ctx, types.NamespacedName{Name: "default"}, &corev1.Namespace{})).To(Succeed())
+	}
+	g.Expect(time.Since(start)).To(BeNumerically("<", 3*time.Second), "60 calls paced at 5 a second take 10 s")
+}
+
 // A workload cluster that stops answering (its connections held open, nothing answered) fails each call
 // of the connection's client within the call timeout, not at the caller's deadline, and drops the
 // connection: the next Get connects again once it answers.
