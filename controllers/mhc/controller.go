@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/trace"
 	"sync"
 	"time"
 
@@ -252,8 +253,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.forgetKinds(ctx, req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
+	// Annotated for Go's execution tracer, as the NodeHealthCheck's reconcile is (see there).
+	ctx, task := trace.NewTask(ctx, "MachineHealthCheck")
+	defer task.End()
 	now := r.clock.Now()
+	trace.Log(ctx, "start", req.String()+" "+now.UTC().Format(time.RFC3339Nano))
+	observing := trace.StartRegion(ctx, "observe")
 	in, err := r.observe(ctx, mhc, now)
+	observing.End()
 	var pending *engine.WatchPendingError
 	var unwatchable *kindNotWatchableError
 	var noCAPI *clusterAPINotInstalledError
@@ -280,10 +287,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return r.observeFailed(mhc, req.NamespacedName, err)
 	}
 	r.unreachable.Delete(req.NamespacedName)
-	if err := r.observeSafety(ctx, &in); err != nil {
+	safety := trace.StartRegion(ctx, "observe leases")
+	err = r.observeSafety(ctx, &in)
+	safety.End()
+	if err != nil {
 		return ctrl.Result{}, err
 	}
+	deciding := trace.StartRegion(ctx, "decide")
 	p, err := planChecks(in)
+	deciding.End()
 	if err != nil {
 		r.recorder.Eventf(mhc, nil, corev1.EventTypeWarning, EventRemediationFailed, actionCheck, "%s", err.Error())
 		return ctrl.Result{}, reconcile.TerminalError(err)
@@ -291,9 +303,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	r.enable(mhc, &p.Status)
 	errs := r.execute(ctx, mhc, &p)
 	p.Status.RecentRemediations = p.recentRemediations()
+	writing := trace.StartRegion(ctx, "status")
 	if err := r.patchStatus(ctx, mhc, p.Status); err != nil {
 		errs = append(errs, err)
 	}
+	writing.End()
 	recordCheckMetrics(req.NamespacedName, p)
 	if len(errs) > 0 {
 		return ctrl.Result{}, errors.Join(errs...)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/trace"
 	"slices"
 	"sync"
 
@@ -54,7 +55,12 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 	}
 	engine.InParallel(ctx, executeParallel, len(work), func(ctx context.Context, j int) {
 		t := &p.Targets[work[j]]
-		err := errors.Join(r.takeLease(ctx, lm, mhc, t, p), r.executeTarget(ctx, lm, mhc, t, p, templates))
+		leasing := trace.StartRegion(ctx, "lease")
+		leaseErr := r.takeLease(ctx, lm, mhc, t, p)
+		leasing.End()
+		writing := trace.StartRegion(ctx, "Machine")
+		err := errors.Join(leaseErr, r.executeTarget(ctx, lm, mhc, t, p, templates))
+		writing.End()
 		if err != nil {
 			defer p.lock()()
 			errs = append(errs, err)
@@ -76,8 +82,10 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 	return errs
 }
 
-// executeParallel is how many Machines execute works on at once.
-const executeParallel = 16
+// executeParallel is how many Machines execute works on at once: as many as the NodeHealthCheck's writes
+// (nhc.DefaultMaxConcurrentWrites). At 16, a burst of 50 failing Machines went out in four waves of
+// round trips (make bench-peers: the last request stored 845 ms after the expiry, against 371 ms at 64).
+const executeParallel = 64
 
 // templateResult memoises one template read per reconcile.
 type templateResult struct {
@@ -109,7 +117,10 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *
 	var errs []error
 	out := cmp.Or(t.Out, &engine.Outcome{})
 	if t.Conditions != nil {
-		if err := r.writeMachineConditions(ctx, t.Machine, t.Conditions); err != nil {
+		marking := trace.StartRegion(ctx, "conditions")
+		err := r.writeMachineConditions(ctx, t.Machine, t.Conditions)
+		marking.End()
+		if err != nil {
 			errs = append(errs, fmt.Errorf("setting conditions on Machine %s: %w", t.Machine.Name, err))
 		} else if t.MarkedForOwner {
 			log.Info("Marked Machine for remediation by its owner", "reason", t.Verdict.Reason)
@@ -148,7 +159,9 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *
 	}
 	if c := out.Create; c != nil {
 		st := p.Steps[c.Step]
+		creating := trace.StartRegion(ctx, "create")
 		created, skip, err := r.createRequest(ctx, lm, mhc, t, st, c.Name, templates)
+		creating.End()
 		switch {
 		case skip != nil:
 			p.dropRecord(t.Machine.Name, st)

@@ -3,8 +3,10 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,8 +19,8 @@ import (
 
 // traceBurst saves a Go execution trace of metalheal's manager from 1 s before a burst's expiry to 2 s
 // after it, when --pprof-dir is set, and writes beside it (<name>.trace.txt, and the log) where the
-// reconciles around the expiry spent their time: the NodeHealthCheck annotates each reconcile as a task
-// with regions (observe, decide, each request's create, tidy, status) and logs its start's wall clock.
+// reconciles around the expiry spent their time: both health checks annotate each reconcile as a task
+// with regions (observe, decide, each request's create, status, ...) and log its start's wall clock.
 func (b *bench) traceBurst(ctx context.Context, name string, expiry time.Time) {
 	if b.ctrl == nil || b.ctrl.pprofAddr == "" {
 		return
@@ -54,13 +56,14 @@ var traceLine = regexp.MustCompile(`G=(-?\d+) (TaskBegin|TaskEnd|RegionBegin|Reg
 // traceTask is one reconcile as the trace shows it, its instants in nanoseconds of the trace's clock.
 type traceTask struct {
 	begin, end int64
+	kind       string // NodeHealthCheck, MachineHealthCheck
 	check      string
 	wall       time.Time // the wall clock at the "start" log
 	wallAt     int64     // the trace's clock then
 	regions    map[string][][2]int64
 }
 
-// briefTrace tells, for each NodeHealthCheck reconcile of the trace, when it ran relative to expiry and
+// briefTrace tells, for each health check reconcile of the trace, when it ran relative to expiry and
 // how long its stages took.
 func briefTrace(parsed []byte, expiry time.Time) string {
 	tasks := map[string]*traceTask{}
@@ -77,10 +80,10 @@ func briefTrace(parsed []byte, expiry time.Time) string {
 		at, _ := strconv.ParseInt(m[3], 10, 64)
 		t := tasks[id]
 		if t == nil {
-			if kind != "TaskBegin" || !strings.Contains(rest, `Type="NodeHealthCheck"`) {
+			if typ := field(rest, "Type"); kind != "TaskBegin" || (typ != "NodeHealthCheck" && typ != "MachineHealthCheck") {
 				continue
 			}
-			t = &traceTask{begin: at, regions: map[string][][2]int64{}}
+			t = &traceTask{begin: at, kind: field(rest, "Type"), regions: map[string][][2]int64{}}
 			tasks[id] = t
 			order = append(order, id)
 			continue
@@ -115,25 +118,29 @@ func briefTrace(parsed []byte, expiry time.Time) string {
 		rel := func(at int64) string {
 			return fmt.Sprintf("%+.1f ms", float64(t.wall.Add(time.Duration(at-t.wallAt)).Sub(expiry).Microseconds())/1000)
 		}
-		fmt.Fprintf(&out, "  reconcile of %s: starts %s", t.check, rel(t.begin))
+		fmt.Fprintf(&out, "  %s %s: starts %s", t.kind, t.check, rel(t.begin))
 		if t.end > 0 {
 			fmt.Fprintf(&out, ", ends %s", rel(t.end))
 		}
-		for _, typ := range []string{"observe", "decide", "tidy", "status"} {
-			for _, r := range t.regions[typ] {
-				fmt.Fprintf(&out, "; %s %.1f ms", typ, float64(r[1]-r[0])/1e6)
+		// Each kind of region in the order it first began: one alone by its length, several (a create per
+		// request, run in parallel) by when the first began, the last began and the last ended.
+		types := slices.Collect(maps.Keys(t.regions))
+		slices.SortFunc(types, func(a, b string) int { return cmp.Compare(t.regions[a][0][0], t.regions[b][0][0]) })
+		for _, typ := range types {
+			rs := t.regions[typ]
+			if len(rs) == 1 {
+				fmt.Fprintf(&out, "; %s %.1f ms", typ, float64(rs[0][1]-rs[0][0])/1e6)
+				continue
 			}
-		}
-		if cs := t.regions["create"]; len(cs) > 0 {
-			slices.SortFunc(cs, func(a, b [2]int64) int { return int(a[0] - b[0]) })
-			last := slices.MaxFunc(cs, func(a, b [2]int64) int { return int(a[1] - b[1]) })
-			fmt.Fprintf(&out, "; %d creates: the first begun %s, the last begun %s, the last answered %s",
-				len(cs), rel(cs[0][0]), rel(cs[len(cs)-1][0]), rel(last[1]))
+			slices.SortFunc(rs, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
+			last := slices.MaxFunc(rs, func(a, b [2]int64) int { return cmp.Compare(a[1], b[1]) })
+			fmt.Fprintf(&out, "; %d × %s: the first begun %s, the last begun %s, the last ended %s",
+				len(rs), typ, rel(rs[0][0]), rel(rs[len(rs)-1][0]), rel(last[1]))
 		}
 		out.WriteString("\n")
 	}
 	if out.Len() == 0 {
-		return "  no NodeHealthCheck reconcile in the trace\n"
+		return "  no health check reconcile in the trace\n"
 	}
 	return out.String()
 }

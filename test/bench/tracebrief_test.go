@@ -39,7 +39,7 @@ func TestBriefTrace(t *testing.T) {
 	wg.Wait()
 	trace.WithRegion(ctx, "status", func() {})
 	task.End()
-	_, other := trace.NewTask(context.Background(), "MachineHealthCheck") // not told
+	_, other := trace.NewTask(context.Background(), "BMCInventory") // not a health check's: not told
 	other.End()
 	trace.Stop()
 	if err := f.Close(); err != nil {
@@ -50,15 +50,15 @@ func TestBriefTrace(t *testing.T) {
 		t.Fatalf("go tool trace: %v", err)
 	}
 	brief := briefTrace(parsed, expiry)
-	for _, want := range []string{"reconcile of workers: starts +10", "; observe 3.", "; decide 2.", "; status ", "; 3 creates: the first begun +", "the last answered +"} {
+	for _, want := range []string{"NodeHealthCheck workers: starts +10", "; observe 3.", "; decide 2.", "; status ", "; 3 × create: the first begun +", "the last ended +"} {
 		if !strings.Contains(brief, want) {
 			t.Errorf("brief lacks %q:\n%s", want, brief)
 		}
 	}
-	if n := strings.Count(brief, "reconcile of"); n != 1 {
+	if n := strings.Count(brief, "HealthCheck"); n != 1 {
 		t.Errorf("%d reconciles told, want 1:\n%s", n, brief)
 	}
-	if got := briefTrace(nil, expiry); got != "  no NodeHealthCheck reconcile in the trace\n" {
+	if got := briefTrace(nil, expiry); got != "  no health check reconcile in the trace\n" {
 		t.Errorf("empty trace: %q", got)
 	}
 }
