@@ -180,10 +180,12 @@ func New(opts Options) (*Reconciler, error) {
 	return r, nil
 }
 
-// SetupWithManager registers the controller: it watches MachineHealthChecks and local Nodes through the
-// manager's cache, and, as they are first needed, Machines and Clusters in the version the API server
-// serves (none while Cluster API is not installed), the Nodes of each workload cluster and each
-// remediation kind. The manager's scheme must know Cluster API's v1beta2 and v1beta1 types.
+// SetupWithManager registers the controller: it watches MachineHealthChecks (a check's own spec and
+// annotations, and what the overlapping rule reads of the others of its namespace: engine.WatchChecks) and
+// local Nodes through the manager's cache, and, as they are first needed, Machines and Clusters in the
+// version the API server serves (none while Cluster API is not installed), the Nodes of each workload
+// cluster and each remediation kind. The manager's scheme must know Cluster API's v1beta2 and v1beta1
+// types.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if r.served.disco == nil {
 		d, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
@@ -210,9 +212,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		return err
 	}
 	poller := &versionPoller{r: r, events: make(chan event.TypedGenericEvent[client.Object])}
-	c, err := ctrl.NewControllerManagedBy(mgr).
-		Named("machinehealthcheck").
-		For(&v1alpha1.MachineHealthCheck{}).
+	c, err := engine.WatchChecks(ctrl.NewControllerManagedBy(mgr).Named("machinehealthcheck"), r.reader, checkKind).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.nodeToChecks(ctx, o, nil)
 		}), builder.WithPredicates(engine.NodeUpdates())).

@@ -30,7 +30,8 @@
 //
 // The safety rules are the NodeHealthCheck's, decided by the same code (internal/gates, see safety.go):
 // node leases (holder "MachineHealthCheck.remediation.metalheal.io-<name>", the form of
-// metalheal's NodeHealthCheck: taken before a request, renewed while it lives,
+// metalheal's NodeHealthCheck: taken before a request, or right after a worker's PowerCycleRemediation
+// (engine.LeaseAfter, as the NodeHealthCheck's), renewed while it lives,
 // released after; a lease held by anyone else hands the Node off; held in the cluster the Nodes are read
 // from, the workload cluster's included: nodeSite), StormActive with stormCooldownDuration,
 // healthyDelay, control-plane Machines one at a time across all checks of both kinds, and the

@@ -8,6 +8,7 @@ import (
 	"runtime/trace"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -29,7 +30,9 @@ import (
 // is sent as one, not one round trip after the other. A failure for one Machine is collected and the
 // others proceed. A request that could not be created is dropped from p.Status. The leases the check no
 // longer needs are released first: a control-plane Machine starts only while no other control-plane
-// Node's lease is held, the check's own too (takeLease).
+// Node's lease is held, the check's own too (engine.Starter). The leases of the requests that went out
+// before them (engine.LeaseAfter) are taken last, once every request of the reconcile went out, and each
+// request is reported once its lease is settled (started).
 func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, p *plan) []error {
 	lm, err := r.starter(mhc, p.Site)
 	if err != nil {
@@ -53,19 +56,36 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 			work = append(work, i)
 		}
 	}
+	sends := make([]*sending, len(work))
 	engine.InParallel(ctx, executeParallel, len(work), func(ctx context.Context, j int) {
 		t := &p.Targets[work[j]]
 		leasing := trace.StartRegion(ctx, "lease")
 		leaseErr := r.takeLease(ctx, lm, mhc, t, p)
 		leasing.End()
 		writing := trace.StartRegion(ctx, "Machine")
-		err := errors.Join(leaseErr, r.executeTarget(ctx, lm, mhc, t, p, templates))
+		var err error
+		sends[j], err = r.executeTarget(ctx, lm, mhc, t, p, templates)
 		writing.End()
-		if err != nil {
+		if err = errors.Join(leaseErr, err); err != nil {
 			defer p.lock()()
 			errs = append(errs, err)
 		}
 	})
+	sent := make([]*engine.Sent, len(sends))
+	for j, s := range sends {
+		if s != nil {
+			sent[j] = &s.Sent
+		}
+	}
+	trace.WithRegion(ctx, "leases after", func() { lm.LeasesAfter(ctx, executeParallel, sent) })
+	for _, s := range sends {
+		if s == nil {
+			continue
+		}
+		if err := r.started(ctx, mhc, s, p); err != nil {
+			errs = append(errs, fmt.Errorf("machine %s: %w", s.t.Machine.Name, err))
+		}
+	}
 	for _, o := range p.Orphans {
 		if err := engine.Delete(ctx, r.client, o.Ref, o.UID); err != nil {
 			errs = append(errs, fmt.Errorf("the request of a Machine that is gone: %w", err))
@@ -112,23 +132,16 @@ func (m *templateMemo) get(s step, load func() templateResult) templateResult {
 	return res
 }
 
-func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan, templates *templateMemo) error {
+// executeTarget makes one Machine's writes: its requests' time-outs and deletions, the request to create
+// (engine.Starter.Send, which it returns for started to report once its lease is settled), then the
+// Machine's conditions. The conditions follow the create, as Cluster API's own MachineHealthCheck creates
+// an external remediation request before it patches the Machine (patchUnhealthyTargets): no remediator
+// reads HealthCheckSucceeded before it acts, and the request is out one round trip sooner. The hand-over
+// to the owner (OwnerRemediated=False) is the conditions themselves, after the Node's lease (takeLease).
+func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan, templates *templateMemo) (*sending, error) {
 	log := ctrl.LoggerFrom(ctx).WithValues("machine", klog.KObj(t.Machine))
 	var errs []error
 	out := cmp.Or(t.Out, &engine.Outcome{})
-	if t.Conditions != nil {
-		marking := trace.StartRegion(ctx, "conditions")
-		err := r.writeMachineConditions(ctx, t.Machine, t.Conditions)
-		marking.End()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("setting conditions on Machine %s: %w", t.Machine.Name, err))
-		} else if t.MarkedForOwner {
-			log.Info("Marked Machine for remediation by its owner", "reason", t.Verdict.Reason)
-			r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeNormal, EventMachineMarkedUnhealthy, actionRemediate,
-				"Machine marked for remediation by its owner: %s", t.Verdict.Message)
-			observeDetection(t.Verdict.ExpiredAt, r.clock.Now())
-		}
-	}
 	for _, req := range requests(out, out.Walk.TimeOut) {
 		if err := engine.MarkTimedOut(ctx, r.client, req.Ref, r.clock.Now()); err != nil {
 			errs = append(errs, err)
@@ -157,37 +170,74 @@ func (r *Reconciler) executeTarget(ctx context.Context, lm engine.Starter, mhc *
 			errs = append(errs, err)
 		}
 	}
+	var sent *sending
 	if c := out.Create; c != nil {
-		st := p.Steps[c.Step]
 		creating := trace.StartRegion(ctx, "create")
-		created, skip, err := r.createRequest(ctx, lm, mhc, t, st, c.Name, templates)
+		sent = r.createRequest(ctx, lm, mhc, t, p.Steps[c.Step], c.Name, templates)
 		creating.End()
-		switch {
-		case skip != nil:
-			p.dropRecord(t.Machine.Name, st)
-			r.skipped(ctx, lm, mhc, t, p, skip)
-		case err != nil:
-			errs = append(errs, err)
-			p.dropRecord(t.Machine.Name, st)
-		case created:
-			log.Info("Created remediation request", "kind", st.GVK.Kind, "template", st.Template.Name, "reason", t.Verdict.Reason)
-			r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeNormal, EventRemediationRequestCreated, actionRemediate,
-				"Created %s %s from template %s: %s", st.GVK.Kind, cmp.Or(c.Name, t.Machine.Name), st.Template.Name, t.Verdict.Message)
-			countCreated(st.GVK.Kind)
-			if c.First {
-				observeDetection(t.Verdict.ExpiredAt, r.clock.Now())
-			}
+	}
+	if t.Conditions != nil {
+		marking := trace.StartRegion(ctx, "conditions")
+		err := r.writeMachineConditions(ctx, t.Machine, t.Conditions)
+		marking.End()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("setting conditions on Machine %s: %w", t.Machine.Name, err))
+		} else if t.MarkedForOwner {
+			log.Info("Marked Machine for remediation by its owner", "reason", t.Verdict.Reason)
+			r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeNormal, EventMachineMarkedUnhealthy, actionRemediate,
+				"Machine marked for remediation by its owner: %s", t.Verdict.Message)
+			observeDetection(t.Verdict.ExpiredAt, r.clock.Now())
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("machine %s: %w", t.Machine.Name, errors.Join(errs...))
+		return sent, fmt.Errorf("machine %s: %w", t.Machine.Name, errors.Join(errs...))
 	}
-	return nil
+	return sent, nil
 }
 
-// createRequest instantiates the step's template for the Machine and creates it (engine.Starter). created
-// is false when the request already existed: ours (adopted), or someone else's (a skip).
-func (r *Reconciler) createRequest(ctx context.Context, lm engine.Starter, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, s step, name string, templates *templateMemo) (created bool, skip *engine.Skip, err error) {
+// sending is a request execute sent for a Machine (engine.Starter.Send), reported by started.
+type sending struct {
+	engine.Sent
+	t    *targetPlan
+	step step
+	name string
+	// at is when it was created: the end of the Machine's detection.
+	at time.Time
+}
+
+// started reports a request execute sent, once its lease is settled: created (its event, log and
+// metrics), or a skip (someone else's lease or request: the Machine's status entry says so), or a failure;
+// a request that was not created is dropped from the status, as is one deleted again.
+func (r *Reconciler) started(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, s *sending, p *plan) error {
+	t, st := s.t, s.step
+	switch {
+	case s.Skip != nil:
+		p.dropRecord(t.Machine.Name, st)
+		r.skipped(mhc, t, p, s.Skip)
+		unlock := p.lock()
+		p.NextCheck = engine.Earliest(p.NextCheck, s.Skip.Retry)
+		unlock()
+		return s.Err // a lease taken for the request that could not be let go
+	case s.Err != nil:
+		p.dropRecord(t.Machine.Name, st)
+		return s.Err
+	case s.Created:
+		ctrl.LoggerFrom(ctx).Info("Created remediation request", "machine", klog.KObj(t.Machine), "kind", st.GVK.Kind,
+			"template", st.Template.Name, "reason", t.Verdict.Reason)
+		r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeNormal, EventRemediationRequestCreated, actionRemediate,
+			"Created %s %s from template %s: %s", st.GVK.Kind, cmp.Or(s.name, t.Machine.Name), st.Template.Name, t.Verdict.Message)
+		countCreated(st.GVK.Kind)
+		if t.Out.Create.First {
+			observeDetection(t.Verdict.ExpiredAt, s.at)
+		}
+	}
+	return s.LeaseErr
+}
+
+// createRequest instantiates the step's template for the Machine and sends it with its Node's lease
+// (engine.Starter.Send): the lease first, or after every request of the reconcile (engine.LeaseAfter).
+func (r *Reconciler) createRequest(ctx context.Context, lm engine.Starter, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, s step, name string, templates *templateMemo) *sending {
+	sent := &sending{t: t, step: s, name: name}
 	key := types.NamespacedName{Namespace: s.Template.Namespace, Name: s.Template.Name}
 	res := templates.get(s, func() templateResult {
 		res := templateResult{obj: &unstructured.Unstructured{}}
@@ -200,7 +250,8 @@ func (r *Reconciler) createRequest(ctx context.Context, lm engine.Starter, mhc *
 		return res
 	})
 	if res.err != nil {
-		return false, nil, res.err
+		sent.Err = res.err
+		return sent
 	}
 	emr, err := template.Instantiate(template.Request{
 		Template: res.obj,
@@ -214,10 +265,15 @@ func (r *Reconciler) createRequest(ctx context.Context, lm engine.Starter, mhc *
 		ControlPlane: t.ControlPlane,
 	})
 	if err != nil {
-		return false, nil, fmt.Errorf("instantiating %s: %w", key, err)
+		sent.Err = fmt.Errorf("instantiating %s: %w", key, err)
+		return sent
 	}
-	adopted, skip, err := lm.CreateRequest(ctx, emr, mhc.UID)
-	return !adopted && skip == nil && err == nil, skip, err
+	q := engine.Send{Request: emr, Check: mhc.UID, ControlPlane: t.ControlPlane}
+	if t.Lease != nil {
+		q.Node, q.From, q.Fresh = t.Lease.Node, t.Lease.From, t.Lease.Fresh
+	}
+	sent.Sent, sent.at = lm.Send(ctx, q), r.clock.Now()
+	return sent
 }
 
 // lock takes the plan's lock, when execute works on several Machines at once, and returns its release.
@@ -265,17 +321,18 @@ func (r *Reconciler) patchStatus(ctx context.Context, mhc *v1alpha1.MachineHealt
 }
 
 // takeLease takes, renews or takes over the Machine's node lease for the check (plan: safety.go), through
-// engine.Starter. Before a creation, or the hand-over to the Machine's owner, the lease comes first
-// (medik8s' contract: nothing acts on a Node before its lease is held), a control-plane Machine's under the
-// manager's control-plane claim: a lease someone else took meanwhile turns the remediation into a skip, and
-// so does another control-plane Node's lease for a control-plane Machine. Both the claim and the lease are
-// the site's: the management cluster's, or the workload cluster's (a claim of its own, so that its checks
-// start one control-plane Node at a time, whatever the other clusters do).
+// engine.Starter; a request's lease is taken with it (createRequest, engine.Starter.Send). Before the
+// hand-over to the Machine's owner the lease comes first (medik8s' contract: nothing acts on a Node before
+// its lease is held), a control-plane Machine's under the manager's control-plane claim: a lease someone
+// else took meanwhile turns the hand-over into a skip, and so does another control-plane Node's lease for a
+// control-plane Machine. Both the claim and the lease are the site's: the management cluster's, or the
+// workload cluster's (a claim of its own, so that its checks start one control-plane Node at a time,
+// whatever the other clusters do).
 func (r *Reconciler) takeLease(ctx context.Context, s engine.Starter, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan) error {
-	if t.Lease == nil {
+	if t.Lease == nil || t.create() != nil {
 		return nil
 	}
-	starts := t.create() != nil || t.MarkedForOwner
+	starts := t.MarkedForOwner
 	skip, err := s.TakeLease(ctx, t.Lease.Node, starts && isControlPlaneTarget(observedTarget{Machine: t.Machine, Node: t.Lease.Node}),
 		t.Lease.From...)
 	switch {
@@ -286,15 +343,11 @@ func (r *Reconciler) takeLease(ctx context.Context, s engine.Starter, mhc *v1alp
 			"The Machine is being remediated but the lease of node %s is now held by %q", t.Lease.Node.Name, skip.Holder)
 		return nil
 	}
-	if c := t.create(); c != nil {
-		p.dropRecord(t.Machine.Name, p.Steps[c.Step])
-		t.Out.Create = nil // the lease first, always
-	}
 	t.keepFromOwner()
 	if err != nil {
 		return err
 	}
-	r.skipped(ctx, engine.Starter{}, mhc, t, p, skip)
+	r.skipped(mhc, t, p, skip)
 	defer p.lock()()
 	p.NextCheck = engine.Earliest(p.NextCheck, skip.Retry)
 	return nil
@@ -332,8 +385,8 @@ func (r *Reconciler) starter(mhc *v1alpha1.MachineHealthCheck, site nodeSite) (e
 }
 
 // skipped records a skip execute found (a lease or a request someone else created a moment ago): in the
-// Machine's status entry and a Warning; a lease just taken for it (lm with a lease manager) is let go.
-func (r *Reconciler) skipped(ctx context.Context, lm engine.Starter, mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan, skip *engine.Skip) {
+// Machine's status entry and a Warning.
+func (r *Reconciler) skipped(mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan, skip *engine.Skip) {
 	t.Blocked, t.Skip = blocker(skip.Reason), skip
 	countSkipped(t.Blocked)
 	unlock := p.lock()
@@ -345,11 +398,6 @@ func (r *Reconciler) skipped(ctx context.Context, lm engine.Starter, mhc *v1alph
 	unlock()
 	r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventRemediationSkipped, actionRemediate, "%s",
 		skip.Event("", "", "Machine", t.Verdict.Reason).Note)
-	if lm.Leases != nil && t.Lease != nil && t.Lease.Fresh {
-		if err := lm.Release(ctx, t.Lease.Node.Name); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "Releasing a node lease taken for a skipped Machine", "node", t.Lease.Node.Name)
-		}
-	}
 }
 
 // unconfirm removes the confirmation annotation from the Node, in the cluster the check read its Nodes

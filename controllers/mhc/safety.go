@@ -74,6 +74,29 @@ type mhcPeer struct {
 	Remediating map[string]bool
 }
 
+// checkKind is how the controller watches its own MachineHealthChecks: the other checks of a check's
+// namespace look again at a change of it that the overlapping rule reads (engine.WatchChecks).
+var checkKind = engine.CheckKind{Object: &v1alpha1.MachineHealthCheck{},
+	NewList: func() client.ObjectList { return &v1alpha1.MachineHealthCheckList{} }, Namespaced: true, Peer: peerStatus}
+
+// peerStatus is what the other MachineHealthChecks read of a check's status (engine.PeerStatus): its
+// Disabled condition, and the Machines it records requests for. Requests stay until the Machine is healthy,
+// ended steps' too: as the NodeHealthCheck's in-flight Nodes, a Machine with any is being remediated.
+func peerStatus(obj client.Object) engine.PeerStatus {
+	mhc, ok := obj.(*v1alpha1.MachineHealthCheck)
+	if !ok {
+		return engine.PeerStatus{}
+	}
+	st := engine.PeerStatus{Disabled: meta.IsStatusConditionTrue(mhc.Status.Conditions, v1alpha1.ConditionDisabled),
+		Remediating: map[string]bool{}}
+	for _, um := range mhc.Status.UnhealthyMachines {
+		if len(um.Remediations) > 0 {
+			st.Remediating[um.Name] = true
+		}
+	}
+	return st
+}
+
 // checkLeaseHolder is the holder identity a MachineHealthCheck takes node leases as: group-qualified, like
 // metalheal's NodeHealthCheck's (pkg/leases.QualifiedHolderIdentity), which is the form the power-cycle
 // remediator recognises as its request's owner.
@@ -134,36 +157,30 @@ func (r *Reconciler) observeSafety(ctx context.Context, in *planInput) error {
 		if other.UID == mhc.UID {
 			continue
 		}
-		remediating := map[string]bool{}
+		st := peerStatus(other)
 		// Only checks of the same Nodes compare Node names: the local ones, or those of one workload cluster.
 		sameNodes := r.remoteNodes(other) == remote &&
 			(!remote || (other.Namespace == mhc.Namespace && other.Spec.ClusterName == mhc.Spec.ClusterName))
-		for _, um := range other.Status.UnhealthyMachines {
-			// Requests stay until the Machine is healthy, ended steps' too: as the NodeHealthCheck's in-flight
-			// Nodes, a Machine with any is being remediated.
-			if len(um.Remediations) > 0 {
-				remediating[um.Name] = true
-				if !sameNodes {
-					continue
-				}
-				node, err := r.busyMachine(ctx, other.Namespace, um.Name, controlPlaneNode, busy)
-				if err != nil {
-					return err
-				}
-				if node != "" {
-					in.Safety.Elsewhere[node] = "MachineHealthCheck " + other.Namespace + "/" + other.Name
-				}
+		for machine := range st.Remediating {
+			if !sameNodes {
+				continue
+			}
+			node, err := r.busyMachine(ctx, other.Namespace, machine, controlPlaneNode, busy)
+			if err != nil {
+				return err
+			}
+			if node != "" {
+				in.Safety.Elsewhere[node] = "MachineHealthCheck " + other.Namespace + "/" + other.Name
 			}
 		}
-		if other.Namespace != mhc.Namespace || !other.DeletionTimestamp.IsZero() ||
-			meta.IsStatusConditionTrue(other.Status.Conditions, v1alpha1.ConditionDisabled) {
+		if other.Namespace != mhc.Namespace || !other.DeletionTimestamp.IsZero() || st.Disabled {
 			continue
 		}
 		sel, err := metav1.LabelSelectorAsSelector(&other.Spec.Selector)
 		if err != nil || sel.Empty() {
 			continue // it cannot select anything either
 		}
-		in.Safety.Peers = append(in.Safety.Peers, mhcPeer{Check: other, Spec: checkSpecFor(other), Sel: sel, Remediating: remediating})
+		in.Safety.Peers = append(in.Safety.Peers, mhcPeer{Check: other, Spec: checkSpecFor(other), Sel: sel, Remediating: st.Remediating})
 	}
 	for node := range busy {
 		in.Safety.BusyControlPlane = append(in.Safety.BusyControlPlane, node)

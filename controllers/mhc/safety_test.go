@@ -62,7 +62,7 @@ func entryOf(mhc *v1alpha1.MachineHealthCheck, machine string) *v1alpha1.Unhealt
 }
 
 var _ = Describe("Safety rules shared with the NodeHealthCheck", func() {
-	It("hands a Node off while node-maintenance holds its lease, takes the lease before the request, releases it after", func(ctx SpecContext) {
+	It("hands a Node off while node-maintenance holds its lease, takes the lease with the request, releases it after", func(ctx SpecContext) {
 		w := newWorld(ctx)
 		w.createTemplate(ctx, "reboot", "reboot")
 		w.createCheck(ctx, "workers", withTemplate("reboot"))
@@ -83,7 +83,7 @@ var _ = Describe("Safety rules shared with the NodeHealthCheck", func() {
 		Expect(res.RequeueAfter).To(BeNumerically("<=", 10*time.Minute+time.Second), "looks again when the lease runs out")
 		Expect(leaseHolder(ctx, node.Name)).To(Equal("node-maintenance"))
 
-		By("maintenance ends: the check takes the lease, then creates the request")
+		By("maintenance ends: the check creates the request and takes the lease (right after it: engine.LeaseAfter)")
 		Expect(maintenance.InvalidateLease(ctx, node.Name)).To(Succeed())
 		w.reconcile(ctx, "workers")
 		Expect(w.powerCycleRemediations(ctx)).To(HaveLen(1))

@@ -189,9 +189,9 @@ func (h clusterEvents) Delete(ctx context.Context, e event.DeleteEvent, q workqu
 	h.EventHandler.Delete(ctx, e, q)
 }
 
-// watchRemoteNodes starts watching a workload cluster's Nodes and node leases (called once per new
-// connection): a lease changing hands there brings the checks of that cluster, as the management
-// cluster's lease watch does for its own Nodes.
+// watchRemoteNodes starts watching a workload cluster's Nodes, its node leases and the connection itself
+// (called once per new connection): a lease changing hands there brings the checks of that cluster, as the
+// management cluster's lease watch does for its own Nodes, and so does the connection breaking.
 func (r *Reconciler) watchRemoteNodes(cluster types.NamespacedName, c *workload.Cluster) error {
 	if r.controller == nil {
 		return nil
@@ -202,10 +202,28 @@ func (r *Reconciler) watchRemoteNodes(cluster types.NamespacedName, c *workload.
 		}), engine.NodeUpdates())); err != nil {
 		return err
 	}
-	return r.controller.Watch(source.Kind(c.Cache(), client.Object(&coordinationv1.Lease{}),
+	if err := r.controller.Watch(source.Kind(c.Cache(), client.Object(&coordinationv1.Lease{}),
 		handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.nodeLeaseToChecks(ctx, o, c.Nodes(), &cluster)
-		}), engine.LeaseChanged(c.LeaseNamespace())))
+		}), engine.LeaseChanged(c.LeaseNamespace()))); err != nil {
+		return err
+	}
+	// A connection found broken brings the cluster's checks at once: they say so (WorkloadClusterUnreachable)
+	// and connect again, rather than at their next event or resync.
+	return r.controller.Watch(source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		go func() {
+			select {
+			case <-c.Broken():
+				for _, req := range r.clusterToChecks(ctx, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+					Namespace: cluster.Namespace, Name: cluster.Name}}) {
+					q.Add(req)
+				}
+			case <-c.Done():
+			case <-ctx.Done():
+			}
+		}()
+		return nil
+	}))
 }
 
 // watchKinds tells the kind watcher which kinds the check reads: Machines and Clusters in the served

@@ -31,12 +31,13 @@ import (
 )
 
 // The node leases of a workload cluster's Nodes are held in that cluster, as the check holds its local
-// Nodes' leases in the management cluster: taken before a remediation starts, renewed while it lasts,
-// released after, respected when someone else holds them, and the one record both control-plane rules
-// read. Node names repeat across clusters: the management cluster's Node of the same name is never leased.
+// Nodes' leases in the management cluster: taken before a remediation starts (a worker's
+// PowerCycleRemediation: right after its request, engine.LeaseAfter), renewed while it lasts, released
+// after, respected when someone else holds them, and the one record both control-plane rules read. Node
+// names repeat across clusters: the management cluster's Node of the same name is never leased.
 var _ = Describe("Node leases in a workload cluster", func() {
-	DescribeTable("the check takes the lease in the workload cluster before it starts, renews it, releases it after",
-		func(ctx SpecContext, template bool) {
+	DescribeTable("the check takes the lease in the workload cluster when it starts, renews it, releases it after",
+		func(ctx SpecContext, template, controlPlane bool, atStart func(holder string) leaseAtStart) {
 			w := newWorld(ctx)
 			w.workloadCluster(ctx, "wl", workloadEnv.KubeConfig)
 			starts := w.spyOnStarts()
@@ -55,10 +56,14 @@ var _ = Describe("Node leases in a workload cluster", func() {
 					mhc.Spec.RemediationTemplate = ptr.To(templateRef("reboot"))
 				}
 			})
-			w.createMachine(ctx, "m", withCluster("wl"), withLabels("pool", "r"), withNodeRef(shared))
+			opts := []machineOpt{withCluster("wl"), withLabels("pool", "r"), withNodeRef(shared)}
+			if controlPlane {
+				opts = append(opts, asControlPlane)
+			}
+			w.createMachine(ctx, "m", opts...)
 			holder := checkLeaseHolder("remote")
 
-			By("the lease is held in the workload cluster when the remediation starts")
+			By("the lease is held in the workload cluster once the remediation starts")
 			takenAt := w.clock.Now()
 			w.reconcile(ctx, "remote")
 			if template {
@@ -67,7 +72,7 @@ var _ = Describe("Node leases in a workload cluster", func() {
 				Expect(condition(w.machine(ctx, "m"), clusterv1.MachineOwnerRemediatedCondition)).To(
 					haveCondition(metav1.ConditionFalse, clusterv1.MachineOwnerRemediatedWaitingForRemediationReason))
 			}
-			Expect(starts.all()).To(ConsistOf(leaseAtStart{Workload: holder}), "lease first, in the Node's own cluster")
+			Expect(starts.all()).To(ConsistOf(atStart(holder)), "the lease's order, in the Node's own cluster")
 			l := workloadLease(ctx, shared)
 			Expect(l).NotTo(BeNil())
 			Expect(l.Spec.HolderIdentity).To(HaveValue(Equal(holder)))
@@ -103,8 +108,12 @@ var _ = Describe("Node leases in a workload cluster", func() {
 			Expect(leaseHolder(ctx, shared)).To(BeEmpty())
 			Expect(starts.all()).To(HaveLen(1))
 		},
-		Entry("a remediation request", true),
-		Entry("the hand-over to the Machine's owner", false),
+		Entry("a worker's PowerCycleRemediation: the request first, its lease right after", true, false,
+			func(string) leaseAtStart { return leaseAtStart{} }),
+		Entry("a control-plane Machine's request: the lease first", true, true,
+			func(holder string) leaseAtStart { return leaseAtStart{Workload: holder} }),
+		Entry("the hand-over to the Machine's owner: the lease first", false, false,
+			func(holder string) leaseAtStart { return leaseAtStart{Workload: holder} }),
 	)
 
 	It("hands a workload Node off while node-maintenance holds its lease there, and acts when it is let go (lease watch)", func(ctx SpecContext) {

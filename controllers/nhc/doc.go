@@ -62,7 +62,8 @@
 //     after gates.ControlPlaneRecheck.
 //   - Leases (pkg/leases, medik8s-compatible): the check takes the Node's lease as
 //     "NodeHealthCheck.remediation.metalheal.io-<name>" (not medik8s' "NodeHealthCheck-<name>": the two
-//     checks of one name must not share a lease) before it creates a request, renews it at half-time
+//     checks of one name must not share a lease) before it creates a request (a worker's
+//     PowerCycleRemediation: right after, engine.LeaseAfter, as a MachineHealthCheck's), renews it at half-time
 //     while any request of its own for the Node exists (taking it over from the remediator of such a
 //     request, which may have taken it first), and releases it once they are all gone. A valid lease held by anyone else (e.g.
 //     node-maintenance) hands the Node off: no request, an event naming the holder, a look again when the

@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -25,19 +24,11 @@ import (
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
-// createResult is what the creation of an outcome's request (create) came to.
+// createResult is what the creation of an outcome's request (create, engine.Starter.Send) came to.
 type createResult struct {
+	engine.Sent
 	// remediation is set when the request was created (or found already ours: adopted).
 	remediation *v1alpha1.NodeRemediation
-	adopted     bool
-	ref         emrRef
-	// skip is set when the Node turned out not to be ours to remediate after all.
-	skip *engine.Skip
-	err  error
-	// leaseErr: the request was created, but taking its lease failed (to be retried).
-	leaseErr error
-	// leaseAfter: the request went out before its lease (see create), which takeLeaseAfter takes.
-	leaseAfter bool
 }
 
 // execute carries out the plan. The requests of Nodes that have just failed go out first, in parallel
@@ -77,35 +68,36 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 	var errs []error
 	trace.WithRegion(ctx, "tidy", func() { errs = r.tidy(ctx, lm, p) })
 	createEach(after)
-	// The leases of the requests that went out before them: in a burst of failures every request goes out
-	// before any of their leases is written, so that the API server stores the requests without the
-	// leases' writes in between.
-	engine.InParallel(ctx, r.opts.MaxConcurrentWrites, len(results), func(ctx context.Context, i int) {
-		if results[i].leaseAfter {
-			results[i] = r.takeLeaseAfter(ctx, lm, creates[i].Target.Node, results[i])
-		}
-	})
+	// The leases of the requests that went out before them (engine.Starter.LeasesAfter).
+	sent := make([]*engine.Sent, len(results))
+	for i := range results {
+		sent[i] = &results[i].Sent
+	}
+	lm.LeasesAfter(ctx, r.opts.MaxConcurrentWrites, sent)
 
 	for i, o := range creates {
 		res, name, c := results[i], o.Target.Name, o.Create
 		e := p.Entries[name]
+		if res.Deleted {
+			r.recent.deleted(res.Ref, r.clock.Now())
+		}
 		switch {
-		case res.err != nil:
-			errs = append(errs, res.err)
-		case res.skip != nil:
-			p.skip(e, findEntry(check.Status.UnhealthyNodes, name), *res.skip, o.Target.Why)
-			if !res.skip.Until.IsZero() {
-				p.at(res.skip.Until.Add(time.Second))
+		case res.Err != nil:
+			errs = append(errs, res.Err)
+		case res.Skip != nil:
+			p.skip(e, findEntry(check.Status.UnhealthyNodes, name), *res.Skip, o.Target.Why)
+			if !res.Skip.Until.IsZero() {
+				p.at(res.Skip.Until.Add(time.Second))
 			}
-		case res.adopted:
+		case res.Adopted:
 			if !c.Again {
 				e.Remediations = append(e.Remediations, *res.remediation)
 			}
 			e.SkipReason, e.SkipMessage = "", ""
-			ctrl.LoggerFrom(ctx).V(4).Info("Adopted remediation request", "node", name, "request", res.ref.String())
+			ctrl.LoggerFrom(ctx).V(4).Info("Adopted remediation request", "node", name, "request", res.Ref.String())
 		default:
-			if res.leaseErr != nil {
-				errs = append(errs, res.leaseErr)
+			if res.LeaseErr != nil {
+				errs = append(errs, res.LeaseErr)
 			}
 			if !c.Again {
 				e.Remediations = append(e.Remediations, *res.remediation)
@@ -206,16 +198,16 @@ func (r *Reconciler) tidy(ctx context.Context, lm engine.Starter, p *plan) []err
 
 // created counts and logs the request res created for o, and returns its event.
 func (r *Reconciler) created(ctx context.Context, in observed, o *engine.Outcome, res createResult) event {
-	metrics.RemediationsCreated.WithLabelValues(metrics.CheckerNHC, res.ref.Kind).Inc()
+	metrics.RemediationsCreated.WithLabelValues(metrics.CheckerNHC, res.Ref.Kind).Inc()
 	if o.Create.First && !o.Target.ExpiredAt.IsZero() {
 		metrics.DetectionDelay.WithLabelValues(metrics.CheckerNHC).Observe(res.remediation.Started.Sub(o.Target.ExpiredAt).Seconds())
 	}
 	name := o.Target.Name
-	msg := fmt.Sprintf("Created %s for node %s, unhealthy (%s)", res.ref, name, o.Target.Why)
+	msg := fmt.Sprintf("Created %s for node %s, unhealthy (%s)", res.Ref, name, o.Target.Why)
 	if n := len(in.Steps); n > 1 {
 		msg += fmt.Sprintf(": escalation step %d of %d", o.Create.Step+1, n)
 	}
-	ctrl.LoggerFrom(ctx).Info("Created remediation request", "node", name, "request", res.ref.String(), "reason", o.Target.Why)
+	ctrl.LoggerFrom(ctx).Info("Created remediation request", "node", name, "request", res.Ref.String(), "reason", o.Target.Why)
 	return normal(EventRemediationCreated, actionCreate, name, msg)
 }
 
@@ -240,15 +232,11 @@ func isDecision(ev event) bool {
 	return ev.Action == actionSkip || ev.Action == actionCheck || ev.Action == actionWait
 }
 
-// create creates the remediation request for the Node and takes the Node's lease. For any kind the lease
-// comes first: nothing may act on a Node before its lease is held (medik8s' contract). The
-// PowerCycleRemediation of a worker goes first and its lease after it (takeLeaseAfter, once every request
-// of the reconcile went out): its remediator itself takes the lease, or finds it held by the check, before
-// it touches the host, so the lease still comes before any action, and the request is out one round trip
-// sooner (in a burst of failures, that round trip is a queue). A control-plane Node's lease always comes
-// first, under the manager's control-plane claim (engine.Starter). A lease held by someone else turns
-// into a skip (a request just created is deleted again), as do another control-plane Node's lease and a
-// request of the same name created by someone else (its lease is let go).
+// create creates the remediation request for the Node and takes the Node's lease, in the order every check
+// follows (engine.Starter.Send): the lease first, except for a worker's PowerCycleRemediation, whose lease
+// execute takes once every request of the reconcile went out (engine.LeaseAfter). A lease held by someone
+// else turns into a skip, as do another control-plane Node's lease and a request of the same name created
+// by someone else (its lease is let go).
 func (r *Reconciler) create(ctx context.Context, s engine.Starter, check *v1alpha1.NodeHealthCheck, in observed, o *engine.Outcome) createResult {
 	node, st := o.Target.Node, in.Steps[o.Create.Step]
 	emr, err := template.Instantiate(template.Request{
@@ -260,59 +248,18 @@ func (r *Reconciler) create(ctx context.Context, s engine.Starter, check *v1alph
 		ControlPlane: isControlPlane(node),
 	})
 	if err != nil {
-		return createResult{err: fmt.Errorf("instantiating %s for node %s: %w", st.Ref.Kind, node.Name, err)}
+		return createResult{Sent: engine.Sent{Err: fmt.Errorf("instantiating %s for node %s: %w", st.Ref.Kind, node.Name, err)}}
 	}
-	ref := engine.RefOf(emr)
-	leaseAfter := takesLeaseItself(emr.GroupVersionKind()) && !isControlPlane(node)
-	if !leaseAfter {
-		if skip, err := s.TakeLease(ctx, node, isControlPlane(node)); skip != nil || err != nil {
-			return createResult{skip: skip, err: err}
-		}
-	}
-	adopted, skip, err := s.CreateRequest(ctx, emr, check.UID)
-	switch {
-	case err != nil:
-		return createResult{err: err}
-	case skip != nil:
-		if err := s.Release(ctx, node.Name); err != nil {
-			return createResult{err: err}
-		}
-		return createResult{skip: skip}
-	}
-	rem := &v1alpha1.NodeRemediation{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name,
-		TemplateName: st.Ref.Name, Started: metav1.Time{Time: r.clock.Now()}}
-	if !adopted {
-		r.recent.created(remediationObject{Ref: ref, TemplateName: st.Ref.Name, Created: rem.Started.Time}, rem.Started.Time)
-	}
-	// Nothing created now: no lease to take after it (an in-flight request's lease is kept: engine.Pass).
-	return createResult{remediation: rem, ref: ref, adopted: adopted, leaseAfter: leaseAfter && !adopted}
-}
-
-// takeLeaseAfter takes the Node's lease for a request that went out first (see create).
-func (r *Reconciler) takeLeaseAfter(ctx context.Context, s engine.Starter, node *corev1.Node, res createResult) createResult {
-	res.leaseAfter = false
-	skip, err := s.TakeLease(ctx, node, false, leases.HolderIdentity(res.ref.Kind, res.ref.Name))
-	switch {
-	case skip != nil:
-		// Someone took the Node a moment ago (the cache did not show it yet): the request goes again,
-		// before its remediator, which finds the lease held too, has done anything.
-		if err := engine.Delete(ctx, r.client, res.ref, ""); err != nil {
-			return createResult{err: fmt.Errorf("node %s: %s; deleting %s again: %w", node.Name, skip.Message, res.ref, err)}
-		}
-		r.recent.deleted(res.ref, r.clock.Now())
-		return createResult{skip: skip}
-	default:
-		// The request stands (err nil: with its lease). Otherwise its remediator waits for the lease or
-		// takes it; the next reconcile takes it for the check (engine.Pass).
-		res.leaseErr = err
+	res := createResult{Sent: s.Send(ctx, engine.Send{Node: node, Request: emr, Check: check.UID, ControlPlane: isControlPlane(node), Fresh: true})}
+	if res.Err != nil || res.Skip != nil {
 		return res
 	}
-}
-
-// takesLeaseItself reports whether the remediator of a kind takes (or checks) the node lease itself before
-// it acts: metalheal's PowerCycleRemediation.
-func takesLeaseItself(gvk schema.GroupVersionKind) bool {
-	return gvk.Group == v1alpha1.GroupVersion.Group && gvk.Kind == "PowerCycleRemediation"
+	res.remediation = &v1alpha1.NodeRemediation{APIVersion: res.Ref.APIVersion, Kind: res.Ref.Kind, Namespace: res.Ref.Namespace,
+		Name: res.Ref.Name, TemplateName: st.Ref.Name, Started: metav1.Time{Time: r.clock.Now()}}
+	if res.Created {
+		r.recent.created(remediationObject{Ref: res.Ref, TemplateName: st.Ref.Name, Created: res.remediation.Started.Time}, res.remediation.Started.Time)
+	}
+	return res
 }
 
 // nodeCluster is the cluster of the check's Nodes (the manager's own) as the control-plane claim reads it:

@@ -404,7 +404,8 @@ func (r *Reconciler) listLeases(ctx context.Context) (map[string]leaseInfo, erro
 }
 
 // peers lists the other checks for the overlapping rule (disabled ones own nothing) and the control-plane
-// Nodes any of them is remediating.
+// Nodes any of them is remediating. Of their status it reads only peerStatus: a change of that, as of their
+// spec, brings this check back at once (engine.WatchChecks).
 func (r *Reconciler) peers(ctx context.Context, check *v1alpha1.NodeHealthCheck) ([]peer, []string, error) {
 	var list v1alpha1.NodeHealthCheckList
 	if err := r.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
@@ -417,7 +418,8 @@ func (r *Reconciler) peers(ctx context.Context, check *v1alpha1.NodeHealthCheck)
 		if other.UID == check.UID {
 			continue
 		}
-		for name := range other.Status.InFlightRemediations {
+		st := peerStatus(other)
+		for name := range st.Remediating {
 			node, err := r.nodeNamed(ctx, name)
 			if err != nil {
 				return nil, nil, err
@@ -426,19 +428,15 @@ func (r *Reconciler) peers(ctx context.Context, check *v1alpha1.NodeHealthCheck)
 				busy = append(busy, name)
 			}
 		}
-		if !other.DeletionTimestamp.IsZero() || meta.IsStatusConditionTrue(other.Status.Conditions, v1alpha1.ConditionDisabled) {
+		if !other.DeletionTimestamp.IsZero() || st.Disabled {
 			continue
 		}
 		sel, err := selectorOf(other)
 		if err != nil {
 			continue // it cannot select anything either
 		}
-		p := peer{Name: other.Name, Created: other.CreationTimestamp.Time, Selector: sel,
-			Criteria: criteriaOf(other.Spec.UnhealthyConditions), InFlight: map[string]bool{}}
-		for name := range other.Status.InFlightRemediations {
-			p.InFlight[name] = true
-		}
-		out = append(out, p)
+		out = append(out, peer{Name: other.Name, Created: other.CreationTimestamp.Time, Selector: sel,
+			Criteria: criteriaOf(other.Spec.UnhealthyConditions), InFlight: st.Remediating})
 	}
 	slices.Sort(busy)
 	return out, busy, nil

@@ -19,9 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	crevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
@@ -31,8 +29,9 @@ import (
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
-// SetupWithManager registers the controller. It watches NodeHealthChecks, Nodes (only label and condition
-// changes, not heartbeats) and the node leases; the template and remediation kinds are watched from the
+// SetupWithManager registers the controller. It watches NodeHealthChecks (a check's own spec, and what the
+// overlapping rule reads of the others: engine.WatchChecks), Nodes (only label and condition changes, not
+// heartbeats) and the node leases; the template and remediation kinds are watched from the
 // first reconcile that names them, through the manager's cache, which then also serves their reads (see
 // watchKinds).
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
@@ -51,10 +50,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.skipNameValidation {
 		opts.SkipNameValidation = ptr.To(true)
 	}
-	_, err = ctrl.NewControllerManagedBy(mgr).
-		Named(ControllerName).
-		For(&v1alpha1.NodeHealthCheck{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&v1alpha1.NodeHealthCheck{}, handler.EnqueueRequestsFromMapFunc(r.allChecks), builder.WithPredicates(peerChanged())).
+	_, err = engine.WatchChecks(ctrl.NewControllerManagedBy(mgr).Named(ControllerName), r.client, checkKind).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.checksForNode), builder.WithPredicates(engine.NodeUpdates())).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.checksForLease), builder.WithPredicates(engine.LeaseChanged(r.opts.LeaseNamespace))).
 		WatchesRawSource(kinds.Source()).
@@ -181,7 +177,27 @@ func (r *Reconciler) kindFor(gvk schema.GroupVersionKind, role watchRole) kindwa
 	return engine.RequestKind(r.client.Scheme(), gvk, holderKind, false)
 }
 
-// allChecks enqueues every check: the overlapping rule makes each depend on the others.
+// checkKind is how the controller watches its own NodeHealthChecks: every other check looks again at a
+// check's change that the overlapping rule reads (engine.WatchChecks).
+var checkKind = engine.CheckKind{Object: &v1alpha1.NodeHealthCheck{},
+	NewList: func() client.ObjectList { return &v1alpha1.NodeHealthCheckList{} }, Peer: peerStatus}
+
+// peerStatus is what the other NodeHealthChecks read of a check's status (engine.PeerStatus): its Disabled
+// condition and its inFlightRemediations.
+func peerStatus(obj client.Object) engine.PeerStatus {
+	check, ok := obj.(*v1alpha1.NodeHealthCheck)
+	if !ok {
+		return engine.PeerStatus{}
+	}
+	st := engine.PeerStatus{Disabled: meta.IsStatusConditionTrue(check.Status.Conditions, v1alpha1.ConditionDisabled),
+		Remediating: make(map[string]bool, len(check.Status.InFlightRemediations))}
+	for node := range check.Status.InFlightRemediations {
+		st.Remediating[node] = true
+	}
+	return st
+}
+
+// allChecks enqueues every check: a control-plane Node's lease matters to each (checksForLease).
 func (r *Reconciler) allChecks(ctx context.Context, _ client.Object) []reconcile.Request {
 	var list v1alpha1.NodeHealthCheckList
 	if err := r.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
@@ -281,21 +297,4 @@ func (r *Reconciler) checksUsingTemplate(ctx context.Context, obj client.Object)
 		}
 	}
 	return out
-}
-
-// peerChanged passes the check events other checks depend on (the overlapping rule): creation,
-// deletion, a spec change, and a change of the Disabled condition (disabled checks own no Node).
-func peerChanged() predicate.Funcs {
-	return predicate.Funcs{
-		UpdateFunc: func(e crevent.UpdateEvent) bool {
-			o, okO := e.ObjectOld.(*v1alpha1.NodeHealthCheck)
-			n, okN := e.ObjectNew.(*v1alpha1.NodeHealthCheck)
-			if !okO || !okN {
-				return true
-			}
-			return o.Generation != n.Generation || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) ||
-				meta.IsStatusConditionTrue(o.Status.Conditions, v1alpha1.ConditionDisabled) != meta.IsStatusConditionTrue(n.Status.Conditions, v1alpha1.ConditionDisabled)
-		},
-		GenericFunc: func(crevent.GenericEvent) bool { return false },
-	}
 }

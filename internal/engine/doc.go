@@ -27,8 +27,15 @@
 //   - Starter makes the writes that start or keep a remediation, the same for both kinds: a Node's lease
 //     (a control-plane start under the manager's gates.ControlPlaneClaim; a lease someone else holds is a
 //     Skip) and a remediation request (one the check made already is adopted, anyone else's is a
-//     RemediationExists Skip), and lets a lease go (Release); Delete deletes a request, and InParallel sends
-//     a check's writes about different objects together.
+//     RemediationExists Skip), and lets a lease go (Release). Send makes a new request's two writes in the
+//     one order both kinds follow: the lease first, except a worker's PowerCycleRemediation (LeaseAfter),
+//     whose lease LeasesAfter takes once every request of the pass went out, deleting the request again
+//     (a Skip) should someone else hold it by then. Delete deletes a request, and InParallel sends a
+//     check's writes about different objects together.
+//   - WatchChecks is how both kinds watch their own checks: a check looks again at its own spec and
+//     annotations (CheckChanged), not at its status writes, and every other check of its kind (PeersOf) at
+//     what the overlapping rule reads of it (PeerChanged: its spec, its deletion, and of its status only
+//     PeerStatus, disabled or not and the targets it is remediating).
 //   - NodeChanged (NodeUpdates) and LeaseChanged are the watch filters both kinds use; RequestKind is how
 //     both watch a remediation kind (ChecksOwning maps a request to its check, RequestChanged drops the
 //     remediator's progress reports, and metalheal's own kind is read from the remediator's typed

@@ -7,13 +7,17 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -157,4 +161,103 @@ func (g Guarded) List(ctx context.Context, list client.ObjectList, opts ...clien
 	ctx, cancel := context.WithTimeout(ctx, CacheReadGuard)
 	defer cancel()
 	return g.Reader.List(ctx, list, opts...)
+}
+
+// CheckKind is a check kind (NodeHealthCheck, MachineHealthCheck) as its controller watches its own
+// checks (WatchChecks).
+type CheckKind struct {
+	// Object is an empty check (&v1alpha1.NodeHealthCheck{}); NewList returns an empty list of the kind.
+	Object  client.Object
+	NewList func() client.ObjectList
+	// Namespaced: a check's peers are the checks of its namespace (the overlapping rule among
+	// MachineHealthChecks is per namespace); otherwise every check of the kind.
+	Namespaced bool
+	// Peer reads a check's status as its peers do.
+	Peer func(client.Object) PeerStatus
+}
+
+// PeerStatus is what the overlapping and control-plane rules read of another check's status: whether it is
+// disabled (it owns nothing then), and the targets it is remediating (it keeps them, and a control-plane
+// one keeps the other control-plane targets waiting).
+type PeerStatus struct {
+	Disabled    bool
+	Remediating map[string]bool
+}
+
+// WatchChecks adds a kind's two watches of its own checks to b: a check is looked at again for a change of
+// its own (CheckChanged), and every other check of the kind (of its namespace, for a namespaced kind:
+// PeersOf) for a change its peers read (PeerChanged). reader lists the checks; it should be a cache.
+func WatchChecks(b *builder.Builder, reader client.Reader, kind CheckKind) *builder.Builder {
+	return b.For(kind.Object, builder.WithPredicates(CheckChanged())).
+		Watches(kind.Object, handler.EnqueueRequestsFromMapFunc(PeersOf(reader, kind)), builder.WithPredicates(PeerChanged(kind.Peer)))
+}
+
+// CheckChanged passes the events of a check that can change its own decision: its creation and deletion,
+// a spec change (a new generation), the start of its deletion and a change of its annotations (a
+// MachineHealthCheck is paused by one). Its status is the record of its last pass, not news to it: a
+// status write, the check's own or anyone's, does not bring it back; the deadlines its pass returns, and
+// the resync, cover what time alone changes.
+func CheckChanged() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld, e.ObjectNew
+			if o == nil || n == nil {
+				return true
+			}
+			return o.GetGeneration() != n.GetGeneration() || deletionStarted(o, n) || !maps.Equal(o.GetAnnotations(), n.GetAnnotations())
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// PeerChanged passes the events of a check that can change another check's decision, by the overlapping
+// rule (a check remediating a target keeps it, else the oldest check claiming it owns it) and the
+// control-plane rule: its creation and deletion, a spec change (what it selects and finds unhealthy), the
+// start of its deletion, and a change of what peer reads of its status (PeerStatus: disabled or not, the
+// targets it is remediating). Its other status writes are dropped: a pass writes one, and each would cost
+// every other check a pass.
+func PeerChanged(peer func(client.Object) PeerStatus) predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld, e.ObjectNew
+			if o == nil || n == nil {
+				return true
+			}
+			if o.GetGeneration() != n.GetGeneration() || deletionStarted(o, n) {
+				return true
+			}
+			po, pn := peer(o), peer(n)
+			return po.Disabled != pn.Disabled || !maps.Equal(po.Remediating, pn.Remediating)
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// PeersOf maps a check to the other checks of its kind, those of its namespace for a namespaced kind:
+// the checks whose decision it can change.
+func PeersOf(reader client.Reader, kind CheckKind) handler.MapFunc {
+	return func(ctx context.Context, obj client.Object) []reconcile.Request {
+		list := kind.NewList()
+		opts := []client.ListOption{client.UnsafeDisableDeepCopy}
+		if kind.Namespaced {
+			opts = append(opts, client.InNamespace(obj.GetNamespace()))
+		}
+		if err := reader.List(ctx, list, opts...); err != nil {
+			log.FromContext(ctx).Error(err, "Listing the peers of a check", "check", klog.KObj(obj))
+			return nil
+		}
+		var out []reconcile.Request
+		_ = meta.EachListItem(list, func(item runtime.Object) error {
+			if c, ok := item.(client.Object); ok && c.GetUID() != obj.GetUID() {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+			}
+			return nil
+		})
+		return out
+	}
+}
+
+// deletionStarted reports whether an update set (or cleared) the deletion timestamp.
+func deletionStarted(o, n client.Object) bool {
+	return (o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil)
 }

@@ -6,13 +6,17 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
@@ -196,4 +200,107 @@ func TestRequestKind(t *testing.T) {
 			g.Expect(k.Verbs).To(ContainElements("list", "watch", "create", "delete"))
 		})
 	}
+}
+
+// TestCheckAndPeerChanged: a check looks again at its own spec, deletion and annotations, never at its status
+// writes; its peers look again at its spec, its deletion, and of its status only what the overlapping rule
+// reads (PeerStatus: Disabled, the targets it is remediating).
+func TestCheckAndPeerChanged(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	// The stand-in of an adapter's PeerStatus: the NodeHealthCheck's in-flight Nodes.
+	peer := func(obj client.Object) PeerStatus {
+		c := obj.(*v1alpha1.NodeHealthCheck)
+		st := PeerStatus{Disabled: meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ConditionDisabled), Remediating: map[string]bool{}}
+		for n := range c.Status.InFlightRemediations {
+			st.Remediating[n] = true
+		}
+		return st
+	}
+	base := &v1alpha1.NodeHealthCheck{
+		ObjectMeta: metav1.ObjectMeta{Name: "workers", UID: "u", Generation: 3, ResourceVersion: "7", Labels: map[string]string{"team": "a"},
+			Annotations: map[string]string{"example.com/owner": "ops"}},
+		Status: v1alpha1.NodeHealthCheckStatus{ObservedNodes: ptr.To(int32(3)), HealthyNodes: ptr.To(int32(2)), Phase: v1alpha1.PhaseRemediating,
+			Conditions: []metav1.Condition{{Type: v1alpha1.ConditionDisabled, Status: metav1.ConditionFalse, Reason: "Enabled",
+				LastTransitionTime: metav1.NewTime(t0)}},
+			InFlightRemediations: map[string]metav1.Time{"w1": metav1.NewTime(t0)},
+			UnhealthyNodes:       []v1alpha1.UnhealthyNode{{Name: "w1"}, {Name: "w2", SkipReason: "ControlPlaneBusy"}},
+			LastUpdateTime:       &metav1.Time{Time: t0}},
+	}
+	tests := []struct {
+		name       string
+		change     func(*v1alpha1.NodeHealthCheck)
+		self, peer bool
+	}{
+		{name: "its own pass writes its counts, phase and lastUpdateTime", change: func(c *v1alpha1.NodeHealthCheck) {
+			c.ResourceVersion = "8"
+			c.Status.HealthyNodes, c.Status.Phase, c.Status.LastUpdateTime = ptr.To(int32(1)), v1alpha1.PhaseEnabled, &metav1.Time{Time: t0.Add(time.Second)}
+		}},
+		{name: "a target's skip changes", change: func(c *v1alpha1.NodeHealthCheck) {
+			c.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: "w1"}, {Name: "w2", SkipReason: "LeaseHeldByOther"}}
+		}},
+		{name: "the Disabled condition's reason changes, not its status", change: func(c *v1alpha1.NodeHealthCheck) {
+			c.Status.Conditions[0].Reason, c.Status.Conditions[0].ObservedGeneration = "Other", 3
+		}},
+		{name: "an in-flight remediation's start time is rewritten", change: func(c *v1alpha1.NodeHealthCheck) {
+			c.Status.InFlightRemediations = map[string]metav1.Time{"w1": metav1.NewTime(t0.Add(time.Minute))}
+		}},
+		{name: "its labels change", change: func(c *v1alpha1.NodeHealthCheck) { c.Labels = map[string]string{"team": "b"} }},
+		{name: "a finalizer is added", change: func(c *v1alpha1.NodeHealthCheck) { c.Finalizers = []string{"example.com/f"} }},
+		{name: "its annotations change (a MachineHealthCheck is paused by one)", self: true, change: func(c *v1alpha1.NodeHealthCheck) {
+			c.Annotations = map[string]string{"example.com/owner": "ops", "cluster.x-k8s.io/paused": ""}
+		}},
+		{name: "its spec changes (a new generation)", self: true, peer: true, change: func(c *v1alpha1.NodeHealthCheck) { c.Generation = 4 }},
+		{name: "its deletion starts", self: true, peer: true, change: func(c *v1alpha1.NodeHealthCheck) {
+			c.DeletionTimestamp = &metav1.Time{Time: t0}
+		}},
+		{name: "it is disabled", peer: true, change: func(c *v1alpha1.NodeHealthCheck) {
+			c.Status.Conditions[0].Status = metav1.ConditionTrue
+		}},
+		{name: "it starts remediating another target", peer: true, change: func(c *v1alpha1.NodeHealthCheck) {
+			c.Status.InFlightRemediations = map[string]metav1.Time{"w1": metav1.NewTime(t0), "w3": metav1.NewTime(t0)}
+		}},
+		{name: "it ends a remediation", peer: true, change: func(c *v1alpha1.NodeHealthCheck) { c.Status.InFlightRemediations = nil }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			c := base.DeepCopy()
+			tt.change(c)
+			e := event.UpdateEvent{ObjectOld: base, ObjectNew: c}
+			g.Expect(CheckChanged().Update(e)).To(Equal(tt.self), "the check itself")
+			g.Expect(PeerChanged(peer).Update(e)).To(Equal(tt.peer), "its peers")
+		})
+	}
+	g := NewWithT(t)
+	for name, p := range map[string]predicate.Funcs{"CheckChanged": CheckChanged(), "PeerChanged": PeerChanged(peer)} {
+		g.Expect(p.Create(event.CreateEvent{Object: base})).To(BeTrue(), name+": a creation")
+		g.Expect(p.Delete(event.DeleteEvent{Object: base})).To(BeTrue(), name+": a deletion")
+		g.Expect(p.Generic(event.GenericEvent{Object: base})).To(BeFalse(), name+": a generic event")
+	}
+}
+
+// TestPeersOf: a check's change reaches every other check of its kind, in its namespace for a namespaced
+// kind, and not the check itself.
+func TestPeersOf(t *testing.T) {
+	scheme := runtime.NewScheme()
+	NewWithT(t).Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
+	nhc := func(name string) *v1alpha1.NodeHealthCheck {
+		return &v1alpha1.NodeHealthCheck{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name)}}
+	}
+	mhc := func(ns, name string) *v1alpha1.MachineHealthCheck {
+		return &v1alpha1.MachineHealthCheck{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "/" + name)}}
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).
+		WithObjects(nhc("a"), nhc("b"), nhc("c"), mhc("ns1", "a"), mhc("ns1", "b"), mhc("ns2", "c")).Build()
+	key := func(ns, name string) reconcile.Request {
+		return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}
+	}
+	g := NewWithT(t)
+	nhcs := CheckKind{Object: &v1alpha1.NodeHealthCheck{}, NewList: func() client.ObjectList { return &v1alpha1.NodeHealthCheckList{} }}
+	g.Expect(PeersOf(c, nhcs)(t.Context(), nhc("a"))).To(ConsistOf(key("", "b"), key("", "c")))
+	g.Expect(PeersOf(c, nhcs)(t.Context(), nhc("gone"))).To(ConsistOf(key("", "a"), key("", "b"), key("", "c")), "a deleted check's peers")
+	mhcs := CheckKind{Object: &v1alpha1.MachineHealthCheck{}, NewList: func() client.ObjectList { return &v1alpha1.MachineHealthCheckList{} },
+		Namespaced: true}
+	g.Expect(PeersOf(c, mhcs)(t.Context(), mhc("ns1", "a"))).To(ConsistOf(key("ns1", "b")))
+	g.Expect(PeersOf(c, mhcs)(t.Context(), mhc("ns2", "c"))).To(BeEmpty())
 }

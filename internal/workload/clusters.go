@@ -86,8 +86,12 @@ type Cluster struct {
 	cache          cache.Cache
 	client         client.Client
 	cancel         context.CancelFunc
-	// broken is set when a watch fails for a reason other than the routine expiry of a watch.
-	broken atomic.Bool
+	// broken is set, and brokenCh closed, when a watch fails for a reason other than the routine expiry of
+	// a watch, or a call goes unanswered (markBroken).
+	broken   atomic.Bool
+	brokenCh chan struct{}
+	// done is closed when the connection is stopped.
+	done <-chan struct{}
 	// watchErr is the last error a watch failed with, for the error of a connection that never synced.
 	watchErr atomic.Pointer[error]
 }
@@ -112,6 +116,23 @@ func (c *Cluster) Cache() cache.Cache { return c.cache }
 // follows the cluster.
 func (c *Cluster) Client() client.Client { return c.client }
 
+// Broken is closed when the connection is found broken: a watch failed, or a call went unanswered. The
+// next Get connects again; a controller brings the cluster's checks then, which would otherwise hear of the
+// outage only at their next event or resync.
+func (c *Cluster) Broken() <-chan struct{} { return c.brokenCh }
+
+// Done is closed when the connection is stopped (Forget, StopAll, or a Get that replaced it).
+func (c *Cluster) Done() <-chan struct{} { return c.done }
+
+// markBroken marks the connection broken and reports whether that is news.
+func (c *Cluster) markBroken() bool {
+	if c.broken.Swap(true) {
+		return false
+	}
+	close(c.brokenCh)
+	return true
+}
+
 // guard turns a call's error that the API server did not answer into an *Error, and marks the
 // connection broken. A call its caller gave up on (ctx ended) says nothing of the cluster.
 func (c *Cluster) guard(ctx context.Context, err error) error {
@@ -119,7 +140,7 @@ func (c *Cluster) guard(ctx context.Context, err error) error {
 	if err == nil || errors.As(err, &status) || ctx.Err() != nil {
 		return err
 	}
-	c.broken.Store(true)
+	c.markBroken()
 	return &Error{Cluster: c.key, Err: err}
 }
 
@@ -262,7 +283,7 @@ func (r *Clusters) rememberNoSecret(key types.NamespacedName) {
 // context is detached from ctx, which only lives as long as one reconcile.
 func (r *Clusters) connect(ctx context.Context, key types.NamespacedName, cfg *rest.Config) (*Cluster, error) {
 	log := ctrl.LoggerFrom(ctx).WithValues("cluster", key)
-	c := &Cluster{key: key, leaseNamespace: r.opts.LeaseNamespace, callTimeout: r.opts.CallTimeout}
+	c := &Cluster{key: key, leaseNamespace: r.opts.LeaseNamespace, callTimeout: r.opts.CallTimeout, brokenCh: make(chan struct{})}
 	objects, err := cache.New(cfg, cache.Options{
 		Scheme: scheme,
 		Mapper: restMapper,
@@ -279,7 +300,7 @@ func (r *Clusters) connect(ctx context.Context, key types.NamespacedName, cfg *r
 				return // a watch ending or expiring is routine
 			}
 			c.watchErr.Store(&err)
-			if !c.broken.Swap(true) {
+			if c.markBroken() {
 				log.Info("Lost a watch of the workload cluster; reconnecting at the next use", "error", err.Error())
 			}
 		},
@@ -292,7 +313,7 @@ func (r *Clusters) connect(ctx context.Context, key types.NamespacedName, cfg *r
 		return nil, fmt.Errorf("creating a client: %w", err)
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	c.cache, c.client, c.cancel = objects, c.guarded(direct), cancel
+	c.cache, c.client, c.cancel, c.done = objects, c.guarded(direct), cancel, runCtx.Done()
 	go func() {
 		if err := objects.Start(runCtx); err != nil {
 			log.Error(err, "Workload cluster cache stopped")

@@ -158,11 +158,15 @@ func TestHungClusterFailsCallsWithinTheBound(t *testing.T) {
 	g.Expect(errors.As(err, &wc)).To(BeTrue(), "want a *workload.Error, got %v", err)
 	g.Expect(wc.Cluster).To(Equal(key))
 	g.Expect(took).To(And(BeNumerically(">=", bound), BeNumerically("<", 5*bound)), "failed within the call's bound")
+	g.Expect(c.Broken()).To(BeClosed(), "the connection says it is broken, for its checks to look again")
+	g.Expect(c.Done()).NotTo(BeClosed())
 
 	proxy.Resume()
 	again, _, err := clusters.Get(ctx, mgmt, key)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(again).NotTo(BeIdenticalTo(c), "the connection that did not answer was dropped")
+	g.Expect(c.Done()).To(BeClosed(), "and stopped")
+	g.Expect(again.Broken()).NotTo(BeClosed())
 	g.Expect(again.Client().List(ctx, &corev1.NodeList{})).To(Succeed())
 }
 
