@@ -124,6 +124,9 @@ func briefTrace(parsed []byte, expiry time.Time) string {
 		}
 		// Each kind of region in the order it first began: one alone by its length, several (a create per
 		// request, run in parallel) by when the first began, the last began and the last ended.
+		for _, rs := range t.regions { // recorded as they ended: by when they began
+			slices.SortFunc(rs, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
+		}
 		types := slices.Collect(maps.Keys(t.regions))
 		slices.SortFunc(types, func(a, b string) int { return cmp.Compare(t.regions[a][0][0], t.regions[b][0][0]) })
 		for _, typ := range types {
@@ -132,7 +135,6 @@ func briefTrace(parsed []byte, expiry time.Time) string {
 				fmt.Fprintf(&out, "; %s %.1f ms", typ, float64(rs[0][1]-rs[0][0])/1e6)
 				continue
 			}
-			slices.SortFunc(rs, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
 			last := slices.MaxFunc(rs, func(a, b [2]int64) int { return cmp.Compare(a[1], b[1]) })
 			fmt.Fprintf(&out, "; %d × %s: the first begun %s, the last begun %s, the last ended %s",
 				len(rs), typ, rel(rs[0][0]), rel(rs[len(rs)-1][0]), rel(last[1]))

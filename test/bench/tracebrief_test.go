@@ -27,14 +27,11 @@ func TestBriefTrace(t *testing.T) {
 	expiry := time.Now().Add(-100 * time.Millisecond) // the reconcile runs some 100 ms after it
 	ctx, task := trace.NewTask(context.Background(), "NodeHealthCheck")
 	trace.Log(ctx, "start", "workers "+time.Now().UTC().Format(time.RFC3339Nano))
-	trace.WithRegion(ctx, "observe", func() { time.Sleep(3 * time.Millisecond) })
-	trace.WithRegion(ctx, "decide", func() { time.Sleep(2 * time.Millisecond) })
+	trace.WithRegion(ctx, "observe", func() {})
+	trace.WithRegion(ctx, "decide", func() {})
 	var wg sync.WaitGroup
 	for range 3 {
-		wg.Go(func() {
-			defer trace.StartRegion(ctx, "create").End()
-			time.Sleep(5 * time.Millisecond)
-		})
+		wg.Go(func() { defer trace.StartRegion(ctx, "create").End() })
 	}
 	wg.Wait()
 	trace.WithRegion(ctx, "status", func() {})
@@ -50,7 +47,7 @@ func TestBriefTrace(t *testing.T) {
 		t.Fatalf("go tool trace: %v", err)
 	}
 	brief := briefTrace(parsed, expiry)
-	for _, want := range []string{"NodeHealthCheck workers: starts +10", "; observe 3.", "; decide 2.", "; status ", "; 3 × create: the first begun +", "the last ended +"} {
+	for _, want := range []string{"NodeHealthCheck workers: starts +10", "; observe ", "; decide ", "; status ", "; 3 × create: the first begun +", "the last ended +"} {
 		if !strings.Contains(brief, want) {
 			t.Errorf("brief lacks %q:\n%s", want, brief)
 		}
@@ -60,5 +57,29 @@ func TestBriefTrace(t *testing.T) {
 	}
 	if got := briefTrace(nil, expiry); got != "  no health check reconcile in the trace\n" {
 		t.Errorf("empty trace: %q", got)
+	}
+}
+
+// TestBriefTraceTimes: the instants and lengths briefTrace tells, from events of `go tool trace -d=parsed`
+// at known times (nanoseconds of the trace's clock); the wall clock logged at 1,000,000 ns is the expiry
+// plus 2 ms.
+func TestBriefTraceTimes(t *testing.T) {
+	expiry := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	wall := expiry.Add(2 * time.Millisecond).Format(time.RFC3339Nano)
+	parsed := strings.Join([]string{
+		`M=1 P=0 G=7 TaskBegin Time=1000000 ID=4 Parent=0 Type="MachineHealthCheck"`,
+		`M=1 P=0 G=7 Log Time=1000000 Task=4 Category="start" Message="default/workers ` + wall + `"`,
+		`M=1 P=0 G=7 RegionBegin Time=1000000 Task=4 Type="observe"`,
+		`M=1 P=0 G=7 RegionEnd Time=4000000 Task=4 Type="observe"`,
+		`M=1 P=0 G=8 RegionBegin Time=5000000 Task=4 Type="create"`,
+		`M=1 P=1 G=9 RegionBegin Time=6000000 Task=4 Type="create"`,
+		`M=1 P=1 G=9 RegionEnd Time=9000000 Task=4 Type="create"`,
+		`M=1 P=0 G=8 RegionEnd Time=21000000 Task=4 Type="create"`,
+		`M=1 P=0 G=7 TaskEnd Time=22000000 ID=4 Parent=0 Type="MachineHealthCheck"`,
+	}, "\n")
+	want := "  MachineHealthCheck default/workers: starts +2.0 ms, ends +23.0 ms; observe 3.0 ms; " +
+		"2 × create: the first begun +6.0 ms, the last begun +7.0 ms, the last ended +22.0 ms\n"
+	if got := briefTrace([]byte(parsed), expiry); got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
 	}
 }
