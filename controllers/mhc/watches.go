@@ -2,6 +2,7 @@ package mhc
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -9,7 +10,9 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -20,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -89,6 +93,51 @@ func (r *Reconciler) machineToChecks(ctx context.Context, m client.Object) []rec
 		}
 	}
 	return out
+}
+
+// machineUpdates passes the Machine updates that change what a check reads: anything but a check's own
+// HealthCheckSucceeded condition, the resourceVersion and the managed fields. A check writes that
+// condition whenever one of its Machines' health changes (and Cluster API's MachineHealthCheck does too);
+// without the filter each write would cost the check one more reconcile over all its Machines, for
+// nothing it reads. OwnerRemediated, which the check sets and the Machine's owner acts on, still passes.
+func machineUpdates() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, okO := machineView(e.ObjectOld)
+		n, okN := machineView(e.ObjectNew)
+		return !okO || !okN || !reflect.DeepEqual(o, n)
+	}}
+}
+
+// machineView is a Machine of either served version as the Machine watch compares it (machineUpdates).
+func machineView(m client.Object) (map[string]any, bool) {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(m)
+	if err != nil {
+		return nil, false
+	}
+	unstructured.RemoveNestedField(u, "metadata", "resourceVersion")
+	unstructured.RemoveNestedField(u, "metadata", "managedFields")
+	withoutHealthCheckSucceeded(u["status"])
+	return u, true
+}
+
+// withoutHealthCheckSucceeded removes HealthCheckSucceeded from every conditions list under v: v1beta2's
+// status.conditions and status.deprecated.v1beta1.conditions, v1beta1's status.conditions and
+// status.v1beta2.conditions.
+func withoutHealthCheckSucceeded(v any) {
+	fields, ok := v.(map[string]any)
+	if !ok {
+		return
+	}
+	for k, f := range fields {
+		if list, ok := f.([]any); ok && k == "conditions" {
+			fields[k] = slices.DeleteFunc(list, func(c any) bool {
+				cond, _ := c.(map[string]any)
+				return cond["type"] == clusterv1.MachineHealthCheckSucceededCondition
+			})
+			continue
+		}
+		withoutHealthCheckSucceeded(f)
+	}
 }
 
 // clusterToChecks maps a Cluster to the checks naming it.
@@ -241,7 +290,8 @@ func (r *Reconciler) watchKinds(ctx context.Context, mhc *v1alpha1.MachineHealth
 	kinds := make([]kindwatch.Kind, 0, len(gvks)+2)
 	kinds = append(kinds,
 		kindwatch.Kind{GVK: schema.FromAPIVersionAndKind(gv, "Machine"), Object: machine,
-			Handler: handler.EnqueueRequestsFromMapFunc(r.machineToChecks), Verbs: []string{"get", "list", "watch", "patch"}},
+			Handler: handler.EnqueueRequestsFromMapFunc(r.machineToChecks), Predicates: []predicate.Predicate{machineUpdates()},
+			Verbs: []string{"get", "list", "watch", "patch"}},
 		kindwatch.Kind{GVK: schema.FromAPIVersionAndKind(gv, "Cluster"), Object: cluster,
 			Handler: clusterEvents{EventHandler: handler.EnqueueRequestsFromMapFunc(r.clusterToChecks), forget: r.remotes.Forget}})
 	for _, gvk := range gvks {
