@@ -104,6 +104,7 @@ type Reconciler struct {
 	nodeStore toolscache.Store
 	recent    recentWrites
 	cpClaim   *gates.ControlPlaneClaim
+	statuses  engine.StatusWrites
 
 	// skipNameValidation lets tests start several managers in one process.
 	skipNameValidation bool
@@ -165,6 +166,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if !check.DeletionTimestamp.IsZero() {
 		r.forgetKinds(ctx, req.Name)
+		r.statuses.Forget(check.UID)
 		return ctrl.Result{}, nil // its requests go with it (owner references); its leases expire
 	}
 
@@ -217,18 +219,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // conflictRetry is how soon a reconcile whose status write met a newer check looks again.
 const conflictRetry = 50 * time.Millisecond
 
-// patchStatus writes st when it differs from what the check shows, stamping lastUpdateTime.
+// patchStatus writes st when it differs from what the check shows (or the check is not the copy the last
+// status write left: engine.StatusWrites), stamping lastUpdateTime when it differs.
 func (r *Reconciler) patchStatus(ctx context.Context, check *v1alpha1.NodeHealthCheck, st v1alpha1.NodeHealthCheckStatus, now time.Time) error {
 	st.LastUpdateTime = check.Status.LastUpdateTime
-	if equality.Semantic.DeepEqual(check.Status, st) {
-		return nil
+	changed := !equality.Semantic.DeepEqual(check.Status, st)
+	if changed {
+		st.LastUpdateTime = &metav1.Time{Time: now}
 	}
-	st.LastUpdateTime = &metav1.Time{Time: now}
 	check.Status = st
 	// Guarded by the resourceVersion: a reconcile that decided from a stale check must not overwrite a
-	// newer status. An update, which means the same as a patch with optimistic locking, costs the API
-	// server less (see the power-cycle remediator's persist).
-	if err := r.client.Status().Update(ctx, check); err != nil {
+	// newer status (engine.StatusWrites). An update, which means the same as a patch with optimistic
+	// locking, costs the API server less (see the power-cycle remediator's persist).
+	if err := r.statuses.Write(ctx, r.client, check, changed); err != nil {
 		return fmt.Errorf("updating the status of NodeHealthCheck %s: %w", check.Name, err)
 	}
 	return nil

@@ -1,0 +1,56 @@
+package engine
+
+import (
+	"context"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// StatusWrites writes the checks' statuses, each an update guarded by the resourceVersion of the copy its
+// pass decided from, and remembers the resourceVersion each write left. A pass whose status is the one its
+// copy of the check shows has nothing to write, unless that copy is not the one the check's last write
+// left: then the cache had not caught up with that write, the status now stored is a later pass's, and the
+// "unchanged" status is in fact a change back. Such a pass writes all the same: the update is refused (a
+// conflict: the pass looks again from a fresher copy) or, the copy being newer after all (someone else's
+// write), stores nothing new. Without this the status stayed wrong until the next event or resync.
+type StatusWrites struct {
+	mu   sync.Mutex
+	last map[types.UID]string
+}
+
+// Write updates obj's status when changed, or when obj is not the copy the check's last write left. obj
+// carries the new status and, in its resourceVersion, the copy the pass decided from; on success it holds
+// what the API server stored.
+func (s *StatusWrites) Write(ctx context.Context, c client.Client, obj client.Object, changed bool) error {
+	if !changed && !s.behind(obj) {
+		return nil
+	}
+	if err := c.Status().Update(ctx, obj); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.last == nil {
+		s.last = map[types.UID]string{}
+	}
+	s.last[obj.GetUID()] = obj.GetResourceVersion()
+	return nil
+}
+
+// behind reports whether obj is another copy than the one the check's last status write left (a check
+// not written since the manager started is not).
+func (s *StatusWrites) behind(obj client.Object) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rv, ok := s.last[obj.GetUID()]
+	return ok && rv != obj.GetResourceVersion()
+}
+
+// Forget drops what is remembered of a check that is gone.
+func (s *StatusWrites) Forget(uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.last, uid)
+}
