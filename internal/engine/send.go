@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -42,6 +43,8 @@ type Sent struct {
 	// the request stands, its lease could not be taken after it; the next pass takes it (Pass keeps the
 	// lease of a request that lives) and its remediator waits for it or takes it.
 	Err, LeaseErr error
+	// At is when the request went out (Executor): the end of its target's detection.
+	At time.Time
 	// after: the request went out before its lease, which LeasesAfter takes.
 	after bool
 	send  Send
