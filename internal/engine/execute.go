@@ -71,7 +71,9 @@ type Job struct {
 	Node          *corev1.Node
 	Lease, Starts bool
 	From          []string
-	// ControlPlane and Fresh are Send's: a control-plane target; no request of the check's for it lives.
+	// ControlPlane: a control-plane target, whose lease comes first, under the control-plane claim. Fresh: no
+	// request of the check's for it lives; a lease taken for its new request alone is let go should that
+	// request be a skip.
 	ControlPlane, Fresh bool
 	// Unconfirm names the Node whose confirmation (v1alpha1.AnnotationConfirmedHealthy) goes once the
 	// job's deletions are done ("": none).
@@ -185,7 +187,7 @@ func (x *execution) send(ctx context.Context, i int, j Job, o *Outcome) *Sent {
 	if err != nil {
 		return &Sent{Err: fmt.Errorf("instantiating the request for %s: %w", o.Target.Name, err)}
 	}
-	res := x.Starter.Send(ctx, Send{Node: j.Node, Request: obj, Check: x.Check.UID, ControlPlane: j.ControlPlane, From: j.From, Fresh: j.Fresh})
+	res := x.Starter.Send(ctx, j, obj, x.Check.UID)
 	res.At = x.Clock.Now()
 	return &res
 }
