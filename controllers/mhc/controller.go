@@ -301,16 +301,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, reconcile.TerminalError(err)
 	}
 	r.enable(mhc, &p.Status)
-	errs := r.execute(ctx, mhc, &p)
+	err = r.execute(ctx, mhc, &p)
 	p.Status.RecentRemediations = p.recentRemediations()
 	writing := trace.StartRegion(ctx, "status")
-	if err := r.patchStatus(ctx, mhc, p.Status); err != nil {
-		errs = append(errs, err)
-	}
+	err = errors.Join(err, r.patchStatus(ctx, mhc, p.Status))
 	writing.End()
 	recordCheckMetrics(req.NamespacedName, p)
-	if len(errs) > 0 {
-		return ctrl.Result{}, errors.Join(errs...)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: engine.RequeueAfter(p.NextCheck, r.clock.Now(), r.opts.ResyncPeriod, 0)}, nil
 }

@@ -18,8 +18,9 @@
 //     requests to create, time out or delete (engine.Pass, the NodeHealthCheck's too, walks
 //     escalatingRemediations and puts each start through the gates), the check's new status and the
 //     earliest instant to look again.
-//   - execute writes only what changed, Machine by Machine, so a failure for one never holds up another;
-//     the status is patched last and Reconcile requeues at the earliest expiry.
+//   - execute writes only what changed, Machine by Machine (engine.Executor, in the NodeHealthCheck's
+//     order), so a failure for one never holds up another; the status is patched last and Reconcile
+//     requeues at the earliest expiry.
 //
 // Escalation keeps one hand per host: the next step's request is created only once the ended step's
 // request is finished with the host (gone, Processing=False or no Processing condition, or 5 minutes

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -180,8 +179,6 @@ type checkEvent struct {
 
 // plan is the outcome of planChecks: the check's new status and what to do.
 type plan struct {
-	// mu guards Status and NextCheck while execute works on several Machines at once (nil before).
-	mu        *sync.Mutex
 	Status    v1alpha1.MachineHealthCheckStatus
 	Decision  budget.Decision
 	Unhealthy int
@@ -469,12 +466,6 @@ func (t *targetPlan) create() *engine.Create {
 		return nil
 	}
 	return t.Out.Create
-}
-
-// requests are the requests of o's target that refs name, with their UIDs (a delete's precondition).
-func requests(o *engine.Outcome, refs ...[]engine.Ref) []engine.Request {
-	all := slices.Concat(refs...)
-	return slices.DeleteFunc(slices.Clone(o.Target.Requests), func(q engine.Request) bool { return !slices.Contains(all, q.Ref) })
 }
 
 // mergeRecords returns the Machine's remediation records: those in status, completed with the requests

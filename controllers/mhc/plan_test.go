@@ -3,6 +3,7 @@ package mhc
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -593,4 +594,10 @@ func deletes(tp targetPlan) []engine.Request {
 		return nil
 	}
 	return requests(tp.Out, tp.Out.Walk.Delete, tp.Out.Delete)
+}
+
+// requests are the requests of o's target that refs name.
+func requests(o *engine.Outcome, refs ...[]engine.Ref) []engine.Request {
+	all := slices.Concat(refs...)
+	return slices.DeleteFunc(slices.Clone(o.Target.Requests), func(q engine.Request) bool { return !slices.Contains(all, q.Ref) })
 }

@@ -505,7 +505,7 @@ func (s *safety) admitted(t *targetPlan, o observedTarget, entry *v1alpha1.Unhea
 }
 
 // machineEvents are the engine's events about a Machine that the plan records; a step's end, the last
-// step's and a request's deletion are recorded once execute has written them (executeTarget).
+// step's and a request's deletion are recorded once execute has written them.
 func machineEvents(mhc *v1alpha1.MachineHealthCheck, m *clusterv1.Machine, evs []engine.Event) []checkEvent {
 	var out []checkEvent
 	for _, ev := range evs {

@@ -12,10 +12,11 @@
 // controller requeues at the earliest deadline decide found: a condition expiring (detection never waits
 // for a resync), healthyDelay, an escalation step's timeout, the bound of a wait for an ended step's
 // request to hand the host over, a lease renewal, the end of a storm cooldown. The resync period is only
-// a safety net. A reconcile sends the requests of worker Nodes that have just failed before its other
-// writes (deletions, leases, status), which follow in parallel; an expiry that comes while they are under
-// way is the next reconcile's. Nothing else writes for a check: no second writer races the reconcile
-// (BENCHMARKS.md's A/B measured one, and it did not pay for itself).
+// a safety net. A reconcile writes through the engine's executor (engine.Executor), the Nodes in parallel:
+// the requests of Nodes that have just failed go out before the other Nodes' writes (deletions, leases),
+// and the status follows; an expiry that comes while they are under way is the next reconcile's. Nothing
+// else writes for a check: no second writer races the reconcile (BENCHMARKS.md's A/B measured one, and it
+// did not pay for itself).
 //
 // # Cost at scale
 //

@@ -14,7 +14,7 @@
 //     its events, the Node's lease kept while the check's requests live, the target's holds, and its start,
 //     which Admit puts through the Gate in the order the targets' criteria expired; and (Healthy) a target
 //     healthy again, its requests held for healthyDelay, then deleted. The adapters map each Outcome to
-//     their status entries, writes and events.
+//     their status entries and events; Executor writes it.
 //   - DecideCheckWide sets the check-wide conditions (Paused, RemediationAllowed, StormActive with its
 //     cooldown) from the budget and the pause requests; Disable and Enable set Disabled, and say when that
 //     is news.
@@ -30,8 +30,12 @@
 //     RemediationExists Skip), and lets a lease go (Release). Send makes a new request's two writes in the
 //     one order both kinds follow: the lease first, except a worker's PowerCycleRemediation (LeaseAfter),
 //     whose lease LeasesAfter takes once every request of the pass went out, deleting the request again
-//     (a Skip) should someone else hold it by then. Delete deletes a request, and InParallel sends a
-//     check's writes about different objects together.
+//     (a Skip) should someone else hold it by then.
+//   - Executor carries out what a pass decided, the same for both kinds and in one order (the leases the
+//     check no longer needs let go first, then each target's writes one after the other, the targets
+//     together, then LeasesAfter, then a report of each request sent); its hooks say how a kind differs:
+//     what a request is made of, its own write (a Machine's conditions), and what it records of each
+//     write. Delete deletes a request, and InParallel sends writes about different objects together.
 //   - WatchChecks is how both kinds watch their own checks: a check looks again at its own spec and
 //     annotations (CheckChanged), not at its status writes, and every other check of its kind (PeersOf) at
 //     what the overlapping rule reads of it (PeerChanged: its spec, its deletion, and of its status only

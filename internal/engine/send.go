@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -14,22 +14,7 @@ import (
 	"github.com/metalheal/metalheal/pkg/leases"
 )
 
-// A Send is a new remediation request a check sends for a target, and its Node's lease.
-type Send struct {
-	// Node is the target's Node, whose lease the request needs (nil: none is taken).
-	Node *corev1.Node
-	// Request is the instantiated request; Check the UID of the check that made it.
-	Request *unstructured.Unstructured
-	Check   types.UID
-	// ControlPlane: a control-plane target, whose lease comes first, under the control-plane claim.
-	ControlPlane bool
-	// From are the holders the check takes the lease over from: the remediators of its own requests.
-	From []string
-	// Fresh: the lease is taken for this request alone, and let go when its create turns into a skip.
-	Fresh bool
-}
-
-// Sent is what a Send came to.
+// Sent is what Starter.Send came to.
 type Sent struct {
 	Ref Ref
 	// Created: the request was created now; Adopted: the check had made it already.
@@ -42,9 +27,12 @@ type Sent struct {
 	// the request stands, its lease could not be taken after it; the next pass takes it (Pass keeps the
 	// lease of a request that lives) and its remediator waits for it or takes it.
 	Err, LeaseErr error
+	// At is when the request went out (Executor): the end of its target's detection.
+	At time.Time
 	// after: the request went out before its lease, which LeasesAfter takes.
-	after bool
-	send  Send
+	after   bool
+	job     Job
+	request *unstructured.Unstructured
 }
 
 // LeaseAfter reports whether a new request's Node lease may be taken after the request is created:
@@ -58,31 +46,33 @@ func LeaseAfter(gvk schema.GroupVersionKind, controlPlane bool) bool {
 	return gvk.Group == v1alpha1.GroupVersion.Group && gvk.Kind == "PowerCycleRemediation" && !controlPlane
 }
 
-// Send creates a new remediation request and takes its Node's lease, first (TakeLease, then
-// CreateRequest) unless the lease may follow it (LeaseAfter): then LeasesAfter takes it, once every
-// request of the check's pass went out. A lease someone else holds, another control-plane Node's and a
-// request of the same name someone else made are a Skip; a lease taken for the latter is let go (Fresh).
-func (s Starter) Send(ctx context.Context, q Send) Sent {
-	res := Sent{Ref: RefOf(q.Request), send: q}
-	first := q.Node != nil && !LeaseAfter(q.Request.GroupVersionKind(), q.ControlPlane)
+// Send creates a new remediation request that the check (uid check) made for job j's target, and takes
+// j's Node lease (none when j.Node is nil): first (TakeLease, over From the remediators of the target's
+// requests, under the control-plane claim for a ControlPlane target; then CreateRequest) unless the lease
+// may follow it (LeaseAfter): then LeasesAfter takes it, once every request of the check's pass went out.
+// A lease someone else holds, another control-plane Node's and a request of the same name someone else
+// made are a Skip; a lease taken for the latter is let go when it was taken for this request alone (Fresh).
+func (s Starter) Send(ctx context.Context, j Job, request *unstructured.Unstructured, check types.UID) Sent {
+	res := Sent{Ref: RefOf(request), job: j, request: request}
+	first := j.Node != nil && !LeaseAfter(request.GroupVersionKind(), j.ControlPlane)
 	if first {
-		if res.Skip, res.Err = s.TakeLease(ctx, q.Node, q.ControlPlane, q.From...); res.Skip != nil || res.Err != nil {
+		if res.Skip, res.Err = s.TakeLease(ctx, j.Node, j.ControlPlane, j.From...); res.Skip != nil || res.Err != nil {
 			return res
 		}
 	}
-	adopted, skip, err := s.CreateRequest(ctx, q.Request, q.Check)
+	adopted, skip, err := s.CreateRequest(ctx, request, check)
 	switch {
 	case err != nil:
 		res.Err = err
 	case skip != nil:
 		res.Skip = skip
-		if first && q.Fresh {
-			res.Err = s.Release(ctx, q.Node.Name)
+		if first && j.Fresh {
+			res.Err = s.Release(ctx, j.Node.Name)
 		}
 	default:
 		res.Created, res.Adopted = !adopted, adopted
 		// Nothing created now: no lease to take after it (the lease of a request that lives is kept: Pass).
-		res.after = q.Node != nil && !first && !adopted
+		res.after = j.Node != nil && !first && !adopted
 	}
 	return res
 }
@@ -102,16 +92,16 @@ func (s Starter) LeasesAfter(ctx context.Context, limit int, sent []*Sent) {
 }
 
 func (s Starter) leaseAfter(ctx context.Context, res Sent) Sent {
-	q := res.send
+	j := res.job
 	res.after = false
-	from := append(slices.Clone(q.From), leases.HolderIdentity(res.Ref.Kind, res.Ref.Name))
-	skip, err := s.TakeLease(ctx, q.Node, false, from...)
+	from := append(slices.Clone(j.From), leases.HolderIdentity(res.Ref.Kind, res.Ref.Name))
+	skip, err := s.TakeLease(ctx, j.Node, false, from...)
 	if skip == nil {
 		res.LeaseErr = err
 		return res
 	}
-	if err := Delete(ctx, s.Client, res.Ref, q.Request.GetUID()); err != nil {
-		return Sent{Ref: res.Ref, Err: fmt.Errorf("node %s: %s; deleting %s again: %w", q.Node.Name, skip.Message, res.Ref, err)}
+	if err := Delete(ctx, s.Client, res.Ref, res.request.GetUID()); err != nil {
+		return Sent{Ref: res.Ref, Err: fmt.Errorf("node %s: %s; deleting %s again: %w", j.Node.Name, skip.Message, res.Ref, err)}
 	}
 	return Sent{Ref: res.Ref, Skip: skip, Deleted: true}
 }

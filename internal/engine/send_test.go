@@ -93,7 +93,7 @@ func TestStarterSend(t *testing.T) {
 				g.Expect(maintenance.RequestLease(t.Context(), node(tc.node), time.Hour)).To(Succeed())
 			}
 			s := starter(t, c)
-			res := s.Send(t.Context(), Send{Node: node(tc.node), Request: tc.request(tc.node), Check: "self", ControlPlane: tc.cp, Fresh: true})
+			res := s.Send(t.Context(), Job{Node: node(tc.node), ControlPlane: tc.cp, Fresh: true}, tc.request(tc.node), "self")
 			s.LeasesAfter(t.Context(), 4, []*Sent{&res, nil})
 			g.Expect(res.Err).NotTo(HaveOccurred())
 			g.Expect(res.LeaseErr).NotTo(HaveOccurred())
