@@ -120,6 +120,7 @@ type Reconciler struct {
 	// unreachable are the checks whose workload cluster's outage was reported (once per outage).
 	unreachable sync.Map
 	cpClaim     *gates.ControlPlaneClaim
+	statuses    engine.StatusWrites
 
 	// Set by SetupWithManager: dynamic watches on workload clusters' Nodes and on remediation kinds.
 	controller controller.Controller
@@ -249,6 +250,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("reading MachineHealthCheck %s: %w", req.NamespacedName, err)
 	}
 	if !mhc.DeletionTimestamp.IsZero() {
+		r.statuses.Forget(mhc.UID)
 		forgetCheckMetrics(req.NamespacedName)
 		r.forgetKinds(ctx, req.NamespacedName)
 		return ctrl.Result{}, nil

@@ -30,9 +30,11 @@ import (
 // other, and a failure for one Machine is collected while the others proceed. Each Machine's conditions
 // are its last write (After), after its request, as Cluster API's own MachineHealthCheck creates an
 // external remediation request before it patches the Machine (patchUnhealthyTargets): no remediator reads
-// HealthCheckSucceeded before it acts, and the request is out one round trip sooner. The hand-over to the
-// owner (OwnerRemediated=False) is the conditions themselves, after the Node's lease (takenLease). A
-// request that could not be created is dropped from p.Status. Then the requests of Machines that are gone.
+// HealthCheckSucceeded before it acts, and the request is out one round trip sooner; a Machine that has
+// just failed has them written once every request of the pass went out, so that in a burst the requests
+// are stored without the conditions' patches in between. The hand-over to the owner
+// (OwnerRemediated=False) is the conditions themselves, after the Node's lease (takenLease). A request that
+// could not be created is dropped from p.Status. Then the requests of Machines that are gone.
 func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, p *plan) error {
 	lm, err := r.starter(mhc, p.Site)
 	if err != nil {
@@ -182,17 +184,16 @@ func dropRecord(status *v1alpha1.MachineHealthCheckStatus, machine string, s ste
 	}
 }
 
-// patchStatus writes the check's status when it changed, failing on a conflict (the status is the
-// check's memory: a stale copy must not overwrite a newer one).
+// patchStatus writes the check's status when it changed (or may have: engine.StatusWrites), failing on a
+// conflict (the status is the check's memory: a stale copy must not overwrite a newer one).
 func (r *Reconciler) patchStatus(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, status v1alpha1.MachineHealthCheckStatus) error {
-	if equality.Semantic.DeepEqual(mhc.Status, status) {
-		return nil
-	}
+	changed := !equality.Semantic.DeepEqual(mhc.Status, status)
 	updated := mhc.DeepCopy()
 	updated.Status = status
 	// An update guarded by the resourceVersion: the same as a patch with optimistic locking, and cheaper
-	// for the API server (see the power-cycle remediator's persist).
-	if err := r.client.Status().Update(ctx, updated); err != nil {
+	// for the API server (see the power-cycle remediator's persist). Written unchanged too when the check
+	// is not the copy the last write left (engine.StatusWrites).
+	if err := r.statuses.Write(ctx, r.client, updated, changed); err != nil {
 		return fmt.Errorf("updating the status of MachineHealthCheck %s: %w", client.ObjectKeyFromObject(mhc), err)
 	}
 	return nil

@@ -31,7 +31,9 @@ import (
 //     after its own time-outs and deletions), then its kind's own write (After). The targets whose new
 //     request is their first write (a target that has just failed) go before the others, so that
 //     detection waits for no other write;
-//  3. the leases of the requests that went out before them (Starter.LeasesAfter);
+//  3. the leases of the requests that went out before them (Starter.LeasesAfter), and then the kind's own
+//     writes of the targets whose request went first: in a burst of failures, no other write competes
+//     with the requests at the API server;
 //  4. each request sent is reported (Report), in the order of the jobs.
 //
 // A failure is collected and the other writes proceed; Run returns them joined, for a retry. The hooks are
@@ -128,6 +130,9 @@ func (e *Executor) Run(ctx context.Context, release []string, jobs []Job) error 
 		InParallel(ctx, e.Limit, len(which), func(ctx context.Context, k int) { x.job(ctx, which[k], jobs[which[k]]) })
 	}
 	trace.WithRegion(ctx, "leases after", func() { e.Starter.LeasesAfter(ctx, e.Limit, x.sent) })
+	if e.After != nil {
+		InParallel(ctx, e.Limit, len(first), func(ctx context.Context, k int) { x.record(e.After(ctx, first[k]), nil) })
+	}
 	for i, res := range x.sent {
 		if res != nil {
 			x.errs = append(x.errs, res.Err, res.LeaseErr)
@@ -171,7 +176,7 @@ func (x *execution) job(ctx context.Context, i int, j Job) {
 		x.sent[i] = x.send(ctx, i, j, o)
 		region.End()
 	}
-	if x.After != nil {
+	if x.After != nil && !j.firstSends() { // else once every request of the pass went out (Run)
 		x.record(x.After(ctx, i), nil)
 	}
 }

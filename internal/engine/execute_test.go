@@ -77,7 +77,7 @@ func TestStarterRelease(t *testing.T) {
 // it otherwise); a person's confirmation goes only once the requests it confirmed are deleted; a target's
 // new request follows its own time-outs and deletions, and its kind's own write follows the request; a
 // request that is its target's first write goes before the other targets' writes; the leases that follow
-// their requests wait for every request. Each write is named "verb Kind/name", each hook call "after
+// their requests, and the kind's own writes of targets whose request went first, wait for every request. Each write is named "verb Kind/name", each hook call "after
 // target", and the reports are in the order of the jobs.
 func TestExecutorOrder(t *testing.T) {
 	pcRef := func(name string) Ref {
@@ -157,6 +157,12 @@ func TestExecutorOrder(t *testing.T) {
 			before: [][]string{{"create PowerCycleRemediation/w-0", "create Lease/node-w-1"}, {"create PowerCycleRemediation/w-1", "create Lease/node-w-0"},
 				{"create Lease/node-cp-0", "create PowerCycleRemediation/cp-0"}},
 			reports: []string{"w-1 created", "w-0 created", "cp-0 created"},
+		},
+		"the kind's own write of a target whose request went first waits for every request of the pass and its lease": {
+			limit: 4, jobs: []Job{create("w-0", 0), create("w-1", 0)},
+			before: [][]string{{"create PowerCycleRemediation/w-1", "after w-0"}, {"create PowerCycleRemediation/w-0", "after w-1"},
+				{"create Lease/node-w-0", "after w-0"}},
+			reports: []string{"w-0 created", "w-1 created"},
 		},
 		"a lease someone else took meanwhile is the kind's to report; its request is deleted again": {
 			heldByOther: []string{"w-0", "w-1"},
