@@ -33,9 +33,11 @@
 //     (a Skip) should someone else hold it by then.
 //   - Executor carries out what a pass decided, the same for both kinds and in one order (the leases the
 //     check no longer needs let go first, then each target's writes one after the other, the targets
-//     together, then LeasesAfter, then a report of each request sent); its hooks say how a kind differs:
-//     what a request is made of, its own write (a Machine's conditions), and what it records of each
-//     write. Delete deletes a request, and InParallel sends writes about different objects together.
+//     together, then LeasesAfter and the own writes of the targets that have just failed, then a report of
+//     each request sent); its hooks say how a kind differs: what a request is made of, its own write (a
+//     Machine's conditions), and what it records of each write. Delete deletes a request, and InParallel
+//     sends writes about different objects together. StatusWrites writes a check's status, also when it
+//     seems unchanged but was decided from a copy older than the check's last status write.
 //   - WatchChecks is how both kinds watch their own checks: a check looks again at its own spec and
 //     annotations (CheckChanged), not at its status writes, and every other check of its kind (PeersOf) at
 //     what the overlapping rule reads of it (PeerChanged: its spec, its deletion, and of its status only
