@@ -303,13 +303,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, reconcile.TerminalError(err)
 	}
 	r.enable(mhc, &p.Status)
-	err = r.execute(ctx, mhc, &p)
+	execErr := r.execute(ctx, mhc, &p)
 	p.Status.RecentRemediations = p.recentRemediations()
 	writing := trace.StartRegion(ctx, "status")
-	err = errors.Join(err, r.patchStatus(ctx, mhc, p.Status))
+	err = r.patchStatus(ctx, mhc, p.Status)
 	writing.End()
 	recordCheckMetrics(req.NamespacedName, p)
-	if err != nil {
+	if apierrors.IsConflict(err) && execErr == nil {
+		// The cache showed an older check than the API server has (often the check's own last status
+		// write): decide again from a fresh view soon, as a NodeHealthCheck does, not after the growing
+		// backoff of an error.
+		return ctrl.Result{RequeueAfter: engine.ConflictRetry}, nil
+	}
+	if err = errors.Join(execErr, err); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: engine.RequeueAfter(p.NextCheck, r.clock.Now(), r.opts.ResyncPeriod, 0)}, nil

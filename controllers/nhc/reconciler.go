@@ -199,7 +199,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			// The cache showed an older check than the API server has (often our own last status
 			// write): decide again from a fresh view.
 			ctrl.LoggerFrom(ctx).V(4).Info("Status conflict, looking again")
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+			return ctrl.Result{RequeueAfter: engine.ConflictRetry}, nil
 		}
 		return ctrl.Result{}, errors.Join(execErr, err)
 	}
@@ -215,9 +215,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// be looked at again when it expires, not that much later.
 	return ctrl.Result{RequeueAfter: engine.RequeueAfter(p.Next, r.clock.Now(), r.opts.ResyncPeriod, retry)}, nil
 }
-
-// conflictRetry is how soon a reconcile whose status write met a newer check looks again.
-const conflictRetry = 50 * time.Millisecond
 
 // patchStatus writes st when it differs from what the check shows (or the check is not the copy the last
 // status write left: engine.StatusWrites), stamping lastUpdateTime when it differs.

@@ -3,10 +3,16 @@ package engine
 import (
 	"context"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
+
+// ConflictRetry is how soon a check whose status write met a newer copy of the check looks again (its
+// cache showed an older one: often the check's own last write). Not an error: the controller's backoff
+// would grow with each, while a check in a busy minute meets one every few passes.
+const ConflictRetry = 50 * time.Millisecond
 
 // StatusWrites writes the checks' statuses, each an update guarded by the resourceVersion of the copy its
 // pass decided from, and remembers the resourceVersion each write left. A pass whose status is the one its
