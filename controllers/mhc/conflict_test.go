@@ -53,3 +53,20 @@ var _ = Describe("A status write that meets a newer check", func() {
 		Expect(w.check(ctx, "workers").Status.ExpectedMachines).NotTo(BeNil())
 	})
 })
+
+// A check deleted without a finalizer is found gone (NotFound): nothing of its status writes stays
+// remembered, however many checks come and go in the manager's lifetime.
+var _ = Describe("A deleted check", func() {
+	It("leaves nothing of its status writes remembered", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		check := w.createCheck(ctx, "gone")
+		_, err := w.r.Reconcile(ctx, reconcileRequest(w.ns, "gone"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(w.r.statuses.Remembers(client.ObjectKeyFromObject(check))).To(BeTrue(), "its status was written")
+
+		Expect(k8s.Delete(ctx, check)).To(Succeed())
+		_, err = w.r.Reconcile(ctx, reconcileRequest(w.ns, "gone"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(w.r.statuses.Remembers(client.ObjectKeyFromObject(check))).To(BeFalse())
+	})
+})

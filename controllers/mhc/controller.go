@@ -245,12 +245,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			forgetCheckMetrics(req.NamespacedName)
 			r.forgetKinds(ctx, req.NamespacedName)
+			r.statuses.Forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("reading MachineHealthCheck %s: %w", req.NamespacedName, err)
 	}
 	if !mhc.DeletionTimestamp.IsZero() {
-		r.statuses.Forget(mhc.UID)
+		r.statuses.Forget(req.NamespacedName)
 		forgetCheckMetrics(req.NamespacedName)
 		r.forgetKinds(ctx, req.NamespacedName)
 		return ctrl.Result{}, nil

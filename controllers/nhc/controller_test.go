@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -57,6 +58,23 @@ var _ = Describe("Requeue", func() {
 		res := w.reconcile(ctx, check)
 		Expect(res.RequeueAfter).To(BeNumerically("<", time.Second), "the clock moved on during the reconcile")
 		Expect(res.RequeueAfter).To(Equal(t0.Add(5 * time.Minute).Sub(clk.FakeClock.Now())))
+	})
+})
+
+// A check deleted without a finalizer is found gone (NotFound): nothing of its status writes stays
+// remembered, however many checks come and go in the manager's lifetime.
+var _ = Describe("A deleted check", func() {
+	It("leaves nothing of its status writes remembered", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		ref := w.pcTemplate(ctx, "pc")
+		check := w.check(ctx, "gone", &ref)
+		w.reconcile(ctx, check)
+		Expect(w.r.statuses.Remembers(client.ObjectKeyFromObject(check))).To(BeTrue(), "its status was written")
+
+		Expect(k8s.Delete(ctx, check)).To(Succeed())
+		_, err := w.r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(check)})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(w.r.statuses.Remembers(client.ObjectKeyFromObject(check))).To(BeFalse())
 	})
 })
 

@@ -160,13 +160,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			metrics.UnhealthyTargets.DeleteLabelValues(metrics.CheckerNHC, req.Name)
 			backoff.NHCMetrics.Held.DeleteLabelValues(req.Name)
 			r.forgetKinds(ctx, req.Name)
+			r.statuses.Forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("getting NodeHealthCheck %s: %w", req.Name, err)
 	}
 	if !check.DeletionTimestamp.IsZero() {
 		r.forgetKinds(ctx, req.Name)
-		r.statuses.Forget(check.UID)
+		r.statuses.Forget(req.NamespacedName)
 		return ctrl.Result{}, nil // its requests go with it (owner references); its leases expire
 	}
 

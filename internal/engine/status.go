@@ -21,9 +21,19 @@ const ConflictRetry = 50 * time.Millisecond
 // "unchanged" status is in fact a change back. Such a pass writes all the same: the update is refused (a
 // conflict: the pass looks again from a fresher copy) or, the copy being newer after all (someone else's
 // write), stores nothing new. Without this the status stayed wrong until the next event or resync.
+//
+// What it remembers is keyed by the check's name, so that a reconcile finding the check gone (NotFound, the
+// usual end of a check without finalizers) forgets it too; a check of the same name made again is another
+// object (its UID), never behind the one before it.
 type StatusWrites struct {
 	mu   sync.Mutex
-	last map[types.UID]string
+	last map[types.NamespacedName]written
+}
+
+// written is the copy of a check its last status write left.
+type written struct {
+	uid types.UID
+	rv  string
 }
 
 // Write updates obj's status when changed, or when obj is not the copy the check's last write left. obj
@@ -39,9 +49,9 @@ func (s *StatusWrites) Write(ctx context.Context, c client.Client, obj client.Ob
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.last == nil {
-		s.last = map[types.UID]string{}
+		s.last = map[types.NamespacedName]written{}
 	}
-	s.last[obj.GetUID()] = obj.GetResourceVersion()
+	s.last[client.ObjectKeyFromObject(obj)] = written{uid: obj.GetUID(), rv: obj.GetResourceVersion()}
 	return nil
 }
 
@@ -50,13 +60,21 @@ func (s *StatusWrites) Write(ctx context.Context, c client.Client, obj client.Ob
 func (s *StatusWrites) behind(obj client.Object) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rv, ok := s.last[obj.GetUID()]
-	return ok && rv != obj.GetResourceVersion()
+	w, ok := s.last[client.ObjectKeyFromObject(obj)]
+	return ok && w.uid == obj.GetUID() && w.rv != obj.GetResourceVersion()
 }
 
-// Forget drops what is remembered of a check that is gone.
-func (s *StatusWrites) Forget(uid types.UID) {
+// Remembers reports whether a status write of the check of key is remembered.
+func (s *StatusWrites) Remembers(key types.NamespacedName) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.last, uid)
+	_, ok := s.last[key]
+	return ok
+}
+
+// Forget drops what is remembered of a check that is gone or going.
+func (s *StatusWrites) Forget(key types.NamespacedName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.last, key)
 }

@@ -47,6 +47,11 @@ func TestStatusWrites(t *testing.T) {
 		"a pass that decided from the copy before that write, and found its status unchanged, writes it back: %v", err)
 	g.Expect(read().Status.Phase).To(Equal(v1alpha1.PhaseRemediating), "refused: the pass looks again from a fresher copy")
 
-	s.Forget(check.UID)
+	again := first.DeepCopy()
+	again.UID = "uid-2"
+	g.Expect(s.behind(again)).To(BeFalse(), "a check made again under the name is another object, not behind the one before")
+
+	s.Forget(client.ObjectKeyFromObject(check))
+	g.Expect(s.last).To(BeEmpty(), "a check forgotten by its name leaves nothing remembered")
 	g.Expect(s.Write(ctx, c, first.DeepCopy(), false)).To(Succeed(), "a check forgotten is as one never written")
 }
