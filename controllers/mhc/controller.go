@@ -53,8 +53,8 @@ type Options struct {
 	// too, unlike the manager's client).
 	Reader client.Reader
 	// APIReader reads, uncached, what is read rarely and must not be cached cluster-wide: kubeconfig
-	// Secrets (only when a workload cluster is first connected) and remediation templates (only when a
-	// request is created). Default: the manager's API reader.
+	// Secrets (only when a workload cluster is first connected). Remediation templates are read from
+	// Reader, their kinds watched as the requests' are. Default: the manager's API reader.
 	APIReader client.Reader
 	// Recorder records events. Default: the manager's recorder named "machinehealthcheck".
 	Recorder events.EventRecorder
@@ -269,11 +269,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var noCAPI *clusterAPINotInstalledError
 	var noKubeconfig *workload.ForbiddenError
 	var refused *template.RefusedKindError
+	var unusable *templateError
 	switch {
 	case errors.As(err, &refused):
 		// Let go of whatever an earlier spec of the check had watched.
 		r.forgetKinds(ctx, req.NamespacedName)
 		return r.disableFor(ctx, mhc, v1alpha1.ReasonRemediationKindRefused, refused.Error(), time.Time{})
+	case errors.As(err, &unusable):
+		// Until the template is made or fixed (its watch brings the check back), or its kind installed.
+		var retry time.Time
+		if unusable.retry > 0 {
+			retry = r.clock.Now().Add(unusable.retry)
+		}
+		return r.disableFor(ctx, mhc, unusable.cause.Reason, unusable.cause.Message, retry)
 	case errors.As(err, &noCAPI):
 		// Looked at again when the served version is next rechecked.
 		return r.disableFor(ctx, mhc, v1alpha1.ReasonClusterAPINotInstalled, noCAPI.Error(), noCAPI.retry)
@@ -350,7 +358,7 @@ const workloadRetry = 10 * time.Second
 // enable clears the Disabled condition of a check that was disabled and works again, with an event.
 func (r *Reconciler) enable(mhc *v1alpha1.MachineHealthCheck, status *v1alpha1.MachineHealthCheckStatus) {
 	if meta.IsStatusConditionTrue(status.Conditions, v1alpha1.ConditionDisabled) && engine.Enable(&status.Conditions, mhc.Generation,
-		"Cluster API, the Cluster's kubeconfig and the remediation kinds are readable", r.clock.Now()) {
+		"Cluster API, the Cluster's kubeconfig, the remediation kinds and templates are readable", r.clock.Now()) {
 		r.recorder.Eventf(mhc, nil, corev1.EventTypeNormal, EventEnabled, actionCheck, "The check works again")
 	}
 }

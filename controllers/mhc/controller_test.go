@@ -486,17 +486,31 @@ var _ = Describe("Template-based remediation", func() {
 		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventRemediationsExhausted)))
 	})
 
-	It("reports a missing template and keeps remediating the other Machines", func(ctx SpecContext) {
+	It("is disabled while a template it names is missing, before any Machine fails, and works once it is made", func(ctx SpecContext) {
 		w := newWorld(ctx)
 		w.createCheck(ctx, "workers", func(mhc *v1alpha1.MachineHealthCheck) { mhc.Spec.RemediationTemplate = ptr.To(templateRef("absent")) })
-		w.createMachine(ctx, "m", withNodeRef(w.nodeName("gone")))
+		node := w.createNode(ctx, k8s, w.nodeName("n"), corev1.ConditionTrue, time.Hour)
+		w.createMachine(ctx, "m", withNodeRef(node.Name))
 
-		_, err := w.r.Reconcile(ctx, reconcileRequest(w.ns, "workers"))
-		Expect(err).To(MatchError(ContainSubstring("absent")))
-		Expect(w.powerCycleRemediations(ctx)).To(BeEmpty())
-		Expect(w.check(ctx, "workers").Status.UnhealthyMachines).To(ConsistOf(HaveField("Remediations", BeEmpty())),
-			"no request is recorded that was never created")
-		Expect(w.rec.all()).To(ContainElement(And(HaveField("Reason", EventRemediationFailed), HaveField("Type", corev1.EventTypeWarning))))
+		res, err := w.r.Reconcile(ctx, reconcileRequest(w.ns, "workers"))
+		Expect(err).NotTo(HaveOccurred(), "a condition and an event, not an error to retry")
+		Expect(res.RequeueAfter).To(BeZero(), "the template's watch brings the check back when it is made")
+		disabled := meta.FindStatusCondition(w.check(ctx, "workers").Status.Conditions, v1alpha1.ConditionDisabled)
+		Expect(disabled).NotTo(BeNil())
+		Expect(disabled.Status).To(Equal(metav1.ConditionTrue))
+		Expect(disabled.Reason).To(Equal(v1alpha1.ReasonTemplateNotFound))
+		Expect(disabled.Message).To(Equal("Remediation template PowerCycleRemediationTemplate " + w.ns + "/absent not found"))
+		Expect(w.rec.all()).To(ContainElement(And(HaveField("Reason", EventDisabled), HaveField("Type", corev1.EventTypeWarning),
+			HaveField("Note", ContainSubstring("absent not found")))))
+
+		// Made: the check works again, and a Machine failing now is remediated.
+		w.createTemplate(ctx, "absent", "reboot")
+		w.createMachine(ctx, "sick", withNodeRef(w.nodeName("gone")))
+		w.reconcile(ctx, "workers")
+		Expect(meta.IsStatusConditionFalse(w.check(ctx, "workers").Status.Conditions, v1alpha1.ConditionDisabled)).To(BeTrue())
+		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventEnabled)))
+		Expect(w.powerCycleRemediations(ctx)).To(ConsistOf(HaveField("Object", HaveKeyWithValue("metadata",
+			HaveKeyWithValue("name", "sick")))))
 	})
 })
 

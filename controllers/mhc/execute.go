@@ -6,14 +6,11 @@ import (
 	"fmt"
 	"runtime/trace"
 	"slices"
-	"sync"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -59,11 +56,6 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 		}
 		jobs, targets = append(jobs, j), append(targets, t)
 	}
-	// Each step's template is read once, for every Machine executed at once.
-	templates := map[v1alpha1.TemplateReference]func() (*unstructured.Unstructured, error){}
-	for _, s := range p.Steps {
-		templates[s.Template] = sync.OnceValues(func() (*unstructured.Unstructured, error) { return r.readTemplate(ctx, mhc, s) })
-	}
 	log := func(t *targetPlan) logr.Logger {
 		return ctrl.LoggerFrom(ctx).WithValues("machine", klog.KObj(t.Machine))
 	}
@@ -77,10 +69,12 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 	x := &engine.Executor{Starter: lm, Nodes: nodes, Clock: r.clock, Limit: executeParallel,
 		Check: metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: holderKind, Name: mhc.Name, UID: mhc.UID},
 		Template: func(_ context.Context, i int) (template.Request, error) {
-			t := targets[i]
-			tmpl, err := templates[p.Steps[t.Out.Create.Step].Template]()
-			return template.Request{Template: tmpl, ClusterName: t.Machine.Spec.ClusterName, Target: metav1.OwnerReference{
-				APIVersion: machineAPIVersion(t.Machine), Kind: "Machine", Name: t.Machine.Name, UID: t.Machine.UID}}, err
+			t, st := targets[i], p.Steps[targets[i].Out.Create.Step]
+			if st.Object == nil {
+				return template.Request{}, fmt.Errorf("remediation template %s %s/%s was not read", st.Template.Kind, st.Template.Namespace, st.Template.Name)
+			}
+			return template.Request{Template: st.Object, ClusterName: t.Machine.Spec.ClusterName, Target: metav1.OwnerReference{
+				APIVersion: machineAPIVersion(t.Machine), Kind: "Machine", Name: t.Machine.Name, UID: t.Machine.UID}}, nil
 		},
 		TimedOut: func(i int, ref engine.Ref) {
 			log(targets[i]).Info("Remediation step timed out", "kind", ref.Kind)
@@ -155,21 +149,6 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 // (nhc.DefaultMaxConcurrentWrites). At 16, a burst of 50 failing Machines went out in four waves of
 // round trips (make bench-peers: the last request stored 845 ms after the expiry, against 371 ms at 64).
 const executeParallel = 64
-
-// readTemplate reads a step's template live (once per reconcile: execute); one that cannot be read is a
-// warning on the check.
-func (r *Reconciler) readTemplate(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, s step) (*unstructured.Unstructured, error) {
-	key := types.NamespacedName{Namespace: s.Template.Namespace, Name: s.Template.Name}
-	obj := &unstructured.Unstructured{}
-	obj.SetAPIVersion(s.Template.APIVersion)
-	obj.SetKind(s.Template.Kind)
-	if err := r.apiReader.Get(ctx, key, obj); err != nil {
-		err = fmt.Errorf("reading remediation template %s %s: %w", s.Template.Kind, key, err)
-		r.recorder.Eventf(mhc, nil, corev1.EventTypeWarning, EventRemediationFailed, actionRemediate, "%s", err.Error())
-		return nil, err
-	}
-	return obj, nil
-}
 
 // dropRecord removes the record of a request that could not be created.
 func dropRecord(status *v1alpha1.MachineHealthCheckStatus, machine string, s step) {

@@ -6,6 +6,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
@@ -87,6 +88,23 @@ var _ = Describe("Running in a manager", func() {
 		w.setReady(ctx, workloadK8s, remoteNode, corev1.ConditionTrue, 0)
 		Eventually(func(g Gomega) {
 			g.Expect(w.powerCycleRemediations(ctx)).To(BeEmpty())
+		}).WithContext(ctx).WithTimeout(eventuallyTimeout).Should(Succeed())
+
+		By("a check naming a template not made yet is disabled; the template made, it remediates (template watch)")
+		lateNode := w.createNode(ctx, k8s, w.nodeName("t"), corev1.ConditionUnknown, time.Hour)
+		w.createMachine(ctx, "late-m", withLabels("pool", "t"), withNodeRef(lateNode.Name))
+		w.createCheck(ctx, "late", func(mhc *v1alpha1.MachineHealthCheck) {
+			mhc.Spec.Selector.MatchLabels = map[string]string{"pool": "t"}
+			mhc.Spec.RemediationTemplate = ptr.To(templateRef("late"))
+		})
+		Eventually(func(g Gomega) {
+			g.Expect(meta.FindStatusCondition(w.check(ctx, "late").Status.Conditions, v1alpha1.ConditionDisabled)).To(
+				And(Not(BeNil()), HaveField("Reason", v1alpha1.ReasonTemplateNotFound)))
+		}).WithContext(ctx).WithTimeout(eventuallyTimeout).Should(Succeed())
+		w.createTemplate(ctx, "late", "reboot")
+		Eventually(func(g Gomega) {
+			g.Expect(w.powerCycleRemediations(ctx)).To(ConsistOf(HaveField("Object", HaveKeyWithValue("metadata", HaveKeyWithValue("name", "late-m")))))
+			g.Expect(meta.IsStatusConditionFalse(w.check(ctx, "late").Status.Conditions, v1alpha1.ConditionDisabled)).To(BeTrue())
 		}).WithContext(ctx).WithTimeout(eventuallyTimeout).Should(Succeed())
 	})
 })

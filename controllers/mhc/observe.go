@@ -33,10 +33,13 @@ func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 		return in, err
 	}
 	in.Steps = steps
-	var kinds []schema.GroupVersionKind
+	var kinds, templates []schema.GroupVersionKind
 	for _, s := range steps {
 		if !slices.Contains(kinds, s.GVK) {
 			kinds = append(kinds, s.GVK)
+		}
+		if tpl := schema.FromAPIVersionAndKind(s.Template.APIVersion, s.Template.Kind); !slices.Contains(templates, tpl) {
+			templates = append(templates, tpl)
 		}
 	}
 	// Before anything of them is watched: a kind the check names is watched cluster-wide by the manager
@@ -66,8 +69,21 @@ func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 		r.dropIndexUnless("")
 		return in, &clusterAPINotInstalledError{retry: r.clock.Now().Add(r.opts.ClusterAPIRecheckInterval)}
 	}
-	if err := r.watchKinds(ctx, mhc, version, kinds); err != nil {
+	if err := r.watchKinds(ctx, mhc, version, kinds, templates); err != nil {
 		return in, err
+	}
+	// Every template is read and checked before anything is decided, as a NodeHealthCheck's: a template
+	// missing or unusable disables the check at once, not when a Machine fails.
+	resolve := engine.Templates{Mapper: r.client.RESTMapper(), Reader: engine.Guarded{Reader: r.reader}, KindRetry: kindRetry}
+	for i := range in.Steps {
+		tpl, _, c, retry, err := resolve.Resolve(ctx, in.Steps[i].Template, nil, now)
+		if err != nil {
+			return in, err
+		}
+		if c != nil {
+			return in, &templateError{cause: *c, retry: retry}
+		}
+		in.Steps[i].Object = tpl
 	}
 
 	nodes := r.reader
@@ -141,6 +157,20 @@ func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 	slices.SortFunc(in.Machines, func(a, b observedTarget) int { return strings.Compare(a.Machine.Name, b.Machine.Name) })
 	return in, nil
 }
+
+// kindRetry is how soon a check whose template kind is not installed looks again: no watch reports a CRD
+// installed (the NodeHealthCheck's default KindRetryPeriod).
+const kindRetry = time.Minute
+
+// templateError says that a template the check names cannot be used (engine.Templates.Resolve): the
+// check is disabled with its cause until the template is made or fixed (its watch brings the check
+// back), or, for a kind not installed, until retry.
+type templateError struct {
+	cause engine.Cause
+	retry time.Duration
+}
+
+func (e *templateError) Error() string { return e.cause.Message }
 
 // readNodes reads the named Nodes; absent ones are missing from the map.
 func readNodes(ctx context.Context, reader client.Reader, names []string) (map[string]*corev1.Node, error) {

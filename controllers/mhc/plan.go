@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -55,6 +56,8 @@ type step struct {
 	GVK schema.GroupVersionKind
 	// Timeout ends the step when it passes; 0 means never (a single remediationTemplate).
 	Timeout time.Duration
+	// Object is the template as observe read it (engine.Templates); nil in a plan made without observe.
+	Object *unstructured.Unstructured
 }
 
 func (s step) matches(r v1alpha1.MachineRemediationRequest) bool {
@@ -64,36 +67,23 @@ func (s step) matches(r v1alpha1.MachineRemediationRequest) bool {
 // stepsFor returns the check's remediation steps in the order they are tried; none for condition-based
 // remediation.
 func stepsFor(mhc *v1alpha1.MachineHealthCheck) ([]step, error) {
-	type ordered struct {
-		ref     v1alpha1.TemplateReference
-		order   int32
-		timeout time.Duration
-	}
-	var refs []ordered
-	if t := mhc.Spec.RemediationTemplate; t != nil {
-		refs = append(refs, ordered{ref: *t})
-	}
-	for _, e := range mhc.Spec.EscalatingRemediations {
-		refs = append(refs, ordered{ref: e.RemediationTemplate, order: e.Order, timeout: e.Timeout.Duration})
-	}
-	slices.SortStableFunc(refs, func(a, b ordered) int { return cmp.Compare(a.order, b.order) })
-	steps := make([]step, 0, len(refs))
-	for _, r := range refs {
-		if r.ref.Namespace != "" && r.ref.Namespace != mhc.Namespace {
+	var steps []step
+	for _, r := range engine.StepRefs(mhc.Spec.RemediationTemplate, mhc.Spec.EscalatingRemediations) {
+		if r.Ref.Namespace != "" && r.Ref.Namespace != mhc.Namespace {
 			return nil, &InvalidSpecError{Field: "remediationTemplate.namespace", Reason: fmt.Sprintf(
-				"the template must be in the check's namespace %q, not %q: remediation requests live beside their Machines", mhc.Namespace, r.ref.Namespace)}
+				"the template must be in the check's namespace %q, not %q: remediation requests live beside their Machines", mhc.Namespace, r.Ref.Namespace)}
 		}
-		gv, err := schema.ParseGroupVersion(r.ref.APIVersion)
+		gv, err := schema.ParseGroupVersion(r.Ref.APIVersion)
 		if err != nil {
 			return nil, &InvalidSpecError{Field: "remediationTemplate.apiVersion", Reason: err.Error()}
 		}
-		gvk, err := template.RemediationGVK(gv.WithKind(r.ref.Kind))
+		gvk, err := template.RemediationGVK(gv.WithKind(r.Ref.Kind))
 		if err != nil {
 			return nil, &InvalidSpecError{Field: "remediationTemplate.kind", Reason: err.Error()}
 		}
-		ref := r.ref
+		ref := r.Ref
 		ref.Namespace = mhc.Namespace
-		steps = append(steps, step{Template: ref, GVK: gvk, Timeout: r.timeout})
+		steps = append(steps, step{Template: ref, GVK: gvk, Timeout: r.Timeout})
 	}
 	return steps, nil
 }

@@ -468,11 +468,11 @@ func TestSelects(t *testing.T) {
 	g := NewWithT(t)
 	mhc := unitCheck(func(c *v1alpha1.MachineHealthCheck) { c.Spec.ClusterName = "prod" })
 	m := unitMachine("m", func(m *clusterv1.Machine) { m.Labels = map[string]string{"pool": "a"}; m.Spec.ClusterName = "prod" })
-	g.Expect(selects(mhc, m)).To(BeTrue())
+	g.Expect(selects(mhc, m.Spec.ClusterName, m.Labels)).To(BeTrue())
 	m.Spec.ClusterName = "test"
-	g.Expect(selects(mhc, m)).To(BeFalse(), "another cluster's Machine")
+	g.Expect(selects(mhc, m.Spec.ClusterName, m.Labels)).To(BeFalse(), "another cluster's Machine")
 	m.Spec.ClusterName, m.Labels["pool"] = "prod", "b"
-	g.Expect(selects(mhc, m)).To(BeFalse(), "labels do not match")
+	g.Expect(selects(mhc, m.Spec.ClusterName, m.Labels)).To(BeFalse(), "labels do not match")
 }
 
 // TestPlanHandOver walks one Machine's escalation through planChecks, status carried from pass to pass:

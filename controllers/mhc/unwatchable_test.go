@@ -10,6 +10,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,6 +34,9 @@ var _ = Describe("A remediation kind the manager cannot watch", func() {
 			Expect(err).NotTo(HaveOccurred())
 			DeferCleanup(func(ctx context.Context) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, crd))).To(Succeed()) })
 		}
+		Expect(k8s.Create(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": group + "/v1", "kind": "WedgeRemediationTemplate",
+			"metadata": map[string]any{"name": "bad", "namespace": w.ns}, "spec": map[string]any{"template": map[string]any{"spec": map[string]any{}}}}})).
+			To(Succeed())
 		user := "mhc-" + w.ns
 		grant(ctx, user+"-base", user, []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
@@ -86,7 +90,7 @@ var _ = Describe("A remediation kind the manager cannot watch", func() {
 		w.clock.Step(kindwatch.DefaultRetryMin)
 		Eventually(disabled).WithTimeout(eventuallyTimeout).Should(HaveField("Status", metav1.ConditionFalse))
 		Expect(w.rec.all()).To(ContainElement(And(HaveField("Name", bad.Name), HaveField("Reason", EventEnabled))))
-		Eventually(func() int { return log.OpenWatches(group) }).WithTimeout(eventuallyTimeout).Should(Equal(1))
+		Eventually(func() int { return log.OpenWatches(group) }).WithTimeout(eventuallyTimeout).Should(Equal(2), "its template and request kinds")
 
 		By("the check is deleted: nothing watches the kind any more")
 		Expect(k8s.Delete(ctx, bad)).To(Succeed())

@@ -59,12 +59,9 @@ func machineFields(o client.Object) (clusterName, nodeName string, ok bool) {
 	return "", "", false
 }
 
-// selects reports whether the check selects the Machine (its selector and clusterName).
-func selects(mhc *v1alpha1.MachineHealthCheck, m *clusterv1.Machine) bool {
-	return selectsFields(mhc, m.Spec.ClusterName, m.Labels)
-}
-
-func selectsFields(mhc *v1alpha1.MachineHealthCheck, clusterName string, machineLabels map[string]string) bool {
+// selects reports whether the check selects a Machine of the cluster and labels (its selector and
+// clusterName).
+func selects(mhc *v1alpha1.MachineHealthCheck, clusterName string, machineLabels map[string]string) bool {
 	if mhc.Spec.ClusterName != "" && clusterName != mhc.Spec.ClusterName {
 		return false
 	}
@@ -88,7 +85,7 @@ func (r *Reconciler) machineToChecks(ctx context.Context, m client.Object) []rec
 	}
 	var out []reconcile.Request
 	for i := range checks.Items {
-		if selectsFields(&checks.Items[i], clusterName, m.GetLabels()) {
+		if selects(&checks.Items[i], clusterName, m.GetLabels()) {
 			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&checks.Items[i])})
 		}
 	}
@@ -280,7 +277,7 @@ func (r *Reconciler) watchRemoteNodes(cluster types.NamespacedName, c *workload.
 // for a watch: a kind not synced yet makes an *engine.WatchPendingError, one that cannot be watched a
 // *kindNotWatchableError (the check is disabled; the others go on). Without a manager (tests that call
 // Reconcile directly) every kind is read through the reader.
-func (r *Reconciler) watchKinds(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, version string, gvks []schema.GroupVersionKind) error {
+func (r *Reconciler) watchKinds(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, version string, gvks, templates []schema.GroupVersionKind) error {
 	if r.kinds == nil {
 		return nil
 	}
@@ -297,8 +294,12 @@ func (r *Reconciler) watchKinds(ctx context.Context, mhc *v1alpha1.MachineHealth
 	for _, gvk := range gvks {
 		kinds = append(kinds, engine.RequestKind(r.client.Scheme(), gvk, "MachineHealthCheck", true))
 	}
+	for _, gvk := range templates {
+		kinds = append(kinds, kindwatch.Kind{GVK: gvk, Handler: handler.EnqueueRequestsFromMapFunc(r.checksUsingTemplate)})
+	}
 	states := r.kinds.Want(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(mhc)}, kinds)
-	for gvk, st := range states {
+	for _, k := range kinds { // in order: a failing request kind is named before its template kind
+		gvk, st := k.GVK, states[k.GVK]
 		if gvk.Kind == "Machine" && gvk.Group == clusterv1.GroupVersion.Group {
 			switch st.State {
 			case kindwatch.Synced:
@@ -312,6 +313,23 @@ func (r *Reconciler) watchKinds(ctx context.Context, mhc *v1alpha1.MachineHealth
 		}
 	}
 	return engine.Pending(states)
+}
+
+// checksUsingTemplate enqueues the checks of a template's namespace that name it.
+func (r *Reconciler) checksUsingTemplate(ctx context.Context, obj client.Object) []reconcile.Request {
+	var checks v1alpha1.MachineHealthCheckList
+	if err := r.reader.List(ctx, &checks, client.InNamespace(obj.GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing MachineHealthChecks")
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range checks.Items {
+		steps, _ := stepsFor(&checks.Items[i])
+		if slices.ContainsFunc(steps, func(s step) bool { return engine.Names(s.Template, obj) }) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&checks.Items[i])})
+		}
+	}
+	return out
 }
 
 // forgetKinds tells the kind watcher that a check is gone: the kinds no other check names stop being

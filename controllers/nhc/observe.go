@@ -1,9 +1,7 @@
 package nhc
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -41,9 +39,6 @@ func leaseHolder(checkName string) string {
 var defaultSelector = metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 	{Key: "node-role.kubernetes.io/worker", Operator: metav1.LabelSelectorOpExists},
 }}
-
-// probeRef is a placeholder owner used to validate a template by instantiating it once.
-var probeRef = metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: "probe", UID: "probe"}
 
 // observe reads what decide needs, all from the informer cache (and the RESTMapper): the selected Nodes,
 // the templates, the remediation requests of the templates' kinds, the node leases and the other checks.
@@ -139,13 +134,8 @@ func selectorOf(check *v1alpha1.NodeHealthCheck) (labels.Selector, error) {
 // stepRefs lists the check's remediation steps in order, unresolved.
 func stepRefs(spec v1alpha1.NodeHealthCheckSpec) []step {
 	var steps []step
-	if spec.RemediationTemplate != nil {
-		steps = append(steps, step{Ref: *spec.RemediationTemplate})
-	}
-	esc := slices.Clone(spec.EscalatingRemediations)
-	slices.SortStableFunc(esc, func(a, b v1alpha1.EscalatingRemediation) int { return cmp.Compare(a.Order, b.Order) })
-	for _, e := range esc {
-		steps = append(steps, step{Ref: e.RemediationTemplate, Timeout: e.Timeout.Duration})
+	for _, s := range engine.StepRefs(spec.RemediationTemplate, spec.EscalatingRemediations) {
+		steps = append(steps, step{Ref: s.Ref, Timeout: s.Timeout})
 	}
 	return steps
 }
@@ -197,57 +187,12 @@ func refusedKinds(steps []step) *cause {
 }
 
 // resolveStep fills in s's remediation kind and template, or says why it cannot be used; retry is set when
-// its kinds are not installed or cannot be watched.
+// its kinds are not installed or cannot be watched (engine.Templates).
 func (r *Reconciler) resolveStep(ctx context.Context, s *step, kinds kindStates) (*cause, time.Duration, error) {
-	ref := s.Ref
-	id := fmt.Sprintf("%s %s/%s", ref.Kind, ref.Namespace, ref.Name)
-	invalid := func(format string, args ...any) (*cause, time.Duration, error) {
-		return &cause{Reason: v1alpha1.ReasonTemplateInvalid, Message: fmt.Sprintf("Remediation template "+id+": "+format, args...)}, 0, nil
-	}
-	gv, err := schema.ParseGroupVersion(ref.APIVersion)
-	if err != nil {
-		return invalid("apiVersion %q: %v", ref.APIVersion, err)
-	}
-	if ref.Namespace == "" {
-		return invalid("namespace is required")
-	}
-	tplGVK := gv.WithKind(ref.Kind)
-	emrGVK, err := template.RemediationGVK(tplGVK)
-	if err != nil {
-		return invalid("%v", err)
-	}
-	s.EMR = emrGVK
-	for _, gvk := range []schema.GroupVersionKind{tplGVK, emrGVK} {
-		if _, err := r.client.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
-			if meta.IsNoMatchError(err) {
-				return &cause{Reason: v1alpha1.ReasonTemplateNotFound,
-					Message: fmt.Sprintf("Remediation template %s: kind %s is not installed (no CRD serves it)", id, gvk)}, r.opts.KindRetryPeriod, nil
-			}
-			return nil, 0, fmt.Errorf("mapping %s: %w", gvk, err)
-		}
-	}
-	for _, gvk := range []schema.GroupVersionKind{tplGVK, emrGVK} {
-		if c, retry := kinds.notWatchable(gvk, id, r.clock.Now()); c != nil {
-			return c, retry, nil
-		}
-	}
-	tpl := &unstructured.Unstructured{}
-	tpl.SetGroupVersionKind(tplGVK)
-	if err := r.reader().Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, tpl); err != nil {
-		if apierrors.IsNotFound(err) {
-			return &cause{Reason: v1alpha1.ReasonTemplateNotFound, Message: fmt.Sprintf("Remediation template %s not found", id)}, 0, nil
-		}
-		return nil, 0, fmt.Errorf("getting remediation template %s: %w", id, err)
-	}
-	if _, err := template.Instantiate(template.Request{Template: tpl, Name: "probe", NodeName: "probe", Target: probeRef, HealthCheck: probeRef}); err != nil {
-		var inv *template.InvalidTemplateError
-		if errors.As(err, &inv) {
-			return &cause{Reason: v1alpha1.ReasonTemplateInvalid, Message: inv.Error()}, 0, nil
-		}
-		return nil, 0, fmt.Errorf("validating remediation template %s: %w", id, err)
-	}
-	s.Template = tpl
-	return nil, 0, nil
+	tpl, emr, c, retry, err := engine.Templates{Mapper: r.client.RESTMapper(), Reader: r.reader(), KindRetry: r.opts.KindRetryPeriod}.
+		Resolve(ctx, s.Ref, kinds, r.clock.Now())
+	s.Template, s.EMR = tpl, emr
+	return c, retry, err
 }
 
 // listRemediations lists the remediation requests of every kind and namespace the steps (and the status
@@ -285,7 +230,7 @@ func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeH
 			}
 			return nil, nil, fmt.Errorf("mapping %s: %w", k.gvk, err)
 		}
-		if !kinds.readable(k.gvk) {
+		if !kinds.Readable(k.gvk) {
 			continue
 		}
 		items, err := engine.ListRequests(ctx, r.reader(), r.client.Scheme(), k.gvk, k.ns)
@@ -337,7 +282,7 @@ func (r *Reconciler) confirmMissing(ctx context.Context, check *v1alpha1.NodeHea
 				ours[u.Name] = append(ours[u.Name], o)
 				continue
 			}
-			if gv, err := schema.ParseGroupVersion(rem.APIVersion); err == nil && !kinds.readable(gv.WithKind(rem.Kind)) {
+			if gv, err := schema.ParseGroupVersion(rem.APIVersion); err == nil && !kinds.Readable(gv.WithKind(rem.Kind)) {
 				ours[u.Name] = append(ours[u.Name], remembered(ref, rem))
 				continue
 			}

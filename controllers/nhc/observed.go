@@ -47,10 +47,7 @@ type observed struct {
 }
 
 // cause is why a whole check cannot remediate, with a condition reason and a message for humans.
-type cause struct {
-	Reason  string
-	Message string
-}
+type cause = engine.Cause
 
 // step is one remediation step: its template (resolved) and timeout.
 type step struct {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -81,26 +80,8 @@ const (
 	roleRemediation                  // a remediation request: the check that owns it
 )
 
-// kindStates are the states of the template and remediation kinds a check names, as the kind watcher
-// reports them. Nil, without a manager (tests that call Reconcile directly and read through the client),
-// means that every kind can be read.
-type kindStates map[schema.GroupVersionKind]kindwatch.Status
-
-// readable reports whether gvk can be read from the cache without waiting.
-func (k kindStates) readable(gvk schema.GroupVersionKind) bool {
-	return k == nil || k[gvk].State == kindwatch.Synced
-}
-
-// notWatchable is the cause that disables a check whose step uses gvk, nil while gvk is watched; retry is
-// when the watcher tries the kind again.
-func (k kindStates) notWatchable(gvk schema.GroupVersionKind, id string, now time.Time) (*cause, time.Duration) {
-	st, ok := k[gvk]
-	if !ok || st.State != kindwatch.Failed {
-		return nil, 0
-	}
-	return &cause{Reason: v1alpha1.ReasonRemediationKindNotWatchable, Message: fmt.Sprintf("Remediation template %s: %v", id, st.Err)},
-		max(st.Until.Sub(now), time.Millisecond)
-}
+// kindStates are the states of the template and remediation kinds a check names (engine.KindStates).
+type kindStates = engine.KindStates
 
 // watchKinds tells the kind watcher which template and remediation kinds the check names (those
 // installed: the steps' and the ones its status remembers requests of) and returns their states. It never
@@ -285,12 +266,10 @@ func (r *Reconciler) checksUsingTemplate(ctx context.Context, obj client.Object)
 		ctrl.LoggerFrom(ctx).Error(err, "Listing NodeHealthChecks")
 		return nil
 	}
-	gvk := obj.GetObjectKind().GroupVersionKind()
 	var out []reconcile.Request
 	for i := range list.Items {
 		for _, s := range stepRefs(list.Items[i].Spec) {
-			gv, err := schema.ParseGroupVersion(s.Ref.APIVersion)
-			if err == nil && gv.Group == gvk.Group && s.Ref.Kind == gvk.Kind && s.Ref.Namespace == obj.GetNamespace() && s.Ref.Name == obj.GetName() {
+			if engine.Names(s.Ref, obj) {
 				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: list.Items[i].Name}})
 				break
 			}

@@ -43,11 +43,6 @@ type CheckWide struct {
 	Restricted bool
 }
 
-// Held reports whether no new remediation may start: paused, or a storm (its cooldown included).
-func (c CheckWide) Held() bool {
-	return meta.IsStatusConditionTrue(c.Conditions, v1alpha1.ConditionPaused) || c.Storm.Active()
-}
-
 // DecideCheckWide sets the check-wide conditions from the budget's decision and the pause requests.
 func DecideCheckWide(in CheckWideInput) CheckWide {
 	prev := in.Conditions
