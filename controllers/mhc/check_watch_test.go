@@ -43,6 +43,8 @@ var _ = Describe("A check's watch of its own kind", func() {
 		Eventually(func() bool {
 			return meta.IsStatusConditionTrue(w.check(ctx, "check").Status.Conditions, v1alpha1.ConditionPaused)
 		}).WithTimeout(eventuallyTimeout).Should(BeTrue(), "the annotation reaches the check, which writes Paused=True")
+		// Counted once the reconcile returns, a moment after its status write is stored.
+		Eventually(reconciles).WithTimeout(eventuallyTimeout).Should(BeNumerically(">", base))
 		Consistently(reconciles).WithTimeout(2*time.Second).Should(Equal(base+1),
 			"one reconcile for the annotation, none for the status write it made")
 

@@ -269,19 +269,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var noCAPI *clusterAPINotInstalledError
 	var noKubeconfig *workload.ForbiddenError
 	var refused *template.RefusedKindError
-	var unusable *templateError
 	switch {
 	case errors.As(err, &refused):
 		// Let go of whatever an earlier spec of the check had watched.
 		r.forgetKinds(ctx, req.NamespacedName)
 		return r.disableFor(ctx, mhc, v1alpha1.ReasonRemediationKindRefused, refused.Error(), time.Time{})
-	case errors.As(err, &unusable):
-		// Until the template is made or fixed (its watch brings the check back), or its kind installed.
-		var retry time.Time
-		if unusable.retry > 0 {
-			retry = r.clock.Now().Add(unusable.retry)
-		}
-		return r.disableFor(ctx, mhc, unusable.cause.Reason, unusable.cause.Message, retry)
 	case errors.As(err, &noCAPI):
 		// Looked at again when the served version is next rechecked.
 		return r.disableFor(ctx, mhc, v1alpha1.ReasonClusterAPINotInstalled, noCAPI.Error(), noCAPI.retry)
@@ -311,7 +303,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.recorder.Eventf(mhc, nil, corev1.EventTypeWarning, EventRemediationFailed, actionCheck, "%s", err.Error())
 		return ctrl.Result{}, reconcile.TerminalError(err)
 	}
-	r.enable(mhc, &p.Status)
+	if in.Disabled == nil {
+		r.enable(mhc, &p.Status)
+	}
 	execErr := r.execute(ctx, mhc, &p)
 	p.Status.RecentRemediations = p.recentRemediations()
 	writing := trace.StartRegion(ctx, "status")

@@ -486,15 +486,14 @@ var _ = Describe("Template-based remediation", func() {
 		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventRemediationsExhausted)))
 	})
 
-	It("is disabled while a template it names is missing, before any Machine fails, and works once it is made", func(ctx SpecContext) {
+	It("is disabled while a template it names is missing, before any Machine fails, still reports its Machines, and works once it is made", func(ctx SpecContext) {
 		w := newWorld(ctx)
 		w.createCheck(ctx, "workers", func(mhc *v1alpha1.MachineHealthCheck) { mhc.Spec.RemediationTemplate = ptr.To(templateRef("absent")) })
 		node := w.createNode(ctx, k8s, w.nodeName("n"), corev1.ConditionTrue, time.Hour)
 		w.createMachine(ctx, "m", withNodeRef(node.Name))
 
-		res, err := w.r.Reconcile(ctx, reconcileRequest(w.ns, "workers"))
+		_, err := w.r.Reconcile(ctx, reconcileRequest(w.ns, "workers"))
 		Expect(err).NotTo(HaveOccurred(), "a condition and an event, not an error to retry")
-		Expect(res.RequeueAfter).To(BeZero(), "the template's watch brings the check back when it is made")
 		disabled := meta.FindStatusCondition(w.check(ctx, "workers").Status.Conditions, v1alpha1.ConditionDisabled)
 		Expect(disabled).NotTo(BeNil())
 		Expect(disabled.Status).To(Equal(metav1.ConditionTrue))
@@ -503,9 +502,17 @@ var _ = Describe("Template-based remediation", func() {
 		Expect(w.rec.all()).To(ContainElement(And(HaveField("Reason", EventDisabled), HaveField("Type", corev1.EventTypeWarning),
 			HaveField("Note", ContainSubstring("absent not found")))))
 
-		// Made: the check works again, and a Machine failing now is remediated.
-		w.createTemplate(ctx, "absent", "reboot")
+		By("a Machine failing meanwhile is reported, not remediated")
 		w.createMachine(ctx, "sick", withNodeRef(w.nodeName("gone")))
+		w.reconcile(ctx, "workers")
+		Expect(condition(w.machine(ctx, "sick"), clusterv1.MachineHealthCheckSucceededCondition)).To(
+			HaveField("Status", metav1.ConditionFalse))
+		Expect(w.check(ctx, "workers").Status.UnhealthyMachines).To(ConsistOf(And(HaveField("Name", "sick"), HaveField("Remediations", BeEmpty()))))
+		Expect(w.powerCycleRemediations(ctx)).To(BeEmpty())
+		Expect(w.rec.With(EventDisabled)).To(HaveLen(1), "once per cause")
+
+		By("the template made: the check works again and remediates it")
+		w.createTemplate(ctx, "absent", "reboot")
 		w.reconcile(ctx, "workers")
 		Expect(meta.IsStatusConditionFalse(w.check(ctx, "workers").Status.Conditions, v1alpha1.ConditionDisabled)).To(BeTrue())
 		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventEnabled)))

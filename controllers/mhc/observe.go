@@ -73,15 +73,18 @@ func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 		return in, err
 	}
 	// Every template is read and checked before anything is decided, as a NodeHealthCheck's: a template
-	// missing or unusable disables the check at once, not when a Machine fails.
+	// missing or unusable disables the check at once, not when a Machine fails (planChecks).
 	resolve := engine.Templates{Mapper: r.client.RESTMapper(), Reader: engine.Guarded{Reader: r.reader}, KindRetry: kindRetry}
 	for i := range in.Steps {
 		tpl, _, c, retry, err := resolve.Resolve(ctx, in.Steps[i].Template, nil, now)
 		if err != nil {
 			return in, err
 		}
-		if c != nil {
-			return in, &templateError{cause: *c, retry: retry}
+		if c != nil && in.Disabled == nil {
+			in.Disabled = c
+			if retry > 0 {
+				in.DisabledUntil = now.Add(retry)
+			}
 		}
 		in.Steps[i].Object = tpl
 	}
@@ -161,16 +164,6 @@ func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 // kindRetry is how soon a check whose template kind is not installed looks again: no watch reports a CRD
 // installed (the NodeHealthCheck's default KindRetryPeriod).
 const kindRetry = time.Minute
-
-// templateError says that a template the check names cannot be used (engine.Templates.Resolve): the
-// check is disabled with its cause until the template is made or fixed (its watch brings the check
-// back), or, for a kind not installed, until retry.
-type templateError struct {
-	cause engine.Cause
-	retry time.Duration
-}
-
-func (e *templateError) Error() string { return e.cause.Message }
 
 // readNodes reads the named Nodes; absent ones are missing from the map.
 func readNodes(ctx context.Context, reader client.Reader, names []string) (map[string]*corev1.Node, error) {

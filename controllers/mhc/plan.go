@@ -46,6 +46,9 @@ const (
 	blockedDeleting blocker = "Deleting"
 	// blockedExcluded: the Machine's Node is labelled remediation.medik8s.io/exclude-from-remediation=true.
 	blockedExcluded blocker = engine.SkipExcluded
+	// blockedDisabled: the check is disabled (a template missing or unusable); the NodeHealthCheck's
+	// check-wide reason.
+	blockedDisabled blocker = "Disabled"
 )
 
 // step is one remediation step: a template, the kind of request it makes and how long it may take.
@@ -120,7 +123,12 @@ type planInput struct {
 	Spec  checkSpec
 	Steps []step
 	// Paused, when not empty, says why nothing may be changed (the check or its Cluster is paused).
-	Paused  string
+	Paused string
+	// Disabled says why no remediation may start (a template missing or unusable), as a NodeHealthCheck's
+	// Disabled: the check still reads and reports its Machines and ends the steps under way. DisabledUntil
+	// is when to look again (a template kind not installed, which no watch reports).
+	Disabled      *engine.Cause
+	DisabledUntil time.Time
 	Cluster *clusterv1.Cluster
 	// Machines are all the Machines the check selects, skipped ones included.
 	Machines []observedTarget
@@ -231,7 +239,8 @@ func planChecks(in planInput) (plan, error) {
 		p.Orphans = in.Orphans
 	}
 
-	cw := checkWide(&p, mhc, in.Paused, decision, now)
+	cw := checkWide(&p, mhc, in.Paused, in.Disabled, decision, now)
+	p.NextCheck = engine.Earliest(p.NextCheck, in.DisabledUntil)
 	storm := cw.Storm
 	gate := newSafety(in, p.Backoff)
 	type walked struct {
@@ -264,7 +273,11 @@ func planChecks(in planInput) (plan, error) {
 		prevEntry := prev[t.Machine.Name]
 		records := mergeRecords(prevEntry, o.Requests, now)
 		t.Blocked = blockerFor(o, in.Paused, decision.Allowed)
-		if t.Blocked == notBlocked && storm.Active() {
+		switch {
+		case t.Blocked != notBlocked:
+		case in.Disabled != nil:
+			t.Blocked = blockedDisabled
+		case storm.Active():
 			t.Blocked = blockedStormCooldown
 		}
 		switch t.Verdict.State {

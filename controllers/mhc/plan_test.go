@@ -601,3 +601,36 @@ func requests(o *engine.Outcome, refs ...[]engine.Ref) []engine.Request {
 	all := slices.Concat(refs...)
 	return slices.DeleteFunc(slices.Clone(o.Target.Requests), func(q engine.Request) bool { return !slices.Contains(all, q.Ref) })
 }
+
+// A check disabled by a template (missing, or unusable) is a NodeHealthCheck's Disabled: its steps under
+// way still end, nothing new starts, its Machines are still reported, and the condition says why.
+func TestPlanDisabledEndsStepsStartsNothing(t *testing.T) {
+	g := NewWithT(t)
+	mhc := unitCheck(func(c *v1alpha1.MachineHealthCheck) {
+		c.Spec.EscalatingRemediations = []v1alpha1.EscalatingRemediation{
+			{RemediationTemplate: metal3.Template, Order: 2, Timeout: metav1.Duration{Duration: 20 * time.Minute}},
+			{RemediationTemplate: reboot.Template, Order: 1, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
+		}
+		c.Status.UnhealthyMachines = []v1alpha1.UnhealthyMachine{{Name: "m", Reason: "UnhealthyNode",
+			Remediations: []v1alpha1.MachineRemediationRequest{record(reboot, t0.Add(-11*time.Minute), nil)}}}
+	})
+	steps, err := stepsFor(mhc)
+	g.Expect(err).NotTo(HaveOccurred())
+	o := unhealthyTarget("m")
+	o.Requests = []engine.Request{request(reboot, t0.Add(-11*time.Minute))}
+	cause := &engine.Cause{Reason: v1alpha1.ReasonTemplateNotFound, Message: "Remediation template metal3 not found"}
+	p, err := planChecks(planInput{Check: mhc, Spec: checkSpecFor(mhc), Steps: steps, Machines: []observedTarget{o, unhealthyTarget("n")},
+		Now: t0, Disabled: cause, DisabledUntil: t0.Add(time.Minute)})
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, tp := range p.Targets {
+		g.Expect(tp.Blocked).To(Equal(blockedDisabled))
+		g.Expect(tp.create()).To(BeNil(), "nothing starts")
+		g.Expect(conditionOf(tp.Conditions, clusterv1.MachineHealthCheckSucceededCondition)).To(HaveField("Status", metav1.ConditionFalse),
+			"still reported")
+	}
+	g.Expect(timeOuts(p.Targets[0])).To(HaveLen(1), "the first step's timeout passed: it ends")
+	g.Expect(conditionOf(p.Status.Conditions, v1alpha1.ConditionDisabled)).To(And(HaveField("Status", metav1.ConditionTrue),
+		HaveField("Reason", v1alpha1.ReasonTemplateNotFound), HaveField("Message", cause.Message)))
+	g.Expect(p.Events).To(ContainElement(And(HaveField("Reason", EventDisabled), HaveField("Type", corev1.EventTypeWarning))))
+	g.Expect(p.NextCheck).To(BeTemporally("<=", t0.Add(time.Minute)), "a kind not installed is looked at again")
+}

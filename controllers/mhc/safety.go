@@ -420,12 +420,17 @@ type leaseAction struct {
 // the NodeHealthCheck's rules) and the events of their transitions: while the budget is exceeded, and
 // stormCooldownDuration after it is met again, no remediation starts. The budget's own transition keeps
 // Cluster API's RemediationRestricted event (planChecks); the cooldown and the storm's end get theirs.
-func checkWide(p *plan, mhc *v1alpha1.MachineHealthCheck, paused string, d budget.Decision, now time.Time) engine.CheckWide {
+func checkWide(p *plan, mhc *v1alpha1.MachineHealthCheck, paused string, disabled *engine.Cause, d budget.Decision, now time.Time) engine.CheckWide {
 	var pauses []string
 	if paused != "" {
 		pauses = []string{paused}
 	}
-	cw := engine.DecideCheckWide(engine.CheckWideInput{Conditions: mhc.Status.Conditions, Generation: mhc.Generation,
+	conds := slices.Clone(mhc.Status.Conditions)
+	if disabled != nil && engine.Disable(&conds, mhc.Generation, disabled.Reason, disabled.Message, now) {
+		p.Events = append(p.Events, checkEvent{Regarding: mhc, Type: corev1.EventTypeWarning, Reason: EventDisabled,
+			Note: "No remediation can start: " + disabled.Message})
+	}
+	cw := engine.DecideCheckWide(engine.CheckWideInput{Conditions: conds, Generation: mhc.Generation,
 		Paused: pauses, Budget: d, Cooldown: engine.DurationOf(mhc.Spec.StormCooldownDuration), Now: now})
 	p.NextCheck = engine.Earliest(p.NextCheck, cw.Storm.Until)
 	event := func(reason, note string) {
