@@ -121,6 +121,8 @@ type Reconciler struct {
 	unreachable sync.Map
 	cpClaim     *gates.ControlPlaneClaim
 	statuses    engine.StatusWrites
+	// recent are the requests this process just created or deleted, while the cache lags behind.
+	recent engine.RecentWrites
 
 	// Set by SetupWithManager: dynamic watches on workload clusters' Nodes and on remediation kinds.
 	controller controller.Controller

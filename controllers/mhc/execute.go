@@ -66,7 +66,7 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 	if p.Site.Remote != nil {
 		nodes = p.Site.Remote.Client() // the cluster the check read its Nodes from: never a same-named Node of another
 	}
-	x := &engine.Executor{Starter: lm, Nodes: nodes, Clock: r.clock, Limit: executeParallel,
+	x := &engine.Executor{Starter: lm, Nodes: nodes, Clock: r.clock, Limit: executeParallel, Recent: &r.recent,
 		Check: metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: holderKind, Name: mhc.Name, UID: mhc.UID},
 		Template: func(_ context.Context, i int) (template.Request, error) {
 			t, st := targets[i], p.Steps[targets[i].Out.Create.Step]
@@ -134,6 +134,7 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 			errs = append(errs, fmt.Errorf("the request of a Machine that is gone: %w", err))
 			continue
 		}
+		r.recent.Deleted(mhc.UID, "", o.Ref, r.clock.Now())
 		ctrl.LoggerFrom(ctx).Info("Deleted the remediation request of a Machine that is gone", "kind", o.Ref.Kind,
 			"request", klog.KRef(o.Ref.Namespace, o.Ref.Name))
 		r.recorder.Eventf(mhc, nil, corev1.EventTypeNormal, EventRemediationRequestDeleted, actionRemediate,

@@ -204,6 +204,7 @@ func readNodes(ctx context.Context, reader client.Reader, names []string) (map[s
 func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, version string, kinds []schema.GroupVersionKind, machines map[string]bool) (map[string][]engine.Request, []orphan, error) {
 	out := map[string][]engine.Request{}
 	var orphans []orphan
+	now := r.clock.Now()
 	for _, gvk := range kinds {
 		// Bounded all the same: a cache read of a kind without a synced informer would wait for one for ever.
 		items, err := engine.ListRequests(ctx, engine.Guarded{Reader: r.reader}, r.client.Scheme(), gvk, mhc.Namespace)
@@ -211,13 +212,16 @@ func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHeal
 			return nil, nil, err
 		}
 		for _, item := range items {
-			ref := engine.RefIn(gvk, item)
-			machine := machineOf(item)
+			if !engine.OwnedBy(item, mhc.UID) {
+				continue
+			}
+			ref, machine := engine.RefIn(gvk, item), machineOf(item)
+			q := engine.RequestOf(ref, item)
+			q.Deleting = q.Deleting || r.recent.Seen(ref, now) // deleted a moment ago: the cache does not show it yet
 			switch {
-			case !engine.OwnedBy(item, mhc.UID):
 			case machines[machine]:
-				out[machine] = append(out[machine], engine.RequestOf(ref, item))
-			case item.GetDeletionTimestamp().IsZero():
+				out[machine] = append(out[machine], q)
+			case !q.Deleting:
 				gone, err := r.machineGone(ctx, version, types.NamespacedName{Namespace: mhc.Namespace, Name: machine})
 				if err != nil {
 					return nil, nil, err
@@ -228,6 +232,7 @@ func (r *Reconciler) readRequests(ctx context.Context, mhc *v1alpha1.MachineHeal
 			}
 		}
 	}
+	r.recent.AddCreated(mhc.UID, out, now) // created a moment ago: the cache does not show them yet
 	return out, orphans, nil
 }
 

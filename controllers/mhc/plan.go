@@ -129,7 +129,7 @@ type planInput struct {
 	// is when to look again (a template kind not installed, which no watch reports).
 	Disabled      *engine.Cause
 	DisabledUntil time.Time
-	Cluster *clusterv1.Cluster
+	Cluster       *clusterv1.Cluster
 	// Machines are all the Machines the check selects, skipped ones included.
 	Machines []observedTarget
 	// Orphans are requests the check owns whose Machine no longer exists.

@@ -292,7 +292,7 @@ func (r *Reconciler) watchKinds(ctx context.Context, mhc *v1alpha1.MachineHealth
 		kindwatch.Kind{GVK: schema.FromAPIVersionAndKind(gv, "Cluster"), Object: cluster,
 			Handler: clusterEvents{EventHandler: handler.EnqueueRequestsFromMapFunc(r.clusterToChecks), forget: r.remotes.Forget}})
 	for _, gvk := range gvks {
-		kinds = append(kinds, engine.RequestKind(r.client.Scheme(), gvk, "MachineHealthCheck", true))
+		kinds = append(kinds, engine.RequestKind(r.client.Scheme(), gvk, "MachineHealthCheck", true, &r.recent))
 	}
 	for _, gvk := range templates {
 		kinds = append(kinds, kindwatch.Kind{GVK: gvk, Handler: handler.EnqueueRequestsFromMapFunc(r.checksUsingTemplate)})

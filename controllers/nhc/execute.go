@@ -39,7 +39,7 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 		}
 	}
 	var notRenewed, released []event // a lease gone with its remediation: the event is the record of its release
-	x := &engine.Executor{Starter: lm, Nodes: r.client, Clock: r.clock, Limit: r.opts.MaxConcurrentWrites,
+	x := &engine.Executor{Starter: lm, Nodes: r.client, Clock: r.clock, Limit: r.opts.MaxConcurrentWrites, Recent: &r.recent,
 		Check: metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: holderKind, Name: check.Name, UID: check.UID},
 		Template: func(_ context.Context, i int) (template.Request, error) {
 			o := jobs[i].Outcome
@@ -47,7 +47,6 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 				Target: metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: o.Target.Node.Name, UID: o.Target.Node.UID}}, nil
 		},
 		Deleted: func(_ int, ref engine.Ref) {
-			r.recent.deleted(ref, r.clock.Now())
 			ctrl.LoggerFrom(ctx).V(4).Info("Deleted remediation request", "request", ref.String())
 		},
 		Leased: func(i int, skip *engine.Skip, _ error) {
@@ -76,9 +75,6 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 func (r *Reconciler) sent(ctx context.Context, check *v1alpha1.NodeHealthCheck, in observed, p *plan, o *engine.Outcome, res engine.Sent) {
 	name, c, st := o.Target.Name, o.Create, in.Steps[o.Create.Step]
 	e := p.Entries[name]
-	if res.Deleted {
-		r.recent.deleted(res.Ref, r.clock.Now())
-	}
 	switch {
 	case res.Skip != nil:
 		p.skip(e, findEntry(check.Status.UnhealthyNodes, name), *res.Skip, o.Target.Why)
@@ -99,7 +95,6 @@ func (r *Reconciler) sent(ctx context.Context, check *v1alpha1.NodeHealthCheck, 
 		ctrl.LoggerFrom(ctx).V(4).Info("Adopted remediation request", "node", name, "request", res.Ref.String())
 		return
 	}
-	r.recent.created(remediationObject{Ref: res.Ref, TemplateName: st.Ref.Name, Created: res.At}, res.At)
 	// What decide would have asked for had the request already existed: the step's timeout and the lease's
 	// renewal.
 	if st.Timeout > 0 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -248,7 +247,7 @@ func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeH
 				node = item.GetName()
 			}
 			o := engine.RequestOf(ref, item)
-			if r.recent.seen(ref, now) {
+			if r.recent.Seen(ref, now) {
 				o.Deleting = true // we deleted it a moment ago; the cache does not show it yet
 			}
 			ours[node] = append(ours[node], o)
@@ -275,7 +274,7 @@ func (r *Reconciler) confirmMissing(ctx context.Context, check *v1alpha1.NodeHea
 				continue
 			}
 			ref := emrRef{APIVersion: rem.APIVersion, Kind: rem.Kind, Namespace: rem.Namespace, Name: requestNameOf(u.Name, rem)}
-			switch o, known := r.recent.get(ref, r.clock.Now()); {
+			switch o, known := r.recent.Get(ref, r.clock.Now()); {
 			case known && o.Deleting:
 				continue // we deleted it a moment ago: gone
 			case known:
@@ -420,61 +419,4 @@ func (r *Reconciler) reader() client.Reader {
 		return engine.Guarded{Reader: r.cache}
 	}
 	return r.client
-}
-
-// recentWrites remembers the requests this process just created or deleted, until the cache shows the
-// creation (or for recentWriteTTL), so that a reconcile working from a cache that lags behind its own
-// writes neither mistakes a new request for deleted, nor reads a deleted one live, nor deletes again one
-// the cache still shows as it was before the delete.
-type recentWrites struct {
-	mu   sync.Mutex
-	objs map[emrRef]recentWrite
-}
-
-type recentWrite struct {
-	obj remediationObject // Deleting set for a deletion
-	at  time.Time
-}
-
-// recentWriteTTL bounds how long a write is remembered without the cache showing it.
-const recentWriteTTL = time.Minute
-
-func (rw *recentWrites) created(o remediationObject, at time.Time) { rw.put(o, at) }
-
-func (rw *recentWrites) deleted(ref emrRef, at time.Time) {
-	rw.put(remediationObject{Ref: ref, Deleting: true}, at)
-}
-
-func (rw *recentWrites) put(o remediationObject, at time.Time) {
-	rw.mu.Lock()
-	defer rw.mu.Unlock()
-	if rw.objs == nil {
-		rw.objs = map[emrRef]recentWrite{}
-	}
-	rw.objs[o.Ref] = recentWrite{obj: o, at: at}
-}
-
-// get returns what was last written to ref, if that is recent.
-func (rw *recentWrites) get(ref emrRef, now time.Time) (remediationObject, bool) {
-	rw.mu.Lock()
-	defer rw.mu.Unlock()
-	w, ok := rw.objs[ref]
-	if ok && now.Sub(w.at) > recentWriteTTL {
-		delete(rw.objs, ref)
-		return remediationObject{}, false
-	}
-	return w.obj, ok
-}
-
-// seen is told of each request the cache shows: it forgets a creation (the cache shows it now) and
-// reports whether this process deleted the request a moment ago (the cache does not show that yet).
-func (rw *recentWrites) seen(ref emrRef, now time.Time) (deleted bool) {
-	rw.mu.Lock()
-	defer rw.mu.Unlock()
-	w, ok := rw.objs[ref]
-	if ok && w.obj.Deleting && now.Sub(w.at) <= recentWriteTTL {
-		return true
-	}
-	delete(rw.objs, ref)
-	return false
 }

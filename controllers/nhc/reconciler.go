@@ -102,7 +102,7 @@ type Reconciler struct {
 	// nodeStore is the node informer's store, read without copying (see selectNodes); nil without a
 	// manager.
 	nodeStore toolscache.Store
-	recent    recentWrites
+	recent    engine.RecentWrites
 	cpClaim   *gates.ControlPlaneClaim
 	statuses  engine.StatusWrites
 

@@ -155,7 +155,7 @@ func (r *Reconciler) kindFor(gvk schema.GroupVersionKind, role watchRole) kindwa
 	if role == roleTemplate {
 		return kindwatch.Kind{GVK: gvk, Handler: handler.EnqueueRequestsFromMapFunc(r.checksUsingTemplate)}
 	}
-	return engine.RequestKind(r.client.Scheme(), gvk, holderKind, false)
+	return engine.RequestKind(r.client.Scheme(), gvk, holderKind, false, &r.recent)
 }
 
 // checkKind is how the controller watches its own NodeHealthChecks: every other check looks again at a

@@ -38,6 +38,12 @@
 //     Machine's conditions), and what it records of each write. Delete deletes a request, and InParallel
 //     sends writes about different objects together. StatusWrites writes a check's status, also when it
 //     seems unchanged but was decided from a copy older than the check's last status write.
+//   - Templates reads and checks a check's remediation templates before anything is decided, the same for
+//     both kinds (StepRefs lists a spec's steps in order, KindStates says which kinds can be read): a
+//     template missing or unusable is a Cause, the check's Disabled condition, while its targets are still
+//     read and reported and the steps under way still end. RecentWrites remembers the requests a check has
+//     just created or deleted (the Executor records them) while its cache lags behind: one create and one
+//     delete per request.
 //   - WatchChecks is how both kinds watch their own checks: a check looks again at its own spec and
 //     annotations (CheckChanged), not at its status writes, and every other check of its kind (PeersOf) at
 //     what the overlapping rule reads of it (PeerChanged: its spec, its deletion, and of its status only

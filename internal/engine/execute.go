@@ -48,6 +48,9 @@ type Executor struct {
 	Check metav1.OwnerReference
 	// Limit bounds the targets worked on at once.
 	Limit int
+	// Recent remembers each request created, adopted or deleted, for the passes that follow while the
+	// cache lags behind (nil: nothing).
+	Recent *RecentWrites
 
 	// Template says what job i's request is made of: its template, its owner reference to the target and
 	// its Cluster (Run sets the rest). After is the kind's own write for job i, last of its writes.
@@ -135,6 +138,9 @@ func (e *Executor) Run(ctx context.Context, release []string, jobs []Job) error 
 	}
 	for i, res := range x.sent {
 		if res != nil {
+			if res.Deleted { // again, after its lease-after found the Node someone else's (Starter.LeasesAfter)
+				x.Recent.Deleted(x.Check.UID, jobs[i].Outcome.Target.Name, res.Ref, x.Clock.Now())
+			}
 			x.errs = append(x.errs, res.Err, res.LeaseErr)
 			if e.Report != nil {
 				e.Report(i, *res)
@@ -166,6 +172,9 @@ func (x *execution) job(ctx context.Context, i int, j Job) {
 		}
 		err := Delete(ctx, x.Starter.Client, ref, uid)
 		deleted = deleted && err == nil
+		if err == nil {
+			x.Recent.Deleted(x.Check.UID, o.Target.Name, ref, x.Clock.Now())
+		}
 		x.record(err, hook(err == nil && x.Deleted != nil, func() { x.Deleted(i, ref) }))
 	}
 	if j.Unconfirm != "" && deleted { // once the requests it confirmed are gone
@@ -194,6 +203,11 @@ func (x *execution) send(ctx context.Context, i int, j Job, o *Outcome) *Sent {
 	}
 	res := x.Starter.Send(ctx, j, obj, x.Check.UID)
 	res.At = x.Clock.Now()
+	if res.Created { // at once: the cache may show its deletion by someone else (ForgetDeleted) a moment later
+		q := RequestOf(res.Ref, obj)
+		q.Created = res.At
+		x.Recent.Created(x.Check.UID, o.Target.Name, q, res.At)
+	}
 	return &res
 }
 

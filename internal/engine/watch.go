@@ -41,11 +41,12 @@ func NodeUpdates() predicate.Funcs {
 
 // RequestKind is how a check of kind owner (NodeHealthCheck, MachineHealthCheck; namespaced or not) watches
 // the remediation requests of kind gvk: each event goes to the check that owns the request (ChecksOwning),
-// unless RequestChanged drops it; a kind this manager serves itself is watched through the typed informer
-// its remediator keeps already (TypedRequest), any other as unstructured objects. scheme is the manager's.
-func RequestKind(scheme *runtime.Scheme, gvk schema.GroupVersionKind, owner string, namespaced bool) kindwatch.Kind {
+// unless RequestChanged drops it, and a deletion first ends what recent remembers of the request
+// (ForgetDeleted); a kind this manager serves itself is watched through the typed informer its remediator
+// keeps already (TypedRequest), any other as unstructured objects. scheme is the manager's.
+func RequestKind(scheme *runtime.Scheme, gvk schema.GroupVersionKind, owner string, namespaced bool, recent *RecentWrites) kindwatch.Kind {
 	return kindwatch.Kind{GVK: gvk, Object: TypedRequest(scheme, gvk),
-		Handler:    handler.EnqueueRequestsFromMapFunc(ChecksOwning(owner, namespaced)),
+		Handler:    ForgetDeleted(handler.EnqueueRequestsFromMapFunc(ChecksOwning(owner, namespaced)), recent, gvk),
 		Predicates: []predicate.Predicate{RequestChanged()},
 		Verbs:      []string{"get", "list", "watch", "create", "update", "patch", "delete"}}
 }

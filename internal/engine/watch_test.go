@@ -189,7 +189,7 @@ func TestRequestKind(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
-			k := RequestKind(tc.scheme, tc.gvk, "MachineHealthCheck", true)
+			k := RequestKind(tc.scheme, tc.gvk, "MachineHealthCheck", true, nil)
 			g.Expect(k.GVK).To(Equal(tc.gvk))
 			if tc.want == nil {
 				g.Expect(k.Object).To(BeNil())
