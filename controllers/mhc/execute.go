@@ -71,7 +71,7 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 		Template: func(_ context.Context, i int) (template.Request, error) {
 			t, st := targets[i], p.Steps[targets[i].Out.Create.Step]
 			if st.Object == nil {
-				return template.Request{}, fmt.Errorf("remediation template %s %s/%s was not read", st.Template.Kind, st.Template.Namespace, st.Template.Name)
+				return template.Request{}, fmt.Errorf("remediation template %s %s/%s was not read", st.Ref().Kind, st.Namespace, st.Template)
 			}
 			return template.Request{Template: st.Object, ClusterName: t.Machine.Spec.ClusterName, Target: metav1.OwnerReference{
 				APIVersion: machineAPIVersion(t.Machine), Kind: "Machine", Name: t.Machine.Name, UID: t.Machine.UID}}, nil
@@ -118,9 +118,9 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 					r.skipped(mhc, t, p, res.Skip)
 				}
 			case res.Created:
-				log(t).Info("Created remediation request", "kind", st.GVK.Kind, "template", st.Template.Name, "reason", t.Verdict.Reason)
+				log(t).Info("Created remediation request", "kind", st.GVK.Kind, "template", st.Template, "reason", t.Verdict.Reason)
 				event(t, corev1.EventTypeNormal, EventRemediationRequestCreated, "Created %s %s from template %s: %s",
-					st.GVK.Kind, res.Ref.Name, st.Template.Name, t.Verdict.Message)
+					st.GVK.Kind, res.Ref.Name, st.Template, t.Verdict.Message)
 				countCreated(st.GVK.Kind)
 				if t.Out.Create.First {
 					observeDetection(t.Verdict.ExpiredAt, res.At)
@@ -152,14 +152,14 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 const executeParallel = 64
 
 // dropRecord removes the record of a request that could not be created.
-func dropRecord(status *v1alpha1.MachineHealthCheckStatus, machine string, s step) {
+func dropRecord(status *v1alpha1.MachineHealthCheckStatus, machine string, s engine.Step) {
 	for i := range status.UnhealthyMachines {
 		um := &status.UnhealthyMachines[i]
 		if um.Name != machine {
 			continue
 		}
 		um.Remediations = slices.DeleteFunc(um.Remediations, func(r v1alpha1.MachineRemediationRequest) bool {
-			return s.matches(r) && r.TimedOut == nil
+			return r.TimedOut == nil && r.APIVersion == s.GVK.GroupVersion().String() && r.Kind == s.GVK.Kind && r.TemplateName == s.Template
 		})
 	}
 }

@@ -38,7 +38,7 @@ func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 		if !slices.Contains(kinds, s.GVK) {
 			kinds = append(kinds, s.GVK)
 		}
-		if tpl := schema.FromAPIVersionAndKind(s.Template.APIVersion, s.Template.Kind); !slices.Contains(templates, tpl) {
+		if tpl := s.GVK.GroupVersion().WithKind(s.Ref().Kind); !slices.Contains(templates, tpl) {
 			templates = append(templates, tpl)
 		}
 	}
@@ -76,7 +76,7 @@ func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 	// missing or unusable disables the check at once, not when a Machine fails (planChecks).
 	resolve := engine.Templates{Mapper: r.client.RESTMapper(), Reader: engine.Guarded{Reader: r.reader}, KindRetry: kindRetry}
 	for i := range in.Steps {
-		tpl, _, c, retry, err := resolve.Resolve(ctx, in.Steps[i].Template, nil, now)
+		tpl, _, c, retry, err := resolve.Resolve(ctx, in.Steps[i].Ref(), nil, now)
 		if err != nil {
 			return in, err
 		}

@@ -307,7 +307,7 @@ func (k parityKit) outcome(t *testing.T, p plan) enginetest.Outcome {
 	for _, tp := range p.Targets {
 		name := tp.Machine.Name
 		if c := tp.create(); c != nil {
-			i := k.stepOf(p.Steps[c.Step].GVK.Kind, p.Steps[c.Step].Template.Name)
+			i := k.stepOf(p.Steps[c.Step].GVK.Kind, p.Steps[c.Step].Template)
 			out.Creates = append(out.Creates, enginetest.Ref{Target: name, Step: i})
 			created[name] = i
 		}

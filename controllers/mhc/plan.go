@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -51,26 +50,10 @@ const (
 	blockedDisabled blocker = "Disabled"
 )
 
-// step is one remediation step: a template, the kind of request it makes and how long it may take.
-type step struct {
-	// Template names the template; its namespace is always the check's.
-	Template v1alpha1.TemplateReference
-	// GVK is the kind of the remediation request the template makes.
-	GVK schema.GroupVersionKind
-	// Timeout ends the step when it passes; 0 means never (a single remediationTemplate).
-	Timeout time.Duration
-	// Object is the template as observe read it (engine.Templates); nil in a plan made without observe.
-	Object *unstructured.Unstructured
-}
-
-func (s step) matches(r v1alpha1.MachineRemediationRequest) bool {
-	return r.APIVersion == s.GVK.GroupVersion().String() && r.Kind == s.GVK.Kind && r.TemplateName == s.Template.Name
-}
-
 // stepsFor returns the check's remediation steps in the order they are tried; none for condition-based
 // remediation.
-func stepsFor(mhc *v1alpha1.MachineHealthCheck) ([]step, error) {
-	var steps []step
+func stepsFor(mhc *v1alpha1.MachineHealthCheck) ([]engine.Step, error) {
+	var steps []engine.Step
 	for _, r := range engine.StepRefs(mhc.Spec.RemediationTemplate, mhc.Spec.EscalatingRemediations) {
 		if r.Ref.Namespace != "" && r.Ref.Namespace != mhc.Namespace {
 			return nil, &InvalidSpecError{Field: "remediationTemplate.namespace", Reason: fmt.Sprintf(
@@ -84,9 +67,7 @@ func stepsFor(mhc *v1alpha1.MachineHealthCheck) ([]step, error) {
 		if err != nil {
 			return nil, &InvalidSpecError{Field: "remediationTemplate.kind", Reason: err.Error()}
 		}
-		ref := r.Ref
-		ref.Namespace = mhc.Namespace
-		steps = append(steps, step{Template: ref, GVK: gvk, Timeout: r.Timeout})
+		steps = append(steps, engine.Step{GVK: gvk, Namespace: mhc.Namespace, Template: r.Ref.Name, Timeout: r.Timeout})
 	}
 	return steps, nil
 }
@@ -121,7 +102,7 @@ type observedTarget struct {
 type planInput struct {
 	Check *v1alpha1.MachineHealthCheck
 	Spec  checkSpec
-	Steps []step
+	Steps []engine.Step
 	// Paused, when not empty, says why nothing may be changed (the check or its Cluster is paused).
 	Paused string
 	// Disabled says why no remediation may start (a template missing or unusable), as a NodeHealthCheck's
@@ -181,7 +162,7 @@ type plan struct {
 	Decision  budget.Decision
 	Unhealthy int
 	Targets   []targetPlan
-	Steps     []step
+	Steps     []engine.Step
 	// Orphans are requests to delete because their Machine is gone (deleted by a remediation's
 	// escalation, by its owner, or by anyone): nothing else would delete them while the check exists.
 	Orphans []orphan
@@ -414,7 +395,7 @@ func controlledByReplacer(m *clusterv1.Machine) bool {
 // its owner to replace it. It reports whether its template remediation is walked (engine.Pass.Unhealthy):
 // a Machine held back (a storm, its cooldown, the exclusion label) still ends the steps under way, as a
 // NodeHealthCheck's do, but starts nothing new.
-func planUnhealthy(t *targetPlan, steps []step, now time.Time) bool {
+func planUnhealthy(t *targetPlan, steps []engine.Step, now time.Time) bool {
 	switch t.Blocked {
 	case blockedPaused, blockedDeleting, blockedNotControlled:
 		// Left alone: paused means hands off, a deleting Machine is already going, and nothing would
@@ -479,15 +460,6 @@ func mergeRecords(prev *v1alpha1.UnhealthyMachine, requests []engine.Request, no
 		records = prev.Remediations
 	}
 	return machineRecords(engine.Adopt(engineRecords(records), requests, now))
-}
-
-// engineSteps are the steps as the engine takes them.
-func engineSteps(steps []step) []engine.Step {
-	out := make([]engine.Step, 0, len(steps))
-	for _, s := range steps {
-		out = append(out, engine.Step{GVK: s.GVK, Namespace: s.Template.Namespace, Template: s.Template.Name, Timeout: s.Timeout})
-	}
-	return out
 }
 
 // engineRecords are a Machine's status records as the engine keeps them (a Machine's record names no

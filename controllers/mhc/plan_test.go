@@ -307,28 +307,28 @@ func TestPlanNextCheckIsTheEarliestExpiry(t *testing.T) {
 var (
 	pcrGVK  = schema.GroupVersionKind{Group: "remediation.metalheal.io", Version: "v1alpha1", Kind: "PowerCycleRemediation"}
 	m3GVK   = schema.GroupVersionKind{Group: "infrastructure.cluster.x-k8s.io", Version: "v1beta1", Kind: "Metal3Remediation"}
-	reboot  = step{Template: v1alpha1.TemplateReference{APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "PowerCycleRemediationTemplate", Name: "reboot", Namespace: "ns"}, GVK: pcrGVK, Timeout: 10 * time.Minute}
-	fence   = step{Template: v1alpha1.TemplateReference{APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "PowerCycleRemediationTemplate", Name: "fence", Namespace: "ns"}, GVK: pcrGVK, Timeout: 20 * time.Minute}
-	metal3  = step{Template: v1alpha1.TemplateReference{APIVersion: "infrastructure.cluster.x-k8s.io/v1beta1", Kind: "Metal3RemediationTemplate", Name: "m3", Namespace: "ns"}, GVK: m3GVK, Timeout: 20 * time.Minute}
-	noLimit = step{Template: reboot.Template, GVK: pcrGVK}
+	reboot  = engine.Step{GVK: pcrGVK, Namespace: "ns", Template: "reboot", Timeout: 10 * time.Minute}
+	fence   = engine.Step{GVK: pcrGVK, Namespace: "ns", Template: "fence", Timeout: 20 * time.Minute}
+	metal3  = engine.Step{GVK: m3GVK, Namespace: "ns", Template: "m3", Timeout: 20 * time.Minute}
+	noLimit = engine.Step{GVK: pcrGVK, Namespace: "ns", Template: "reboot"}
 )
 
 // request is a request of step s for Machine m, as observe reads it.
-func request(s step, started time.Time, mutate ...func(*unstructured.Unstructured)) engine.Request {
+func request(s engine.Step, started time.Time, mutate ...func(*unstructured.Unstructured)) engine.Request {
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(s.GVK)
 	u.SetName("m")
 	u.SetNamespace("ns")
 	u.SetCreationTimestamp(metav1.NewTime(started))
-	u.SetAnnotations(map[string]string{template.AnnotationTemplateName: s.Template.Name})
+	u.SetAnnotations(map[string]string{template.AnnotationTemplateName: s.Template})
 	for _, f := range mutate {
 		f(u)
 	}
 	return engine.RequestOf(engine.RefOf(u), u)
 }
 
-func record(s step, started time.Time, timedOut *time.Time) v1alpha1.MachineRemediationRequest {
-	r := v1alpha1.MachineRemediationRequest{APIVersion: s.GVK.GroupVersion().String(), Kind: s.GVK.Kind, TemplateName: s.Template.Name,
+func record(s engine.Step, started time.Time, timedOut *time.Time) v1alpha1.MachineRemediationRequest {
+	r := v1alpha1.MachineRemediationRequest{APIVersion: s.GVK.GroupVersion().String(), Kind: s.GVK.Kind, TemplateName: s.Template,
 		Started: metav1.NewTime(started)}
 	if timedOut != nil {
 		r.TimedOut = ptr.To(metav1.NewTime(*timedOut))
@@ -366,13 +366,13 @@ func named(name string) func(*unstructured.Unstructured) {
 }
 
 // fenceName is the name of fence's request for Machine m: a later step of reboot's kind.
-var fenceName = template.LaterStepName("m", fence.Template.Name)
+var fenceName = template.LaterStepName("m", fence.Template)
 
 func TestPlanTemplateRemediation(t *testing.T) {
 	withSteps := func(c *v1alpha1.MachineHealthCheck) {
 		c.Spec.EscalatingRemediations = []v1alpha1.EscalatingRemediation{
-			{RemediationTemplate: metal3.Template, Order: 2, Timeout: metav1.Duration{Duration: 20 * time.Minute}},
-			{RemediationTemplate: reboot.Template, Order: 1, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
+			{RemediationTemplate: metal3.Ref(), Order: 2, Timeout: metav1.Duration{Duration: 20 * time.Minute}},
+			{RemediationTemplate: reboot.Ref(), Order: 1, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
 		}
 	}
 
@@ -381,7 +381,7 @@ func TestPlanTemplateRemediation(t *testing.T) {
 		p := mustPlan(g, unitCheck(withSteps), "", unhealthyTarget("m"))
 		tp := p.Targets[0]
 		g.Expect(tp.create()).NotTo(BeNil())
-		g.Expect(p.Steps[tp.create().Step].Template.Name).To(Equal("reboot"))
+		g.Expect(p.Steps[tp.create().Step].Template).To(Equal("reboot"))
 		g.Expect(tp.MarkedForOwner).To(BeFalse())
 		g.Expect(conditionOf(tp.Conditions, clusterv1.MachineOwnerRemediatedCondition)).To(BeNil())
 		g.Expect(p.Status.UnhealthyMachines).To(ConsistOf(HaveField("Remediations", ConsistOf(HaveField("TemplateName", "reboot")))))
@@ -420,8 +420,8 @@ func TestPlanStormEndsStepsStartsNothing(t *testing.T) {
 	g := NewWithT(t)
 	mhc := unitCheck(func(c *v1alpha1.MachineHealthCheck) {
 		c.Spec.EscalatingRemediations = []v1alpha1.EscalatingRemediation{
-			{RemediationTemplate: metal3.Template, Order: 2, Timeout: metav1.Duration{Duration: 20 * time.Minute}},
-			{RemediationTemplate: reboot.Template, Order: 1, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
+			{RemediationTemplate: metal3.Ref(), Order: 2, Timeout: metav1.Duration{Duration: 20 * time.Minute}},
+			{RemediationTemplate: reboot.Ref(), Order: 1, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
 		}
 		c.Spec.MaxUnhealthy = ptr.To(intstr.FromInt32(0))
 		c.Status.UnhealthyMachines = []v1alpha1.UnhealthyMachine{{Name: "m", Reason: "UnhealthyNode",
@@ -452,7 +452,7 @@ func TestStepsFor(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(steps).To(HaveLen(2))
 	g.Expect(steps[0].GVK).To(Equal(pcrGVK))
-	g.Expect(steps[0].Template.Namespace).To(Equal("ns"))
+	g.Expect(steps[0].Namespace).To(Equal("ns"))
 	g.Expect(steps[1].GVK).To(Equal(m3GVK))
 
 	elsewhere := unitCheck(func(c *v1alpha1.MachineHealthCheck) {
@@ -483,7 +483,7 @@ func TestSelects(t *testing.T) {
 func TestPlanHandOver(t *testing.T) {
 	pairs := []struct {
 		name     string
-		second   step
+		second   engine.Step
 		wantName string
 	}{
 		{name: "different kinds", second: metal3, wantName: "m"},
@@ -493,8 +493,8 @@ func TestPlanHandOver(t *testing.T) {
 	for _, pair := range pairs {
 		withSteps := func(c *v1alpha1.MachineHealthCheck) {
 			c.Spec.EscalatingRemediations = []v1alpha1.EscalatingRemediation{
-				{RemediationTemplate: reboot.Template, Order: 1, Timeout: metav1.Duration{Duration: reboot.Timeout}},
-				{RemediationTemplate: pair.second.Template, Order: 2, Timeout: metav1.Duration{Duration: pair.second.Timeout}},
+				{RemediationTemplate: reboot.Ref(), Order: 1, Timeout: metav1.Duration{Duration: reboot.Timeout}},
+				{RemediationTemplate: pair.second.Ref(), Order: 2, Timeout: metav1.Duration{Duration: pair.second.Timeout}},
 			}
 			c.Status.UnhealthyMachines = []v1alpha1.UnhealthyMachine{{Name: "m", Reason: "UnhealthyNode",
 				Remediations: []v1alpha1.MachineRemediationRequest{record(reboot, started, nil)}}}
@@ -608,8 +608,8 @@ func TestPlanDisabledEndsStepsStartsNothing(t *testing.T) {
 	g := NewWithT(t)
 	mhc := unitCheck(func(c *v1alpha1.MachineHealthCheck) {
 		c.Spec.EscalatingRemediations = []v1alpha1.EscalatingRemediation{
-			{RemediationTemplate: metal3.Template, Order: 2, Timeout: metav1.Duration{Duration: 20 * time.Minute}},
-			{RemediationTemplate: reboot.Template, Order: 1, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
+			{RemediationTemplate: metal3.Ref(), Order: 2, Timeout: metav1.Duration{Duration: 20 * time.Minute}},
+			{RemediationTemplate: reboot.Ref(), Order: 1, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
 		}
 		c.Status.UnhealthyMachines = []v1alpha1.UnhealthyMachine{{Name: "m", Reason: "UnhealthyNode",
 			Remediations: []v1alpha1.MachineRemediationRequest{record(reboot, t0.Add(-11*time.Minute), nil)}}}

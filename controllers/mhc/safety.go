@@ -291,7 +291,7 @@ type safety struct {
 }
 
 func newSafety(in planInput, memory *backoff.Memory) *safety {
-	s := &safety{in: in, pass: &engine.Pass{Steps: engineSteps(in.Steps), Now: in.Now, Holder: in.Safety.Holder, Leases: in.Safety.Leases,
+	s := &safety{in: in, pass: &engine.Pass{Steps: in.Steps, Now: in.Now, Holder: in.Safety.Holder, Leases: in.Safety.Leases,
 		LeaseDuration: in.Safety.LeaseDuration, Gate: engine.Gate{Backoff: memory, DryRun: in.Check.Spec.DryRun,
 			Admission: gates.NewAdmission(in.Safety.Holder, in.Safety.Leases, in.Safety.BusyControlPlane, in.Now)}}}
 	for _, o := range in.Machines {
@@ -496,7 +496,7 @@ func (s *safety) admitted(t *targetPlan, o observedTarget, entry *v1alpha1.Unhea
 		st := s.in.Steps[c.Step]
 		if !c.Again {
 			entry.Remediations = append(entry.Remediations, v1alpha1.MachineRemediationRequest{APIVersion: st.GVK.GroupVersion().String(),
-				Kind: st.GVK.Kind, TemplateName: st.Template.Name, Started: metav1.NewTime(now)})
+				Kind: st.GVK.Kind, TemplateName: st.Template, Started: metav1.NewTime(now)})
 			if st.Timeout > 0 {
 				s.pass.Next = engine.Earliest(s.pass.Next, now.Add(st.Timeout)) // the step about to start
 			}

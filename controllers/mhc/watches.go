@@ -325,7 +325,7 @@ func (r *Reconciler) checksUsingTemplate(ctx context.Context, obj client.Object)
 	var out []reconcile.Request
 	for i := range checks.Items {
 		steps, _ := stepsFor(&checks.Items[i])
-		if slices.ContainsFunc(steps, func(s step) bool { return engine.Names(s.Template, obj) }) {
+		if slices.ContainsFunc(steps, func(s engine.Step) bool { return engine.Names(s.Ref(), obj) }) {
 			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&checks.Items[i])})
 		}
 	}

@@ -126,11 +126,8 @@ func decide(in observed, now time.Time) plan {
 	p := &plan{Entries: map[string]*v1alpha1.UnhealthyNode{}, Disabled: in.Disabled, Paused: in.Check.Spec.PauseRequests}
 	d := &decider{in: in, now: now, p: p, old: map[string]*v1alpha1.UnhealthyNode{}, work: map[string]*nodeWork{},
 		creates: map[string]bool{}}
-	d.pass = &engine.Pass{Now: now, Holder: in.Holder, Leases: in.Leases, LeaseDuration: in.LeaseDuration,
+	d.pass = &engine.Pass{Steps: in.Steps, Now: now, Holder: in.Holder, Leases: in.Leases, LeaseDuration: in.LeaseDuration,
 		Gate: engine.Gate{Admission: gates.NewAdmission(in.Holder, in.Leases, in.BusyControlPlane, now), DryRun: in.Check.Spec.DryRun}}
-	for _, st := range in.Steps {
-		d.pass.Steps = append(d.pass.Steps, engine.Step{GVK: st.EMR, Namespace: st.Ref.Namespace, Template: st.Ref.Name, Timeout: st.Timeout})
-	}
 	for i := range in.Check.Status.UnhealthyNodes {
 		u := &in.Check.Status.UnhealthyNodes[i]
 		d.old[u.Name] = u
@@ -351,7 +348,7 @@ func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ou
 			return SkipOwnedByOtherCheck, msg
 		}
 		st := d.in.Steps[o.Walk.Create.Step]
-		key := emrRef{APIVersion: st.EMR.GroupVersion().String(), Kind: st.EMR.Kind, Namespace: st.Ref.Namespace, Name: o.Walk.Create.Name}
+		key := emrRef{APIVersion: st.GVK.GroupVersion().String(), Kind: st.GVK.Kind, Namespace: st.Namespace, Name: o.Walk.Create.Name}
 		if who, ok := d.in.Foreign[key]; ok && who != "" {
 			return SkipRemediationExists, fmt.Sprintf("%s exists, created by %s", key, who)
 		} else if ok {

@@ -46,15 +46,17 @@ func tplFor(ref v1alpha1.TemplateReference) *unstructured.Unstructured {
 	return u
 }
 
-func singleStep() []step {
-	return []step{{Ref: pcRef, Template: tplFor(pcRef), EMR: pcGVK}}
+// stepOf is the step of template ref, its requests of kind gvk, read.
+func stepOf(ref v1alpha1.TemplateReference, gvk schema.GroupVersionKind, timeout time.Duration) engine.Step {
+	return engine.Step{GVK: gvk, Namespace: ref.Namespace, Template: ref.Name, Timeout: timeout, Object: tplFor(ref)}
 }
 
-func twoSteps() []step {
-	return []step{
-		{Ref: pcRef, Template: tplFor(pcRef), EMR: pcGVK, Timeout: 5 * time.Minute},
-		{Ref: fenceRf, Template: tplFor(fenceRf), EMR: fenceGV, Timeout: 10 * time.Minute},
-	}
+func singleStep() []engine.Step {
+	return []engine.Step{stepOf(pcRef, pcGVK, 0)}
+}
+
+func twoSteps() []engine.Step {
+	return []engine.Step{stepOf(pcRef, pcGVK, 5*time.Minute), stepOf(fenceRf, fenceGV, 10*time.Minute)}
 }
 
 func unitCheck(mods ...func(*v1alpha1.NodeHealthCheck)) *v1alpha1.NodeHealthCheck {
@@ -587,11 +589,8 @@ func TestDecideEscalation(t *testing.T) {
 }
 
 // sameKindSteps are two steps that make requests of the same kind in the same namespace.
-func sameKindSteps() []step {
-	return []step{
-		{Ref: pcRef, Template: tplFor(pcRef), EMR: pcGVK, Timeout: 5 * time.Minute},
-		{Ref: hardRef, Template: tplFor(hardRef), EMR: pcGVK, Timeout: 10 * time.Minute},
-	}
+func sameKindSteps() []engine.Step {
+	return []engine.Step{stepOf(pcRef, pcGVK, 5*time.Minute), stepOf(hardRef, pcGVK, 10*time.Minute)}
 }
 
 var hardRef = v1alpha1.TemplateReference{APIVersion: pcRef.APIVersion, Kind: pcRef.Kind, Namespace: pcRef.Namespace, Name: "pool-a-hard"}
@@ -624,7 +623,7 @@ func TestDecideHandOver(t *testing.T) {
 	timedOut := started.Add(5 * time.Minute)
 	pairs := []struct {
 		name   string
-		steps  func() []step
+		steps  func() []engine.Step
 		second func(node string, created time.Time) remediationObject // the second step's request
 	}{
 		{name: "different kinds", steps: twoSteps, second: fenceObj},
@@ -635,8 +634,8 @@ func TestDecideHandOver(t *testing.T) {
 			return unitCheck(func(c *v1alpha1.NodeHealthCheck) {
 				c.Spec.RemediationTemplate = nil
 				c.Spec.EscalatingRemediations = []v1alpha1.EscalatingRemediation{
-					{RemediationTemplate: pair.steps()[0].Ref, Order: 1, Timeout: metav1.Duration{Duration: 5 * time.Minute}},
-					{RemediationTemplate: pair.steps()[1].Ref, Order: 2, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
+					{RemediationTemplate: pair.steps()[0].Ref(), Order: 1, Timeout: metav1.Duration{Duration: 5 * time.Minute}},
+					{RemediationTemplate: pair.steps()[1].Ref(), Order: 2, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
 				}
 				c.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: "w1", Remediations: []v1alpha1.NodeRemediation{pcEntry(started)}}}
 			})

@@ -43,7 +43,7 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 		Check: metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: holderKind, Name: check.Name, UID: check.UID},
 		Template: func(_ context.Context, i int) (template.Request, error) {
 			o := jobs[i].Outcome
-			return template.Request{Template: in.Steps[o.Create.Step].Template,
+			return template.Request{Template: in.Steps[o.Create.Step].Object,
 				Target: metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: o.Target.Node.Name, UID: o.Target.Node.UID}}, nil
 		},
 		Deleted: func(_ int, ref engine.Ref) {
@@ -86,7 +86,7 @@ func (r *Reconciler) sent(ctx context.Context, check *v1alpha1.NodeHealthCheck, 
 		return
 	}
 	rem := v1alpha1.NodeRemediation{APIVersion: res.Ref.APIVersion, Kind: res.Ref.Kind, Namespace: res.Ref.Namespace,
-		Name: res.Ref.Name, TemplateName: st.Ref.Name, Started: metav1.Time{Time: res.At}}
+		Name: res.Ref.Name, TemplateName: st.Template, Started: metav1.Time{Time: res.At}}
 	if !c.Again {
 		e.Remediations = append(e.Remediations, rem)
 	}

@@ -131,49 +131,37 @@ func selectorOf(check *v1alpha1.NodeHealthCheck) (labels.Selector, error) {
 }
 
 // stepRefs lists the check's remediation steps in order, unresolved.
-func stepRefs(spec v1alpha1.NodeHealthCheckSpec) []step {
-	var steps []step
-	for _, s := range engine.StepRefs(spec.RemediationTemplate, spec.EscalatingRemediations) {
-		steps = append(steps, step{Ref: s.Ref, Timeout: s.Timeout})
-	}
-	return steps
+func stepRefs(spec v1alpha1.NodeHealthCheckSpec) []engine.StepRef {
+	return engine.StepRefs(spec.RemediationTemplate, spec.EscalatingRemediations)
 }
 
-// resolveSteps reads every step's template. The first problem found disables the check; retry is set when
-// a kind is not installed or cannot be watched.
-func (r *Reconciler) resolveSteps(ctx context.Context, check *v1alpha1.NodeHealthCheck, kinds kindStates) ([]step, *cause, time.Duration, error) {
-	steps := stepRefs(check.Spec)
-	if len(steps) == 0 {
+// resolveSteps reads every step's template (engine.Templates). The first problem found disables the
+// check; retry is set when a kind is not installed or cannot be watched.
+func (r *Reconciler) resolveSteps(ctx context.Context, check *v1alpha1.NodeHealthCheck, kinds kindStates) ([]engine.Step, *cause, time.Duration, error) {
+	refs := stepRefs(check.Spec)
+	if len(refs) == 0 {
 		return nil, &cause{Reason: v1alpha1.ReasonTemplateInvalid, Message: "Neither remediationTemplate nor escalatingRemediations is set"}, 0, nil
 	}
-	if c := refusedKinds(steps); c != nil {
-		return steps, c, 0, nil // nothing of the steps is resolved, read or watched
+	if c := refusedKinds(refs); c != nil {
+		// Nothing of the steps is resolved, read or watched.
+		steps := make([]engine.Step, 0, len(refs))
+		for _, r := range refs {
+			steps = append(steps, engine.Step{Namespace: r.Ref.Namespace, Template: r.Ref.Name, Timeout: r.Timeout})
+		}
+		return steps, c, 0, nil
 	}
-	var first *cause
-	var retry time.Duration
-	for i := range steps {
-		c, again, err := r.resolveStep(ctx, &steps[i], kinds)
-		if err != nil {
-			return nil, nil, 0, err
-		}
-		if again > 0 && (retry == 0 || again < retry) {
-			retry = again
-		}
-		if c != nil && first == nil {
-			first = c
-		}
-	}
-	return steps, first, retry, nil
+	return engine.Templates{Mapper: r.client.RESTMapper(), Reader: r.reader(), KindRetry: r.opts.KindRetryPeriod}.
+		Steps(ctx, refs, kinds, r.clock.Now())
 }
 
 // refusedKinds is the cause that disables a check naming a kind that is not a remediation kind, or too
 // many distinct ones (template.CheckRemediationKinds); nil when its kinds may be watched.
-func refusedKinds(steps []step) *cause {
+func refusedKinds(steps []engine.StepRef) *cause {
 	var kinds []schema.GroupVersionKind
 	for _, s := range steps {
 		gv, err := schema.ParseGroupVersion(s.Ref.APIVersion)
 		if err != nil {
-			continue // resolveStep says so
+			continue // resolveSteps says so
 		}
 		if emr, err := template.RemediationGVK(gv.WithKind(s.Ref.Kind)); err == nil {
 			kinds = append(kinds, emr)
@@ -185,19 +173,10 @@ func refusedKinds(steps []step) *cause {
 	return nil
 }
 
-// resolveStep fills in s's remediation kind and template, or says why it cannot be used; retry is set when
-// its kinds are not installed or cannot be watched (engine.Templates).
-func (r *Reconciler) resolveStep(ctx context.Context, s *step, kinds kindStates) (*cause, time.Duration, error) {
-	tpl, emr, c, retry, err := engine.Templates{Mapper: r.client.RESTMapper(), Reader: r.reader(), KindRetry: r.opts.KindRetryPeriod}.
-		Resolve(ctx, s.Ref, kinds, r.clock.Now())
-	s.Template, s.EMR = tpl, emr
-	return c, retry, err
-}
-
 // listRemediations lists the remediation requests of every kind and namespace the steps (and the status
 // history) use, from the cache, and sorts them into ours (by Node) and foreign. A kind that cannot be
 // watched is not read (its check is disabled; confirmMissing keeps what the status remembers of it).
-func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeHealthCheck, steps []step, kinds kindStates) (map[string][]remediationObject, map[emrRef]string, error) {
+func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeHealthCheck, steps []engine.Step, kinds kindStates) (map[string][]remediationObject, map[emrRef]string, error) {
 	type listKey struct {
 		gvk schema.GroupVersionKind
 		ns  string
@@ -209,7 +188,7 @@ func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeH
 		}
 	}
 	for _, s := range steps {
-		add(s.EMR, s.Ref.Namespace)
+		add(s.GVK, s.Namespace)
 	}
 	for _, u := range check.Status.UnhealthyNodes {
 		for _, rem := range u.Remediations {

@@ -4,9 +4,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/conditions"
@@ -25,7 +23,7 @@ type observed struct {
 	// selector no longer matches; a nil value means the Node is gone.
 	Tracked map[string]*corev1.Node
 	// Steps are the remediation steps in order: one for remediationTemplate, one per escalation step.
-	Steps []step
+	Steps []engine.Step
 	// Disabled is set when a template is missing or malformed: no new remediation can start.
 	Disabled *cause
 	// Ours are the remediation requests this check created (owner reference to its UID), by Node name.
@@ -48,18 +46,6 @@ type observed struct {
 
 // cause is why a whole check cannot remediate, with a condition reason and a message for humans.
 type cause = engine.Cause
-
-// step is one remediation step: its template (resolved) and timeout.
-type step struct {
-	// Ref is the template reference from the spec.
-	Ref v1alpha1.TemplateReference
-	// Timeout ends the step; zero means no timeout (remediationTemplate).
-	Timeout time.Duration
-	// Template is the template object, nil when it could not be read (then Disabled is set).
-	Template *unstructured.Unstructured
-	// EMR is the kind of the remediation request this step creates.
-	EMR schema.GroupVersionKind
-}
 
 // emrRef identifies a remediation request.
 type emrRef = engine.Ref

@@ -159,9 +159,7 @@ func (k parityKit) observed() observed {
 	in := observed{Check: check, Ours: map[string][]remediationObject{}, Foreign: map[emrRef]string{}, Leases: map[string]leaseInfo{},
 		BusyControlPlane: s.BusyControlPlane(), Holder: leaseHolder(check.Name), LeaseDuration: enginetest.LeaseDuration}
 	for i := range s.Policy.Steps {
-		ref := k.templateRef(i)
-		tpl := tplFor(ref)
-		in.Steps = append(in.Steps, step{Ref: ref, Timeout: s.Policy.Steps[i].Timeout, Template: tpl, EMR: k.gvk(i)})
+		in.Steps = append(in.Steps, stepOf(k.templateRef(i), k.gvk(i), s.Policy.Steps[i].Timeout))
 	}
 	for _, tg := range s.Targets {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: tg.Name, UID: types.UID("uid-" + tg.Name), Labels: map[string]string{}}}

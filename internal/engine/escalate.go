@@ -5,9 +5,11 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/template"
 )
 
@@ -37,6 +39,15 @@ type Step struct {
 	Template string
 	// Timeout ends the step when it passes; zero means never (a single remediationTemplate).
 	Timeout time.Duration
+	// Object is the template as the check read it (Templates); nil when it was not read, or cannot be used.
+	Object *unstructured.Unstructured
+}
+
+// Ref is the reference to the step's template: its kind is the request kind's with "Template" after it,
+// in the same group and version.
+func (s Step) Ref() v1alpha1.TemplateReference {
+	return v1alpha1.TemplateReference{APIVersion: s.GVK.GroupVersion().String(), Kind: s.GVK.Kind + "Template",
+		Namespace: s.Namespace, Name: s.Template}
 }
 
 // Request is one of the check's remediation requests for a target, as the cache shows it.

@@ -90,6 +90,28 @@ type Templates struct {
 	KindRetry time.Duration
 }
 
+// Steps resolves a spec's steps in order (Resolve): each with its request kind and, when usable, its
+// template. It returns the first step's Cause that disables the check, and the soonest retry.
+func (t Templates) Steps(ctx context.Context, refs []StepRef, kinds KindStates, now time.Time) ([]Step, *Cause, time.Duration, error) {
+	steps := make([]Step, 0, len(refs))
+	var first *Cause
+	var retry time.Duration
+	for _, r := range refs {
+		tpl, emr, c, again, err := t.Resolve(ctx, r.Ref, kinds, now)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		if again > 0 && (retry == 0 || again < retry) {
+			retry = again
+		}
+		if first == nil {
+			first = c
+		}
+		steps = append(steps, Step{GVK: emr, Namespace: r.Ref.Namespace, Template: r.Ref.Name, Timeout: r.Timeout, Object: tpl})
+	}
+	return steps, first, retry, nil
+}
+
 // probeRef is the owner a template is instantiated for once, to find whether it can make a request.
 var probeRef = metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: "probe", UID: "probe"}
 
