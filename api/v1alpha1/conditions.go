@@ -72,6 +72,8 @@ const (
 	ReasonCheckSucceeded       = "CheckSucceeded"
 	ReasonTemplateNotFound     = "TemplateNotFound"
 	ReasonTemplateInvalid      = "TemplateInvalid"
+	ReasonInvalidBudget        = "InvalidBudget"
+	ReasonInvalidSelector      = "InvalidSelector"
 	ReasonPauseRequested       = "PauseRequested"
 	ReasonTooManyUnhealthy     = "TooManyUnhealthy"
 	ReasonWithinBudget         = "WithinBudget"

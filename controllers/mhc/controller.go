@@ -289,7 +289,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// Until the kind watcher's next attempt at the kind.
 		return r.disableFor(ctx, mhc, v1alpha1.ReasonRemediationKindNotWatchable, unwatchable.Error(), unwatchable.retry)
 	case err != nil:
-		return r.observeFailed(mhc, req.NamespacedName, err)
+		return r.observeFailed(ctx, mhc, req.NamespacedName, err)
 	}
 	r.unreachable.Delete(req.NamespacedName)
 	safety := trace.StartRegion(ctx, "observe leases")
@@ -301,9 +301,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	deciding := trace.StartRegion(ctx, "decide")
 	p, err := planChecks(in)
 	deciding.End()
-	if err != nil {
-		r.recorder.Eventf(mhc, nil, corev1.EventTypeWarning, EventRemediationFailed, actionCheck, "%s", err.Error())
-		return ctrl.Result{}, reconcile.TerminalError(err)
+	if spec := (*InvalidSpecError)(nil); errors.As(err, &spec) {
+		return r.disableFor(ctx, mhc, spec.reason(), spec.Error(), time.Time{})
+	} else if err != nil {
+		return ctrl.Result{}, err
 	}
 	if in.Disabled == nil {
 		r.enable(mhc, &p.Status)
@@ -330,13 +331,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // is said once per outage (a warning) and looked at again every workloadRetry, not at the controller's
 // growing backoff: the check resumes within that bound of the cluster answering again, however long the
 // outage was.
-func (r *Reconciler) observeFailed(mhc *v1alpha1.MachineHealthCheck, key types.NamespacedName, err error) (ctrl.Result, error) {
+func (r *Reconciler) observeFailed(ctx context.Context, mhc *v1alpha1.MachineHealthCheck, key types.NamespacedName, err error) (ctrl.Result, error) {
 	var spec *InvalidSpecError
 	var wc *workload.Error
 	switch {
 	case errors.As(err, &spec):
-		r.recorder.Eventf(mhc, nil, corev1.EventTypeWarning, EventRemediationFailed, actionCheck, "%s", err.Error())
-		return ctrl.Result{}, reconcile.TerminalError(err)
+		return r.disableFor(ctx, mhc, spec.reason(), spec.Error(), time.Time{})
 	case errors.As(err, &wc):
 		if _, told := r.unreachable.LoadOrStore(key, true); !told {
 			r.recorder.Eventf(mhc, nil, corev1.EventTypeWarning, EventWorkloadClusterUnreachable, actionCheck, "%s", err.Error())

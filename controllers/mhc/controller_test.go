@@ -521,6 +521,36 @@ var _ = Describe("Template-based remediation", func() {
 	})
 })
 
+// A spec the API server lets through but the check cannot act on is said in the check's status, with the
+// NodeHealthCheck's reasons, not only in an event: the check is disabled until the spec changes.
+var _ = Describe("A spec the check cannot act on", func() {
+	It("disables the check, saying why, until the spec is fixed", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		w.createTemplate(ctx, "reboot", "reboot")
+		elsewhere := templateRef("reboot")
+		elsewhere.Namespace = "other"
+		w.createCheck(ctx, "workers", func(mhc *v1alpha1.MachineHealthCheck) { mhc.Spec.RemediationTemplate = &elsewhere })
+		w.createMachine(ctx, "sick", withNodeRef(w.nodeName("gone")))
+
+		_, err := w.r.Reconcile(ctx, reconcileRequest(w.ns, "workers"))
+		Expect(err).NotTo(HaveOccurred(), "a condition and an event, not a terminal error")
+		disabled := meta.FindStatusCondition(w.check(ctx, "workers").Status.Conditions, v1alpha1.ConditionDisabled)
+		Expect(disabled).To(And(Not(BeNil()), HaveField("Status", metav1.ConditionTrue), HaveField("Reason", v1alpha1.ReasonTemplateInvalid),
+			HaveField("Message", ContainSubstring(`the template must be in the check's namespace`))))
+		Expect(w.rec.With(EventDisabled)).To(HaveLen(1))
+		Expect(w.powerCycleRemediations(ctx)).To(BeEmpty())
+
+		By("the spec fixed: enabled, and the Machine is remediated")
+		mhc := w.check(ctx, "workers")
+		mhc.Spec.RemediationTemplate.Namespace = ""
+		Expect(k8s.Update(ctx, mhc)).To(Succeed())
+		w.reconcile(ctx, "workers")
+		Expect(meta.IsStatusConditionFalse(w.check(ctx, "workers").Status.Conditions, v1alpha1.ConditionDisabled)).To(BeTrue())
+		Expect(w.rec.With(EventEnabled)).To(HaveLen(1))
+		Expect(w.powerCycleRemediations(ctx)).To(HaveLen(1))
+	})
+})
+
 var _ = Describe("Workload clusters", func() {
 	It("checks a Machine whose Node is in a remote workload cluster (kubeconfig Secret) and one whose Node is local", func(ctx SpecContext) {
 		w := newWorld(ctx)

@@ -39,13 +39,12 @@ const (
 	// EventRemediationRestricted (Warning): the unhealthy budget (maxUnhealthy or unhealthyRange) stops
 	// remediation.
 	EventRemediationRestricted = "RemediationRestricted"
-	// EventRemediationFailed (Warning): a remediation could not be started, e.g. its template is missing.
-	EventRemediationFailed = "RemediationFailed"
 	// EventWorkloadClusterUnreachable (Warning): the workload cluster's Nodes cannot be read through the
 	// <clusterName>-kubeconfig Secret.
 	EventWorkloadClusterUnreachable = "WorkloadClusterUnreachable"
-	// EventDisabled (Warning): a remediation kind the check names cannot be watched (typically the manager
-	// may not list it); no remediation starts until it can. EventEnabled (Normal): it can again.
+	// EventDisabled (Warning): the check cannot work (its Disabled condition says why: a template missing
+	// or unusable, a spec the API server let through but the check cannot act on, a kind it names that
+	// cannot be watched, ...); no remediation starts until it can. EventEnabled (Normal): it can again.
 	EventDisabled = "Disabled"
 	EventEnabled  = "Enabled"
 	// EventRemediationSkipped (Warning): an unhealthy Machine is not remediated because of a safety gate

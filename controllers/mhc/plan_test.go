@@ -415,18 +415,20 @@ func TestPlanTemplateRemediation(t *testing.T) {
 	})
 }
 
+// rebootPastItsTimeout: reboot (10m) then metal3, reboot started 11 minutes ago.
+func rebootPastItsTimeout(c *v1alpha1.MachineHealthCheck) {
+	c.Spec.EscalatingRemediations = []v1alpha1.EscalatingRemediation{
+		{RemediationTemplate: metal3.Ref(), Order: 2, Timeout: metav1.Duration{Duration: 20 * time.Minute}},
+		{RemediationTemplate: reboot.Ref(), Order: 1, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
+	}
+	c.Status.UnhealthyMachines = []v1alpha1.UnhealthyMachine{{Name: "m", Reason: "UnhealthyNode",
+		Remediations: []v1alpha1.MachineRemediationRequest{record(reboot, t0.Add(-11*time.Minute), nil)}}}
+}
+
 // During a storm the steps under way still end (as a NodeHealthCheck's do); the next one does not start.
 func TestPlanStormEndsStepsStartsNothing(t *testing.T) {
 	g := NewWithT(t)
-	mhc := unitCheck(func(c *v1alpha1.MachineHealthCheck) {
-		c.Spec.EscalatingRemediations = []v1alpha1.EscalatingRemediation{
-			{RemediationTemplate: metal3.Ref(), Order: 2, Timeout: metav1.Duration{Duration: 20 * time.Minute}},
-			{RemediationTemplate: reboot.Ref(), Order: 1, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
-		}
-		c.Spec.MaxUnhealthy = ptr.To(intstr.FromInt32(0))
-		c.Status.UnhealthyMachines = []v1alpha1.UnhealthyMachine{{Name: "m", Reason: "UnhealthyNode",
-			Remediations: []v1alpha1.MachineRemediationRequest{record(reboot, t0.Add(-11*time.Minute), nil)}}}
-	})
+	mhc := unitCheck(rebootPastItsTimeout, func(c *v1alpha1.MachineHealthCheck) { c.Spec.MaxUnhealthy = ptr.To(intstr.FromInt32(0)) })
 	o := unhealthyTarget("m")
 	o.Requests = []engine.Request{request(reboot, t0.Add(-11*time.Minute))}
 	p := mustPlan(g, mhc, "", o)
@@ -606,14 +608,7 @@ func requests(o *engine.Outcome, refs ...[]engine.Ref) []engine.Request {
 // way still end, nothing new starts, its Machines are still reported, and the condition says why.
 func TestPlanDisabledEndsStepsStartsNothing(t *testing.T) {
 	g := NewWithT(t)
-	mhc := unitCheck(func(c *v1alpha1.MachineHealthCheck) {
-		c.Spec.EscalatingRemediations = []v1alpha1.EscalatingRemediation{
-			{RemediationTemplate: metal3.Ref(), Order: 2, Timeout: metav1.Duration{Duration: 20 * time.Minute}},
-			{RemediationTemplate: reboot.Ref(), Order: 1, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
-		}
-		c.Status.UnhealthyMachines = []v1alpha1.UnhealthyMachine{{Name: "m", Reason: "UnhealthyNode",
-			Remediations: []v1alpha1.MachineRemediationRequest{record(reboot, t0.Add(-11*time.Minute), nil)}}}
-	})
+	mhc := unitCheck(rebootPastItsTimeout)
 	steps, err := stepsFor(mhc)
 	g.Expect(err).NotTo(HaveOccurred())
 	o := unhealthyTarget("m")

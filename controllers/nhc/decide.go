@@ -40,9 +40,9 @@ const (
 // Disabled condition reasons besides the API's TemplateNotFound and TemplateInvalid.
 const (
 	// ReasonInvalidBudget: maxUnhealthy or minHealthy cannot be used.
-	ReasonInvalidBudget = "InvalidBudget"
+	ReasonInvalidBudget = v1alpha1.ReasonInvalidBudget
 	// ReasonInvalidSelector: the selector cannot be parsed.
-	ReasonInvalidSelector = "InvalidSelector"
+	ReasonInvalidSelector = v1alpha1.ReasonInvalidSelector
 )
 
 // defaultMaxUnhealthy applies when neither maxUnhealthy nor minHealthy is set (the API's documented default).

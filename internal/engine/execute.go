@@ -48,8 +48,8 @@ type Executor struct {
 	Check metav1.OwnerReference
 	// Limit bounds the targets worked on at once.
 	Limit int
-	// Recent remembers each request created, adopted or deleted, for the passes that follow while the
-	// cache lags behind (nil: nothing).
+	// Recent remembers each request created or deleted, for the passes that follow while the cache lags
+	// behind (nil: nothing).
 	Recent *RecentWrites
 
 	// Template says what job i's request is made of: its template, its owner reference to the target and
