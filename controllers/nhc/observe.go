@@ -145,8 +145,8 @@ func (r *Reconciler) resolveSteps(ctx context.Context, check *v1alpha1.NodeHealt
 	if c := refusedKinds(refs); c != nil {
 		// Nothing of the steps is resolved, read or watched.
 		steps := make([]engine.Step, 0, len(refs))
-		for _, r := range refs {
-			steps = append(steps, engine.Step{Namespace: r.Ref.Namespace, Template: r.Ref.Name, Timeout: r.Timeout})
+		for _, ref := range refs {
+			steps = append(steps, engine.Step{Namespace: ref.Ref.Namespace, Template: ref.Ref.Name, Timeout: ref.Timeout})
 		}
 		return steps, c, 0, nil
 	}
