@@ -183,6 +183,9 @@ func (k parityKit) input() (planInput, error) {
 	in := planInput{Check: check, Spec: checkSpecFor(check), Steps: steps, Now: s.Now, Safety: safetyInput{
 		Holder: checkLeaseHolder(check.Name), LeaseDuration: enginetest.LeaseDuration, Leases: map[string]gates.Lease{},
 		BusyControlPlane: s.BusyControlPlane(), Elsewhere: map[string]string{}}}
+	if s.Policy.TemplateMissing { // as observe finds it (engine.Templates)
+		in.Disabled = &engine.Cause{Reason: v1alpha1.ReasonTemplateNotFound, Message: "Remediation template missing not found"}
+	}
 	for _, tg := range s.Targets {
 		m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: tg.Name, Namespace: parityNamespace, UID: types.UID("uid-" + tg.Name),
 			CreationTimestamp: metav1.NewTime(s.Now.Add(-24 * time.Hour)), Labels: map[string]string{"pool": "a"}}}
@@ -287,6 +290,7 @@ var parityEvents = map[string]enginetest.EventKind{
 	EventWaitingForHandOver:     enginetest.WaitingForHandOver,
 	EventWaitingForConfirmation: enginetest.WaitingForConfirmation,
 	EventHandOverTimedOut:       enginetest.HandOverTimedOut,
+	EventDisabled:               enginetest.Disabled,
 }
 
 func (k parityKit) outcome(t *testing.T, p plan) enginetest.Outcome {

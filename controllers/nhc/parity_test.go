@@ -161,6 +161,10 @@ func (k parityKit) observed() observed {
 	for i := range s.Policy.Steps {
 		in.Steps = append(in.Steps, stepOf(k.templateRef(i), k.gvk(i), s.Policy.Steps[i].Timeout))
 	}
+	if s.Policy.TemplateMissing { // as observe finds it (engine.Templates)
+		in.Disabled = &cause{Reason: v1alpha1.ReasonTemplateNotFound, Message: "Remediation template missing not found"}
+		in.Steps[len(in.Steps)-1].Object = nil
+	}
 	for _, tg := range s.Targets {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: tg.Name, UID: types.UID("uid-" + tg.Name), Labels: map[string]string{}}}
 		ready := corev1.ConditionTrue
@@ -232,6 +236,7 @@ var parityEvents = map[string]enginetest.EventKind{
 	EventWaitingForHandOver:        enginetest.WaitingForHandOver,
 	EventWaitingForConfirmation:    enginetest.WaitingForConfirmation,
 	EventHandOverTimedOut:          enginetest.HandOverTimedOut,
+	EventDisabled:                  enginetest.Disabled,
 }
 
 // parityActions are the events that report what the plan does, which the outcome holds otherwise (and

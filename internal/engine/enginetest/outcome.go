@@ -74,6 +74,8 @@ const (
 	// HandOverTimedOut: the next step starts without an ended request that did not hand over
 	// (HandOverTimedOut).
 	HandOverTimedOut EventKind = "HandOverTimedOut"
+	// Disabled: the check can start no remediation (Disabled), e.g. a template is missing.
+	Disabled EventKind = "Disabled"
 	// Exhausted: the last step ended (RemediationsExhausted). Adapters report it in Outcome.Exhausted,
 	// not as an event: the MachineHealthCheck emits it when it executes.
 )

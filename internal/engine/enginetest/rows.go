@@ -115,6 +115,14 @@ func Rows() []Row {
 				Targets:    []Target{known(sick("a")), well("b"), well("c")}},
 			Want: Outcome{Creates: []Ref{{"a", 0}}, Events: []Event{{Kind: StormEnded}}}},
 
+		// Disabled: a template missing disables the check, the same for both kinds.
+		{Name: "disabled: a template missing, nothing new starts, a running step that runs out is still marked timed out",
+			Scenario: Scenario{Policy: templateMissing(twoSteps()),
+				Targets: []Target{remediating(sick("a"), at(-10*time.Minute)), sick("b"), well("c")}},
+			Want: Outcome{TimeOuts: []Ref{{"a", 0}}, Events: []Event{{Kind: Disabled}},
+				Records: map[string][]Record{"a": {{Step: 0, Started: at(-10 * time.Minute), Ended: T0}}},
+				Next:    at(LeaseDuration / 2)}},
+
 		// healthyDelay.
 		{Name: "healthyDelay: a target healthy again keeps its request until the delay passes",
 			Scenario: Scenario{Policy: withHealthyDelay(oneStep(), 2*time.Minute),
@@ -312,6 +320,8 @@ func withCooldown(p Policy, d time.Duration) Policy { p.StormCooldown = d; retur
 func withHealthyDelay(p Policy, d time.Duration) Policy { p.HealthyDelay = d; return p }
 
 func dryRun(p Policy) Policy { p.DryRun = true; return p }
+
+func templateMissing(p Policy) Policy { p.TemplateMissing = true; return p }
 
 // withBackoff starts holding back at once: the first remediation within 6 hours waits 10 minutes after
 // the one before.

@@ -70,6 +70,9 @@ type Policy struct {
 	Backoff *Backoff
 	// DryRun is spec.dryRun: decide everything, start nothing.
 	DryRun bool
+	// TemplateMissing: a step's template does not exist, so the check is disabled (Disabled=True,
+	// TemplateNotFound): it reads and reports its targets and ends the steps under way, starting nothing.
+	TemplateMissing bool
 }
 
 // Step is one remediation step: its template and the kind of request the template makes.
