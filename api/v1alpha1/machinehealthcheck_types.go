@@ -234,69 +234,7 @@ type UnhealthyMachine struct {
 	// +kubebuilder:validation:MaxLength=64
 	Reason string `json:"reason"`
 
-	// remediations are the remediation requests created for the Machine, oldest first: one per
-	// escalation step tried.
-	// +optional
-	// +listType=atomic
-	// +kubebuilder:validation:MaxItems=10
-	Remediations []MachineRemediationRequest `json:"remediations,omitempty"`
-
-	// waitingFor names the request of an ended escalation step ("Kind namespace/name") that the next step
-	// waits for: it starts once that request is finished with the host (deleted, or Processing=False), at
-	// the latest 5 minutes after the request was marked timed out. Empty when nothing is waited for.
-	// +optional
-	// +kubebuilder:validation:MaxLength=400
-	WaitingFor string `json:"waitingFor,omitempty"`
-
-	// conditionsHealthyTimestamp is when the Machine was first seen healthy again while it still had a
-	// remediation request; the request is deleted healthyDelay after it.
-	// +optional
-	ConditionsHealthyTimestamp *metav1.Time `json:"conditionsHealthyTimestamp,omitempty"`
-
-	// skipReason says why this check does not remediate the Machine now, when the cause is the Machine's
-	// own: OwnedByOtherCheck, ControlPlaneBusy, LeaseHeldByOther or RemediationExists (the
-	// NodeHealthCheck's skip reasons). Empty while it is remediated, and when a check-wide cause (pause,
-	// storm) holds every Machine back: the conditions say so then.
-	// +optional
-	// +kubebuilder:validation:MaxLength=64
-	SkipReason string `json:"skipReason,omitempty"`
-
-	// skipMessage explains skipReason for humans, e.g. which check or lease holder has the Machine.
-	// +optional
-	// +kubebuilder:validation:MaxLength=1024
-	SkipMessage string `json:"skipMessage,omitempty"`
-}
-
-// MachineRemediationRequest is one remediation request a MachineHealthCheck created for a Machine. The
-// request is in the Machine's namespace and has the Machine's name, except for a later escalation step
-// whose request would take the same name as an earlier one's: "<machine>-<template>-<hash>".
-type MachineRemediationRequest struct {
-	// apiVersion of the remediation request, e.g. remediation.metalheal.io/v1alpha1.
-	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=317
-	APIVersion string `json:"apiVersion"`
-
-	// kind of the remediation request, e.g. PowerCycleRemediation.
-	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=63
-	Kind string `json:"kind"`
-
-	// templateName is the template it was made from.
-	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
-	TemplateName string `json:"templateName"`
-
-	// started is when the request was created.
-	// +required
-	Started metav1.Time `json:"started"`
-
-	// timedOut is when the check gave up on the request (its escalation step's timeout passed or it
-	// reported Succeeded=False) and moved on to the next step.
-	// +optional
-	TimedOut *metav1.Time `json:"timedOut,omitempty"`
+	RemediationProgress `json:",inline"`
 }
 
 // MachineHealthCheck checks the health of Cluster API Machines (cluster.x-k8s.io/v1beta2) and their Nodes,

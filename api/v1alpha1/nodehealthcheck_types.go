@@ -148,75 +148,7 @@ type UnhealthyNode struct {
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
 
-	// remediations are the remediation requests created for this Node, oldest first.
-	// +optional
-	// +listType=atomic
-	// +kubebuilder:validation:MaxItems=10
-	Remediations []NodeRemediation `json:"remediations,omitempty"`
-
-	// conditionsHealthyTimestamp is when the Node was first seen healthy again; the request is deleted
-	// healthyDelay after it.
-	// +optional
-	ConditionsHealthyTimestamp *metav1.Time `json:"conditionsHealthyTimestamp,omitempty"`
-
-	// skipReason says why this check does not remediate the Node now, when the cause is the Node's own:
-	// Excluded, OwnedByOtherCheck, ControlPlaneBusy, LeaseHeldByOther, RemediationExists or BackingOff
-	// (remediationBackoff: recentRemediations[].backoffUntil says until when). Empty while it
-	// is remediated, and when a check-wide cause (pause, storm, disabled template) holds every Node back:
-	// the conditions say so then.
-	// +optional
-	// +kubebuilder:validation:MaxLength=64
-	SkipReason string `json:"skipReason,omitempty"`
-
-	// skipMessage explains skipReason for humans, e.g. which check or lease holder has the Node.
-	// +optional
-	// +kubebuilder:validation:MaxLength=1024
-	SkipMessage string `json:"skipMessage,omitempty"`
-
-	// waitingFor names the request of an ended escalation step ("Kind namespace/name") that the next step
-	// waits for: it starts once that request is finished with the host (deleted, or Processing=False), at
-	// the latest 5 minutes after the request was marked timed out. Empty when nothing is waited for.
-	// +optional
-	// +kubebuilder:validation:MaxLength=400
-	WaitingFor string `json:"waitingFor,omitempty"`
-}
-
-// NodeRemediation is one remediation request created for a Node.
-type NodeRemediation struct {
-	// apiVersion of the remediation request, e.g. remediation.metalheal.io/v1alpha1.
-	// +optional
-	// +kubebuilder:validation:MaxLength=317
-	APIVersion string `json:"apiVersion,omitempty"`
-
-	// kind of the remediation request, e.g. PowerCycleRemediation.
-	// +required
-	// +kubebuilder:validation:MaxLength=63
-	Kind string `json:"kind"`
-
-	// namespace of the remediation request.
-	// +required
-	// +kubebuilder:validation:MaxLength=63
-	Namespace string `json:"namespace"`
-
-	// name of the remediation request: the Node's name, or for a later escalation step whose request
-	// would take the same name as an earlier one's, "<node>-<template>-<hash>". Empty means the Node's
-	// name (statuses written before it was recorded).
-	// +optional
-	// +kubebuilder:validation:MaxLength=253
-	Name string `json:"name,omitempty"`
-
-	// templateName is the template it was made from.
-	// +optional
-	// +kubebuilder:validation:MaxLength=253
-	TemplateName string `json:"templateName,omitempty"`
-
-	// started is when the request was created.
-	// +required
-	Started metav1.Time `json:"started"`
-
-	// timedOut is when the check gave up on this request (escalation step timeout or Succeeded=False).
-	// +optional
-	TimedOut *metav1.Time `json:"timedOut,omitempty"`
+	RemediationProgress `json:",inline"`
 }
 
 // NodeHealthCheckStatus is what the check last observed.

@@ -90,13 +90,13 @@ var _ = Describe("A check's watch of its own kind", func() {
 // TestPeerStatus: the other checks read a check's Disabled condition and the Machines it records requests
 // for, ended steps' included; a Machine it only reports, or skips, is not one it remediates.
 func TestPeerStatus(t *testing.T) {
-	req := []v1alpha1.MachineRemediationRequest{{APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "PowerCycleRemediation", TemplateName: "reboot"}}
-	ended := []v1alpha1.MachineRemediationRequest{{APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "PowerCycleRemediation", TemplateName: "reboot",
+	req := []v1alpha1.RequestRecord{{APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "PowerCycleRemediation", TemplateName: "reboot"}}
+	ended := []v1alpha1.RequestRecord{{APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "PowerCycleRemediation", TemplateName: "reboot",
 		TimedOut: &metav1.Time{Time: time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)}}}
 	mhc := &v1alpha1.MachineHealthCheck{Status: v1alpha1.MachineHealthCheckStatus{
 		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionDisabled, Status: metav1.ConditionTrue, Reason: "RemediationKindRefused"}},
-		UnhealthyMachines: []v1alpha1.UnhealthyMachine{{Name: "m1", Remediations: req}, {Name: "m2", SkipReason: "OwnedByOtherCheck"},
-			{Name: "m3", Remediations: ended}},
+		UnhealthyMachines: []v1alpha1.UnhealthyMachine{{Name: "m1", RemediationProgress: v1alpha1.RemediationProgress{Remediations: req}}, {Name: "m2", RemediationProgress: v1alpha1.RemediationProgress{SkipReason: "OwnedByOtherCheck"}},
+			{Name: "m3", RemediationProgress: v1alpha1.RemediationProgress{Remediations: ended}}},
 	}}
 	NewWithT(t).Expect(peerStatus(mhc)).To(Equal(engine.PeerStatus{Disabled: true, Remediating: map[string]bool{"m1": true, "m3": true}}))
 }

@@ -111,12 +111,13 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 		Report: func(i int, res engine.Sent) {
 			t := targets[i]
 			st := p.Steps[t.Out.Create.Step]
+			t.Out.Sent(res, st.Template)
+			if e := p.entry(t.Machine.Name); e != nil {
+				e.RemediationProgress = t.Out.Entry
+			}
 			switch {
-			case res.Skip != nil || res.Err != nil:
-				dropRecord(&p.Status, t.Machine.Name, st)
-				if res.Skip != nil {
-					r.skipped(mhc, t, p, res.Skip)
-				}
+			case res.Skip != nil:
+				r.skipped(mhc, t, p, res.Skip)
 			case res.Created:
 				log(t).Info("Created remediation request", "kind", st.GVK.Kind, "template", st.Template, "reason", t.Verdict.Reason)
 				event(t, corev1.EventTypeNormal, EventRemediationRequestCreated, "Created %s %s from template %s: %s",
@@ -151,17 +152,13 @@ func (r *Reconciler) execute(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 // round trips (make bench-peers: the last request stored 845 ms after the expiry, against 371 ms at 64).
 const executeParallel = 64
 
-// dropRecord removes the record of a request that could not be created.
-func dropRecord(status *v1alpha1.MachineHealthCheckStatus, machine string, s engine.Step) {
-	for i := range status.UnhealthyMachines {
-		um := &status.UnhealthyMachines[i]
-		if um.Name != machine {
-			continue
-		}
-		um.Remediations = slices.DeleteFunc(um.Remediations, func(r v1alpha1.MachineRemediationRequest) bool {
-			return r.TimedOut == nil && r.APIVersion == s.GVK.GroupVersion().String() && r.Kind == s.GVK.Kind && r.TemplateName == s.Template
-		})
+// entry is a Machine's status entry in the plan, nil when it has none.
+func (p *plan) entry(machine string) *v1alpha1.UnhealthyMachine {
+	i := slices.IndexFunc(p.Status.UnhealthyMachines, func(um v1alpha1.UnhealthyMachine) bool { return um.Name == machine })
+	if i < 0 {
+		return nil
 	}
+	return &p.Status.UnhealthyMachines[i]
 }
 
 // patchStatus writes the check's status when it changed (or may have: engine.StatusWrites), failing on a
@@ -230,17 +227,23 @@ func (r *Reconciler) starter(mhc *v1alpha1.MachineHealthCheck, site nodeSite) (e
 	return s, err
 }
 
-// skipped records a skip execute found (a lease or a request someone else created a moment ago): in the
-// Machine's status entry and a Warning, and when to look again.
+// skipped records a skip execute found (a lease or a request someone else created a moment ago) in the
+// Machine's status entry, and when to look again; its event and the metric once per reason and message, as
+// the plan's skips (engine.Skip.Event).
 func (r *Reconciler) skipped(mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p *plan, skip *engine.Skip) {
 	t.Blocked, t.Skip = blocker(skip.Reason), skip
-	countSkipped(t.Blocked)
 	p.NextCheck = engine.Earliest(p.NextCheck, skip.Retry)
-	for i := range p.Status.UnhealthyMachines {
-		if um := &p.Status.UnhealthyMachines[i]; um.Name == t.Machine.Name {
-			um.SkipReason, um.SkipMessage = skip.Reason, skip.Message
-		}
+	if e := p.entry(t.Machine.Name); e != nil {
+		e.SkipReason, e.SkipMessage = skip.Reason, skip.Message
 	}
-	r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventRemediationSkipped, actionRemediate, "%s",
-		skip.Event("", "", "Machine", t.Verdict.Reason).Note)
+	var was v1alpha1.RemediationProgress
+	if i := slices.IndexFunc(mhc.Status.UnhealthyMachines, func(um v1alpha1.UnhealthyMachine) bool { return um.Name == t.Machine.Name }); i >= 0 {
+		was = mhc.Status.UnhealthyMachines[i].RemediationProgress
+	}
+	ev := skip.Event(was.SkipReason, was.SkipMessage, "Machine", t.Verdict.Reason)
+	if ev == nil {
+		return
+	}
+	countSkipped(t.Blocked)
+	r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventRemediationSkipped, actionRemediate, "%s", ev.Note)
 }

@@ -133,7 +133,7 @@ func (k parityKit) check() *v1alpha1.MachineHealthCheck {
 			u := v1alpha1.UnhealthyMachine{Name: tg.Name, Reason: clusterv1.MachineHealthCheckUnhealthyNodeReason}
 			for _, r := range e.Records {
 				st := pol.Steps[r.Step]
-				rec := v1alpha1.MachineRemediationRequest{APIVersion: st.APIVersion, Kind: st.Kind, TemplateName: st.Template,
+				rec := v1alpha1.RequestRecord{APIVersion: st.APIVersion, Kind: st.Kind, TemplateName: st.Template,
 					Started: metav1.NewTime(r.Started)}
 				if !r.Ended.IsZero() {
 					rec.TimedOut = ptr.To(metav1.NewTime(r.Ended))

@@ -252,7 +252,11 @@ func planChecks(in planInput) (plan, error) {
 		o := observed[i]
 		status.Targets = append(status.Targets, t.Machine.Name)
 		prevEntry := prev[t.Machine.Name]
-		records := mergeRecords(prevEntry, o.Requests, now)
+		var was v1alpha1.RemediationProgress
+		if prevEntry != nil {
+			was = prevEntry.RemediationProgress
+		}
+		records := engine.Adopted(was, o.Requests, now)
 		t.Blocked = blockerFor(o, in.Paused, decision.Allowed)
 		switch {
 		case t.Blocked != notBlocked:
@@ -264,7 +268,8 @@ func planChecks(in planInput) (plan, error) {
 		switch t.Verdict.State {
 		case stateUnhealthy:
 			t.NewlyUnhealthy = prevEntry == nil
-			entry := v1alpha1.UnhealthyMachine{Name: t.Machine.Name, Reason: t.Verdict.Reason, Remediations: records}
+			entry := v1alpha1.UnhealthyMachine{Name: t.Machine.Name, Reason: t.Verdict.Reason}
+			entry.Remediations = records
 			if t.Blocked == blockedExcluded {
 				entry.SkipReason, entry.SkipMessage = string(blockedExcluded), gates.ExcludedMessage()
 			}
@@ -274,7 +279,7 @@ func planChecks(in planInput) (plan, error) {
 			}
 			if planUnhealthy(t, in.Steps, now) {
 				walks = append(walks, walked{target: i, entry: len(status.UnhealthyMachines),
-					out: gate.pass.Unhealthy(gate.target(t, o, records, prevEntry))})
+					out: gate.pass.Unhealthy(gate.target(t, o, was))})
 			} else {
 				gate.keepLease(t, o)
 			}
@@ -295,11 +300,11 @@ func planChecks(in planInput) (plan, error) {
 				t.Unconfirm = engine.Confirmed(o.Node) && prevEntry != nil
 				break
 			}
-			out := gate.pass.Healthy(gate.target(t, o, records, prevEntry), healthySince(prevEntry), engine.DurationOf(mhc.Spec.HealthyDelay),
+			out := gate.pass.Healthy(gate.target(t, o, was), healthySince(prevEntry), engine.DurationOf(mhc.Spec.HealthyDelay),
 				engine.Confirmed(o.Node))
 			if out.Hold {
 				entry := v1alpha1.UnhealthyMachine{Name: t.Machine.Name, Reason: clusterv1.MachineHealthCheckUnhealthyNodeReason,
-					Remediations: records, ConditionsHealthyTimestamp: &metav1.Time{Time: out.HealthySince}}
+					RemediationProgress: out.Entry}
 				if prevEntry != nil {
 					entry.Reason = prevEntry.Reason
 				}
@@ -313,8 +318,8 @@ func planChecks(in planInput) (plan, error) {
 		case statePending:
 			// Not judged yet: keep what was started (its escalation memory) and touch nothing.
 			if prevEntry != nil && len(records) > 0 {
-				status.UnhealthyMachines = append(status.UnhealthyMachines, v1alpha1.UnhealthyMachine{
-					Name: t.Machine.Name, Reason: prevEntry.Reason, Remediations: records})
+				status.UnhealthyMachines = append(status.UnhealthyMachines, v1alpha1.UnhealthyMachine{Name: t.Machine.Name,
+					Reason: prevEntry.Reason, RemediationProgress: v1alpha1.RemediationProgress{Remediations: records}})
 				gate.keepLease(t, o)
 			}
 		}
@@ -450,47 +455,6 @@ func (t *targetPlan) create() *engine.Create {
 		return nil
 	}
 	return t.Out.Create
-}
-
-// mergeRecords returns the Machine's remediation records: those in status, completed with the requests
-// that exist but are not recorded (engine.Adopt).
-func mergeRecords(prev *v1alpha1.UnhealthyMachine, requests []engine.Request, now time.Time) []v1alpha1.MachineRemediationRequest {
-	var records []v1alpha1.MachineRemediationRequest
-	if prev != nil {
-		records = prev.Remediations
-	}
-	return machineRecords(engine.Adopt(engineRecords(records), requests, now))
-}
-
-// engineRecords are a Machine's status records as the engine keeps them (a Machine's record names no
-// request: the request is found by kind and template).
-func engineRecords(records []v1alpha1.MachineRemediationRequest) []engine.Record {
-	out := make([]engine.Record, 0, len(records))
-	for _, r := range records {
-		rec := engine.Record{APIVersion: r.APIVersion, Kind: r.Kind, TemplateName: r.TemplateName, Started: r.Started.Time}
-		if r.TimedOut != nil {
-			rec.Ended = r.TimedOut.Time
-		}
-		out = append(out, rec)
-	}
-	return out
-}
-
-// machineRecords are the engine's records as status.unhealthyMachines[].remediations.
-func machineRecords(records []engine.Record) []v1alpha1.MachineRemediationRequest {
-	if len(records) == 0 {
-		return nil
-	}
-	out := make([]v1alpha1.MachineRemediationRequest, 0, len(records))
-	for _, r := range records {
-		rec := v1alpha1.MachineRemediationRequest{APIVersion: r.APIVersion, Kind: r.Kind, TemplateName: r.TemplateName,
-			Started: metav1.NewTime(r.Started)}
-		if !r.Ended.IsZero() {
-			rec.TimedOut = ptr.To(metav1.NewTime(r.Ended))
-		}
-		out = append(out, rec)
-	}
-	return out
 }
 
 // withCondition returns conds with c set (the transition time kept when the status does not change),

@@ -327,8 +327,8 @@ func request(s engine.Step, started time.Time, mutate ...func(*unstructured.Unst
 	return engine.RequestOf(engine.RefOf(u), u)
 }
 
-func record(s engine.Step, started time.Time, timedOut *time.Time) v1alpha1.MachineRemediationRequest {
-	r := v1alpha1.MachineRemediationRequest{APIVersion: s.GVK.GroupVersion().String(), Kind: s.GVK.Kind, TemplateName: s.Template,
+func record(s engine.Step, started time.Time, timedOut *time.Time) v1alpha1.RequestRecord {
+	r := v1alpha1.RequestRecord{APIVersion: s.GVK.GroupVersion().String(), Kind: s.GVK.Kind, TemplateName: s.Template,
 		Started: metav1.NewTime(started)}
 	if timedOut != nil {
 		r.TimedOut = ptr.To(metav1.NewTime(*timedOut))
@@ -384,7 +384,7 @@ func TestPlanTemplateRemediation(t *testing.T) {
 		g.Expect(p.Steps[tp.create().Step].Template).To(Equal("reboot"))
 		g.Expect(tp.MarkedForOwner).To(BeFalse())
 		g.Expect(conditionOf(tp.Conditions, clusterv1.MachineOwnerRemediatedCondition)).To(BeNil())
-		g.Expect(p.Status.UnhealthyMachines).To(ConsistOf(HaveField("Remediations", ConsistOf(HaveField("TemplateName", "reboot")))))
+		g.Expect(p.Status.UnhealthyMachines).To(ConsistOf(HaveField("Remediations", BeEmpty())), "recorded once sent (execute)")
 		g.Expect(p.NextCheck).To(BeTemporally("==", t0.Add(10*time.Minute)), "the step's timeout is the next check")
 	})
 
@@ -392,7 +392,7 @@ func TestPlanTemplateRemediation(t *testing.T) {
 		g := NewWithT(t)
 		mhc := unitCheck(withSteps)
 		mhc.Status.UnhealthyMachines = []v1alpha1.UnhealthyMachine{{Name: "m", Reason: "UnhealthyNode",
-			Remediations: []v1alpha1.MachineRemediationRequest{record(reboot, t0.Add(-time.Minute), nil)}}}
+			RemediationProgress: v1alpha1.RemediationProgress{Remediations: []v1alpha1.RequestRecord{record(reboot, t0.Add(-time.Minute), nil)}}}}
 		o := healthyTarget("m")
 		o.Requests = []engine.Request{request(reboot, t0.Add(-time.Minute))}
 		p := mustPlan(g, mhc, "", o)
@@ -422,7 +422,7 @@ func rebootPastItsTimeout(c *v1alpha1.MachineHealthCheck) {
 		{RemediationTemplate: reboot.Ref(), Order: 1, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
 	}
 	c.Status.UnhealthyMachines = []v1alpha1.UnhealthyMachine{{Name: "m", Reason: "UnhealthyNode",
-		Remediations: []v1alpha1.MachineRemediationRequest{record(reboot, t0.Add(-11*time.Minute), nil)}}}
+		RemediationProgress: v1alpha1.RemediationProgress{Remediations: []v1alpha1.RequestRecord{record(reboot, t0.Add(-11*time.Minute), nil)}}}}
 }
 
 // During a storm the steps under way still end (as a NodeHealthCheck's do); the next one does not start.
@@ -499,7 +499,7 @@ func TestPlanHandOver(t *testing.T) {
 				{RemediationTemplate: pair.second.Ref(), Order: 2, Timeout: metav1.Duration{Duration: pair.second.Timeout}},
 			}
 			c.Status.UnhealthyMachines = []v1alpha1.UnhealthyMachine{{Name: "m", Reason: "UnhealthyNode",
-				Remediations: []v1alpha1.MachineRemediationRequest{record(reboot, started, nil)}}}
+				RemediationProgress: v1alpha1.RemediationProgress{Remediations: []v1alpha1.RequestRecord{record(reboot, started, nil)}}}}
 		}
 		planAt := func(g Gomega, mhc *v1alpha1.MachineHealthCheck, now time.Time, requests ...engine.Request) (plan, targetPlan) {
 			steps, err := stepsFor(mhc)
@@ -535,7 +535,7 @@ func TestPlanHandOver(t *testing.T) {
 			g.Expect(tp.create().Name).To(Equal(pair.wantName))
 			g.Expect(deletes(tp)).To(BeEmpty(), "the escalation never deletes the first request")
 			g.Expect(p.Status.UnhealthyMachines[0].WaitingFor).To(BeEmpty())
-			g.Expect(p.Status.UnhealthyMachines[0].Remediations).To(HaveLen(2))
+			g.Expect(p.Status.UnhealthyMachines[0].Remediations).To(HaveLen(1), "the second is recorded once sent (execute)")
 		}
 
 		t.Run(pair.name+": Processing=True holds the next step, said once", func(t *testing.T) {

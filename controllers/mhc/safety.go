@@ -335,15 +335,12 @@ func (s *safety) ownerOf(o observedTarget, started bool, now time.Time) func() (
 }
 
 // target is the Machine as the engine decides its remediation.
-func (s *safety) target(t *targetPlan, o observedTarget, records []v1alpha1.MachineRemediationRequest, prev *v1alpha1.UnhealthyMachine) engine.Target {
+func (s *safety) target(t *targetPlan, o observedTarget, prev v1alpha1.RemediationProgress) engine.Target {
 	et := engine.Target{Name: t.Machine.Name, Subject: "Machine", Node: o.Node, NodeName: t.Machine.Status.NodeRef.Name, Why: t.Verdict.Reason,
-		ExpiredAt: t.Verdict.ExpiredAt, Held: t.Blocked != notBlocked, Requests: o.Requests, Records: engineRecords(records),
-		Owner: s.ownerOf(o, len(records) > 0 || remediating(o), s.in.Now)}
+		ExpiredAt: t.Verdict.ExpiredAt, Held: t.Blocked != notBlocked, Requests: o.Requests, Status: prev,
+		Owner: s.ownerOf(o, len(prev.Remediations) > 0 || len(o.Requests) > 0 || remediating(o), s.in.Now)}
 	if isControlPlaneTarget(o) {
 		et.CPKey = cpKey(o.Machine)
-	}
-	if prev != nil {
-		et.SkipReason, et.SkipMessage, et.WaitingFor = prev.SkipReason, prev.SkipMessage, prev.WaitingFor
 	}
 	return et
 }
@@ -484,23 +481,17 @@ func ownerReplacing(m *clusterv1.Machine) bool {
 
 // admitted applies what the engine decided for a Machine's template remediation (engine.Pass.Unhealthy,
 // then Admit) to its plan and status entry: the walk's records and marks, the skip, and the request to
-// create, recorded at once (execute drops the record should the create fail) with its Node's lease first.
+// create (recorded once it is sent: execute) with its Node's lease first.
 func (s *safety) admitted(t *targetPlan, o observedTarget, entry *v1alpha1.UnhealthyMachine, out *engine.Outcome) {
-	w, now := out.Walk, s.in.Now
-	entry.Remediations, entry.WaitingFor, t.Out = machineRecords(w.Records), w.WaitingFor, out
+	t.Out = out
 	if out.Skip != nil {
 		t.refuse(entry, out.Skip)
+	} else {
+		out.Entry.SkipReason, out.Entry.SkipMessage = entry.SkipReason, entry.SkipMessage // the Machine's own (Excluded)
 	}
+	entry.RemediationProgress = out.Entry
 	switch c := out.Create; {
 	case c != nil:
-		st := s.in.Steps[c.Step]
-		if !c.Again {
-			entry.Remediations = append(entry.Remediations, v1alpha1.MachineRemediationRequest{APIVersion: st.GVK.GroupVersion().String(),
-				Kind: st.GVK.Kind, TemplateName: st.Template, Started: metav1.NewTime(now)})
-			if st.Timeout > 0 {
-				s.pass.Next = engine.Earliest(s.pass.Next, now.Add(st.Timeout)) // the step about to start
-			}
-		}
 		if s.in.Safety.Leases != nil && o.Node != nil {
 			t.Lease = &leaseAction{Node: o.Node, From: engine.Holders(o.Requests), Fresh: len(o.Requests) == 0}
 		}

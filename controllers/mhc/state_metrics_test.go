@@ -32,8 +32,8 @@ func TestMachineCheckState(t *testing.T) {
 					ExpectedMachines: ptr.To[int32](4),
 					CurrentHealthy:   ptr.To[int32](1),
 					UnhealthyMachines: []v1alpha1.UnhealthyMachine{
-						{Name: "m1", Remediations: []v1alpha1.MachineRemediationRequest{{TimedOut: &now}, {}}},
-						{Name: "m2", Remediations: []v1alpha1.MachineRemediationRequest{{}}},
+						{Name: "m1", RemediationProgress: v1alpha1.RemediationProgress{Remediations: []v1alpha1.RequestRecord{{TimedOut: &now}, {}}}},
+						{Name: "m2", RemediationProgress: v1alpha1.RemediationProgress{Remediations: []v1alpha1.RequestRecord{{}}}},
 						{Name: "m3"},
 					},
 					Conditions: []metav1.Condition{

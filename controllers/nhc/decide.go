@@ -264,17 +264,15 @@ func (d *decider) decideNode(name string) {
 	w, prev, ours := d.work[name], d.old[name], d.in.Ours[name]
 	e := &v1alpha1.UnhealthyNode{Name: name}
 	if prev != nil {
-		e.Remediations = slices.Clone(prev.Remediations)
-		e.ConditionsHealthyTimestamp = prev.ConditionsHealthyTimestamp
+		e.RemediationProgress = prev.RemediationProgress
 	}
-	e.Remediations = nodeRemediations(engine.Adopt(recordsOf(name, e.Remediations), ours, d.now))
 	switch {
 	case w.node == nil:
 		d.nodeGone(e, ours)
 	case !w.res.Unhealthy:
 		d.nodeHealthy(w.node, e, ours)
 	default:
-		d.nodeUnhealthy(w, e, prev, ours)
+		d.nodeUnhealthy(w, e, ours)
 	}
 }
 
@@ -284,6 +282,7 @@ func (d *decider) nodeGone(e *v1alpha1.UnhealthyNode, ours []remediationObject) 
 	if len(ours) == 0 {
 		return
 	}
+	e.Remediations = engine.Adopted(e.RemediationProgress, ours, d.now)
 	d.p.Entries[e.Name] = e
 	o := &engine.Outcome{Target: engine.Target{Name: e.Name, NodeName: e.Name}}
 	for _, q := range ours {
@@ -312,9 +311,9 @@ func (d *decider) nodeHealthy(node *corev1.Node, e *v1alpha1.UnhealthyNode, ours
 	if e.ConditionsHealthyTimestamp != nil {
 		since = e.ConditionsHealthyTimestamp.Time
 	}
-	o := d.pass.Healthy(engine.Target{Name: e.Name, Subject: "Node " + e.Name, Node: node, NodeName: e.Name, Requests: ours}, since,
-		engine.DurationOf(d.in.Check.Spec.HealthyDelay), engine.Confirmed(node))
-	e.ConditionsHealthyTimestamp = &metav1.Time{Time: o.HealthySince}
+	o := d.pass.Healthy(engine.Target{Name: e.Name, Subject: "Node " + e.Name, Node: node, NodeName: e.Name, Requests: ours,
+		Status: e.RemediationProgress}, since, engine.DurationOf(d.in.Check.Spec.HealthyDelay), engine.Confirmed(node))
+	e.RemediationProgress = o.Entry
 	d.p.Outcomes = append(d.p.Outcomes, o)
 	d.p.at(d.pass.Next)
 	if o.Unconfirm {
@@ -326,21 +325,17 @@ func (d *decider) nodeHealthy(node *corev1.Node, e *v1alpha1.UnhealthyNode, ours
 }
 
 // nodeUnhealthy decides for an unhealthy Node (engine.Pass.Unhealthy: its lease, its walk, its start).
-func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ours []remediationObject) {
+func (d *decider) nodeUnhealthy(w *nodeWork, e *v1alpha1.UnhealthyNode, ours []remediationObject) {
 	node := w.node
-	e.ConditionsHealthyTimestamp = nil
-	if !w.selected && len(e.Remediations) == 0 {
+	if !w.selected && len(e.Remediations) == 0 && len(ours) == 0 {
 		return // no longer selected and never remediated: not ours
 	}
 	d.p.Entries[e.Name] = e
 	t := engine.Target{Name: e.Name, Subject: "Node " + e.Name, Node: node, NodeName: e.Name, Why: why(w.res), ExpiredAt: w.res.ExpiredAt,
 		Held: d.hold, Excluded: node.Labels[v1alpha1.LabelExcludeFromRemediation] == "true", Requests: ours,
-		Records: recordsOf(e.Name, e.Remediations)}
+		Status: e.RemediationProgress}
 	if isControlPlane(node) {
 		t.CPKey = e.Name
-	}
-	if prev != nil {
-		t.SkipReason, t.SkipMessage, t.WaitingFor = prev.SkipReason, prev.SkipMessage, prev.WaitingFor
 	}
 	var o *engine.Outcome
 	t.Owner = func() (string, string) {
@@ -357,7 +352,6 @@ func (d *decider) nodeUnhealthy(w *nodeWork, e, prev *v1alpha1.UnhealthyNode, ou
 		return "", ""
 	}
 	o = d.pass.Unhealthy(t)
-	e.Remediations, e.WaitingFor = nodeRemediations(o.Walk.Records), o.Walk.WaitingFor
 	d.outs = append(d.outs, o)
 }
 
@@ -373,12 +367,10 @@ func (d *decider) admit() {
 	d.p.at(d.pass.Next)
 	for _, o := range d.outs {
 		e := d.p.Entries[o.Target.Name]
+		e.RemediationProgress = o.Entry
 		d.p.Outcomes = append(d.p.Outcomes, o)
-		if s := o.Skip; s != nil {
-			e.SkipReason, e.SkipMessage = s.Reason, s.Message
-			if o.NewSkip {
-				d.p.Skipped = append(d.p.Skipped, s.Reason)
-			}
+		if o.NewSkip {
+			d.p.Skipped = append(d.p.Skipped, o.Skip.Reason)
 		}
 		for _, ev := range o.Events {
 			d.p.Events = append(d.p.Events, nodeEvent(e.Name, e.SkipReason, ev))
@@ -394,23 +386,6 @@ func (d *decider) releaseLeases() {
 	d.p.Release = gates.Release(d.in.Leases, d.in.Holder, func(name string) bool {
 		return len(d.in.Ours[name]) > 0 || d.creates[name]
 	})
-}
-
-// skip records why a Node is not remediated, and when to look again; the event and the metric only when
-// that changes (engine.Skip.Event).
-func (p *plan) skip(e, prev *v1alpha1.UnhealthyNode, r engine.Skip, why string) {
-	e.SkipReason, e.SkipMessage = r.Reason, r.Message
-	p.at(r.Retry)
-	var prevReason, prevMessage string
-	if prev != nil {
-		prevReason, prevMessage = prev.SkipReason, prev.SkipMessage
-	}
-	ev := r.Event(prevReason, prevMessage, "Node "+e.Name, why)
-	if ev == nil {
-		return
-	}
-	p.Skipped = append(p.Skipped, r.Reason)
-	p.Events = append(p.Events, nodeEvent(e.Name, r.Reason, *ev))
 }
 
 // nodeEvent is an event of the engine's about node, whose skip reason is skipReason: a skip's own is the
@@ -450,45 +425,15 @@ func (d *decider) ownerOf(w *nodeWork, remediating bool) (string, string) {
 	return owner, gates.OwnedMessage("NodeHealthCheck", owner, "node")
 }
 
-// recordsOf is node's status history as the engine keeps it.
-func recordsOf(node string, list []v1alpha1.NodeRemediation) []engine.Record {
-	out := make([]engine.Record, 0, len(list))
-	for _, r := range list {
-		rec := engine.Record{APIVersion: r.APIVersion, Kind: r.Kind, Namespace: r.Namespace, Name: requestNameOf(node, r),
-			TemplateName: r.TemplateName, Started: r.Started.Time}
-		if r.TimedOut != nil {
-			rec.Ended = r.TimedOut.Time
-		}
-		out = append(out, rec)
-	}
-	return out
-}
-
-// nodeRemediations is the engine's history as status.unhealthyNodes[].remediations.
-func nodeRemediations(list []engine.Record) []v1alpha1.NodeRemediation {
-	if len(list) == 0 {
-		return nil
-	}
-	out := make([]v1alpha1.NodeRemediation, 0, len(list))
-	for _, r := range list {
-		rem := v1alpha1.NodeRemediation{APIVersion: r.APIVersion, Kind: r.Kind, Namespace: r.Namespace, Name: r.Name,
-			TemplateName: r.TemplateName, Started: metav1.Time{Time: r.Started}}
-		if !r.Ended.IsZero() {
-			rem.TimedOut = &metav1.Time{Time: r.Ended}
-		}
-		out = append(out, rem)
-	}
-	return out
-}
-
 // matches tells whether node's status entry r describes request o.
-func matches(node string, r v1alpha1.NodeRemediation, o remediationObject) bool {
-	return recordsOf(node, []v1alpha1.NodeRemediation{r})[0].Describes(o)
+func matches(node string, r v1alpha1.RequestRecord, o remediationObject) bool {
+	r.Name = requestNameOf(node, r)
+	return engine.Records([]v1alpha1.RequestRecord{r})[0].Describes(o)
 }
 
 // requestNameOf is the name of the request node's status entry r describes: the Node's name unless the
 // entry records another.
-func requestNameOf(node string, r v1alpha1.NodeRemediation) string {
+func requestNameOf(node string, r v1alpha1.RequestRecord) string {
 	return cmp.Or(r.Name, node)
 }
 

@@ -102,8 +102,8 @@ func fenceObj(node string, created time.Time) remediationObject {
 		TemplateName: "fence", Created: created}
 }
 
-func pcEntry(started time.Time) v1alpha1.NodeRemediation {
-	return v1alpha1.NodeRemediation{APIVersion: pcGVK.GroupVersion().String(), Kind: pcGVK.Kind, Namespace: "metalheal-system", TemplateName: "pool-a", Started: metav1.NewTime(started)}
+func pcEntry(started time.Time) v1alpha1.RequestRecord {
+	return v1alpha1.RequestRecord{APIVersion: pcGVK.GroupVersion().String(), Kind: pcGVK.Kind, Namespace: "metalheal-system", TemplateName: "pool-a", Started: metav1.NewTime(started)}
 }
 
 func created(p plan) []string {
@@ -496,17 +496,17 @@ func TestDecideControlPlaneOneAtATime(t *testing.T) {
 
 func TestDecideEscalation(t *testing.T) {
 	started := u0.Add(time.Hour)
-	check := func(remediations ...v1alpha1.NodeRemediation) *v1alpha1.NodeHealthCheck {
+	check := func(remediations ...v1alpha1.RequestRecord) *v1alpha1.NodeHealthCheck {
 		return unitCheck(func(c *v1alpha1.NodeHealthCheck) {
 			c.Spec.RemediationTemplate = nil
 			c.Spec.EscalatingRemediations = []v1alpha1.EscalatingRemediation{
 				{RemediationTemplate: pcRef, Order: 1, Timeout: metav1.Duration{Duration: 5 * time.Minute}},
 				{RemediationTemplate: fenceRf, Order: 2, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
 			}
-			c.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: "w1", Remediations: remediations}}
+			c.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: "w1", RemediationProgress: v1alpha1.RemediationProgress{Remediations: remediations}}}
 		})
 	}
-	fenceEntry := v1alpha1.NodeRemediation{APIVersion: fenceGV.GroupVersion().String(), Kind: fenceGV.Kind, Namespace: "ops", TemplateName: "fence",
+	fenceEntry := v1alpha1.RequestRecord{APIVersion: fenceGV.GroupVersion().String(), Kind: fenceGV.Kind, Namespace: "ops", TemplateName: "fence",
 		Started: metav1.NewTime(started.Add(5 * time.Minute))}
 	lease := leaseInfo{Holder: holder, Until: started.Add(9 * time.Minute)}
 
@@ -637,7 +637,7 @@ func TestDecideHandOver(t *testing.T) {
 					{RemediationTemplate: pair.steps()[0].Ref(), Order: 1, Timeout: metav1.Duration{Duration: 5 * time.Minute}},
 					{RemediationTemplate: pair.steps()[1].Ref(), Order: 2, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
 				}
-				c.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: "w1", Remediations: []v1alpha1.NodeRemediation{pcEntry(started)}}}
+				c.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: "w1", RemediationProgress: v1alpha1.RemediationProgress{Remediations: []v1alpha1.RequestRecord{pcEntry(started)}}}}
 			})
 		}
 		observe := func(check *v1alpha1.NodeHealthCheck, ours ...remediationObject) observed {
@@ -757,7 +757,7 @@ func TestDecideRecovery(t *testing.T) {
 	withEntry := func(healthySince *time.Time) *v1alpha1.NodeHealthCheck {
 		return unitCheck(func(c *v1alpha1.NodeHealthCheck) {
 			c.Spec.HealthyDelay = &metav1.Duration{Duration: time.Minute}
-			e := v1alpha1.UnhealthyNode{Name: "w1", Remediations: []v1alpha1.NodeRemediation{pcEntry(started)}}
+			e := v1alpha1.UnhealthyNode{Name: "w1", RemediationProgress: v1alpha1.RemediationProgress{Remediations: []v1alpha1.RequestRecord{pcEntry(started)}}}
 			if healthySince != nil {
 				e.ConditionsHealthyTimestamp = &metav1.Time{Time: *healthySince}
 			}
@@ -816,7 +816,7 @@ func TestDecideRecovery(t *testing.T) {
 				{RemediationTemplate: pcRef, Order: 1, Timeout: metav1.Duration{Duration: 5 * time.Minute}},
 				{RemediationTemplate: fenceRf, Order: 2, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
 			}
-			c.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: "w1", Remediations: []v1alpha1.NodeRemediation{pcEntry(started)}}}
+			c.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: "w1", RemediationProgress: v1alpha1.RemediationProgress{Remediations: []v1alpha1.RequestRecord{pcEntry(started)}}}}
 		})
 		marked := pcObj("w1", started)
 		marked.TimedOut, marked.Failed, marked.TimedOutAt = true, true, started.Add(time.Minute)
@@ -835,7 +835,7 @@ func TestDecideRecovery(t *testing.T) {
 	t.Run("lease held by our request's remediator taken over, anyone else's left alone", func(t *testing.T) {
 		g := NewWithT(t)
 		in := unitObserved(unitCheck(), unitNode("w1", corev1.ConditionFalse, u0))
-		in.Check.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: "w1", Remediations: []v1alpha1.NodeRemediation{pcEntry(started)}}}
+		in.Check.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: "w1", RemediationProgress: v1alpha1.RemediationProgress{Remediations: []v1alpha1.RequestRecord{pcEntry(started)}}}}
 		in.Ours["w1"] = []remediationObject{pcObj("w1", started)}
 		in.Leases["w1"] = leaseInfo{Holder: "PowerCycleRemediation-w1", Until: started.Add(10 * time.Minute)}
 		p := decide(in, started.Add(time.Minute))

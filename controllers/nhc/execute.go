@@ -59,7 +59,7 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 			released = append(released, normal(EventNodeLeaseReleased, actionLease, name,
 				fmt.Sprintf("%s/%s deleted by its holder", r.opts.LeaseNamespace, leases.LeaseName(name))))
 		},
-		Report: func(i int, res engine.Sent) { r.sent(ctx, check, in, p, jobs[i].Outcome, res) },
+		Report: func(i int, res engine.Sent) { r.sent(ctx, in, p, jobs[i].Outcome, res) },
 	}
 	err = x.Run(ctx, p.Release, jobs)
 	slices.SortFunc(notRenewed, func(a, b event) int { return strings.Compare(a.Node, b.Node) })
@@ -72,34 +72,29 @@ func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthChec
 
 // sent records the request sent for o (engine.Executor.Report): created or adopted in its Node's status
 // entry, or its skip.
-func (r *Reconciler) sent(ctx context.Context, check *v1alpha1.NodeHealthCheck, in observed, p *plan, o *engine.Outcome, res engine.Sent) {
-	name, c, st := o.Target.Name, o.Create, in.Steps[o.Create.Step]
-	e := p.Entries[name]
+func (r *Reconciler) sent(ctx context.Context, in observed, p *plan, o *engine.Outcome, res engine.Sent) {
+	name, st := o.Target.Name, in.Steps[o.Create.Step]
+	ev := o.Sent(res, st.Template)
+	p.Entries[name].RemediationProgress = o.Entry
 	switch {
 	case res.Skip != nil:
-		p.skip(e, findEntry(check.Status.UnhealthyNodes, name), *res.Skip, o.Target.Why)
+		p.at(res.Skip.Retry)
 		if !res.Skip.Until.IsZero() {
 			p.at(res.Skip.Until.Add(time.Second))
+		}
+		if ev != nil {
+			p.Skipped = append(p.Skipped, res.Skip.Reason)
+			p.Events = append(p.Events, nodeEvent(name, res.Skip.Reason, *ev))
 		}
 		return
 	case res.Err != nil:
 		return
-	}
-	rem := v1alpha1.NodeRemediation{APIVersion: res.Ref.APIVersion, Kind: res.Ref.Kind, Namespace: res.Ref.Namespace,
-		Name: res.Ref.Name, TemplateName: st.Template, Started: metav1.Time{Time: res.At}}
-	if !c.Again {
-		e.Remediations = append(e.Remediations, rem)
-	}
-	e.SkipReason, e.SkipMessage = "", ""
-	if res.Adopted {
+	case res.Adopted:
 		ctrl.LoggerFrom(ctx).V(4).Info("Adopted remediation request", "node", name, "request", res.Ref.String())
 		return
 	}
-	// What decide would have asked for had the request already existed: the step's timeout and the lease's
-	// renewal.
-	if st.Timeout > 0 {
-		p.at(res.At.Add(st.Timeout))
-	}
+	// What decide would have asked for had the request already existed: the lease's renewal (the step's
+	// timeout is Admit's).
 	p.at(res.At.Add(r.opts.LeaseDuration / 2))
 	p.Events = append(p.Events, r.created(ctx, in, o, res))
 }

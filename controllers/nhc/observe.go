@@ -283,7 +283,7 @@ func (r *Reconciler) confirmMissing(ctx context.Context, check *v1alpha1.NodeHea
 }
 
 // remembered is a remediation request as the check's status remembers it.
-func remembered(ref emrRef, rem v1alpha1.NodeRemediation) remediationObject {
+func remembered(ref emrRef, rem v1alpha1.RequestRecord) remediationObject {
 	o := remediationObject{Ref: ref, TemplateName: rem.TemplateName, Created: rem.Started.Time, TimedOut: rem.TimedOut != nil}
 	if rem.TimedOut != nil {
 		o.TimedOutAt = rem.TimedOut.Time

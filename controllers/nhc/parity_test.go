@@ -113,7 +113,7 @@ func (k parityKit) check() *v1alpha1.NodeHealthCheck {
 			u := v1alpha1.UnhealthyNode{Name: tg.Name}
 			for _, r := range e.Records {
 				ref := k.ref(tg.Name, r.Step)
-				rem := v1alpha1.NodeRemediation{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name,
+				rem := v1alpha1.RequestRecord{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name,
 					TemplateName: pol.Steps[r.Step].Template, Started: metav1.NewTime(r.Started)}
 				if !r.Ended.IsZero() {
 					rem.TimedOut = ptr.To(metav1.NewTime(r.Ended))

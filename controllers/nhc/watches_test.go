@@ -60,7 +60,7 @@ var _ = Describe("Map functions", func() {
 		Expect(w.r.checksForLease(ctx, leaseOf(cp))).To(ContainElements(req(selecting), req(other)), "a control-plane Node's lease matters to every check")
 
 		// A check that remembers the Node hears of it even when its selector no longer matches.
-		other.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: n.Name, SkipReason: SkipExcluded}}
+		other.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: n.Name, RemediationProgress: v1alpha1.RemediationProgress{SkipReason: SkipExcluded}}}
 		Expect(k8s.Status().Update(ctx, other)).To(Succeed())
 		Expect(w.r.checksForNode(ctx, n)).To(ConsistOf(req(selecting), req(other)))
 		Expect(w.r.checksForLease(ctx, leaseOf(n))).To(Equal([]reconcile.Request{req(other)}))

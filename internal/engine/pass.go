@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/gates"
@@ -73,11 +74,10 @@ type Target struct {
 	// Held: nothing new starts for the target (the check is disabled, paused, in a storm or its cooldown;
 	// the kind's own reasons); its steps under way still end. Excluded: its Node carries the exclude label.
 	Held, Excluded bool
-	// Requests are the check's requests for the target, Records its steps as its status remembers them.
+	// Requests are the check's requests for the target; Status is its status entry before the pass
+	// (empty: none), whose records are its steps as its status remembers them.
 	Requests []Request
-	Records  []Record
-	// SkipReason, SkipMessage and WaitingFor are what its status entry said.
-	SkipReason, SkipMessage, WaitingFor string
+	Status   v1alpha1.RemediationProgress
 	// Owner is Start.Owner: whether another check owns the target, or the request the step would create.
 	Owner func() (reason, message string)
 }
@@ -103,6 +103,9 @@ type Outcome struct {
 	From  []string
 	// Events are the target's events, in order.
 	Events []Event
+	// Entry is the target's status entry after the pass: its records, the step it waits for and its skip
+	// (Unhealthy, Admit, Sent), or its records and since when it is healthy again (Healthy).
+	Entry v1alpha1.RemediationProgress
 }
 
 // Unhealthy decides for one unhealthy target: its lease kept while the check's requests live, its walk
@@ -113,8 +116,9 @@ func (p *Pass) Unhealthy(t Target) *Outcome {
 	if len(t.Requests) > 0 {
 		p.keepLease(o)
 	}
-	w := Escalate(p.Steps, t.Name, t.Records, t.Requests, p.Now)
+	w := Escalate(p.Steps, t.Name, Records(t.Status.Remediations), t.Requests, p.Now)
 	o.Walk = w
+	o.Entry = v1alpha1.RemediationProgress{Remediations: StatusRecords(w.Records), WaitingFor: w.WaitingFor}
 	p.at(w.Next())
 	if w.Ended != nil {
 		o.Events = append(o.Events, endEvent(*w.Ended))
@@ -123,7 +127,7 @@ func (p *Pass) Unhealthy(t Target) *Outcome {
 				Note: fmt.Sprintf("%s is still unhealthy and every remediation step has ended", t.Subject)})
 		}
 	}
-	if w.WaitingFor != "" && w.WaitingFor != t.WaitingFor {
+	if w.WaitingFor != "" && w.WaitingFor != t.Status.WaitingFor {
 		o.Events = append(o.Events, Event{Reason: EventWaitingForHandOver, Normal: true, Note: fmt.Sprintf(
 			"Escalation step %d of %d for %s waits until %s is finished with the host (deleted, or Processing=False); "+
 				"it starts at %s at the latest", w.NextStep+1, len(p.Steps), t.Subject, w.WaitingFor, w.WaitUntil.UTC().Format(time.RFC3339))})
@@ -178,6 +182,9 @@ func (p *Pass) Admit() {
 			continue
 		}
 		o.Create = c
+		if !c.Again && st.Timeout > 0 {
+			p.at(p.Now.Add(st.Timeout)) // the step about to start times out then
+		}
 		for _, r := range o.Walk.Overdue {
 			o.Events = append(o.Events, Event{Reason: EventHandOverTimedOut, Note: fmt.Sprintf(
 				"%s did not report that it is finished with the host (Processing=False) within %s of its timed-out mark: "+
@@ -190,9 +197,9 @@ func (p *Pass) Admit() {
 // skip records why the target's start does not happen, and when to look again; its event once per
 // reason and message (Skip.Event).
 func (p *Pass) skip(o *Outcome, s *Skip) {
-	o.Skip = s
+	o.Skip, o.Entry.SkipReason, o.Entry.SkipMessage = s, s.Reason, s.Message
 	p.at(s.Retry)
-	if ev := s.Event(o.Target.SkipReason, o.Target.SkipMessage, o.Target.Subject, o.Target.Why); ev != nil {
+	if ev := s.Event(o.Target.Status.SkipReason, o.Target.Status.SkipMessage, o.Target.Subject, o.Target.Why); ev != nil {
 		o.Events, o.NewSkip = append(o.Events, *ev), true
 		if s.Reason == SkipBackingOff {
 			p.Holds++
@@ -210,6 +217,8 @@ func (p *Pass) Healthy(t Target, since time.Time, delay time.Duration, confirmed
 	if since.IsZero() {
 		o.HealthySince = p.Now
 	}
+	o.Entry = v1alpha1.RemediationProgress{Remediations: Adopted(t.Status, t.Requests, p.Now),
+		ConditionsHealthyTimestamp: &metav1.Time{Time: o.HealthySince}}
 	hold, until := HealthyHold(o.HealthySince, delay, confirmed, p.Now)
 	if o.Hold = hold; hold {
 		p.at(until)

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/gates"
 )
 
@@ -17,7 +18,7 @@ import (
 func TestPassAdmitsInOrderOfExpiry(t *testing.T) {
 	cp := func(name string, expired time.Time, records ...Record) Target {
 		return Target{Name: name, Subject: "Node " + name, Node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, NodeName: name,
-			CPKey: name, ExpiredAt: expired, Records: records}
+			CPKey: name, ExpiredAt: expired, Status: v1alpha1.RemediationProgress{Remediations: StatusRecords(records)}}
 	}
 	for name, tc := range map[string]struct {
 		targets []Target
@@ -54,11 +55,11 @@ func TestPassAdmitsInOrderOfExpiry(t *testing.T) {
 func TestPassHoldsAndExcludes(t *testing.T) {
 	g := NewWithT(t)
 	p := &Pass{Steps: []Step{reboot, metal3}, Now: walkT0, Gate: Gate{Admission: gates.NewAdmission("self", nil, nil, walkT0)}}
-	running := []Record{rec(reboot, ago(10*time.Minute), time.Time{})}
-	held := p.Unhealthy(Target{Name: "held", Subject: "Node held", Held: true, Records: running, Requests: []Request{req(reboot, ago(10*time.Minute))}})
+	running := v1alpha1.RemediationProgress{Remediations: StatusRecords([]Record{rec(reboot, ago(10*time.Minute), time.Time{})})}
+	held := p.Unhealthy(Target{Name: "held", Subject: "Node held", Held: true, Status: running, Requests: []Request{req(reboot, ago(10*time.Minute))}})
 	excluded := p.Unhealthy(Target{Name: "excluded", Subject: "Node excluded", Excluded: true})
-	again := p.Unhealthy(Target{Name: "again", Subject: "Node again", Excluded: true, SkipReason: SkipExcluded,
-		SkipMessage: gates.ExcludedMessage()})
+	again := p.Unhealthy(Target{Name: "again", Subject: "Node again", Excluded: true,
+		Status: v1alpha1.RemediationProgress{SkipReason: SkipExcluded, SkipMessage: gates.ExcludedMessage()}})
 	p.Admit()
 	g.Expect(held.Walk.TimeOut).To(HaveLen(1), "its step ends")
 	g.Expect(held.Events).To(ConsistOf(HaveField("Reason", EventRemediationTimedOut)))

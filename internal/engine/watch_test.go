@@ -223,7 +223,7 @@ func TestCheckAndPeerChanged(t *testing.T) {
 			Conditions: []metav1.Condition{{Type: v1alpha1.ConditionDisabled, Status: metav1.ConditionFalse, Reason: "Enabled",
 				LastTransitionTime: metav1.NewTime(t0)}},
 			InFlightRemediations: map[string]metav1.Time{"w1": metav1.NewTime(t0)},
-			UnhealthyNodes:       []v1alpha1.UnhealthyNode{{Name: "w1"}, {Name: "w2", SkipReason: "ControlPlaneBusy"}},
+			UnhealthyNodes:       []v1alpha1.UnhealthyNode{{Name: "w1"}, {Name: "w2", RemediationProgress: v1alpha1.RemediationProgress{SkipReason: "ControlPlaneBusy"}}},
 			LastUpdateTime:       &metav1.Time{Time: t0}},
 	}
 	tests := []struct {
@@ -236,7 +236,7 @@ func TestCheckAndPeerChanged(t *testing.T) {
 			c.Status.HealthyNodes, c.Status.Phase, c.Status.LastUpdateTime = ptr.To(int32(1)), v1alpha1.PhaseEnabled, &metav1.Time{Time: t0.Add(time.Second)}
 		}},
 		{name: "a target's skip changes", change: func(c *v1alpha1.NodeHealthCheck) {
-			c.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: "w1"}, {Name: "w2", SkipReason: "LeaseHeldByOther"}}
+			c.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{{Name: "w1"}, {Name: "w2", RemediationProgress: v1alpha1.RemediationProgress{SkipReason: "LeaseHeldByOther"}}}
 		}},
 		{name: "the Disabled condition's reason changes, not its status", change: func(c *v1alpha1.NodeHealthCheck) {
 			c.Status.Conditions[0].Reason, c.Status.Conditions[0].ObservedGeneration = "Other", 3
