@@ -11,7 +11,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/events"
@@ -306,9 +305,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	} else if err != nil {
 		return ctrl.Result{}, err
 	}
-	if in.Disabled == nil {
-		r.enable(mhc, &p.Status)
-	}
 	execErr := r.execute(ctx, mhc, &p)
 	p.Status.RecentRemediations = p.recentRemediations()
 	writing := trace.StartRegion(ctx, "status")
@@ -350,14 +346,6 @@ func (r *Reconciler) observeFailed(ctx context.Context, mhc *v1alpha1.MachineHea
 
 // workloadRetry is how often a check whose workload cluster does not answer looks at it again.
 const workloadRetry = 10 * time.Second
-
-// enable clears the Disabled condition of a check that was disabled and works again, with an event.
-func (r *Reconciler) enable(mhc *v1alpha1.MachineHealthCheck, status *v1alpha1.MachineHealthCheckStatus) {
-	if meta.IsStatusConditionTrue(status.Conditions, v1alpha1.ConditionDisabled) && engine.Enable(&status.Conditions, mhc.Generation,
-		"Cluster API, the Cluster's kubeconfig, the remediation kinds and templates are readable", r.clock.Now()) {
-		r.recorder.Eventf(mhc, nil, corev1.EventTypeNormal, EventEnabled, actionCheck, "The check works again")
-	}
-}
 
 // ServedClusterAPIVersion returns the Cluster API version the controller would read Machines and Clusters
 // in ("v1beta2" or "v1beta1"), or "" when Cluster API is not installed. The controller asks again by

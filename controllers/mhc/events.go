@@ -45,8 +45,8 @@ const (
 	// EventDisabled (Warning): the check cannot work (its Disabled condition says why: a template missing
 	// or unusable, a spec the API server let through but the check cannot act on, a kind it names that
 	// cannot be watched, ...); no remediation starts until it can. EventEnabled (Normal): it can again.
-	EventDisabled = "Disabled"
-	EventEnabled  = "Enabled"
+	EventDisabled = engine.EventDisabled
+	EventEnabled  = engine.EventEnabled
 	// EventRemediationSkipped (Warning): an unhealthy Machine is not remediated because of a safety gate
 	// shared with the NodeHealthCheck: another check owns it (OwnedByOtherCheck), another control-plane
 	// Machine is being remediated (ControlPlaneBusy), its Node's lease is held by someone else
@@ -55,11 +55,11 @@ const (
 	EventRemediationSkipped = "RemediationSkipped"
 	// EventStormCooldown (Normal): the budget is satisfied again but remediation waits out
 	// stormCooldownDuration. EventStormEnded (Normal): the storm is over, remediation resumes.
-	EventStormCooldown = "StormCooldown"
-	EventStormEnded    = "StormEnded"
+	EventStormCooldown = engine.EventStormCooldown
+	EventStormEnded    = engine.EventStormEnded
 	// EventPaused and EventUnpaused: the check (pauseRequests... or its Cluster) was paused, or no longer is.
-	EventPaused   = "Paused"
-	EventUnpaused = "Unpaused"
+	EventPaused   = engine.EventPaused
+	EventUnpaused = engine.EventUnpaused
 	// EventLeaseNotRenewed (Warning): a Machine's remediation runs but its Node's lease is now held by
 	// someone else.
 	EventLeaseNotRenewed = "LeaseNotRenewed"

@@ -413,37 +413,23 @@ type leaseAction struct {
 	Fresh bool
 }
 
-// checkWide decides the check's Paused, RemediationAllowed and StormActive conditions (engine.DecideCheckWide,
-// the NodeHealthCheck's rules) and the events of their transitions: while the budget is exceeded, and
-// stormCooldownDuration after it is met again, no remediation starts. The budget's own transition keeps
-// Cluster API's RemediationRestricted event (planChecks); the cooldown and the storm's end get theirs.
+// checkWide decides the check's Disabled, Paused, RemediationAllowed and StormActive conditions and the
+// events of their transitions (engine.DecideCheckWide, the NodeHealthCheck's rules): while the budget is
+// exceeded, and stormCooldownDuration after it is met again, no remediation starts. The storm's beginning
+// is Cluster API's RemediationRestricted event (planChecks), not the NodeHealthCheck's.
 func checkWide(p *plan, mhc *v1alpha1.MachineHealthCheck, paused string, disabled *engine.Cause, d budget.Decision, now time.Time) engine.CheckWide {
 	var pauses []string
 	if paused != "" {
 		pauses = []string{paused}
 	}
-	conds := slices.Clone(mhc.Status.Conditions)
-	if disabled != nil && engine.Disable(&conds, mhc.Generation, disabled.Reason, disabled.Message, now) {
-		p.Events = append(p.Events, checkEvent{Regarding: mhc, Type: corev1.EventTypeWarning, Reason: EventDisabled,
-			Note: "No remediation can start: " + disabled.Message})
-	}
-	cw := engine.DecideCheckWide(engine.CheckWideInput{Conditions: conds, Generation: mhc.Generation,
-		Paused: pauses, Budget: d, Cooldown: engine.DurationOf(mhc.Spec.StormCooldownDuration), Now: now})
+	cw := engine.DecideCheckWide(engine.CheckWideInput{Conditions: mhc.Status.Conditions, Generation: mhc.Generation,
+		Paused: pauses, Budget: d, Cooldown: engine.DurationOf(mhc.Spec.StormCooldownDuration), Disabled: disabled,
+		Works: "Cluster API, the Cluster's kubeconfig, the remediation kinds and templates are readable", Now: now})
 	p.NextCheck = engine.Earliest(p.NextCheck, cw.Storm.Until)
-	event := func(reason, note string) {
-		p.Events = append(p.Events, checkEvent{Regarding: mhc, Type: corev1.EventTypeNormal, Reason: reason, Note: note})
-	}
-	switch {
-	case cw.PausedNow:
-		event(EventPaused, "No new remediation starts: "+paused)
-	case cw.Resumed:
-		event(EventUnpaused, "No longer paused: remediation resumes")
-	}
-	switch {
-	case cw.Storm.Cooled:
-		event(EventStormCooldown, cw.Storm.Message)
-	case cw.Storm.Ended:
-		event(EventStormEnded, "The remediation storm is over: remediation resumes")
+	for _, ev := range cw.Events {
+		if ev.Reason != engine.EventRemediationShortCircuited {
+			p.Events = append(p.Events, checkEvent{Regarding: mhc, Type: eventType(ev), Reason: ev.Reason, Note: ev.Note})
+		}
 	}
 	return cw
 }
@@ -509,11 +495,7 @@ func machineEvents(mhc *v1alpha1.MachineHealthCheck, m *clusterv1.Machine, evs [
 		case engine.EventRemediationTimedOut, engine.EventRemediationFailed, engine.EventRemediationsExhausted, engine.EventRemediationFinished:
 			continue
 		}
-		typ := corev1.EventTypeWarning
-		if ev.Normal {
-			typ = corev1.EventTypeNormal
-		}
-		out = append(out, checkEvent{Regarding: m, Related: mhc, Type: typ, Reason: cmp.Or(ev.Reason, EventRemediationSkipped), Note: ev.Note})
+		out = append(out, checkEvent{Regarding: m, Related: mhc, Type: eventType(ev), Reason: cmp.Or(ev.Reason, EventRemediationSkipped), Note: ev.Note})
 	}
 	return out
 }
@@ -536,8 +518,13 @@ func skipEvents(mhc *v1alpha1.MachineHealthCheck, t *targetPlan, entry, prev *v1
 	if ev == nil {
 		return nil
 	}
+	return []checkEvent{{Regarding: t.Machine, Related: mhc, Type: eventType(*ev), Reason: cmp.Or(ev.Reason, EventRemediationSkipped), Note: ev.Note}}
+}
+
+// eventType is the type of an engine's event.
+func eventType(ev engine.Event) string {
 	if ev.Normal {
-		return []checkEvent{{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeNormal, Reason: ev.Reason, Note: ev.Note}}
+		return corev1.EventTypeNormal
 	}
-	return []checkEvent{{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeWarning, Reason: EventRemediationSkipped, Note: ev.Note}}
+	return corev1.EventTypeWarning
 }

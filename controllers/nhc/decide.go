@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -213,51 +212,32 @@ func evaluate(n *corev1.Node, criteria []conditions.Criterion, now time.Time) co
 	return conditions.Result{}
 }
 
-// checkWide sets the conditions (Disabled, Paused, RemediationAllowed, StormActive), the events of their
-// transitions, and whether new remediations are held back for every Node.
+// checkWide sets the conditions (Disabled, Paused, RemediationAllowed, StormActive) and the events of
+// their transitions (engine.DecideCheckWide), and whether new remediations are held back for every Node.
 func (d *decider) checkWide() {
-	check, now, p := d.in.Check, d.now, d.p
-	conds := slices.Clone(check.Status.Conditions)
-
+	check, p := d.in.Check, d.p
 	dec, err := budget.Evaluate(policyOf(check.Spec), len(d.in.Nodes), p.Failing)
-	if err != nil && p.Disabled == nil {
-		p.Disabled = &cause{Reason: ReasonInvalidBudget, Message: err.Error()}
+	cw := engine.DecideCheckWide(engine.CheckWideInput{Conditions: check.Status.Conditions, Generation: check.Generation,
+		Paused: p.Paused, Budget: dec, BudgetErr: err, Cooldown: engine.DurationOf(check.Spec.StormCooldownDuration),
+		Disabled: p.Disabled, Works: "the remediation templates are usable", Now: d.now})
+	for _, ev := range cw.Events {
+		if skip, ok := checkSkips[ev.Reason]; ok {
+			p.Skipped = append(p.Skipped, skip)
+		}
+		p.Events = append(p.Events, nodeEvent("", "", ev))
 	}
-
-	switch {
-	case p.Disabled != nil && engine.Disable(&conds, check.Generation, p.Disabled.Reason, p.Disabled.Message, now):
-		p.Events = append(p.Events, warning(EventDisabled, actionCheck, "", "No remediation can start: "+p.Disabled.Message))
-		p.Skipped = append(p.Skipped, SkipDisabled)
-	case p.Disabled == nil && engine.Enable(&conds, check.Generation, "The remediation templates are usable", now):
-		p.Events = append(p.Events, normal(EventEnabled, actionCheck, "", "The remediation templates are usable again"))
+	p.at(cw.Storm.Until)
+	if cw.Storm.Active() {
+		p.Hold = cw.Storm.Message
 	}
-
-	cw := engine.DecideCheckWide(engine.CheckWideInput{Conditions: conds, Generation: check.Generation, Paused: p.Paused,
-		Budget: dec, BudgetErr: err, Cooldown: engine.DurationOf(check.Spec.StormCooldownDuration), Now: now})
-	conds, storm := cw.Conditions, cw.Storm
-	switch {
-	case cw.PausedNow:
-		p.Events = append(p.Events, normal(EventPaused, actionCheck, "", "No new remediation starts: paused by "+strings.Join(p.Paused, "; ")))
-		p.Skipped = append(p.Skipped, SkipPaused)
-	case cw.Resumed:
-		p.Events = append(p.Events, normal(EventUnpaused, actionCheck, "", "Pause requests cleared: remediation resumes"))
-	}
-	p.at(storm.Until)
-	if storm.Active() {
-		p.Hold = storm.Message
-	}
-	switch {
-	case storm.Began:
-		p.Events = append(p.Events, warning(EventRemediationShortCircuited, actionCheck, "", storm.Message))
-		p.Skipped = append(p.Skipped, SkipShortCircuit)
-	case storm.Cooled:
-		p.Events = append(p.Events, normal(EventStormCooldown, actionCheck, "", storm.Message))
-	case storm.Ended:
-		p.Events = append(p.Events, normal(EventStormEnded, actionCheck, "", "The remediation storm is over: remediation resumes"))
-	}
-	p.Conditions = conds
-	d.hold = p.Disabled != nil || len(p.Paused) > 0 || storm.Active()
+	p.Conditions, p.Disabled = cw.Conditions, cw.Disabled
+	d.hold = p.Disabled != nil || len(p.Paused) > 0 || cw.Storm.Active()
 }
+
+// checkSkips are the check-wide events that begin holding every Node back, and their skipped metric's
+// reason.
+var checkSkips = map[string]string{engine.EventDisabled: SkipDisabled, engine.EventPaused: SkipPaused,
+	engine.EventRemediationShortCircuited: SkipShortCircuit}
 
 // decideNode decides for one Node that is unhealthy, gone, or remediated by the check.
 func (d *decider) decideNode(name string) {
@@ -388,8 +368,8 @@ func (d *decider) releaseLeases() {
 	})
 }
 
-// nodeEvent is an event of the engine's about node, whose skip reason is skipReason: a skip's own is the
-// kind's (skipEvents).
+// nodeEvent is an event of the engine's about node ("": the check itself), whose skip reason is
+// skipReason: a skip's own is the kind's (skipEvents).
 func nodeEvent(node, skipReason string, ev engine.Event) event {
 	action, ok := eventActions[ev.Reason]
 	if !ok {

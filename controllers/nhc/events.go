@@ -52,18 +52,18 @@ const (
 	// EventNodeLeaseReleased (Normal): the check released the lease of a Node it no longer remediates.
 	EventNodeLeaseReleased = "NodeLeaseReleased"
 
-	// EventRemediationShortCircuited: too many Nodes are unhealthy; no new remediation starts (a storm).
-	EventRemediationShortCircuited = "RemediationShortCircuited"
-	// EventStormCooldown: the budget is satisfied again; remediation resumes after stormCooldownDuration.
-	EventStormCooldown = "StormCooldown"
-	// EventStormEnded: remediation resumes after a storm.
-	EventStormEnded = "StormEnded"
-	// EventPaused and EventUnpaused: pauseRequests were set or cleared.
-	EventPaused   = "Paused"
-	EventUnpaused = "Unpaused"
-	// EventDisabled: a remediation template is missing or malformed; EventEnabled: it is usable again.
-	EventDisabled = "Disabled"
-	EventEnabled  = "Enabled"
+	// The check-wide events (engine.DecideCheckWide): EventRemediationShortCircuited, too many Nodes are
+	// unhealthy, no new remediation starts (a storm); EventStormCooldown, the budget is met again,
+	// remediation resumes after stormCooldownDuration; EventStormEnded, remediation resumes after a storm;
+	// EventPaused and EventUnpaused, pauseRequests were set or cleared; EventDisabled, a remediation
+	// template is missing or malformed, or the spec cannot be used; EventEnabled, the check works again.
+	EventRemediationShortCircuited = engine.EventRemediationShortCircuited
+	EventStormCooldown             = engine.EventStormCooldown
+	EventStormEnded                = engine.EventStormEnded
+	EventPaused                    = engine.EventPaused
+	EventUnpaused                  = engine.EventUnpaused
+	EventDisabled                  = engine.EventDisabled
+	EventEnabled                   = engine.EventEnabled
 )
 
 // Event actions (the events.k8s.io "action" field).
@@ -87,6 +87,13 @@ var eventActions = map[string]string{
 	engine.EventHandOverTimedOut:       actionCreate,
 	engine.EventWaitingForConfirmation: actionWait,
 	engine.EventRemediationFinished:    actionDelete,
+	EventRemediationShortCircuited:     actionCheck,
+	EventStormCooldown:                 actionCheck,
+	EventStormEnded:                    actionCheck,
+	EventPaused:                        actionCheck,
+	EventUnpaused:                      actionCheck,
+	EventDisabled:                      actionCheck,
+	EventEnabled:                       actionCheck,
 }
 
 // skipEvents maps a per-node skip reason to its event reason.

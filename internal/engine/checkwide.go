@@ -26,8 +26,28 @@ type CheckWideInput struct {
 	BudgetErr error
 	// Cooldown is stormCooldownDuration.
 	Cooldown time.Duration
+	// Disabled says why no remediation can start (nil: the check works, which Works says).
+	Disabled *Cause
+	Works    string
 	Now      time.Time
 }
+
+// The check-wide events, the same for both kinds.
+const (
+	// EventDisabled (Warning): no remediation can start (the Disabled condition says why); EventEnabled
+	// (Normal): the check works again.
+	EventDisabled = "Disabled"
+	EventEnabled  = "Enabled"
+	// EventPaused (Normal): no new remediation starts; EventUnpaused (Normal): remediation resumes.
+	EventPaused   = "Paused"
+	EventUnpaused = "Unpaused"
+	// EventRemediationShortCircuited (Warning): the unhealthy budget is exceeded, a storm begins;
+	// EventStormCooldown (Normal): the budget is met again, remediation resumes after
+	// stormCooldownDuration; EventStormEnded (Normal): the storm is over, remediation resumes.
+	EventRemediationShortCircuited = "RemediationShortCircuited"
+	EventStormCooldown             = "StormCooldown"
+	EventStormEnded                = "StormEnded"
+)
 
 // CheckWide is the check-wide part of a decision, the same for both kinds: the Paused,
 // RemediationAllowed and StormActive conditions, and the transitions the adapter reports (events,
@@ -41,13 +61,30 @@ type CheckWide struct {
 	PausedNow, Resumed bool
 	// Restricted: RemediationAllowed has just become False.
 	Restricted bool
+	// Disabled is why no remediation can start: the input's, or a budget that cannot be used.
+	Disabled *Cause
+	// Events are the transitions' events, in order: Disabled or Enabled, Paused or Unpaused, the storm's.
+	Events []Event
 }
 
-// DecideCheckWide sets the check-wide conditions from the budget's decision and the pause requests.
+// DecideCheckWide sets the check-wide conditions from the check's Disabled cause, the pause requests and
+// the budget's decision, with the events of their transitions.
 func DecideCheckWide(in CheckWideInput) CheckWide {
 	prev := in.Conditions
-	out := CheckWide{Conditions: make([]metav1.Condition, len(prev))}
+	out := CheckWide{Conditions: make([]metav1.Condition, len(prev)), Disabled: in.Disabled}
 	copy(out.Conditions, prev)
+	if out.Disabled == nil && in.BudgetErr != nil {
+		out.Disabled = &Cause{Reason: v1alpha1.ReasonInvalidBudget, Message: in.BudgetErr.Error()}
+	}
+	event := func(reason string, normal bool, note string) {
+		out.Events = append(out.Events, Event{Reason: reason, Normal: normal, Note: note})
+	}
+	switch {
+	case out.Disabled != nil && Disable(&out.Conditions, in.Generation, out.Disabled.Reason, out.Disabled.Message, in.Now):
+		event(EventDisabled, false, "No remediation can start: "+out.Disabled.Message)
+	case out.Disabled == nil && Enable(&out.Conditions, in.Generation, in.Works, in.Now):
+		event(EventEnabled, true, "The check works again: "+in.Works)
+	}
 	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
 		meta.SetStatusCondition(&out.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg,
 			ObservedGeneration: in.Generation, LastTransitionTime: metav1.NewTime(in.Now)})
@@ -58,6 +95,12 @@ func DecideCheckWide(in CheckWideInput) CheckWide {
 	} else {
 		set(v1alpha1.ConditionPaused, metav1.ConditionFalse, v1alpha1.ReasonAsExpected, "Not paused")
 		out.Resumed = meta.IsStatusConditionTrue(prev, v1alpha1.ConditionPaused)
+	}
+	switch {
+	case out.PausedNow:
+		event(EventPaused, true, "No new remediation starts: paused by "+strings.Join(in.Paused, "; "))
+	case out.Resumed:
+		event(EventUnpaused, true, "No longer paused: remediation resumes")
 	}
 
 	// RemediationAllowed: the budget alone. Its last transition to True is when a storm ended.
@@ -79,6 +122,14 @@ func DecideCheckWide(in CheckWideInput) CheckWide {
 	}
 	out.Storm = gates.EvaluateStorm(prev, in.BudgetErr == nil && !in.Budget.Allowed, in.Budget.Message, allowedSince, in.Cooldown, in.Now)
 	meta.SetStatusCondition(&out.Conditions, out.Storm.Condition(in.Generation, in.Now))
+	switch {
+	case out.Storm.Began:
+		event(EventRemediationShortCircuited, false, out.Storm.Message)
+	case out.Storm.Cooled:
+		event(EventStormCooldown, true, out.Storm.Message)
+	case out.Storm.Ended:
+		event(EventStormEnded, true, "The remediation storm is over: remediation resumes")
+	}
 	return out
 }
 

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/budget"
 )
 
 // TestDisableEnable: Disabled is news (the adapter's warning) when the check becomes disabled, or for
@@ -46,4 +48,51 @@ func TestDisableEnable(t *testing.T) {
 				HaveField("Message", "works")))
 		})
 	}
+}
+
+// TestDecideCheckWideEvents: the check-wide transitions are said once each, the same for both kinds, as a
+// check lives through them: disabled, enabled, paused, resumed, a storm that begins, cools down and ends.
+// A budget that cannot be used disables the check.
+func TestDecideCheckWideEvents(t *testing.T) {
+	g := NewWithT(t)
+	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	within := budget.Decision{Allowed: true, Message: "1 of 10 unhealthy"}
+	exceeded := budget.Decision{Message: "6 of 10 unhealthy"}
+	var conds []metav1.Condition
+	pass := func(at time.Duration, in CheckWideInput) CheckWide {
+		in.Conditions, in.Generation, in.Works, in.Cooldown, in.Now = conds, 1, "templates readable", time.Minute, t0.Add(at)
+		if in.Budget.Message == "" && in.BudgetErr == nil {
+			in.Budget = within
+		}
+		cw := DecideCheckWide(in)
+		conds = cw.Conditions
+		return cw
+	}
+	reasons := func(cw CheckWide) []string {
+		var out []string
+		for _, ev := range cw.Events {
+			out = append(out, ev.Reason)
+		}
+		return out
+	}
+	missing := &Cause{Reason: v1alpha1.ReasonTemplateNotFound, Message: "template rack-a not found"}
+
+	g.Expect(reasons(pass(0, CheckWideInput{Disabled: missing}))).To(Equal([]string{EventDisabled}))
+	g.Expect(reasons(pass(time.Second, CheckWideInput{Disabled: missing}))).To(BeEmpty(), "said once")
+	cw := pass(2*time.Second, CheckWideInput{})
+	g.Expect(reasons(cw)).To(Equal([]string{EventEnabled}))
+	g.Expect(cw.Events[0].Note).To(ContainSubstring("templates readable"))
+	g.Expect(reasons(pass(3*time.Second, CheckWideInput{Paused: []string{"upgrade"}}))).To(Equal([]string{EventPaused}))
+	g.Expect(reasons(pass(4*time.Second, CheckWideInput{}))).To(Equal([]string{EventUnpaused}))
+
+	cw = pass(5*time.Second, CheckWideInput{Budget: exceeded})
+	g.Expect(reasons(cw)).To(Equal([]string{EventRemediationShortCircuited}))
+	g.Expect(cw.Events[0].Normal).To(BeFalse(), "a storm is a warning")
+	g.Expect(reasons(pass(6*time.Second, CheckWideInput{Budget: exceeded}))).To(BeEmpty())
+	g.Expect(reasons(pass(7*time.Second, CheckWideInput{}))).To(Equal([]string{EventStormCooldown}))
+	g.Expect(reasons(pass(7*time.Second+time.Minute, CheckWideInput{}))).To(Equal([]string{EventStormEnded}))
+
+	cw = pass(2*time.Minute, CheckWideInput{BudgetErr: errors.New(`maxUnhealthy "abc" is not a number or a percentage`)})
+	g.Expect(cw.Disabled).To(HaveField("Reason", v1alpha1.ReasonInvalidBudget))
+	g.Expect(reasons(cw)).To(Equal([]string{EventDisabled}))
 }
