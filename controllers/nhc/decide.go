@@ -405,18 +405,6 @@ func (d *decider) ownerOf(w *nodeWork, remediating bool) (string, string) {
 	return owner, gates.OwnedMessage("NodeHealthCheck", owner, "node")
 }
 
-// matches tells whether node's status entry r describes request o.
-func matches(node string, r v1alpha1.RequestRecord, o remediationObject) bool {
-	r.Name = requestNameOf(node, r)
-	return engine.Records([]v1alpha1.RequestRecord{r})[0].Describes(o)
-}
-
-// requestNameOf is the name of the request node's status entry r describes: the Node's name unless the
-// entry records another.
-func requestNameOf(node string, r v1alpha1.RequestRecord) string {
-	return cmp.Or(r.Name, node)
-}
-
 // labelControlPlane is the control-plane role label (internal/gates has the rule).
 const labelControlPlane = gates.LabelControlPlane
 

@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -74,9 +73,6 @@ func (r *Reconciler) observe(ctx context.Context, check *v1alpha1.NodeHealthChec
 		in.Disabled = badSelector
 	}
 	if in.Ours, in.Foreign, err = r.listRemediations(ctx, check, in.Steps, kinds); err != nil {
-		return in, 0, err
-	}
-	if err := r.confirmMissing(ctx, check, in.Ours, kinds); err != nil {
 		return in, 0, err
 	}
 	if in.Tracked, err = r.trackedNodes(ctx, check, in.Nodes, in.Ours); err != nil {
@@ -175,7 +171,8 @@ func refusedKinds(steps []engine.StepRef) *cause {
 
 // listRemediations lists the remediation requests of every kind and namespace the steps (and the status
 // history) use, from the cache, and sorts them into ours (by Node) and foreign. A kind that cannot be
-// watched is not read (its check is disabled; confirmMissing keeps what the status remembers of it).
+// watched is not read (its check is disabled). The requests the check created a moment ago that the cache
+// does not show yet are added (engine.RecentWrites).
 func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeHealthCheck, steps []engine.Step, kinds kindStates) (map[string][]remediationObject, map[emrRef]string, error) {
 	type listKey struct {
 		gvk schema.GroupVersionKind
@@ -232,63 +229,8 @@ func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeH
 			ours[node] = append(ours[node], o)
 		}
 	}
+	r.recent.AddCreated(check.UID, ours, now)
 	return ours, foreign, nil
-}
-
-// confirmMissing accounts for the in-flight requests that the status remembers but the cache does not
-// show (yet): right after a create, the request's informer may lag behind the check's, and the next
-// reconcile would take the request for deleted and create it again. A request this process created a
-// moment ago is taken as it was created; any other is read live (once, after someone else deleted it).
-// Nodes that are healthy again are skipped: their requests are expected to go. A request of a kind that
-// cannot be watched is taken as the status remembers it: the manager may not read it either, and the
-// status is the check's memory.
-func (r *Reconciler) confirmMissing(ctx context.Context, check *v1alpha1.NodeHealthCheck, ours map[string][]remediationObject, kinds kindStates) error {
-	for _, u := range check.Status.UnhealthyNodes {
-		if u.ConditionsHealthyTimestamp != nil {
-			continue
-		}
-		for _, rem := range u.Remediations {
-			if rem.TimedOut != nil || rem.APIVersion == "" ||
-				slices.ContainsFunc(ours[u.Name], func(o remediationObject) bool { return matches(u.Name, rem, o) }) {
-				continue
-			}
-			ref := emrRef{APIVersion: rem.APIVersion, Kind: rem.Kind, Namespace: rem.Namespace, Name: requestNameOf(u.Name, rem)}
-			switch o, known := r.recent.Get(ref, r.clock.Now()); {
-			case known && o.Deleting:
-				continue // we deleted it a moment ago: gone
-			case known:
-				ours[u.Name] = append(ours[u.Name], o)
-				continue
-			}
-			if gv, err := schema.ParseGroupVersion(rem.APIVersion); err == nil && !kinds.Readable(gv.WithKind(rem.Kind)) {
-				ours[u.Name] = append(ours[u.Name], remembered(ref, rem))
-				continue
-			}
-			obj := &unstructured.Unstructured{}
-			obj.SetAPIVersion(rem.APIVersion)
-			obj.SetKind(rem.Kind)
-			err := r.liveReader().Get(ctx, types.NamespacedName{Namespace: rem.Namespace, Name: ref.Name}, obj)
-			switch {
-			case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
-				continue
-			case err != nil:
-				return fmt.Errorf("reading %s: %w", ref, err)
-			}
-			if ownedBy(obj, check.UID) {
-				ours[u.Name] = append(ours[u.Name], engine.RequestOf(ref, obj))
-			}
-		}
-	}
-	return nil
-}
-
-// remembered is a remediation request as the check's status remembers it.
-func remembered(ref emrRef, rem v1alpha1.RequestRecord) remediationObject {
-	o := remediationObject{Ref: ref, TemplateName: rem.TemplateName, Created: rem.Started.Time, TimedOut: rem.TimedOut != nil}
-	if rem.TimedOut != nil {
-		o.TimedOutAt = rem.TimedOut.Time
-	}
-	return o
 }
 
 // ownedBy reports whether obj has an owner reference to the object with uid.

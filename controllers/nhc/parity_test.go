@@ -1,6 +1,7 @@
 package nhc
 
 import (
+	"cmp"
 	"testing"
 	"time"
 
@@ -311,4 +312,10 @@ func (k parityKit) outcome(t *testing.T, in observed, p plan) enginetest.Outcome
 		out.Events = append(out.Events, enginetest.Event{Kind: kind, Target: ev.Node})
 	}
 	return out
+}
+
+// requestNameOf is the name of the request node's status entry r describes: the Node's name unless the
+// entry records another.
+func requestNameOf(node string, r v1alpha1.RequestRecord) string {
+	return cmp.Or(r.Name, node)
 }

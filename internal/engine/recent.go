@@ -21,7 +21,7 @@ const RecentWriteTTL = time.Minute
 // lags behind the check's own writes must neither take a request it has just created for one that
 // vanished (and create it again), nor delete again, and say so again, one it has just deleted that the
 // cache still shows as it was. The Executor records every write it makes (Executor.Recent); a kind's
-// observe reads its requests through it (Seen, AddCreated, Get). The zero value is ready; a nil one
+// observe reads its requests through it (Seen, AddCreated). The zero value is ready; a nil one
 // remembers nothing.
 type RecentWrites struct {
 	mu   sync.Mutex
@@ -68,21 +68,6 @@ func (rw *RecentWrites) put(w recentWrite) {
 	rw.objs[w.obj.Ref] = w
 }
 
-// Get returns what was last written to ref, if that is recent.
-func (rw *RecentWrites) Get(ref Ref, now time.Time) (Request, bool) {
-	if rw == nil {
-		return Request{}, false
-	}
-	rw.mu.Lock()
-	defer rw.mu.Unlock()
-	w, ok := rw.objs[ref]
-	if ok && now.Sub(w.at) > RecentWriteTTL {
-		delete(rw.objs, ref)
-		return Request{}, false
-	}
-	return w.obj, ok
-}
-
 // Seen is told of each request the cache shows: it forgets a creation (the cache shows it now) and
 // reports whether the process deleted the request a moment ago (the cache does not show that yet).
 func (rw *RecentWrites) Seen(ref Ref, now time.Time) (deleted bool) {
@@ -117,8 +102,8 @@ func (rw *RecentWrites) AddCreated(check types.UID, byTarget map[string][]Reques
 	}
 }
 
-// forgetCreated drops the creation of ref, if that is what is remembered of it: its deletion is kept for
-// the passes whose check's status still names the request (Get says it is gone without a live read).
+// forgetCreated drops the creation of ref, if that is what is remembered of it: a deletion of the check's
+// own is kept until it runs out (RecentWriteTTL), harmless once the cache no longer shows the request.
 func (rw *RecentWrites) forgetCreated(ref Ref) {
 	if rw == nil {
 		return
