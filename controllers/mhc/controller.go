@@ -228,6 +228,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		return fmt.Errorf("building the machinehealthcheck controller: %w", err)
 	}
 	r.controller, r.kinds, r.indexer = c, kinds, mgr.GetCache()
+	// After a start, no control-plane remediation before every check has looked once (gates.ControlPlaneClaim).
+	r.cpClaim.Expect(engine.ClaimChecks(r.reader, holderKind, func() client.ObjectList { return &v1alpha1.MachineHealthCheckList{} }))
 	if err := mgr.Add(poller); err != nil {
 		return fmt.Errorf("adding the Cluster API version poller to the manager: %w", err)
 	}
@@ -320,6 +322,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err = errors.Join(execErr, err); err != nil {
 		return ctrl.Result{}, err
 	}
+	r.cpClaim.Looked(claimKey(mhc))
 	return ctrl.Result{RequeueAfter: engine.RequeueAfter(p.NextCheck, r.clock.Now(), r.opts.ResyncPeriod, 0)}, nil
 }
 

@@ -2,6 +2,8 @@ package mhc
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/controllers/nhc"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/gates"
 	"github.com/metalheal/metalheal/pkg/leases"
 )
@@ -252,3 +255,127 @@ func cpLeaseHolders(ctx context.Context, nodes []*corev1.Node) map[string]string
 	}
 	return out
 }
+
+var _ = Describe("After a restart", func() {
+	// The record of who acts on a node is its lease, and a lease runs out while its holder is down: a
+	// MachineHealthCheck handed control-plane Machine cp-1 to its owner, the manager was down longer than
+	// the lease, and Cluster API went on replacing the Machine meanwhile. A NodeHealthCheck that finds cp-0
+	// failing in the restarted manager must not power-cycle it before the MachineHealthCheck has looked
+	// once and taken cp-1's lease again: etcd would lose two members at once.
+	It("no control-plane remediation starts before every check has looked once and taken its leases again", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		w.createTemplate(ctx, "reboot", "reboot")
+		var nodes []*corev1.Node
+		for _, cp := range []struct {
+			name  string
+			ready corev1.ConditionStatus
+		}{{"cp-0", corev1.ConditionTrue}, {"cp-1", corev1.ConditionUnknown}, {"cp-2", corev1.ConditionTrue}} {
+			n := w.createNode(ctx, k8s, w.nodeName(cp.name), cp.ready, 10*time.Minute)
+			n.Labels = map[string]string{gates.LabelControlPlane: "", "cp-pool": w.ns}
+			Expect(k8s.Update(ctx, n)).To(Succeed())
+			DeferCleanup(func(ctx context.Context) {
+				lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: leases.DefaultNamespace, Name: leases.LeaseName(n.Name)}}
+				Expect(client.IgnoreNotFound(k8s.Delete(ctx, lease))).To(Succeed())
+			})
+			nodes = append(nodes, n)
+			w.createMachine(ctx, cp.name, withNodeRef(n.Name), asControlPlane)
+		}
+		cp0, cp1 := nodes[0], nodes[1]
+		check := &v1alpha1.NodeHealthCheck{
+			ObjectMeta: metav1.ObjectMeta{Name: w.ns + "-cp"},
+			Spec: v1alpha1.NodeHealthCheckSpec{
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"cp-pool": w.ns}},
+				UnhealthyConditions: []v1alpha1.NodeUnhealthyCondition{
+					{Type: "Ready", Status: "False", Duration: metav1.Duration{Duration: 5 * time.Minute}}},
+				MaxUnhealthy:        ptr.To(intstr.FromString("100%")),
+				RemediationTemplate: &v1alpha1.TemplateReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "PowerCycleRemediationTemplate", Name: "reboot", Namespace: w.ns},
+			},
+		}
+		Expect(k8s.Create(ctx, check)).To(Succeed())
+		w.createCheck(ctx, "cp", func(mhc *v1alpha1.MachineHealthCheck) {
+			mhc.Spec.UnhealthyConditions = []v1alpha1.MachineUnhealthyCondition{
+				{Type: "Ready", Status: "Unknown", Timeout: metav1.Duration{Duration: 5 * time.Minute}}}
+			mhc.Spec.MaxUnhealthy = ptr.To(intstr.FromString("100%"))
+		})
+		// A manager's two checkers sharing its claim. Expected: what SetupWithManager registers, this
+		// test's checks only (the suite's API server holds other tests' checks).
+		checkers := func(expect bool) (reconcileNHC, reconcileMHC func()) {
+			claim := &gates.ControlPlaneClaim{}
+			if expect {
+				for _, list := range []func(context.Context) ([]string, error){
+					engine.ClaimChecks(k8s, "NodeHealthCheck", func() client.ObjectList { return &v1alpha1.NodeHealthCheckList{} }),
+					engine.ClaimChecks(k8s, "MachineHealthCheck", func() client.ObjectList { return &v1alpha1.MachineHealthCheckList{} }),
+				} {
+					claim.Expect(func(ctx context.Context) ([]string, error) {
+						keys, err := list(ctx)
+						return slices.DeleteFunc(keys, func(k string) bool { return !strings.Contains(k, w.ns) }), err
+					})
+				}
+			}
+			nhcR, err := nhc.New(nhc.Options{Client: k8s, Cache: k8s, APIReader: k8s, Clock: w.clock, Recorder: w.rec,
+				ResyncPeriod: 24 * time.Hour, ControlPlaneClaim: claim})
+			Expect(err).NotTo(HaveOccurred())
+			mhcR, err := New(Options{Client: k8s, Reader: k8s, APIReader: k8s, Recorder: w.rec, Clock: w.clock,
+				Discovery: mgmtDiscovery, ControlPlaneClaim: claim})
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(func() { mhcR.remotes.StopAll() })
+			return func() {
+					GinkgoHelper()
+					_, err := nhcR.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(check)})
+					Expect(err).NotTo(HaveOccurred())
+				}, func() {
+					GinkgoHelper()
+					_, err := mhcR.Reconcile(ctx, reconcileRequest(w.ns, "cp"))
+					Expect(err).NotTo(HaveOccurred())
+				}
+		}
+		DeferCleanup(func(ctx context.Context) {
+			// Deleted, the check is forgotten, its metrics too: this suite asserts on them.
+			Expect(k8s.Delete(ctx, check)).To(Succeed())
+			nhcR, err := nhc.New(nhc.Options{Client: k8s, Clock: w.clock, Recorder: w.rec})
+			Expect(err).NotTo(HaveOccurred())
+			_, err = nhcR.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(check)})
+			Expect(err).NotTo(HaveOccurred())
+		})
+		validHolder := func(node *corev1.Node) string {
+			GinkgoHelper()
+			held, err := gates.ListLeases(ctx, k8s, leases.DefaultNamespace)
+			Expect(err).NotTo(HaveOccurred())
+			if l := held[node.Name]; l.ValidAt(w.clock.Now()) {
+				return l.Holder
+			}
+			return ""
+		}
+
+		By("before the outage, once both checks have looked: the MachineHealthCheck hands cp-1 to its owner, holding its lease")
+		reconcileNHC, reconcileMHC := checkers(true)
+		reconcileNHC()
+		reconcileMHC()
+		Expect(condition(w.machine(ctx, "cp-1"), clusterv1.MachineOwnerRemediatedCondition)).To(HaveField("Status", metav1.ConditionFalse))
+		Expect(validHolder(cp1)).To(Equal("MachineHealthCheck.remediation.metalheal.io-cp"))
+
+		By("the manager is down longer than the lease; meanwhile cp-0 fails too")
+		w.clock.Step(defaultLeaseDuration + 5*time.Minute)
+		w.setReady(ctx, k8s, cp0, corev1.ConditionFalse, 6*time.Minute)
+		Expect(validHolder(cp1)).To(BeEmpty(), "cp-1's lease ran out, though its Machine is still being replaced")
+
+		By("restarted, the NodeHealthCheck looks first: cp-0 waits for the MachineHealthCheck's first look")
+		reconcileNHC, reconcileMHC = checkers(true)
+		reconcileNHC()
+		Expect(w.powerCycleRemediations(ctx)).To(BeEmpty())
+		Expect(validHolder(cp0)).To(BeEmpty())
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(check), check)).To(Succeed())
+		Expect(check.Status.UnhealthyNodes).To(ConsistOf(And(HaveField("Name", cp0.Name), HaveField("SkipReason", nhc.SkipControlPlaneBusy),
+			HaveField("SkipMessage", ContainSubstring("waiting for MachineHealthCheck "+w.ns+"/cp")))))
+
+		By("the MachineHealthCheck looks and takes cp-1's lease again; the NodeHealthCheck's cp-0 waits for it")
+		reconcileMHC()
+		Expect(validHolder(cp1)).To(Equal("MachineHealthCheck.remediation.metalheal.io-cp"))
+		reconcileNHC()
+		Expect(w.powerCycleRemediations(ctx)).To(BeEmpty())
+		Expect(validHolder(cp0)).To(BeEmpty())
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(check), check)).To(Succeed())
+		Expect(check.Status.UnhealthyNodes).To(ConsistOf(And(HaveField("Name", cp0.Name), HaveField("SkipReason", nhc.SkipControlPlaneBusy),
+			HaveField("SkipMessage", ContainSubstring(cp1.Name)))))
+	})
+})

@@ -216,7 +216,8 @@ func (r *Reconciler) nodeCluster(site nodeSite) gates.NodeCluster {
 // the lease namespace there on first use: Cluster API makes workload clusters without it.
 func (r *Reconciler) starter(mhc *v1alpha1.MachineHealthCheck, site nodeSite) (engine.Starter, error) {
 	holder := checkLeaseHolder(mhc.Name)
-	s := engine.Starter{Duration: r.opts.LeaseDuration, Claim: r.cpClaim, Cluster: r.nodeCluster(site), Client: r.client, Live: r.apiReader}
+	s := engine.Starter{Duration: r.opts.LeaseDuration, Claim: r.cpClaim, Cluster: r.nodeCluster(site), Check: claimKey(mhc),
+		Client: r.client, Live: r.apiReader}
 	var err error
 	if site.Remote != nil {
 		s.Leases, err = leases.NewManager(site.Remote.Client(), holder, r.clock, leases.WithNamespace(r.opts.LeaseNamespace),
@@ -246,4 +247,9 @@ func (r *Reconciler) skipped(mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p 
 	}
 	countSkipped(t.Blocked)
 	r.recorder.Eventf(t.Machine, mhc, corev1.EventTypeWarning, EventRemediationSkipped, actionRemediate, "%s", ev.Note)
+}
+
+// claimKey is the check's key in the control-plane claim.
+func claimKey(mhc *v1alpha1.MachineHealthCheck) string {
+	return engine.ClaimKey(holderKind, client.ObjectKeyFromObject(mhc))
 }

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -25,7 +26,7 @@ import (
 // leases that follow their requests) and records what it created in p.Entries; what fails is returned,
 // joined, for a rate-limited retry. Events and metrics are emitted here.
 func (r *Reconciler) execute(ctx context.Context, check *v1alpha1.NodeHealthCheck, in observed, p *plan) error {
-	lm, err := r.starter(in.Holder)
+	lm, err := r.starter(check.Name, in.Holder)
 	if err != nil {
 		return fmt.Errorf("lease manager: %w", err)
 	}
@@ -147,11 +148,16 @@ func (r *Reconciler) nodeCluster() gates.NodeCluster {
 
 // starter writes the check's leases, as holder, in the lease namespace (reading a lease live after a lost
 // race), and its requests.
-func (r *Reconciler) starter(holder string) (engine.Starter, error) {
+func (r *Reconciler) starter(check, holder string) (engine.Starter, error) {
 	lm, err := leases.NewManager(r.client, holder, r.clock, leases.WithNamespace(r.opts.LeaseNamespace),
 		leases.WithLiveReader(r.liveReader()))
 	return engine.Starter{Leases: lm, Duration: r.opts.LeaseDuration, Claim: r.cpClaim, Cluster: r.nodeCluster(),
-		Client: r.client, Live: r.liveReader()}, err
+		Check: claimKey(check), Client: r.client, Live: r.liveReader()}, err
+}
+
+// claimKey is the check's key in the control-plane claim.
+func claimKey(check string) string {
+	return engine.ClaimKey(holderKind, types.NamespacedName{Name: check})
 }
 
 // liveReader reads from the API server.

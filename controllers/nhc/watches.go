@@ -59,6 +59,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		return fmt.Errorf("building the %s controller: %w", ControllerName, err)
 	}
 	r.watches = kinds
+	// After a start, no control-plane remediation before every check has looked once (gates.ControlPlaneClaim).
+	r.cpClaim.Expect(engine.ClaimChecks(r.client, holderKind, func() client.ObjectList { return &v1alpha1.NodeHealthCheckList{} }))
 	// The Nodes are read from the node informer's store, uncopied. Its informer is the one the Node watch
 	// above uses; a cache that cannot hand it out is read through the client.
 	inf, err := mgr.GetCache().GetInformer(ctx, &corev1.Node{})

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -61,12 +62,45 @@ type Starter struct {
 	Leases *leases.Manager
 	// Duration is how long a lease is taken for.
 	Duration time.Duration
-	// Claim and Cluster start a control-plane remediation one at a time (gates.ControlPlaneClaim).
+	// Claim and Cluster start a control-plane remediation one at a time (gates.ControlPlaneClaim); Check is
+	// the check's key there (its kind and name, as ClaimKey makes it).
 	Claim   *gates.ControlPlaneClaim
 	Cluster gates.NodeCluster
+	Check   string
 	// Client creates requests; Live reads one that exists already from the API server.
 	Client client.Client
 	Live   client.Reader
+}
+
+// ClaimKey is a check's key in the manager's control-plane claim: "<Kind> <namespace>/<name>", or
+// "<Kind> <name>" for a cluster-scoped check.
+func ClaimKey(kind string, check types.NamespacedName) string {
+	if check.Namespace == "" {
+		return kind + " " + check.Name
+	}
+	return kind + " " + check.String()
+}
+
+// ClaimChecks lists, for the claim's warm-up (gates.ControlPlaneClaim.Expect), the keys of the checks of
+// kind that are not being deleted, from reader (a cache).
+func ClaimChecks(reader client.Reader, kind string, newList func() client.ObjectList) func(ctx context.Context) ([]string, error) {
+	return func(ctx context.Context) ([]string, error) {
+		list := newList()
+		if err := reader.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, err
+		}
+		objs, err := meta.ExtractList(list)
+		if err != nil {
+			return nil, err
+		}
+		keys := make([]string, 0, len(objs))
+		for _, o := range objs {
+			if obj, ok := o.(client.Object); ok && obj.GetDeletionTimestamp() == nil {
+				keys = append(keys, ClaimKey(kind, client.ObjectKeyFromObject(obj)))
+			}
+		}
+		return keys, nil
+	}
 }
 
 // TakeLease takes or renews node's lease for the check, over from the remediators of its own requests
@@ -80,7 +114,7 @@ func (s Starter) TakeLease(ctx context.Context, node *corev1.Node, cpStart bool,
 	var err error
 	if cpStart {
 		var refusal *gates.ControlPlaneRefusal
-		if refusal, err = s.Claim.Start(ctx, s.Cluster, node.Name, take); refusal != nil {
+		if refusal, err = s.Claim.Start(ctx, s.Cluster, s.Check, node.Name, take); refusal != nil {
 			return &Skip{Reason: gates.SkipControlPlaneBusy, Message: refusal.Message(), Retry: refusal.RetryAt}, nil
 		}
 	} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,8 +24,14 @@ const ControlPlaneRecheck = 5 * time.Second
 // control-plane Node of the cluster has a valid lease before it takes its own.
 //
 // The claim is memory only and holds nothing between starts: the leases are the record, and every start
-// reads them live, so a restart loses nothing. Between managers (metalheal's replicas under leader
-// election, medik8s' NodeHealthCheck, node maintenance) only that record coordinates.
+// reads them live. Between managers (metalheal's replicas under leader election, medik8s'
+// NodeHealthCheck, node maintenance) only that record coordinates.
+//
+// A record that lapsed while the manager was down is the one thing a restart loses: a check renews the
+// leases of the remediations it has under way, and a lease whose holder was down longer than its duration
+// has run out, though the remediation may go on without the manager (Cluster API replacing a Machine the
+// check handed over). So after a start the claim warms up (Expect): no control-plane start until every
+// check has reconciled once, taking those leases again, or until WarmUpBound has passed.
 //
 // The zero value is ready to use; it must not be copied after first use.
 type ControlPlaneClaim struct {
@@ -32,6 +39,71 @@ type ControlPlaneClaim struct {
 	// slots are one-token semaphores by cluster key: a start waits for its cluster's token, or for its
 	// context to end.
 	slots map[string]chan struct{}
+	// listers list the checks the warm-up waits for (Expect); looked are those that reconciled once
+	// (Looked); warm: the warm-up is over; since: when the first start asked.
+	listers []func(ctx context.Context) ([]string, error)
+	looked  map[string]bool
+	warm    bool
+	since   time.Time
+}
+
+// WarmUpBound bounds the warm-up after a manager starts: a check whose reconcile keeps failing holds
+// control-plane starts back no longer than this after the first start asked. WarmUpRecheck is how soon a
+// start the warm-up refused looks again.
+const (
+	WarmUpBound   = time.Minute
+	WarmUpRecheck = time.Second
+)
+
+// Expect registers a kind of check the warm-up waits for: list returns, from a cache, the keys of the
+// checks of that kind (as Looked is told them).
+func (c *ControlPlaneClaim) Expect(list func(ctx context.Context) ([]string, error)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.listers = append(c.listers, list)
+}
+
+// Looked tells the claim that the check key has reconciled once: it holds the leases of its remediations
+// under way again.
+func (c *ControlPlaneClaim) Looked(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.warm {
+		if c.looked == nil {
+			c.looked = map[string]bool{}
+		}
+		c.looked[key] = true
+	}
+}
+
+// waiting returns the checks other than check that the warm-up still waits for (none once it is over).
+func (c *ControlPlaneClaim) waiting(ctx context.Context, check string, now time.Time) ([]string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.warm {
+		return nil, nil
+	}
+	if c.since.IsZero() {
+		c.since = now
+	}
+	var pending []string
+	for _, list := range c.listers {
+		keys, err := list(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("listing the checks the control-plane claim waits for: %w", err)
+		}
+		for _, k := range keys {
+			if !c.looked[k] && k != check {
+				pending = append(pending, k)
+			}
+		}
+	}
+	if len(pending) == 0 || !now.Before(c.since.Add(WarmUpBound)) {
+		c.warm, c.looked = true, nil
+		return nil, nil
+	}
+	slices.Sort(pending)
+	return pending, nil
 }
 
 // NodeCluster is one cluster of Nodes as the claim sees it.
@@ -50,23 +122,46 @@ type NodeCluster struct {
 	Clock clock.PassiveClock
 }
 
-// ControlPlaneRefusal says why Start did not take the lease: another control-plane Node's lease is held.
+// ControlPlaneRefusal says why Start did not take the lease: another control-plane Node's lease is held,
+// or the claim is warming up after a start.
 type ControlPlaneRefusal struct {
 	// Node is the other control-plane Node, Holder who holds its lease.
 	Node, Holder string
+	// WaitingFor are the checks the warm-up waits for.
+	WaitingFor []string
 	// RetryAt is when to look again.
 	RetryAt time.Time
 }
 
-// Message is the skip message of the refusal, the one-at-a-time rule's.
-func (r *ControlPlaneRefusal) Message() string { return ControlPlaneBusyMessage("node", r.Node) }
+// Message is the skip message of the refusal: the one-at-a-time rule's, or the warm-up's.
+func (r *ControlPlaneRefusal) Message() string {
+	if len(r.WaitingFor) == 0 {
+		return ControlPlaneBusyMessage("node", r.Node)
+	}
+	names := r.WaitingFor
+	if len(names) > 3 {
+		names = append(slices.Clone(names[:3]), fmt.Sprintf("%d more", len(r.WaitingFor)-3))
+	}
+	return "The manager has just started: no control-plane remediation starts until every check has looked once " +
+		"and taken again the node leases that ran out while it was down (waiting for " + strings.Join(names, ", ") + ")"
+}
 
 // Start starts a new remediation of the control-plane Node node of cluster: while it holds the cluster's
 // claim it lists the cluster's node leases live and, if no other control-plane Node's lease is validly
 // held (by anyone: a check's own lease on another control-plane Node is a remediation of that Node too),
 // calls take, which takes node's lease. Otherwise take is not called and the refusal names the other Node.
-// The error is take's, or that of the live read (take is then not called either).
-func (c *ControlPlaneClaim) Start(ctx context.Context, cluster NodeCluster, node string, take func(ctx context.Context) error) (*ControlPlaneRefusal, error) {
+// While the claim warms up after a start, no check but check (the one starting, by its key) is waited for,
+// and the refusal names those it waits for. The error is take's, or that of a read (take is then not called
+// either).
+func (c *ControlPlaneClaim) Start(ctx context.Context, cluster NodeCluster, check, node string, take func(ctx context.Context) error) (*ControlPlaneRefusal, error) {
+	now := cluster.Clock.Now()
+	pending, err := c.waiting(ctx, check, now)
+	if err != nil {
+		return nil, err
+	}
+	if len(pending) > 0 {
+		return &ControlPlaneRefusal{WaitingFor: pending, RetryAt: now.Add(WarmUpRecheck)}, nil
+	}
 	release, err := c.acquire(ctx, cluster.Key)
 	if err != nil {
 		return nil, err

@@ -97,7 +97,7 @@ func TestControlPlaneClaimStart(t *testing.T) {
 			c := b.Build()
 			var lists atomic.Int32
 			taken := false
-			refusal, err := (&ControlPlaneClaim{}).Start(t.Context(), claimCluster(c, clocktesting.NewFakeClock(t0), &lists), "cp-0",
+			refusal, err := (&ControlPlaneClaim{}).Start(t.Context(), claimCluster(c, clocktesting.NewFakeClock(t0), &lists), "", "cp-0",
 				func(context.Context) error { taken = true; return nil })
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(refusal).To(Equal(tc.wantRefusal))
@@ -117,12 +117,12 @@ func TestControlPlaneClaimErrors(t *testing.T) {
 	cluster := NodeCluster{Leases: broken, LeaseNamespace: leaseNS, Clock: clocktesting.NewFakeClock(t0),
 		IsControlPlane: func(context.Context, string) (bool, error) { return true, nil }}
 	taken := false
-	_, err := (&ControlPlaneClaim{}).Start(t.Context(), cluster, "cp-0", func(context.Context) error { taken = true; return nil })
+	_, err := (&ControlPlaneClaim{}).Start(t.Context(), cluster, "", "cp-0", func(context.Context) error { taken = true; return nil })
 	g.Expect(err).To(MatchError(ContainSubstring("apiserver down")))
 	g.Expect(taken).To(BeFalse(), "no lease is taken without the live read")
 
 	var lists atomic.Int32
-	_, err = (&ControlPlaneClaim{}).Start(t.Context(), claimCluster(fake.NewClientBuilder().Build(), clocktesting.NewFakeClock(t0), &lists), "cp-0",
+	_, err = (&ControlPlaneClaim{}).Start(t.Context(), claimCluster(fake.NewClientBuilder().Build(), clocktesting.NewFakeClock(t0), &lists), "", "cp-0",
 		func(context.Context) error { return errors.New("conflict") })
 	g.Expect(err).To(MatchError("conflict"), "take's error is returned")
 }
@@ -144,7 +144,7 @@ func TestControlPlaneClaimSerialisesStarts(t *testing.T) {
 		t.Cleanup(write) // a failed assertion leaves no goroutine waiting
 		firstErr := make(chan error, 1)
 		go func() {
-			_, err := claim.Start(t.Context(), cluster, "cp-0", func(ctx context.Context) error {
+			_, err := claim.Start(t.Context(), cluster, "", "cp-0", func(ctx context.Context) error {
 				close(writing)
 				<-written // the lease write is under way
 				return takeLeaseOf(c, "cp-0", "NodeHealthCheck.remediation.metalheal.io-cp", t0)(ctx)
@@ -159,7 +159,7 @@ func TestControlPlaneClaimSerialisesStarts(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			second, secondErr = claim.Start(t.Context(), cluster, "cp-1", func(context.Context) error { secondTook = true; return nil })
+			second, secondErr = claim.Start(t.Context(), cluster, "", "cp-1", func(context.Context) error { secondTook = true; return nil })
 		}()
 		synctest.Wait()
 		g.Expect(lists.Load()).To(BeEquivalentTo(1), "the second start waits for the first before it reads the leases")
@@ -168,7 +168,7 @@ func TestControlPlaneClaimSerialisesStarts(t *testing.T) {
 		other := cluster
 		other.Key = "fleet/edge-a"
 		otherTook := false
-		_, err := claim.Start(t.Context(), other, "cp-1", func(context.Context) error { otherTook = true; return nil })
+		_, err := claim.Start(t.Context(), other, "", "cp-1", func(context.Context) error { otherTook = true; return nil })
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(otherTook).To(BeTrue())
 
@@ -176,7 +176,7 @@ func TestControlPlaneClaimSerialisesStarts(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		gaveUp := make(chan error)
 		go func() {
-			_, err := claim.Start(ctx, cluster, "cp-2", func(context.Context) error { return nil })
+			_, err := claim.Start(ctx, cluster, "", "cp-2", func(context.Context) error { return nil })
 			gaveUp <- err
 		}()
 		synctest.Wait()
@@ -190,5 +190,63 @@ func TestControlPlaneClaimSerialisesStarts(t *testing.T) {
 		g.Expect(secondTook).To(BeFalse(), "two control-plane Nodes at once")
 		g.Expect(second).To(Equal(&ControlPlaneRefusal{Node: "cp-0", Holder: "NodeHealthCheck.remediation.metalheal.io-cp",
 			RetryAt: t0.Add(ControlPlaneRecheck)}))
+	})
+}
+
+// TestControlPlaneClaimWarmUp: after a start, a control-plane start waits until every other check has
+// looked once (the leases of their remediations may have run out while the manager was down), naming
+// them, or until WarmUpBound has passed; the starting check never waits for itself, a check gone is not
+// waited for, and once warm the claim lists no check again.
+func TestControlPlaneClaimWarmUp(t *testing.T) {
+	g := NewWithT(t)
+	clk := clocktesting.NewFakeClock(t0)
+	var lists atomic.Int32
+	cluster := claimCluster(fake.NewClientBuilder().Build(), clk, &lists)
+	checks := []string{"MachineHealthCheck ns/cp", "NodeHealthCheck cp", "NodeHealthCheck workers"}
+	listed := 0
+	claim := &ControlPlaneClaim{}
+	claim.Expect(func(context.Context) ([]string, error) { listed++; return checks, nil })
+	start := func(check string) (*ControlPlaneRefusal, bool) {
+		taken := false
+		refusal, err := claim.Start(t.Context(), cluster, check, "cp-0", func(context.Context) error { taken = true; return nil })
+		g.Expect(err).NotTo(HaveOccurred())
+		return refusal, taken
+	}
+
+	refusal, taken := start("NodeHealthCheck cp")
+	g.Expect(taken).To(BeFalse())
+	g.Expect(refusal.WaitingFor).To(Equal([]string{"MachineHealthCheck ns/cp", "NodeHealthCheck workers"}), "not itself")
+	g.Expect(refusal.Message()).To(ContainSubstring("waiting for MachineHealthCheck ns/cp, NodeHealthCheck workers"))
+	g.Expect(refusal.RetryAt).To(Equal(t0.Add(WarmUpRecheck)))
+
+	claim.Looked("NodeHealthCheck workers")
+	checks = checks[:2] // NodeHealthCheck workers deleted meanwhile: nothing to wait for
+	refusal, _ = start("NodeHealthCheck cp")
+	g.Expect(refusal.WaitingFor).To(Equal([]string{"MachineHealthCheck ns/cp"}))
+
+	claim.Looked("MachineHealthCheck ns/cp")
+	refusal, taken = start("NodeHealthCheck cp")
+	g.Expect(refusal).To(BeNil())
+	g.Expect(taken).To(BeTrue(), "every other check has looked")
+	before := listed
+	start("NodeHealthCheck cp")
+	g.Expect(listed).To(Equal(before), "warm: the checks are not listed again")
+
+	t.Run("bounded", func(t *testing.T) {
+		g := NewWithT(t)
+		claim := &ControlPlaneClaim{}
+		claim.Expect(func(context.Context) ([]string, error) { return []string{"MachineHealthCheck ns/unreachable"}, nil })
+		refusal, err := claim.Start(t.Context(), cluster, "NodeHealthCheck cp", "cp-0", func(context.Context) error { return nil })
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(refusal).NotTo(BeNil(), "its reconcile keeps failing")
+		clk.Step(WarmUpBound)
+		refusal, err = claim.Start(t.Context(), cluster, "NodeHealthCheck cp", "cp-0", func(context.Context) error { return nil })
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(refusal).To(BeNil(), "waited for no longer than WarmUpBound")
+	})
+	t.Run("nothing expected: warm at once", func(t *testing.T) {
+		refusal, err := (&ControlPlaneClaim{}).Start(t.Context(), cluster, "NodeHealthCheck cp", "cp-0", func(context.Context) error { return nil })
+		NewWithT(t).Expect(err).NotTo(HaveOccurred())
+		NewWithT(t).Expect(refusal).To(BeNil())
 	})
 }
