@@ -322,7 +322,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err = errors.Join(execErr, err); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.cpClaim.Looked(claimKey(mhc))
+	r.cpClaim.Looked(claimKey(mhc), r.clock.Now())
 	return ctrl.Result{RequeueAfter: engine.RequeueAfter(p.NextCheck, r.clock.Now(), r.opts.ResyncPeriod, 0)}, nil
 }
 

@@ -212,7 +212,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if execErr != nil {
 		return ctrl.Result{}, execErr
 	}
-	r.cpClaim.Looked(claimKey(check.Name))
+	r.cpClaim.Looked(claimKey(check.Name), r.clock.Now())
 	// Counted from the clock now, not from the decision: the writes since took time, and a condition must
 	// be looked at again when it expires, not that much later.
 	return ctrl.Result{RequeueAfter: engine.RequeueAfter(p.Next, r.clock.Now(), r.opts.ResyncPeriod, retry)}, nil

@@ -40,7 +40,8 @@ type ControlPlaneClaim struct {
 	// context to end.
 	slots map[string]chan struct{}
 	// listers list the checks the warm-up waits for (Expect); looked are those that reconciled once
-	// (Looked); warm: the warm-up is over; since: when the first start asked.
+	// (Looked); warm: the warm-up is over; since: when it began (the first check's reconcile, or the first
+	// start that asked).
 	listers []func(ctx context.Context) ([]string, error)
 	looked  map[string]bool
 	warm    bool
@@ -48,7 +49,7 @@ type ControlPlaneClaim struct {
 }
 
 // WarmUpBound bounds the warm-up after a manager starts: a check whose reconcile keeps failing holds
-// control-plane starts back no longer than this after the first start asked. WarmUpRecheck is how soon a
+// control-plane starts back no longer than this after the manager's first reconcile. WarmUpRecheck is how soon a
 // start the warm-up refused looks again.
 const (
 	WarmUpBound   = time.Minute
@@ -63,16 +64,20 @@ func (c *ControlPlaneClaim) Expect(list func(ctx context.Context) ([]string, err
 	c.listers = append(c.listers, list)
 }
 
-// Looked tells the claim that the check key has reconciled once: it holds the leases of its remediations
-// under way again.
-func (c *ControlPlaneClaim) Looked(key string) {
+// Looked tells the claim that the check key has reconciled once, at now: it holds the leases of its
+// remediations under way again.
+func (c *ControlPlaneClaim) Looked(key string, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.warm {
-		if c.looked == nil {
-			c.looked = map[string]bool{}
-		}
-		c.looked[key] = true
+	if c.warm {
+		return
+	}
+	if c.looked == nil {
+		c.looked = map[string]bool{}
+	}
+	c.looked[key] = true
+	if c.since.IsZero() {
+		c.since = now
 	}
 }
 

@@ -219,12 +219,12 @@ func TestControlPlaneClaimWarmUp(t *testing.T) {
 	g.Expect(refusal.Message()).To(ContainSubstring("waiting for MachineHealthCheck ns/cp, NodeHealthCheck workers"))
 	g.Expect(refusal.RetryAt).To(Equal(t0.Add(WarmUpRecheck)))
 
-	claim.Looked("NodeHealthCheck workers")
+	claim.Looked("NodeHealthCheck workers", t0)
 	checks = checks[:2] // NodeHealthCheck workers deleted meanwhile: nothing to wait for
 	refusal, _ = start("NodeHealthCheck cp")
 	g.Expect(refusal.WaitingFor).To(Equal([]string{"MachineHealthCheck ns/cp"}))
 
-	claim.Looked("MachineHealthCheck ns/cp")
+	claim.Looked("MachineHealthCheck ns/cp", t0)
 	refusal, taken = start("NodeHealthCheck cp")
 	g.Expect(refusal).To(BeNil())
 	g.Expect(taken).To(BeTrue(), "every other check has looked")
@@ -236,13 +236,15 @@ func TestControlPlaneClaimWarmUp(t *testing.T) {
 		g := NewWithT(t)
 		claim := &ControlPlaneClaim{}
 		claim.Expect(func(context.Context) ([]string, error) { return []string{"MachineHealthCheck ns/unreachable"}, nil })
+		claim.Looked("NodeHealthCheck cp", clk.Now()) // the manager's first reconcile
+		clk.Step(WarmUpBound - time.Second)
 		refusal, err := claim.Start(t.Context(), cluster, "NodeHealthCheck cp", "cp-0", func(context.Context) error { return nil })
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(refusal).NotTo(BeNil(), "its reconcile keeps failing")
-		clk.Step(WarmUpBound)
+		clk.Step(time.Second)
 		refusal, err = claim.Start(t.Context(), cluster, "NodeHealthCheck cp", "cp-0", func(context.Context) error { return nil })
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(refusal).To(BeNil(), "waited for no longer than WarmUpBound")
+		g.Expect(refusal).To(BeNil(), "waited for no longer than WarmUpBound after the first reconcile")
 	})
 	t.Run("nothing expected: warm at once", func(t *testing.T) {
 		refusal, err := (&ControlPlaneClaim{}).Start(t.Context(), cluster, "NodeHealthCheck cp", "cp-0", func(context.Context) error { return nil })
