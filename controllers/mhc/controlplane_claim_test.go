@@ -122,40 +122,8 @@ var _ = Describe("One control-plane Node at a time across the checks of one mana
 	DescribeTable("two checks of both kinds deciding from the same cache take one control-plane lease",
 		func(ctx SpecContext, nhcFirst bool) {
 			w := newWorld(ctx)
-			w.createTemplate(ctx, "reboot", "reboot")
-			pool := map[string]string{"cp-pool": w.ns}
-			var nodes []*corev1.Node
-			for _, cp := range []struct {
-				name  string
-				ready corev1.ConditionStatus
-			}{{"cp-0", corev1.ConditionFalse}, {"cp-1", corev1.ConditionUnknown}, {"cp-2", corev1.ConditionTrue}} {
-				n := w.createNode(ctx, k8s, w.nodeName(cp.name), cp.ready, 10*time.Minute)
-				n.Labels = map[string]string{gates.LabelControlPlane: "", "cp-pool": w.ns}
-				Expect(k8s.Update(ctx, n)).To(Succeed())
-				DeferCleanup(func(ctx context.Context) {
-					lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: leases.DefaultNamespace, Name: leases.LeaseName(n.Name)}}
-					Expect(client.IgnoreNotFound(k8s.Delete(ctx, lease))).To(Succeed())
-				})
-				nodes = append(nodes, n)
-				w.createMachine(ctx, cp.name, withNodeRef(n.Name), asControlPlane)
-			}
+			nodes, check := w.controlPlaneOfBothKinds(ctx, corev1.ConditionFalse)
 			cp0, cp1 := nodes[0], nodes[1]
-			check := &v1alpha1.NodeHealthCheck{
-				ObjectMeta: metav1.ObjectMeta{Name: w.ns + "-cp"},
-				Spec: v1alpha1.NodeHealthCheckSpec{
-					Selector: &metav1.LabelSelector{MatchLabels: pool},
-					UnhealthyConditions: []v1alpha1.NodeUnhealthyCondition{
-						{Type: "Ready", Status: "False", Duration: metav1.Duration{Duration: 5 * time.Minute}}},
-					MaxUnhealthy:        ptr.To(intstr.FromString("100%")),
-					RemediationTemplate: &v1alpha1.TemplateReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "PowerCycleRemediationTemplate", Name: "reboot", Namespace: w.ns},
-				},
-			}
-			Expect(k8s.Create(ctx, check)).To(Succeed())
-			w.createCheck(ctx, "cp", func(mhc *v1alpha1.MachineHealthCheck) {
-				mhc.Spec.UnhealthyConditions = []v1alpha1.MachineUnhealthyCondition{
-					{Type: "Ready", Status: "Unknown", Timeout: metav1.Duration{Duration: 5 * time.Minute}}}
-				mhc.Spec.MaxUnhealthy = ptr.To(intstr.FromString("100%"))
-			})
 
 			By("both checks, sharing the manager's claim, decide from a cache that shows neither's writes")
 			claim := &gates.ControlPlaneClaim{}
@@ -245,6 +213,47 @@ var _ = Describe("One control-plane Node at a time across the checks of one mana
 	)
 })
 
+// controlPlaneOfBothKinds makes three control-plane Nodes and their Machines, cp-0 (whose Ready condition
+// has been cp0 for ten minutes), cp-1 (unreachable) and cp-2 (healthy), and two checks over them: a
+// NodeHealthCheck on Ready=False (cp-0's, when it fails), returned, and the MachineHealthCheck "cp" on
+// Ready=Unknown (cp-1's), by owner remediation; neither limited by its budget.
+func (w *world) controlPlaneOfBothKinds(ctx context.Context, cp0 corev1.ConditionStatus) ([]*corev1.Node, *v1alpha1.NodeHealthCheck) {
+	GinkgoHelper()
+	w.createTemplate(ctx, "reboot", "reboot")
+	var nodes []*corev1.Node
+	for _, cp := range []struct {
+		name  string
+		ready corev1.ConditionStatus
+	}{{"cp-0", cp0}, {"cp-1", corev1.ConditionUnknown}, {"cp-2", corev1.ConditionTrue}} {
+		n := w.createNode(ctx, k8s, w.nodeName(cp.name), cp.ready, 10*time.Minute)
+		n.Labels = map[string]string{gates.LabelControlPlane: "", "cp-pool": w.ns}
+		Expect(k8s.Update(ctx, n)).To(Succeed())
+		DeferCleanup(func(ctx context.Context) {
+			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: leases.DefaultNamespace, Name: leases.LeaseName(n.Name)}}
+			Expect(client.IgnoreNotFound(k8s.Delete(ctx, lease))).To(Succeed())
+		})
+		nodes = append(nodes, n)
+		w.createMachine(ctx, cp.name, withNodeRef(n.Name), asControlPlane)
+	}
+	check := &v1alpha1.NodeHealthCheck{
+		ObjectMeta: metav1.ObjectMeta{Name: w.ns + "-cp"},
+		Spec: v1alpha1.NodeHealthCheckSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"cp-pool": w.ns}},
+			UnhealthyConditions: []v1alpha1.NodeUnhealthyCondition{
+				{Type: "Ready", Status: "False", Duration: metav1.Duration{Duration: 5 * time.Minute}}},
+			MaxUnhealthy:        ptr.To(intstr.FromString("100%")),
+			RemediationTemplate: &v1alpha1.TemplateReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "PowerCycleRemediationTemplate", Name: "reboot", Namespace: w.ns},
+		},
+	}
+	Expect(k8s.Create(ctx, check)).To(Succeed())
+	w.createCheck(ctx, "cp", func(mhc *v1alpha1.MachineHealthCheck) {
+		mhc.Spec.UnhealthyConditions = []v1alpha1.MachineUnhealthyCondition{
+			{Type: "Ready", Status: "Unknown", Timeout: metav1.Duration{Duration: 5 * time.Minute}}}
+		mhc.Spec.MaxUnhealthy = ptr.To(intstr.FromString("100%"))
+	})
+	return nodes, check
+}
+
 // cpLeaseHolders maps each of nodes whose lease someone holds to its holder.
 func cpLeaseHolders(ctx context.Context, nodes []*corev1.Node) map[string]string {
 	out := map[string]string{}
@@ -264,39 +273,8 @@ var _ = Describe("After a restart", func() {
 	// once and taken cp-1's lease again: etcd would lose two members at once.
 	It("no control-plane remediation starts before every check has looked once and taken its leases again", func(ctx SpecContext) {
 		w := newWorld(ctx)
-		w.createTemplate(ctx, "reboot", "reboot")
-		var nodes []*corev1.Node
-		for _, cp := range []struct {
-			name  string
-			ready corev1.ConditionStatus
-		}{{"cp-0", corev1.ConditionTrue}, {"cp-1", corev1.ConditionUnknown}, {"cp-2", corev1.ConditionTrue}} {
-			n := w.createNode(ctx, k8s, w.nodeName(cp.name), cp.ready, 10*time.Minute)
-			n.Labels = map[string]string{gates.LabelControlPlane: "", "cp-pool": w.ns}
-			Expect(k8s.Update(ctx, n)).To(Succeed())
-			DeferCleanup(func(ctx context.Context) {
-				lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: leases.DefaultNamespace, Name: leases.LeaseName(n.Name)}}
-				Expect(client.IgnoreNotFound(k8s.Delete(ctx, lease))).To(Succeed())
-			})
-			nodes = append(nodes, n)
-			w.createMachine(ctx, cp.name, withNodeRef(n.Name), asControlPlane)
-		}
+		nodes, check := w.controlPlaneOfBothKinds(ctx, corev1.ConditionTrue)
 		cp0, cp1 := nodes[0], nodes[1]
-		check := &v1alpha1.NodeHealthCheck{
-			ObjectMeta: metav1.ObjectMeta{Name: w.ns + "-cp"},
-			Spec: v1alpha1.NodeHealthCheckSpec{
-				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"cp-pool": w.ns}},
-				UnhealthyConditions: []v1alpha1.NodeUnhealthyCondition{
-					{Type: "Ready", Status: "False", Duration: metav1.Duration{Duration: 5 * time.Minute}}},
-				MaxUnhealthy:        ptr.To(intstr.FromString("100%")),
-				RemediationTemplate: &v1alpha1.TemplateReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "PowerCycleRemediationTemplate", Name: "reboot", Namespace: w.ns},
-			},
-		}
-		Expect(k8s.Create(ctx, check)).To(Succeed())
-		w.createCheck(ctx, "cp", func(mhc *v1alpha1.MachineHealthCheck) {
-			mhc.Spec.UnhealthyConditions = []v1alpha1.MachineUnhealthyCondition{
-				{Type: "Ready", Status: "Unknown", Timeout: metav1.Duration{Duration: 5 * time.Minute}}}
-			mhc.Spec.MaxUnhealthy = ptr.To(intstr.FromString("100%"))
-		})
 		// A manager's two checkers sharing its claim. Expected: what SetupWithManager registers, this
 		// test's checks only (the suite's API server holds other tests' checks).
 		checkers := func(expect bool) (reconcileNHC, reconcileMHC func()) {
