@@ -262,7 +262,9 @@ func (d *decider) nodeGone(e *v1alpha1.UnhealthyNode, ours []remediationObject) 
 	if len(ours) == 0 {
 		return
 	}
-	e.Remediations = engine.Adopted(e.RemediationProgress, ours, d.now)
+	// Its requests, whose deletion the entry reports; no skip or wait of the Node's any more.
+	e.RemediationProgress = v1alpha1.RemediationProgress{Remediations: engine.Adopted(e.RemediationProgress, ours, d.now),
+		ConditionsHealthyTimestamp: e.ConditionsHealthyTimestamp}
 	d.p.Entries[e.Name] = e
 	o := &engine.Outcome{Target: engine.Target{Name: e.Name, NodeName: e.Name}}
 	for _, q := range ours {

@@ -788,14 +788,18 @@ func TestDecideRecovery(t *testing.T) {
 		g.Expect(st.InFlightRemediations).To(BeEmpty())
 		g.Expect(st.Phase).To(Equal(v1alpha1.PhaseEnabled))
 	})
-	t.Run("node deleted: its requests are deleted", func(t *testing.T) {
+	t.Run("node deleted: its requests are deleted, its entry says nothing else", func(t *testing.T) {
 		g := NewWithT(t)
-		in := unitObserved(withEntry(nil))
+		check := withEntry(nil)
+		check.Status.UnhealthyNodes[0].SkipReason, check.Status.UnhealthyNodes[0].WaitingFor = SkipLeaseHeldByOther, "PowerCycleRemediation ns/w1"
+		in := unitObserved(check)
 		in.Ours["w1"] = []remediationObject{pcObj("w1", started)}
 		in.Tracked = map[string]*corev1.Node{"w1": nil}
 		p := decide(in, recovered)
 		g.Expect(deletes(p)).To(HaveLen(1))
 		g.Expect(reasons(p)).To(Equal([]string{EventNodeGone}))
+		g.Expect(p.Entries["w1"].RemediationProgress).To(Equal(v1alpha1.RemediationProgress{
+			Remediations: []v1alpha1.RequestRecord{pcEntry(started)}}), "its requests, being deleted; no skip, no wait")
 	})
 	t.Run("a request of ours missing from status is adopted, not duplicated", func(t *testing.T) {
 		g := NewWithT(t)
