@@ -183,33 +183,8 @@ type plan struct {
 // what to write. One Machine's state never stops the decisions about another.
 func planChecks(in planInput) (plan, error) {
 	mhc, now := in.Check, in.Now
-	prev := make(map[string]*v1alpha1.UnhealthyMachine, len(mhc.Status.UnhealthyMachines))
-	for i := range mhc.Status.UnhealthyMachines {
-		prev[mhc.Status.UnhealthyMachines[i].Name] = &mhc.Status.UnhealthyMachines[i]
-	}
-
 	p := plan{Site: in.Safety.Site, Steps: in.Steps, Backoff: backoff.NewMemory(backoff.PolicyOf(mhc.Spec.RemediationBackoff), mhc.Status.RecentRemediations, now)}
-	var observed []observedTarget
-	healthy := 0
-	for _, o := range in.Machines {
-		if skipped, _ := skipRemediation(o.Machine); skipped {
-			continue
-		}
-		observed = append(observed, o)
-		v := checkTarget(in.Spec, targetInput{Machine: o.Machine, Node: o.Node, NodeMissing: o.NodeMissing, Cluster: in.Cluster}, now)
-		p.NextCheck = engine.Earliest(p.NextCheck, v.NextCheck)
-		switch {
-		case v.State == stateHealthy && v.NextCheck.IsZero() && o.Node != nil && o.Machine.DeletionTimestamp.IsZero():
-			// Healthy, as Cluster API counts it: a Machine failing a criterion that has not expired yet
-			// ("likely to go unhealthy"), one without a Node and one being deleted are not, and count
-			// against the budget (the rule the NodeHealthCheck applies to its Nodes).
-			healthy++
-		case v.State == stateUnhealthy:
-			p.Unhealthy++
-		}
-		p.Targets = append(p.Targets, targetPlan{Machine: o.Machine, Verdict: v, ControlPlane: isControlPlaneTarget(o)})
-	}
-
+	observed, healthy := p.evaluate(in)
 	decision, err := budget.Evaluate(budget.Policy{MaxUnhealthy: mhc.Spec.MaxUnhealthy, UnhealthyRange: mhc.Spec.UnhealthyRange},
 		len(p.Targets), len(p.Targets)-healthy)
 	if err != nil {
@@ -219,23 +194,20 @@ func planChecks(in planInput) (plan, error) {
 	if in.Paused == "" {
 		p.Orphans = in.Orphans
 	}
-
 	cw := checkWide(&p, mhc, in.Paused, in.Disabled, decision, now)
 	p.NextCheck = engine.Earliest(p.NextCheck, in.DisabledUntil)
-	storm := cw.Storm
-	gate := newSafety(in, p.Backoff)
-	type walked struct {
-		target, entry int
-		out           *engine.Outcome
-	}
-	var walks []walked
 
-	status := v1alpha1.MachineHealthCheckStatus{
-		ExpectedMachines:    ptr.To(int32(len(p.Targets))),
-		CurrentHealthy:      ptr.To(int32(healthy)),
-		RemediationsAllowed: ptr.To(decision.RemediationsAllowed),
-		ObservedGeneration:  mhc.Generation,
-		Conditions:          cw.Conditions,
+	pl := &planner{in: in, p: &p, storm: cw.Storm.Active(), gate: newSafety(in, p.Backoff),
+		prev: make(map[string]*v1alpha1.UnhealthyMachine, len(mhc.Status.UnhealthyMachines)),
+		status: v1alpha1.MachineHealthCheckStatus{
+			ExpectedMachines:    ptr.To(int32(len(p.Targets))),
+			CurrentHealthy:      ptr.To(int32(healthy)),
+			RemediationsAllowed: ptr.To(decision.RemediationsAllowed),
+			ObservedGeneration:  mhc.Generation,
+			Conditions:          cw.Conditions,
+		}}
+	for i := range mhc.Status.UnhealthyMachines {
+		pl.prev[mhc.Status.UnhealthyMachines[i].Name] = &mhc.Status.UnhealthyMachines[i]
 	}
 	// Machines are decided in the order their criteria expired (then by name), as a NodeHealthCheck takes
 	// its Nodes: where only one may start (control-plane Machines), the first to fail goes first.
@@ -248,92 +220,18 @@ func planChecks(in planInput) (plan, error) {
 		return cmp.Or(ta.Verdict.ExpiredAt.Compare(tb.Verdict.ExpiredAt), strings.Compare(ta.Machine.Name, tb.Machine.Name))
 	})
 	for _, i := range order {
-		t := &p.Targets[i]
-		o := observed[i]
-		status.Targets = append(status.Targets, t.Machine.Name)
-		prevEntry := prev[t.Machine.Name]
-		var was v1alpha1.RemediationProgress
-		if prevEntry != nil {
-			was = prevEntry.RemediationProgress
-		}
-		records := engine.Adopted(was, o.Requests, now)
-		t.Blocked = blockerFor(o, in.Paused, decision.Allowed)
-		switch {
-		case t.Blocked != notBlocked:
-		case in.Disabled != nil:
-			t.Blocked = blockedDisabled
-		case storm.Active():
-			t.Blocked = blockedStormCooldown
-		}
-		switch t.Verdict.State {
-		case stateUnhealthy:
-			t.NewlyUnhealthy = prevEntry == nil
-			entry := v1alpha1.UnhealthyMachine{Name: t.Machine.Name, Reason: t.Verdict.Reason}
-			entry.Remediations = records
-			if t.Blocked == blockedExcluded {
-				entry.SkipReason, entry.SkipMessage = string(blockedExcluded), gates.ExcludedMessage()
-			}
-			if len(in.Steps) == 0 && t.Blocked == notBlocked && !remediating(o) {
-				// Condition-based: the gates apply before the owner is asked to replace the Machine.
-				p.NextCheck = engine.Earliest(p.NextCheck, applyGate(gate, t, &entry, o, now))
-			}
-			if planUnhealthy(t, in.Steps, now) {
-				walks = append(walks, walked{target: i, entry: len(status.UnhealthyMachines),
-					out: gate.pass.Unhealthy(gate.target(t, o, was))})
-			} else {
-				gate.keepLease(t, o)
-			}
-			p.Events = append(p.Events, skipEvents(mhc, t, &entry, prevEntry)...)
-			status.UnhealthyMachines = append(status.UnhealthyMachines, entry)
-			if t.NewlyUnhealthy && t.Blocked == blockedNotControlled {
-				p.Events = append(p.Events, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeWarning,
-					Reason: EventMachineNotRemediable,
-					Note:   fmt.Sprintf("Machine is unhealthy (%s) but is not controlled by a MachineSet or a control plane: it is reported, not remediated", t.Verdict.Reason)})
-			}
-		case stateHealthy:
-			planHealthy(t, now)
-			if t.Blocked == blockedPaused {
-				break
-			}
-			if len(o.Requests) == 0 {
-				// A confirmation confirms one remediation: removed once its requests are found gone.
-				t.Unconfirm = engine.Confirmed(o.Node) && prevEntry != nil
-				break
-			}
-			out := gate.pass.Healthy(gate.target(t, o, was), healthySince(prevEntry), engine.DurationOf(mhc.Spec.HealthyDelay),
-				engine.Confirmed(o.Node))
-			if out.Hold {
-				entry := v1alpha1.UnhealthyMachine{Name: t.Machine.Name, Reason: clusterv1.MachineHealthCheckUnhealthyNodeReason,
-					RemediationProgress: out.Entry}
-				if prevEntry != nil {
-					entry.Reason = prevEntry.Reason
-				}
-				status.UnhealthyMachines = append(status.UnhealthyMachines, entry)
-			}
-			if out.Lease {
-				t.Lease = &leaseAction{Node: o.Node, From: out.From}
-			}
-			t.Out, t.Unconfirm = out, out.Unconfirm
-			p.Events = append(p.Events, machineEvents(mhc, t.Machine, out.Events)...)
-		case statePending:
-			// Not judged yet: keep what was started (its escalation memory) and touch nothing.
-			if prevEntry != nil && len(records) > 0 {
-				status.UnhealthyMachines = append(status.UnhealthyMachines, v1alpha1.UnhealthyMachine{Name: t.Machine.Name,
-					Reason: prevEntry.Reason, RemediationProgress: v1alpha1.RemediationProgress{Remediations: records}})
-				gate.keepLease(t, o)
-			}
-		}
+		pl.decideMachine(i, observed[i])
 	}
 	// The template remediations' starts go through the gates, in the order their criteria expired.
-	gate.pass.Admit()
-	for _, w := range walks {
+	pl.gate.pass.Admit()
+	for _, w := range pl.walks {
 		t := &p.Targets[w.target]
-		gate.admitted(t, observed[w.target], &status.UnhealthyMachines[w.entry], w.out)
+		pl.gate.admitted(t, observed[w.target], &pl.status.UnhealthyMachines[w.entry], w.out)
 		p.Events = append(p.Events, machineEvents(mhc, t.Machine, w.out.Events)...)
 	}
-	p.NextCheck, p.Holds = engine.Earliest(p.NextCheck, gate.pass.Next), gate.pass.Holds
-	slices.Sort(status.Targets)
-	slices.SortFunc(status.UnhealthyMachines, func(a, b v1alpha1.UnhealthyMachine) int { return strings.Compare(a.Name, b.Name) })
+	p.NextCheck, p.Holds = engine.Earliest(p.NextCheck, pl.gate.pass.Next), pl.gate.pass.Holds
+	slices.Sort(pl.status.Targets)
+	slices.SortFunc(pl.status.UnhealthyMachines, func(a, b v1alpha1.UnhealthyMachine) int { return strings.Compare(a.Name, b.Name) })
 
 	// Cluster API's RemediationRestricted, once per restriction that finds unhealthy Machines.
 	wasRestricted := meta.IsStatusConditionFalse(mhc.Status.Conditions, v1alpha1.ConditionRemediationAllowed) && len(mhc.Status.UnhealthyMachines) > 0
@@ -342,10 +240,146 @@ func planChecks(in planInput) (plan, error) {
 			Note: "Remediation is not allowed: " + decision.Message})
 	}
 	if in.Paused == "" {
-		p.Release = gate.releaseLeases(&p)
+		p.Release = pl.gate.releaseLeases(&p)
 	}
-	p.Status = status
+	p.Status = pl.status
 	return p, nil
+}
+
+// evaluate judges the Machines the check selects (those without a skip annotation: observed, in the order
+// of p.Targets) and counts the healthy ones, as the budget counts them, and the unhealthy ones.
+func (p *plan) evaluate(in planInput) (observed []observedTarget, healthy int) {
+	for _, o := range in.Machines {
+		if skipped, _ := skipRemediation(o.Machine); skipped {
+			continue
+		}
+		observed = append(observed, o)
+		v := checkTarget(in.Spec, targetInput{Machine: o.Machine, Node: o.Node, NodeMissing: o.NodeMissing, Cluster: in.Cluster}, in.Now)
+		p.NextCheck = engine.Earliest(p.NextCheck, v.NextCheck)
+		switch {
+		case v.State == stateHealthy && v.NextCheck.IsZero() && o.Node != nil && o.Machine.DeletionTimestamp.IsZero():
+			// Healthy, as Cluster API counts it: a Machine failing a criterion that has not expired yet
+			// ("likely to go unhealthy"), one without a Node and one being deleted are not, and count
+			// against the budget (the rule the NodeHealthCheck applies to its Nodes).
+			healthy++
+		case v.State == stateUnhealthy:
+			p.Unhealthy++
+		}
+		p.Targets = append(p.Targets, targetPlan{Machine: o.Machine, Verdict: v, ControlPlane: isControlPlaneTarget(o)})
+	}
+	return observed, healthy
+}
+
+// planner is one planChecks pass over the Machines: the plan, the new status, the gates, and the template
+// remediations walked (engine.Pass.Unhealthy) whose starts Admit decides.
+type planner struct {
+	in     planInput
+	p      *plan
+	status v1alpha1.MachineHealthCheckStatus
+	gate   *safety
+	// storm: a storm or its cooldown holds every new remediation back.
+	storm bool
+	prev  map[string]*v1alpha1.UnhealthyMachine
+	walks []walked
+}
+
+// walked is a Machine whose template remediation was walked: its target, its status entry, the outcome.
+type walked struct {
+	target, entry int
+	out           *engine.Outcome
+}
+
+// decideMachine decides for Machine i of the plan, observed as o: what blocks it, and what its health
+// calls for.
+func (pl *planner) decideMachine(i int, o observedTarget) {
+	t, in := &pl.p.Targets[i], pl.in
+	pl.status.Targets = append(pl.status.Targets, t.Machine.Name)
+	prev := pl.prev[t.Machine.Name]
+	var was v1alpha1.RemediationProgress
+	if prev != nil {
+		was = prev.RemediationProgress
+	}
+	t.Blocked = blockerFor(o, in.Paused, pl.p.Decision.Allowed)
+	switch {
+	case t.Blocked != notBlocked:
+	case in.Disabled != nil:
+		t.Blocked = blockedDisabled
+	case pl.storm:
+		t.Blocked = blockedStormCooldown
+	}
+	switch t.Verdict.State {
+	case stateUnhealthy:
+		pl.unhealthy(i, t, o, prev, was)
+	case stateHealthy:
+		pl.healthy(t, o, prev, was)
+	case statePending:
+		// Not judged yet: keep what was started (its escalation memory) and touch nothing.
+		if records := engine.Adopted(was, o.Requests, in.Now); prev != nil && len(records) > 0 {
+			pl.status.UnhealthyMachines = append(pl.status.UnhealthyMachines, v1alpha1.UnhealthyMachine{Name: t.Machine.Name,
+				Reason: prev.Reason, RemediationProgress: v1alpha1.RemediationProgress{Remediations: records}})
+			pl.gate.keepLease(t, o)
+		}
+	}
+}
+
+// unhealthy decides for an unhealthy Machine: reported on its conditions and in status, handed to its
+// owner (condition-based remediation, through the gates) or its template remediation walked, and the
+// skip said.
+func (pl *planner) unhealthy(i int, t *targetPlan, o observedTarget, prev *v1alpha1.UnhealthyMachine, was v1alpha1.RemediationProgress) {
+	in, p, mhc := pl.in, pl.p, pl.in.Check
+	t.NewlyUnhealthy = prev == nil
+	entry := v1alpha1.UnhealthyMachine{Name: t.Machine.Name, Reason: t.Verdict.Reason}
+	entry.Remediations = engine.Adopted(was, o.Requests, in.Now)
+	if t.Blocked == blockedExcluded {
+		entry.SkipReason, entry.SkipMessage = string(blockedExcluded), gates.ExcludedMessage()
+	}
+	if len(in.Steps) == 0 && t.Blocked == notBlocked && !remediating(o) {
+		// Condition-based: the gates apply before the owner is asked to replace the Machine.
+		p.NextCheck = engine.Earliest(p.NextCheck, applyGate(pl.gate, t, &entry, o, in.Now))
+	}
+	if planUnhealthy(t, in.Steps, in.Now) {
+		pl.walks = append(pl.walks, walked{target: i, entry: len(pl.status.UnhealthyMachines),
+			out: pl.gate.pass.Unhealthy(pl.gate.target(t, o, was))})
+	} else {
+		pl.gate.keepLease(t, o)
+	}
+	p.Events = append(p.Events, skipEvents(mhc, t, &entry, prev)...)
+	pl.status.UnhealthyMachines = append(pl.status.UnhealthyMachines, entry)
+	if t.NewlyUnhealthy && t.Blocked == blockedNotControlled {
+		p.Events = append(p.Events, checkEvent{Regarding: t.Machine, Related: mhc, Type: corev1.EventTypeWarning,
+			Reason: EventMachineNotRemediable,
+			Note:   fmt.Sprintf("Machine is unhealthy (%s) but is not controlled by a MachineSet or a control plane: it is reported, not remediated", t.Verdict.Reason)})
+	}
+}
+
+// healthy decides for a healthy Machine: reported on its conditions; its requests kept for healthyDelay
+// (or until a person confirms it), then deleted, and a person's confirmation with them
+// (engine.Pass.Healthy).
+func (pl *planner) healthy(t *targetPlan, o observedTarget, prev *v1alpha1.UnhealthyMachine, was v1alpha1.RemediationProgress) {
+	planHealthy(t, pl.in.Now)
+	switch {
+	case t.Blocked == blockedPaused:
+		return
+	case len(o.Requests) == 0:
+		// A confirmation confirms one remediation: removed once its requests are found gone.
+		t.Unconfirm = engine.Confirmed(o.Node) && prev != nil
+		return
+	}
+	out := pl.gate.pass.Healthy(pl.gate.target(t, o, was), healthySince(prev), engine.DurationOf(pl.in.Check.Spec.HealthyDelay),
+		engine.Confirmed(o.Node))
+	if out.Hold {
+		entry := v1alpha1.UnhealthyMachine{Name: t.Machine.Name, Reason: clusterv1.MachineHealthCheckUnhealthyNodeReason,
+			RemediationProgress: out.Entry}
+		if prev != nil {
+			entry.Reason = prev.Reason
+		}
+		pl.status.UnhealthyMachines = append(pl.status.UnhealthyMachines, entry)
+	}
+	if out.Lease {
+		t.Lease = &leaseAction{Node: o.Node, From: out.From}
+	}
+	t.Out, t.Unconfirm = out, out.Unconfirm
+	pl.p.Events = append(pl.p.Events, machineEvents(pl.in.Check, t.Machine, out.Events)...)
 }
 
 // skipRemediation reports whether a Machine is left out of the check altogether (the user guide's
