@@ -98,7 +98,7 @@ func DecideCheckWide(in CheckWideInput) CheckWide {
 	}
 	switch {
 	case out.PausedNow:
-		event(EventPaused, true, "No new remediation starts: paused by "+strings.Join(in.Paused, "; "))
+		event(EventPaused, true, "No new remediation starts (paused: "+strings.Join(in.Paused, "; ")+")")
 	case out.Resumed:
 		event(EventUnpaused, true, "No longer paused: remediation resumes")
 	}

@@ -82,7 +82,9 @@ func TestDecideCheckWideEvents(t *testing.T) {
 	cw := pass(2*time.Second, CheckWideInput{})
 	g.Expect(reasons(cw)).To(Equal([]string{EventEnabled}))
 	g.Expect(cw.Events[0].Note).To(ContainSubstring("templates readable"))
-	g.Expect(reasons(pass(3*time.Second, CheckWideInput{Paused: []string{"upgrade"}}))).To(Equal([]string{EventPaused}))
+	cw = pass(3*time.Second, CheckWideInput{Paused: []string{"Cluster c1 is paused"}})
+	g.Expect(reasons(cw)).To(Equal([]string{EventPaused}))
+	g.Expect(cw.Events[0].Note).To(Equal("No new remediation starts (paused: Cluster c1 is paused)"))
 	g.Expect(reasons(pass(4*time.Second, CheckWideInput{}))).To(Equal([]string{EventUnpaused}))
 
 	cw = pass(5*time.Second, CheckWideInput{Budget: exceeded})
