@@ -41,6 +41,10 @@ type RemediationProgress struct {
 	WaitingFor string `json:"waitingFor,omitempty"`
 }
 
+// SkipDryRun is the skipReason of a target that a check in dry run (spec.dryRun) would remediate: it
+// passed every gate, and nothing was started.
+const SkipDryRun = "DryRun"
+
 // RequestRecord is one remediation request a health check created for a target. Records written before a
 // field was kept leave it empty: an empty namespace or name is the target's (the request is then found by
 // its kind and template).

@@ -7,7 +7,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
-	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/metrics"
 )
 
@@ -21,19 +20,11 @@ func RegisterStateMetrics(reader client.Reader, clk clock.PassiveClock, elected 
 
 // machineCheckState is what c's status says now.
 func machineCheckState(c *v1alpha1.MachineHealthCheck, now time.Time) metrics.CheckState {
-	inFlight, would := 0, 0
-	for _, m := range c.Status.UnhealthyMachines {
-		if m.SkipReason == engine.SkipDryRun {
-			would++
-		}
-		for _, r := range m.Remediations {
-			if r.TimedOut == nil {
-				inFlight++
-			}
-		}
-	}
 	st := metrics.FromConditions(c.Status.Conditions, c.Spec.StormCooldownDuration, now)
 	st.Name = c.Namespace + "/" + c.Name
-	st.Targets, st.Healthy, st.InFlight, st.WouldRemediate = c.Status.ExpectedMachines, c.Status.CurrentHealthy, inFlight, would
+	st.Targets, st.Healthy = c.Status.ExpectedMachines, c.Status.CurrentHealthy
+	for _, m := range c.Status.UnhealthyMachines {
+		st.Count(m.RemediationProgress)
+	}
 	return st
 }

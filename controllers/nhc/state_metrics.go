@@ -7,7 +7,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/metalheal/metalheal/api/v1alpha1"
-	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/metrics"
 )
 
@@ -23,11 +22,9 @@ func RegisterStateMetrics(reader client.Reader, clk clock.PassiveClock, elected 
 func checkState(c *v1alpha1.NodeHealthCheck, now time.Time) metrics.CheckState {
 	st := metrics.FromConditions(c.Status.Conditions, c.Spec.StormCooldownDuration, now)
 	st.Name = c.Name
-	st.Targets, st.Healthy, st.InFlight = c.Status.ObservedNodes, c.Status.HealthyNodes, len(c.Status.InFlightRemediations)
+	st.Targets, st.Healthy = c.Status.ObservedNodes, c.Status.HealthyNodes
 	for _, u := range c.Status.UnhealthyNodes {
-		if u.SkipReason == engine.SkipDryRun {
-			st.WouldRemediate++
-		}
+		st.Count(u.RemediationProgress)
 	}
 	return st
 }

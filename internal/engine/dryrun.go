@@ -1,10 +1,14 @@
 package engine
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
+)
 
 // SkipDryRun is the skipReason of a target that a check in dry run (spec.dryRun) would remediate: it
 // passed every gate, and nothing was started.
-const SkipDryRun = "DryRun"
+const SkipDryRun = v1alpha1.SkipDryRun
 
 // EventWouldRemediate (Normal) says what a check in dry run would have done for a target, once per target
 // and step.

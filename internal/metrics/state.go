@@ -40,7 +40,7 @@ type CheckState struct {
 	RemediationAllowed bool
 	// Disabled is true while the check cannot work (its template or kinds are missing).
 	Disabled bool
-	// InFlight is the number of remediation requests the check has open.
+	// InFlight is the number of remediation requests the check has open (not timed out).
 	InFlight int
 	// WouldRemediate is the number of targets a check in dry run would remediate now (skipReason DryRun).
 	WouldRemediate int
@@ -75,6 +75,22 @@ func FromConditions(conds []metav1.Condition, cooldown *metav1.Duration, now tim
 		Storm:              storm,
 	}
 }
+
+// Count adds what one target's status entry says, the same for both kinds: its requests open (not timed
+// out), and whether a dry run would remediate it (skipReason DryRun).
+func (s *CheckState) Count(p v1alpha1.RemediationProgress) {
+	for _, r := range p.Remediations {
+		if r.TimedOut == nil {
+			s.InFlight++
+		}
+	}
+	if p.SkipReason == v1alpha1.SkipDryRun {
+		s.WouldRemediate++
+	}
+}
+
+// skipDryRun is the skip reason of a target a check in dry run would remediate (engine.SkipDryRun).
+const skipDryRun = "DryRun"
 
 // CheckLister lists the checks of one checker from the cache.
 type CheckLister func(ctx context.Context) ([]CheckState, error)

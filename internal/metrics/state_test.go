@@ -160,3 +160,18 @@ func TestAddCheckKind(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(states).To(ConsistOf(HaveField("Name", "a"), HaveField("Name", "b")))
 }
+
+// TestCheckStateCount: a target's entry counts the same for both kinds: its requests not timed out are
+// open (a step that timed out, or the last one that ended with the target still unhealthy, is not), and a
+// target in dry run is one a check would remediate.
+func TestCheckStateCount(t *testing.T) {
+	g := NewWithT(t)
+	ended := metav1.Now()
+	var st CheckState
+	st.Count(v1alpha1.RemediationProgress{Remediations: []v1alpha1.RequestRecord{{Kind: "A", TimedOut: &ended}, {Kind: "B"}}})
+	st.Count(v1alpha1.RemediationProgress{Remediations: []v1alpha1.RequestRecord{{Kind: "A", TimedOut: &ended}}}) // exhausted
+	st.Count(v1alpha1.RemediationProgress{SkipReason: v1alpha1.SkipDryRun})
+	st.Count(v1alpha1.RemediationProgress{SkipReason: "ControlPlaneBusy"})
+	g.Expect(st.InFlight).To(Equal(1))
+	g.Expect(st.WouldRemediate).To(Equal(1))
+}
