@@ -49,18 +49,14 @@ const (
 	EventStormEnded                = "StormEnded"
 )
 
-// CheckWide is the check-wide part of a decision, the same for both kinds: the Paused,
-// RemediationAllowed and StormActive conditions, and the transitions the adapter reports (events,
-// metrics).
+// CheckWide is the check-wide part of a decision, the same for both kinds: the Disabled, Paused,
+// RemediationAllowed and StormActive conditions, and the events of their transitions, which the adapter
+// reports.
 type CheckWide struct {
 	Conditions []metav1.Condition
 	// Storm is StormActive's decision: while the budget is exceeded, and stormCooldownDuration after it is
 	// met again (from RemediationAllowed's last transition to True), no new remediation starts.
 	Storm gates.Storm
-	// PausedNow and Resumed: Paused has just become True, or False.
-	PausedNow, Resumed bool
-	// Restricted: RemediationAllowed has just become False.
-	Restricted bool
 	// Disabled is why no remediation can start: the input's, or a budget that cannot be used.
 	Disabled *Cause
 	// Events are the transitions' events, in order: Disabled or Enabled, Paused or Unpaused, the storm's.
@@ -89,18 +85,18 @@ func DecideCheckWide(in CheckWideInput) CheckWide {
 		meta.SetStatusCondition(&out.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg,
 			ObservedGeneration: in.Generation, LastTransitionTime: metav1.NewTime(in.Now)})
 	}
-	if len(in.Paused) > 0 {
-		set(v1alpha1.ConditionPaused, metav1.ConditionTrue, v1alpha1.ReasonPauseRequested, "Paused: "+strings.Join(in.Paused, "; "))
-		out.PausedNow = !meta.IsStatusConditionTrue(prev, v1alpha1.ConditionPaused)
-	} else {
-		set(v1alpha1.ConditionPaused, metav1.ConditionFalse, v1alpha1.ReasonAsExpected, "Not paused")
-		out.Resumed = meta.IsStatusConditionTrue(prev, v1alpha1.ConditionPaused)
-	}
+	wasPaused := meta.IsStatusConditionTrue(prev, v1alpha1.ConditionPaused)
 	switch {
-	case out.PausedNow:
-		event(EventPaused, true, "No new remediation starts (paused: "+strings.Join(in.Paused, "; ")+")")
-	case out.Resumed:
-		event(EventUnpaused, true, "No longer paused: remediation resumes")
+	case len(in.Paused) > 0:
+		set(v1alpha1.ConditionPaused, metav1.ConditionTrue, v1alpha1.ReasonPauseRequested, "Paused: "+strings.Join(in.Paused, "; "))
+		if !wasPaused {
+			event(EventPaused, true, "No new remediation starts (paused: "+strings.Join(in.Paused, "; ")+")")
+		}
+	default:
+		set(v1alpha1.ConditionPaused, metav1.ConditionFalse, v1alpha1.ReasonAsExpected, "Not paused")
+		if wasPaused {
+			event(EventUnpaused, true, "No longer paused: remediation resumes")
+		}
 	}
 
 	// RemediationAllowed: the budget alone. Its last transition to True is when a storm ended.
@@ -113,7 +109,6 @@ func DecideCheckWide(in CheckWideInput) CheckWide {
 			msg = in.BudgetErr.Error()
 		}
 		set(v1alpha1.ConditionRemediationAllowed, metav1.ConditionFalse, v1alpha1.ReasonTooManyUnhealthy, msg)
-		out.Restricted = !meta.IsStatusConditionFalse(prev, v1alpha1.ConditionRemediationAllowed)
 	}
 
 	var allowedSince time.Time

@@ -15,9 +15,9 @@
 //     which Admit puts through the Gate in the order the targets' criteria expired; and (Healthy) a target
 //     healthy again, its requests held for healthyDelay, then deleted. The adapters map each Outcome to
 //     their status entries and events; Executor writes it.
-//   - DecideCheckWide sets the check-wide conditions (Paused, RemediationAllowed, StormActive with its
-//     cooldown) from the budget and the pause requests; Disable and Enable set Disabled, and say when that
-//     is news.
+//   - DecideCheckWide sets the check-wide conditions (Disabled, Paused, RemediationAllowed, StormActive
+//     with its cooldown) from the check's Disabled cause, the budget and the pause requests, with the
+//     events of their transitions, the same for both kinds.
 //   - HealthyHold keeps a target healthy again under remediation for healthyDelay, or until a person
 //     confirms it (a negative delay); Unconfirm removes the confirmation once it has served.
 //   - Dry run (SkipDryRun, WouldCreate): a check decides everything and starts nothing.
