@@ -237,11 +237,7 @@ func (r *Reconciler) skipped(mhc *v1alpha1.MachineHealthCheck, t *targetPlan, p 
 	if e := p.entry(t.Machine.Name); e != nil {
 		e.SkipReason, e.SkipMessage = skip.Reason, skip.Message
 	}
-	var was v1alpha1.RemediationProgress
-	if i := slices.IndexFunc(mhc.Status.UnhealthyMachines, func(um v1alpha1.UnhealthyMachine) bool { return um.Name == t.Machine.Name }); i >= 0 {
-		was = mhc.Status.UnhealthyMachines[i].RemediationProgress
-	}
-	ev := skip.Event(was.SkipReason, was.SkipMessage, "Machine", t.Verdict.Reason)
+	ev := skip.Event(t.Was.SkipReason, t.Was.SkipMessage, "Machine", t.Verdict.Reason)
 	if ev == nil {
 		return
 	}

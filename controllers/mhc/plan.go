@@ -145,6 +145,9 @@ type targetPlan struct {
 	// Unconfirm: the Machine's remediation is over; its Node's confirmation annotation
 	// (v1alpha1.AnnotationConfirmedHealthy) is removed.
 	Unconfirm bool
+	// Was is the Machine's status entry before the plan (empty: none), whose skip a new skip is said
+	// against (engine.Skip.Event).
+	Was v1alpha1.RemediationProgress
 }
 
 // checkEvent is an event to record about the check or a Machine.
@@ -295,10 +298,10 @@ func (pl *planner) decideMachine(i int, o observedTarget) {
 	t, in := &pl.p.Targets[i], pl.in
 	pl.status.Targets = append(pl.status.Targets, t.Machine.Name)
 	prev := pl.prev[t.Machine.Name]
-	var was v1alpha1.RemediationProgress
 	if prev != nil {
-		was = prev.RemediationProgress
+		t.Was = prev.RemediationProgress
 	}
+	was := t.Was
 	t.Blocked = blockerFor(o, in.Paused, pl.p.Decision.Allowed)
 	switch {
 	case t.Blocked != notBlocked:
