@@ -163,23 +163,27 @@ type EscalatingRemediation struct {
 
 // MachineHealthCheckStatus is what the check last observed.
 type MachineHealthCheckStatus struct {
-	// expectedMachines is the number of Machines the selector matches.
+	// expectedMachines is the number of Machines the check selects: those the selector matches, less the
+	// ones annotated cluster.x-k8s.io/skip-remediation or cluster.x-k8s.io/paused, which it leaves out.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	ExpectedMachines *int32 `json:"expectedMachines,omitempty"`
 
-	// currentHealthy is the number of those Machines that are healthy.
+	// currentHealthy is the number of those Machines that are healthy as the budget counts them: failing
+	// no criterion (not even one whose timeout has not passed yet), with a Node, and not being deleted.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	CurrentHealthy *int32 `json:"currentHealthy,omitempty"`
 
-	// remediationsAllowed is how many more Machines may be remediated now before the budget
-	// (maxUnhealthy or unhealthyRange) short-circuits.
+	// remediationsAllowed is the budget's headroom: how many more Machines may become unhealthy before
+	// the budget (maxUnhealthy or unhealthyRange) short-circuits; 0 while it short-circuits. It reflects
+	// the budget alone: during a storm's cooldown, a pause or while the check is disabled it can be above
+	// 0 while nothing new starts; the StormActive, Paused and Disabled conditions say so.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	RemediationsAllowed *int32 `json:"remediationsAllowed,omitempty"`
 
-	// targets are the names of the Machines the selector matches.
+	// targets are the names of the Machines the check selects (those counted in expectedMachines).
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=10000
@@ -187,8 +191,9 @@ type MachineHealthCheckStatus struct {
 	Targets []string `json:"targets,omitempty"`
 
 	// unhealthyMachines are the selected Machines found unhealthy, why, and the remediation requests
-	// created for each (with remediationTemplate or escalatingRemediations). A Machine leaves the list once
-	// it is healthy again. The list is the check's memory of which escalation steps were tried.
+	// created for each (with remediationTemplate or escalatingRemediations). A Machine healthy again stays
+	// in the list as long as its requests exist: through healthyDelay (conditionsHealthyTimestamp is set)
+	// and while they are being deleted. The list is the check's memory of which escalation steps were tried.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
@@ -208,8 +213,9 @@ type MachineHealthCheckStatus struct {
 	// +kubebuilder:validation:MaxItems=10000
 	RecentRemediations []RecentRemediation `json:"recentRemediations,omitempty"`
 
-	// conditions: RemediationAllowed (False while the budget short-circuits remediation), StormActive
-	// (True while the budget is exceeded and for stormCooldownDuration after) and Paused.
+	// conditions: Disabled (True while the check cannot work: the reason says why), RemediationAllowed
+	// (False while the budget short-circuits remediation), StormActive (True while the budget is exceeded
+	// and for stormCooldownDuration after) and Paused.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -245,7 +251,7 @@ type UnhealthyMachine struct {
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterName`
 // +kubebuilder:printcolumn:name="Expected",type=integer,JSONPath=`.status.expectedMachines`
 // +kubebuilder:printcolumn:name="Healthy",type=integer,JSONPath=`.status.currentHealthy`
-// +kubebuilder:printcolumn:name="Allowed",type=integer,JSONPath=`.status.remediationsAllowed`,description="Remediations allowed now"
+// +kubebuilder:printcolumn:name="Allowed",type=integer,JSONPath=`.status.remediationsAllowed`,description="More Machines that may become unhealthy before the budget short-circuits"
 // +kubebuilder:printcolumn:name="Remediating",type=string,JSONPath=`.status.conditions[?(@.type=="RemediationAllowed")].status`,priority=1
 // +kubebuilder:printcolumn:name="Storm",type=string,JSONPath=`.status.conditions[?(@.type=="StormActive")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -136,7 +136,8 @@ const (
 	PhasePaused NodeHealthCheckPhase = "Paused"
 	// PhaseRemediating: at least one remediation is in flight.
 	PhaseRemediating NodeHealthCheckPhase = "Remediating"
-	// PhaseEnabled: watching, nothing to remediate.
+	// PhaseEnabled: the check works and no remediation is in flight. Unhealthy Nodes may still be
+	// waiting for their duration, skipped, or held back by a storm: reason says which.
 	PhaseEnabled NodeHealthCheckPhase = "Enabled"
 )
 
@@ -158,7 +159,8 @@ type NodeHealthCheckStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	ObservedNodes *int32 `json:"observedNodes,omitempty"`
 
-	// healthyNodes is the number of those Nodes that are healthy.
+	// healthyNodes is the number of those Nodes that fail none of unhealthyConditions now: a Node failing
+	// one whose duration has not passed yet is not counted, as the budget does not count it as healthy.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	HealthyNodes *int32 `json:"healthyNodes,omitempty"`
@@ -174,7 +176,9 @@ type NodeHealthCheckStatus struct {
 	// +kubebuilder:validation:MaxItems=10000
 	UnhealthyNodes []UnhealthyNode `json:"unhealthyNodes,omitempty"`
 
-	// phase summarises what the check is doing: Disabled, Paused, Remediating or Enabled.
+	// phase summarises what the check is doing: Disabled (it cannot work), Paused (pauseRequests are
+	// set), Remediating (at least one remediation is in flight) or Enabled (none is; a storm leaves the
+	// phase as it is, and reason and the StormActive condition say so).
 	// +optional
 	Phase NodeHealthCheckPhase `json:"phase,omitempty"`
 
@@ -199,7 +203,9 @@ type NodeHealthCheckStatus struct {
 	// +kubebuilder:validation:MaxItems=10000
 	RecentRemediations []RecentRemediation `json:"recentRemediations,omitempty"`
 
-	// conditions: Disabled, StormActive and RemediationAllowed.
+	// conditions: Disabled (True while the check cannot work), Paused (True while pauseRequests are set),
+	// RemediationAllowed (False while the budget short-circuits remediation) and StormActive (True while
+	// the budget is exceeded and for stormCooldownDuration after).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

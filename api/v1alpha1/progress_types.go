@@ -21,9 +21,10 @@ type RemediationProgress struct {
 
 	// skipReason says why the check does not remediate the target now, when the cause is the target's
 	// own: Excluded, OwnedByOtherCheck, ControlPlaneBusy, LeaseHeldByOther, RemediationExists or
-	// BackingOff (remediationBackoff: recentRemediations[].backoffUntil says until when). Empty while it
-	// is remediated, and when a check-wide cause (pause, storm, a disabled check) holds every target back:
-	// the conditions say so then.
+	// BackingOff (remediationBackoff: recentRemediations[].backoffUntil says until when); or DryRun, for a
+	// target a check in dry run (spec.dryRun) would remediate now (skipMessage says what it would do).
+	// Empty while it is remediated, and when a check-wide cause (pause, storm, a disabled check) holds
+	// every target back: the conditions say so then.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	SkipReason string `json:"skipReason,omitempty"`
