@@ -246,6 +246,10 @@ func (d *decider) decideNode(name string) {
 	if prev != nil {
 		e.RemediationProgress = prev.RemediationProgress
 	}
+	if d.in.Unread[name] && prev != nil {
+		d.unread(w, e)
+		return
+	}
 	switch {
 	case w.node == nil:
 		d.nodeGone(e, ours)
@@ -254,6 +258,19 @@ func (d *decider) decideNode(name string) {
 	default:
 		d.nodeUnhealthy(w, e, ours)
 	}
+}
+
+// unread keeps a Node whose requests cannot be read (observed.Unread) as its status says: its entry, and
+// its lease renewed, as for requests the check sees. It decides nothing else for it until it can read them.
+func (d *decider) unread(w *nodeWork, e *v1alpha1.UnhealthyNode) {
+	d.p.Entries[e.Name] = e
+	if w.node == nil {
+		return
+	}
+	if o := d.pass.KeepLease(engine.Target{Name: e.Name, Node: w.node, NodeName: e.Name}); o.Lease {
+		d.p.Outcomes = append(d.p.Outcomes, o)
+	}
+	d.p.at(d.pass.Next)
 }
 
 // nodeGone deletes the requests of a Node that no longer exists (the garbage collector would too, through
@@ -340,8 +357,8 @@ func (d *decider) nodeUnhealthy(w *nodeWork, e *v1alpha1.UnhealthyNode, ours []r
 // admit puts the Nodes' starts through the gates (engine.Pass.Admit: the control-plane Nodes the check
 // remediates are busy), and puts the outcomes in the plan, their skips and events in the Nodes' entries.
 func (d *decider) admit() {
-	for name, ours := range d.in.Ours {
-		if w := d.work[name]; len(ours) > 0 && w != nil && w.node != nil && isControlPlane(w.node) {
+	for name, w := range d.work {
+		if (len(d.in.Ours[name]) > 0 || d.in.Unread[name]) && w.node != nil && isControlPlane(w.node) {
 			d.pass.Gate.Admission.Busy(name)
 		}
 	}
@@ -366,7 +383,7 @@ func (d *decider) admit() {
 // releaseLeases releases the leases we hold on Nodes that have no remediation request of ours any more.
 func (d *decider) releaseLeases() {
 	d.p.Release = gates.Release(d.in.Leases, d.in.Holder, func(name string) bool {
-		return len(d.in.Ours[name]) > 0 || d.creates[name]
+		return len(d.in.Ours[name]) > 0 || d.creates[name] || d.in.Unread[name]
 	})
 }
 

@@ -849,3 +849,30 @@ func TestDecideRecovery(t *testing.T) {
 		g.Expect(renewals(p)).To(BeEmpty())
 	})
 }
+
+// TestDecideUnreadRequestsKeepTheirNode: the request kind of a Node's running remediation cannot be read
+// (its watch failed after a restart: the check is disabled). The request may still act on the Node: its
+// entry stays, its lease is kept and renewed, not released, and, a control-plane Node, it keeps the other
+// control-plane Nodes' starts back.
+func TestDecideUnreadRequestsKeepTheirNode(t *testing.T) {
+	g := NewWithT(t)
+	entry := v1alpha1.UnhealthyNode{Name: "cp-0", RemediationProgress: v1alpha1.RemediationProgress{
+		Remediations: []v1alpha1.RequestRecord{pcEntry(u0.Add(-3 * time.Minute))}}}
+	check := unitCheck(func(c *v1alpha1.NodeHealthCheck) { c.Status.UnhealthyNodes = []v1alpha1.UnhealthyNode{entry} })
+	cp0 := unitNode("cp-0", corev1.ConditionUnknown, u0.Add(-10*time.Minute), labelControlPlane, "")
+	in := unitObserved(check, cp0)
+	in.Disabled = &cause{Reason: v1alpha1.ReasonRemediationKindNotWatchable, Message: "not watchable"}
+	in.Unread = map[string]bool{"cp-0": true}
+	in.Leases = map[string]leaseInfo{"cp-0": {Holder: holder, Until: u0.Add(4 * time.Minute)}} // past half-time
+
+	p := decide(in, u0)
+	g.Expect(p.Release).To(BeEmpty(), "the lease is not let go while the request may act")
+	g.Expect(p.Entries).To(HaveKeyWithValue("cp-0", HaveField("RemediationProgress", entry.RemediationProgress)))
+	g.Expect(p.Outcomes).To(ConsistOf(And(HaveField("Target.Name", "cp-0"), HaveField("Lease", true))), "renewed, nothing else")
+
+	in.Disabled = nil
+	cp1 := unitNode("cp-1", corev1.ConditionUnknown, u0.Add(-10*time.Minute), labelControlPlane, "")
+	in.Nodes = append(in.Nodes, cp1)
+	p = decide(in, u0)
+	g.Expect(p.Entries).To(HaveKeyWithValue("cp-1", HaveField("SkipReason", SkipControlPlaneBusy)))
+}

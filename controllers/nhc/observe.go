@@ -72,7 +72,7 @@ func (r *Reconciler) observe(ctx context.Context, check *v1alpha1.NodeHealthChec
 	if badSelector != nil {
 		in.Disabled = badSelector
 	}
-	if in.Ours, in.Foreign, err = r.listRemediations(ctx, check, in.Steps, kinds); err != nil {
+	if in.Ours, in.Foreign, in.Unread, err = r.listRemediations(ctx, check, in.Steps, kinds); err != nil {
 		return in, 0, err
 	}
 	if in.Tracked, err = r.trackedNodes(ctx, check, in.Nodes, in.Ours); err != nil {
@@ -171,9 +171,10 @@ func refusedKinds(steps []engine.StepRef) *cause {
 
 // listRemediations lists the remediation requests of every kind and namespace the steps (and the status
 // history) use, from the cache, and sorts them into ours (by Node) and foreign. A kind that cannot be
-// watched is not read (its check is disabled). The requests the check created a moment ago that the cache
-// does not show yet are added (engine.RecentWrites).
-func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeHealthCheck, steps []engine.Step, kinds kindStates) (map[string][]remediationObject, map[emrRef]string, error) {
+// watched is not read (its check is disabled): the Nodes whose status records requests of it are unread.
+// The requests the check created a moment ago that the cache does not show yet are added
+// (engine.RecentWrites).
+func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeHealthCheck, steps []engine.Step, kinds kindStates) (map[string][]remediationObject, map[emrRef]string, map[string]bool, error) {
 	type listKey struct {
 		gvk schema.GroupVersionKind
 		ns  string
@@ -198,19 +199,21 @@ func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeH
 	now := r.clock.Now()
 	ours := map[string][]remediationObject{}
 	foreign := map[emrRef]string{}
+	var unreadable []schema.GroupVersionKind
 	for _, k := range keys {
 		if _, err := r.client.RESTMapper().RESTMapping(k.gvk.GroupKind(), k.gvk.Version); err != nil {
 			if meta.IsNoMatchError(err) {
 				continue // the kind is not installed: there is nothing to list
 			}
-			return nil, nil, fmt.Errorf("mapping %s: %w", k.gvk, err)
+			return nil, nil, nil, fmt.Errorf("mapping %s: %w", k.gvk, err)
 		}
 		if !kinds.Readable(k.gvk) {
+			unreadable = append(unreadable, k.gvk)
 			continue
 		}
 		items, err := engine.ListRequests(ctx, r.reader(), r.client.Scheme(), k.gvk, k.ns)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		for _, item := range items {
 			ref := engine.RefIn(k.gvk, item)
@@ -230,7 +233,24 @@ func (r *Reconciler) listRemediations(ctx context.Context, check *v1alpha1.NodeH
 		}
 	}
 	r.recent.AddCreated(check.UID, ours, now)
-	return ours, foreign, nil
+	return ours, foreign, unreadNodes(check, unreadable), nil
+}
+
+// unreadNodes are the Nodes whose status entry records a request of one of the kinds (those that cannot
+// be read now).
+func unreadNodes(check *v1alpha1.NodeHealthCheck, kinds []schema.GroupVersionKind) map[string]bool {
+	if len(kinds) == 0 {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, u := range check.Status.UnhealthyNodes {
+		for _, rem := range u.Remediations {
+			if gv, err := schema.ParseGroupVersion(rem.APIVersion); err == nil && slices.Contains(kinds, gv.WithKind(rem.Kind)) {
+				out[u.Name] = true
+			}
+		}
+	}
+	return out
 }
 
 // ownedBy reports whether obj has an owner reference to the object with uid.

@@ -28,6 +28,10 @@ type observed struct {
 	Disabled *cause
 	// Ours are the remediation requests this check created (owner reference to its UID), by Node name.
 	Ours map[string][]remediationObject
+	// Unread are the Nodes whose status records requests of a kind that cannot be read now (its watch
+	// failed: the check is disabled). Those requests may still act on the Nodes: the check keeps the Nodes'
+	// entries and leases as they are until it can read them again.
+	Unread map[string]bool
 	// Foreign are remediation requests of the steps' kinds and namespaces that this check did not create,
 	// keyed by reference, valued by who owns them ("NodeHealthCheck other", or "").
 	Foreign map[emrRef]string
