@@ -21,6 +21,7 @@ import (
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
 	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/template"
+	"github.com/metalheal/metalheal/internal/testenv"
 	"github.com/metalheal/metalheal/internal/workload"
 )
 
@@ -305,7 +306,14 @@ var _ = Describe("Remediation short-circuiting (the user guide's examples)", fun
 				Expect(marked).To(BeZero())
 				Expect(meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRemediationAllowed)).To(
 					And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonTooManyUnhealthy)))
-				Expect(w.rec.all()).To(ContainElement(restricted))
+				// Fewer than unhealthyRange's minimum: nothing is remediated, but it is no storm.
+				belowRange := unhealthyRange != "" && unhealthy < 3
+				Expect(meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionStormActive)).To(Equal(!belowRange))
+				if belowRange {
+					Expect(w.rec.all()).NotTo(ContainElement(restricted))
+				} else {
+					Expect(w.rec.all()).To(ContainElement(restricted))
+				}
 			}
 		},
 		Entry("maxUnhealthy 2: 2 of 10 unhealthy are remediated", ptr.To(intstr.FromInt32(2)), "", 10, 2, true, 0),
@@ -360,10 +368,11 @@ var _ = Describe("Template-based remediation", func() {
 		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventRemediationRequestCreated)))
 		Expect(testutil.ToFloat64(remediationsCreated.WithLabelValues("PowerCycleRemediation"))).To(BeNumerically(">=", 1))
 
-		By("the Node becomes Ready: the request is deleted")
+		By("the Node becomes Ready: the request is deleted, and the Machine's entry once it is gone")
 		w.setReady(ctx, k8s, node, corev1.ConditionTrue, 0)
 		w.reconcile(ctx, "workers")
 		Expect(w.powerCycleRemediations(ctx)).To(BeEmpty())
+		w.reconcile(ctx, "workers") // the deletion brings the check back
 		Expect(w.check(ctx, "workers").Status.UnhealthyMachines).To(BeEmpty())
 		Expect(testutil.ToFloat64(unhealthyMachines.WithLabelValues(w.ns + "/workers"))).To(BeZero())
 		Expect(condition(w.machine(ctx, "m"), clusterv1.MachineHealthCheckSucceededCondition)).To(haveCondition(metav1.ConditionTrue, clusterv1.MachineHealthCheckSucceededReason))
@@ -462,6 +471,54 @@ var _ = Describe("Template-based remediation", func() {
 
 		w.reconcile(ctx, "workers")
 		Expect(w.powerCycleRemediations(ctx)).To(HaveLen(2), "both requests stay until the Machine is healthy")
+	})
+
+	It("still sees, marks and waits for a running request whose kind the spec no longer names, before the new kind's step starts", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		w.createTemplate(ctx, "reboot", "reboot")
+		w.createCheck(ctx, "workers", func(mhc *v1alpha1.MachineHealthCheck) { mhc.Spec.RemediationTemplate = ptr.To(templateRef("reboot")) })
+		w.createMachine(ctx, "m", withNodeRef(w.nodeName("gone")))
+		w.reconcile(ctx, "workers")
+		Expect(w.powerCycleRemediations(ctx)).To(HaveLen(1))
+		first := &w.powerCycleRemediations(ctx)[0]
+		Expect(unstructured.SetNestedSlice(first.Object, []any{map[string]any{"type": "Processing", "status": "True", "reason": "Test",
+			"message": "", "lastTransitionTime": w.clock.Now().UTC().Format(time.RFC3339)}}, "status", "conditions")).To(Succeed())
+		Expect(k8s.Status().Update(ctx, first)).To(Succeed())
+
+		By("an admin moves the check to another remediator's template kind while the power cycle runs")
+		const group = "kindchange.example.com"
+		for _, kind := range []string{"FenceRemediationTemplate", "FenceRemediation"} {
+			crd, err := testenv.CRD(ctx, k8s, group, kind)
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(func(ctx context.Context) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, crd))).To(Succeed()) })
+		}
+		fence := &unstructured.Unstructured{Object: map[string]any{"apiVersion": group + "/v1", "kind": "FenceRemediationTemplate",
+			"metadata": map[string]any{"name": "fence", "namespace": w.ns}, "spec": map[string]any{"template": map[string]any{"spec": map[string]any{}}}}}
+		Expect(k8s.Create(ctx, fence)).To(Succeed())
+		check := w.check(ctx, "workers")
+		check.Spec.RemediationTemplate = &v1alpha1.TemplateReference{APIVersion: group + "/v1", Kind: "FenceRemediationTemplate", Name: "fence"}
+		Expect(k8s.Update(ctx, check)).To(Succeed())
+		fences := func() []unstructured.Unstructured {
+			list := &unstructured.UnstructuredList{}
+			list.SetAPIVersion(group + "/v1")
+			list.SetKind("FenceRemediationList")
+			Expect(k8s.List(ctx, list, client.InNamespace(w.ns))).To(Succeed())
+			return list.Items
+		}
+
+		w.reconcile(ctx, "workers")
+		Expect(fences()).To(BeEmpty(), "no second hand on the host while the power cycle still acts on it")
+		emrs := w.powerCycleRemediations(ctx)
+		Expect(emrs).To(HaveLen(1))
+		Expect(emrs[0].GetAnnotations()).To(HaveKey(template.AnnotationTimedOut), "its step left the spec: marked timed out")
+		Expect(w.check(ctx, "workers").Status.UnhealthyMachines[0].WaitingFor).To(Equal("PowerCycleRemediation " + w.ns + "/m"))
+
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(first), first)).To(Succeed())
+		Expect(unstructured.SetNestedSlice(first.Object, []any{map[string]any{"type": "Processing", "status": "False", "reason": "Test",
+			"message": "", "lastTransitionTime": w.clock.Now().UTC().Format(time.RFC3339)}}, "status", "conditions")).To(Succeed())
+		Expect(k8s.Status().Update(ctx, first)).To(Succeed())
+		w.reconcile(ctx, "workers")
+		Expect(fences()).To(HaveLen(1), "the new kind's step starts once the host is handed over")
 	})
 
 	It("leaves the last step's request unmarked when the remediator gives up, and says no step is left", func(ctx SpecContext) {

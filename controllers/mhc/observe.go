@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -47,6 +48,11 @@ func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 	if err := template.CheckRemediationKinds(kinds); err != nil {
 		return in, err
 	}
+	recorded, err := r.recordedKinds(mhc, kinds)
+	if err != nil {
+		return in, err
+	}
+	kinds = append(kinds, recorded...)
 	sel, err := metav1.LabelSelectorAsSelector(&mhc.Spec.Selector)
 	if err != nil {
 		return in, &InvalidSpecError{Field: "selector", Reason: err.Error()}
@@ -159,6 +165,35 @@ func (r *Reconciler) observe(ctx context.Context, mhc *v1alpha1.MachineHealthChe
 	}
 	slices.SortFunc(in.Machines, func(a, b observedTarget) int { return strings.Compare(a.Machine.Name, b.Machine.Name) })
 	return in, nil
+}
+
+// recordedKinds are the installed request kinds the check's status records requests of that no step
+// names (named): the spec changed while a step ran. They are watched and read as the steps' kinds are, as
+// a NodeHealthCheck's are, so that the request of the old kind is still seen: marked timed out, its hand-
+// over waited for before the new step starts, its Node's lease kept while it lives, and deleted once the
+// Machine is healthy. A kind never watched (template.CheckRemediationKind) or no longer installed is left
+// out: nothing of it can be read.
+func (r *Reconciler) recordedKinds(mhc *v1alpha1.MachineHealthCheck, named []schema.GroupVersionKind) ([]schema.GroupVersionKind, error) {
+	var out []schema.GroupVersionKind
+	for _, um := range mhc.Status.UnhealthyMachines {
+		for _, rec := range um.Remediations {
+			gv, err := schema.ParseGroupVersion(rec.APIVersion)
+			if err != nil || rec.APIVersion == "" {
+				continue // an older record, of a step's kind
+			}
+			gvk := gv.WithKind(rec.Kind)
+			if slices.Contains(named, gvk) || slices.Contains(out, gvk) || template.CheckRemediationKind(gvk) != nil {
+				continue
+			}
+			if _, err := r.client.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); meta.IsNoMatchError(err) {
+				continue
+			} else if err != nil {
+				return nil, fmt.Errorf("mapping %s: %w", gvk, err)
+			}
+			out = append(out, gvk)
+		}
+	}
+	return out, nil
 }
 
 // kindRetry is how soon a check whose template kind is not installed looks again: no watch reports a CRD

@@ -236,12 +236,6 @@ func planChecks(in planInput) (plan, error) {
 	slices.Sort(pl.status.Targets)
 	slices.SortFunc(pl.status.UnhealthyMachines, func(a, b v1alpha1.UnhealthyMachine) int { return strings.Compare(a.Name, b.Name) })
 
-	// Cluster API's RemediationRestricted, once per restriction that finds unhealthy Machines.
-	wasRestricted := meta.IsStatusConditionFalse(mhc.Status.Conditions, v1alpha1.ConditionRemediationAllowed) && len(mhc.Status.UnhealthyMachines) > 0
-	if !decision.Allowed && p.Unhealthy > 0 && !wasRestricted {
-		p.Events = append(p.Events, checkEvent{Regarding: mhc, Type: corev1.EventTypeWarning, Reason: EventRemediationRestricted,
-			Note: "Remediation is not allowed: " + decision.Message})
-	}
 	if in.Paused == "" {
 		p.Release = pl.gate.releaseLeases(&p)
 	}
@@ -362,6 +356,10 @@ func (pl *planner) healthy(t *targetPlan, o observedTarget, prev *v1alpha1.Unhea
 	planHealthy(t, pl.in.Now)
 	switch {
 	case t.Blocked == blockedPaused:
+		// Hands off: its entry stays as it was while its requests do.
+		if prev != nil && len(o.Requests) > 0 {
+			pl.status.UnhealthyMachines = append(pl.status.UnhealthyMachines, *prev)
+		}
 		return
 	case len(o.Requests) == 0:
 		// A confirmation confirms one remediation: removed once its requests are found gone.
@@ -370,14 +368,14 @@ func (pl *planner) healthy(t *targetPlan, o observedTarget, prev *v1alpha1.Unhea
 	}
 	out := pl.gate.pass.Healthy(pl.gate.target(t, o, was), healthySince(prev), engine.DurationOf(pl.in.Check.Spec.HealthyDelay),
 		engine.Confirmed(o.Node))
-	if out.Hold {
-		entry := v1alpha1.UnhealthyMachine{Name: t.Machine.Name, Reason: clusterv1.MachineHealthCheckUnhealthyNodeReason,
-			RemediationProgress: out.Entry}
-		if prev != nil {
-			entry.Reason = prev.Reason
-		}
-		pl.status.UnhealthyMachines = append(pl.status.UnhealthyMachines, entry)
+	// Its entry stays as long as its requests do, being deleted too, as a Node's: a later pass neither
+	// begins the delay (and a wait for a confirmation) again nor counts the remediation a second time.
+	entry := v1alpha1.UnhealthyMachine{Name: t.Machine.Name, Reason: clusterv1.MachineHealthCheckUnhealthyNodeReason,
+		RemediationProgress: out.Entry}
+	if prev != nil {
+		entry.Reason = prev.Reason
 	}
+	pl.status.UnhealthyMachines = append(pl.status.UnhealthyMachines, entry)
 	if out.Lease {
 		t.Lease = &leaseAction{Node: o.Node, From: out.From}
 	}

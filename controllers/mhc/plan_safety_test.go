@@ -10,6 +10,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	v1alpha1 "github.com/metalheal/metalheal/api/v1alpha1"
+	"github.com/metalheal/metalheal/internal/engine"
 	"github.com/metalheal/metalheal/internal/gates"
 )
 
@@ -204,4 +205,45 @@ func TestOwnerRemediationHoldsTheNodeLease(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPlanTimedOutControlPlaneStepHoldsTheControlPlane: a control-plane Machine whose step timed out is
+// still acted on (its request may be handing the host over, the next step is to come), though its lease
+// lapsed while the manager was down: no other control-plane Machine starts in the pass that retakes it.
+// Before, only a request not yet ended counted, and the new start ran ahead of the retake.
+func TestPlanTimedOutControlPlaneStepHoldsTheControlPlane(t *testing.T) {
+	g := NewWithT(t)
+	const self = "MachineHealthCheck.remediation.metalheal.io-check"
+	cp := func(m *clusterv1.Machine) {
+		m.Labels = map[string]string{clusterv1.MachineControlPlaneLabel: "", "pool": "a"}
+		controlledBy("controlplane.cluster.x-k8s.io/v1beta2", "KubeadmControlPlane")(m)
+	}
+	reboot := v1alpha1.TemplateReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "PowerCycleRemediationTemplate", Name: "reboot"}
+	fence := v1alpha1.TemplateReference{APIVersion: "fence.example.com/v1", Kind: "FenceRemediationTemplate", Name: "fence"}
+	mhc := unitCheck(func(c *v1alpha1.MachineHealthCheck) {
+		c.CreationTimestamp = metav1.NewTime(t0.Add(-time.Hour))
+		c.Spec.EscalatingRemediations = []v1alpha1.EscalatingRemediation{
+			{RemediationTemplate: reboot, Order: 0, Timeout: metav1.Duration{Duration: 10 * time.Minute}},
+			{RemediationTemplate: fence, Order: 1, Timeout: metav1.Duration{Duration: 10 * time.Minute}}}
+		c.Status.UnhealthyMachines = []v1alpha1.UnhealthyMachine{{Name: "cp-1", RemediationProgress: v1alpha1.RemediationProgress{
+			Remediations: []v1alpha1.RequestRecord{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "PowerCycleRemediation",
+				Namespace: "ns", Name: "cp-1", TemplateName: "reboot", Started: metav1.NewTime(t0.Add(-12 * time.Minute)),
+				TimedOut: &metav1.Time{Time: t0.Add(-2 * time.Minute)}}}}}}
+	})
+	steps, err := stepsFor(mhc)
+	g.Expect(err).NotTo(HaveOccurred())
+	cp1 := unhealthyTarget("cp-1", cp)
+	cp1.Requests = []engine.Request{{Ref: engine.Ref{APIVersion: v1alpha1.GroupVersion.String(), Kind: "PowerCycleRemediation",
+		Namespace: "ns", Name: "cp-1"}, TemplateName: "reboot", Created: t0.Add(-12 * time.Minute), TimedOut: true,
+		TimedOutAt: t0.Add(-2 * time.Minute), Processing: metav1.ConditionTrue}}
+	p, err := planChecks(planInput{Check: mhc, Spec: checkSpecFor(mhc), Steps: steps, Now: t0,
+		Machines: []observedTarget{unhealthyTarget("cp-0", cp), cp1},
+		Safety: safetyInput{Holder: self, LeaseDuration: 10 * time.Minute,
+			Leases: map[string]gates.Lease{"node-cp-1": {Holder: self, Until: t0.Add(-time.Minute)}}}})
+	g.Expect(err).NotTo(HaveOccurred())
+	cp0, cp1p := p.Targets[0], p.Targets[1]
+	g.Expect(cp0.Machine.Name).To(Equal("cp-0"))
+	g.Expect(cp0.create()).To(BeNil(), "no second control-plane start")
+	g.Expect(cp0.Blocked).To(Equal(blockedControlPlaneBusy))
+	g.Expect(cp1p.Lease).NotTo(BeNil(), "cp-1's lapsed lease is retaken")
 }

@@ -97,6 +97,9 @@ func TestPlanBudget(t *testing.T) {
 		total, unhealthy int
 		wantAllowed      bool
 		wantRemaining    int32
+		// belowRange: fewer unhealthy than unhealthyRange's minimum: nothing is remediated, but it is no
+		// storm (no StormActive, no RemediationRestricted).
+		belowRange bool
 	}{
 		{name: "maxUnhealthy 2: 2 unhealthy are remediated", maxUnhealthy: ptr.To(intstr.FromInt32(2)), total: 10, unhealthy: 2, wantAllowed: true},
 		{name: "maxUnhealthy 2: 3 unhealthy are not", maxUnhealthy: ptr.To(intstr.FromInt32(2)), total: 10, unhealthy: 3},
@@ -106,7 +109,8 @@ func TestPlanBudget(t *testing.T) {
 		{name: "40% of 6 rounds down to 2: 2 unhealthy are remediated", maxUnhealthy: ptr.To(intstr.FromString("40%")), total: 6, unhealthy: 2, wantAllowed: true},
 		{name: "40% of 6 rounds down to 2: 3 unhealthy are not", maxUnhealthy: ptr.To(intstr.FromString("40%")), total: 6, unhealthy: 3},
 		{name: "40% of 6 with 1 unhealthy leaves room for 1 more", maxUnhealthy: ptr.To(intstr.FromString("40%")), total: 6, unhealthy: 1, wantAllowed: true, wantRemaining: 1},
-		{name: "unhealthyRange [3-5] of 10: 2 unhealthy are not remediated", unhealthyRange: "[3-5]", total: 10, unhealthy: 2},
+		{name: "unhealthyRange [3-5] of 10: 2 unhealthy are not remediated", unhealthyRange: "[3-5]", total: 10, unhealthy: 2, belowRange: true},
+		{name: "unhealthyRange [3-5] of 10: none unhealthy is no storm", unhealthyRange: "[3-5]", total: 10, unhealthy: 0, belowRange: true},
 		{name: "unhealthyRange [3-5] of 10: 3 unhealthy are remediated", unhealthyRange: "[3-5]", total: 10, unhealthy: 3, wantAllowed: true, wantRemaining: 2},
 		{name: "unhealthyRange [3-5] of 10: 5 unhealthy are remediated", unhealthyRange: "[3-5]", total: 10, unhealthy: 5, wantAllowed: true},
 		{name: "unhealthyRange [3-5] of 10: 6 unhealthy are not remediated", unhealthyRange: "[3-5]", total: 10, unhealthy: 6},
@@ -128,7 +132,9 @@ func TestPlanBudget(t *testing.T) {
 			allowed := conditionOf(p.Status.Conditions, v1alpha1.ConditionRemediationAllowed)
 			g.Expect(allowed).NotTo(BeNil())
 			g.Expect(allowed.Status == metav1.ConditionTrue).To(Equal(tt.wantAllowed))
-			if tt.wantAllowed {
+			storm := conditionOf(p.Status.Conditions, v1alpha1.ConditionStormActive)
+			g.Expect(storm.Status == metav1.ConditionTrue).To(Equal(!tt.wantAllowed && !tt.belowRange), "StormActive")
+			if tt.wantAllowed || tt.belowRange {
 				g.Expect(eventReasons(p.Events)).NotTo(ContainElement(EventRemediationRestricted))
 			} else {
 				g.Expect(allowed.Reason).To(Equal(v1alpha1.ReasonTooManyUnhealthy))
@@ -388,7 +394,7 @@ func TestPlanTemplateRemediation(t *testing.T) {
 		g.Expect(p.NextCheck).To(BeTemporally("==", t0.Add(10*time.Minute)), "the step's timeout is the next check")
 	})
 
-	t.Run("a healthy Machine's requests are deleted and it leaves the unhealthy list", func(t *testing.T) {
+	t.Run("a healthy Machine's requests are deleted and it leaves the unhealthy list once they are gone", func(t *testing.T) {
 		g := NewWithT(t)
 		mhc := unitCheck(withSteps)
 		mhc.Status.UnhealthyMachines = []v1alpha1.UnhealthyMachine{{Name: "m", Reason: "UnhealthyNode",
@@ -397,7 +403,25 @@ func TestPlanTemplateRemediation(t *testing.T) {
 		o.Requests = []engine.Request{request(reboot, t0.Add(-time.Minute))}
 		p := mustPlan(g, mhc, "", o)
 		g.Expect(deletes(p.Targets[0])).To(HaveLen(1))
+		g.Expect(p.Status.UnhealthyMachines).To(ConsistOf(HaveField("Name", "m")), "kept while its requests are deleted")
+
+		mhc.Status = p.Status
+		p = mustPlan(g, mhc, "", healthyTarget("m"))
 		g.Expect(p.Status.UnhealthyMachines).To(BeEmpty())
+	})
+
+	t.Run("paused: a Machine healthy again keeps its entry as it was, its requests untouched", func(t *testing.T) {
+		g := NewWithT(t)
+		mhc := unitCheck(withSteps)
+		since := metav1.NewTime(t0.Add(-30 * time.Second))
+		mhc.Status.UnhealthyMachines = []v1alpha1.UnhealthyMachine{{Name: "m", Reason: "UnhealthyNode",
+			RemediationProgress: v1alpha1.RemediationProgress{ConditionsHealthyTimestamp: &since,
+				Remediations: []v1alpha1.RequestRecord{record(reboot, t0.Add(-time.Hour), nil)}}}}
+		o := healthyTarget("m")
+		o.Requests = []engine.Request{request(reboot, t0.Add(-time.Hour))}
+		p := mustPlan(g, mhc, "paused", o)
+		g.Expect(deletes(p.Targets[0])).To(BeEmpty())
+		g.Expect(p.Status.UnhealthyMachines).To(Equal(mhc.Status.UnhealthyMachines), "the delay and the records are not lost")
 	})
 
 	t.Run("short-circuited: nothing new starts, requests stay", func(t *testing.T) {

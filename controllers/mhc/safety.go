@@ -295,11 +295,19 @@ func newSafety(in planInput, memory *backoff.Memory) *safety {
 		LeaseDuration: in.Safety.LeaseDuration, Gate: engine.Gate{Backoff: memory, DryRun: in.Check.Spec.DryRun,
 			Admission: gates.NewAdmission(in.Safety.Holder, in.Safety.Leases, in.Safety.BusyControlPlane, in.Now)}}}
 	for _, o := range in.Machines {
-		if remediating(o) && isControlPlaneTarget(o) {
+		if holdsControlPlane(o) {
 			s.pass.Gate.Admission.Busy(cpKey(o.Machine))
 		}
 	}
 	return s
+}
+
+// holdsControlPlane reports whether the Machine is a control-plane target the check acts on: a request of
+// ours lives for it, whatever its step's state (one timed out may still be handing the host over, and its
+// lease may have lapsed while the manager was down), or its owner was asked to replace it. As a
+// NodeHealthCheck's Nodes with requests, it keeps every other control-plane start of the check back.
+func holdsControlPlane(o observedTarget) bool {
+	return isControlPlaneTarget(o) && (len(o.Requests) > 0 || ownerReplacing(o.Machine))
 }
 
 // remediating reports whether the check is remediating the Machine: it has a request of ours not ended,
@@ -416,7 +424,7 @@ type leaseAction struct {
 // checkWide decides the check's Disabled, Paused, RemediationAllowed and StormActive conditions and the
 // events of their transitions (engine.DecideCheckWide, the NodeHealthCheck's rules): while the budget is
 // exceeded, and stormCooldownDuration after it is met again, no remediation starts. The storm's beginning
-// is Cluster API's RemediationRestricted event (planChecks), not the NodeHealthCheck's.
+// is said under Cluster API's name for it, RemediationRestricted.
 func checkWide(p *plan, mhc *v1alpha1.MachineHealthCheck, paused string, disabled *engine.Cause, d budget.Decision, now time.Time) engine.CheckWide {
 	var pauses []string
 	if paused != "" {
@@ -427,9 +435,10 @@ func checkWide(p *plan, mhc *v1alpha1.MachineHealthCheck, paused string, disable
 		Works: "Cluster API, the Cluster's kubeconfig, the remediation kinds and templates are readable", Now: now})
 	p.NextCheck = engine.Earliest(p.NextCheck, cw.Storm.Until)
 	for _, ev := range cw.Events {
-		if ev.Reason != engine.EventRemediationShortCircuited {
-			p.Events = append(p.Events, checkEvent{Regarding: mhc, Type: eventType(ev), Reason: ev.Reason, Note: ev.Note})
+		if ev.Reason == engine.EventRemediationShortCircuited {
+			ev.Reason = EventRemediationRestricted
 		}
+		p.Events = append(p.Events, checkEvent{Regarding: mhc, Type: eventType(ev), Reason: ev.Reason, Note: ev.Note})
 	}
 	return cw
 }

@@ -184,10 +184,11 @@ var _ = Describe("Safety rules shared with the NodeHealthCheck", func() {
 			"7 minutes after the first Ready heartbeat, 4 after the last")
 		Expect(countReason(w.rec.all(), EventRemediationRequestCreated)).To(Equal(1), "no second request")
 
-		By("Ready for the whole delay: the request goes")
+		By("Ready for the whole delay: the request goes, and the Machine's entry once it is gone")
 		w.clock.Step(time.Minute)
 		w.reconcile(ctx, "workers")
 		Expect(w.powerCycleRemediations(ctx)).To(BeEmpty())
+		w.reconcile(ctx, "workers") // the deletion brings the check back
 		Expect(w.check(ctx, "workers").Status.UnhealthyMachines).To(BeEmpty())
 	})
 

@@ -25,6 +25,10 @@ type Policy struct {
 type Decision struct {
 	// Allowed is true when remediation may proceed.
 	Allowed bool
+	// Exceeded: more targets are unhealthy than the budget allows (a storm). Not Allowed and not Exceeded
+	// is an unhealthyRange whose minimum is not reached: Cluster API remediates nothing then either, but
+	// that is no storm.
+	Exceeded bool
 	// RemediationsAllowed is how many more targets may become unhealthy with remediation still allowed;
 	// zero when not Allowed.
 	RemediationsAllowed int32
@@ -65,9 +69,12 @@ func Evaluate(p Policy, total, unhealthy int) (Decision, error) {
 		if err != nil {
 			return Decision{}, err
 		}
-		allowed := lo <= unhealthy && unhealthy <= hi
-		return decide(allowed, hi-unhealthy,
-			fmt.Sprintf("%d of %d targets unhealthy, allowed range %s (unhealthyRange)", unhealthy, total, p.UnhealthyRange)), nil
+		d := decide(unhealthy <= hi, hi-unhealthy,
+			fmt.Sprintf("%d of %d targets unhealthy, allowed range %s (unhealthyRange)", unhealthy, total, p.UnhealthyRange))
+		if unhealthy < lo {
+			d.Allowed, d.RemediationsAllowed = false, 0
+		}
+		return d, nil
 
 	case p.MaxUnhealthy != nil:
 		maxU, err := scaled("maxUnhealthy", p.MaxUnhealthy, total, false)
@@ -92,7 +99,7 @@ func Evaluate(p Policy, total, unhealthy int) (Decision, error) {
 
 func decide(allowed bool, headroom int, msg string) Decision {
 	if !allowed {
-		return Decision{Message: msg}
+		return Decision{Exceeded: true, Message: msg}
 	}
 	return Decision{Allowed: true, RemediationsAllowed: int32(min(max(headroom, 0), math.MaxInt32)), Message: msg}
 }

@@ -115,7 +115,14 @@ func DecideCheckWide(in CheckWideInput) CheckWide {
 	if c := meta.FindStatusCondition(out.Conditions, v1alpha1.ConditionRemediationAllowed); c != nil && c.Status == metav1.ConditionTrue {
 		allowedSince = c.LastTransitionTime.Time
 	}
-	out.Storm = gates.EvaluateStorm(prev, in.BudgetErr == nil && !in.Budget.Allowed, in.Budget.Message, allowedSince, in.Cooldown, in.Now)
+	// A storm is the budget exceeded. A budget short of its range's minimum (unhealthyRange) allows nothing
+	// either, but it is no storm; and a storm that falls below that minimum ends without a cooldown, which
+	// would have no transition to count from (RemediationAllowed stays False) and nothing to hold back.
+	cooldown := in.Cooldown
+	if in.BudgetErr == nil && !in.Budget.Allowed && !in.Budget.Exceeded {
+		cooldown = 0
+	}
+	out.Storm = gates.EvaluateStorm(prev, in.BudgetErr == nil && in.Budget.Exceeded, in.Budget.Message, allowedSince, cooldown, in.Now)
 	meta.SetStatusCondition(&out.Conditions, out.Storm.Condition(in.Generation, in.Now))
 	switch {
 	case out.Storm.Began:

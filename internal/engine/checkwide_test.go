@@ -57,7 +57,7 @@ func TestDecideCheckWideEvents(t *testing.T) {
 	g := NewWithT(t)
 	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
 	within := budget.Decision{Allowed: true, Message: "1 of 10 unhealthy"}
-	exceeded := budget.Decision{Message: "6 of 10 unhealthy"}
+	exceeded := budget.Decision{Exceeded: true, Message: "6 of 10 unhealthy"}
 	var conds []metav1.Condition
 	pass := func(at time.Duration, in CheckWideInput) CheckWide {
 		in.Conditions, in.Generation, in.Works, in.Cooldown, in.Now = conds, 1, "templates readable", time.Minute, t0.Add(at)
@@ -97,4 +97,30 @@ func TestDecideCheckWideEvents(t *testing.T) {
 	cw = pass(2*time.Minute, CheckWideInput{BudgetErr: errors.New(`maxUnhealthy "abc" is not a number or a percentage`)})
 	g.Expect(cw.Disabled).To(HaveField("Reason", v1alpha1.ReasonInvalidBudget))
 	g.Expect(reasons(cw)).To(Equal([]string{EventDisabled}))
+}
+
+// TestDecideCheckWideBelowRange: a budget short of its unhealthyRange's minimum allows nothing, as in
+// Cluster API, but it is no storm (a healthy pool under "[3-5]" would otherwise be in one for good); a
+// storm that falls below the minimum ends at once, having no transition to count a cooldown from.
+func TestDecideCheckWideBelowRange(t *testing.T) {
+	g := NewWithT(t)
+	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	below := budget.Decision{Message: "0 of 10 targets unhealthy, allowed range [3-5] (unhealthyRange)"}
+	exceeded := budget.Decision{Exceeded: true, Message: "6 of 10 targets unhealthy, allowed range [3-5] (unhealthyRange)"}
+	var conds []metav1.Condition
+	pass := func(at time.Duration, b budget.Decision) CheckWide {
+		cw := DecideCheckWide(CheckWideInput{Conditions: conds, Generation: 1, Works: "ok", Budget: b, Cooldown: time.Minute, Now: t0.Add(at)})
+		conds = cw.Conditions
+		return cw
+	}
+	cw := pass(0, below)
+	g.Expect(cw.Storm.Active()).To(BeFalse())
+	g.Expect(cw.Events).To(BeEmpty())
+	g.Expect(meta.IsStatusConditionFalse(cw.Conditions, v1alpha1.ConditionRemediationAllowed)).To(BeTrue())
+	g.Expect(meta.IsStatusConditionFalse(cw.Conditions, v1alpha1.ConditionStormActive)).To(BeTrue())
+
+	g.Expect(pass(time.Second, exceeded).Events).To(ConsistOf(HaveField("Reason", EventRemediationShortCircuited)))
+	cw = pass(2*time.Second, below)
+	g.Expect(cw.Storm.Active()).To(BeFalse(), "no cooldown below the minimum")
+	g.Expect(cw.Events).To(ConsistOf(HaveField("Reason", EventStormEnded)))
 }

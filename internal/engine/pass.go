@@ -116,6 +116,17 @@ func (p *Pass) Unhealthy(t Target) *Outcome {
 	if len(t.Requests) > 0 {
 		p.keepLease(o)
 	}
+	if t.Status.ConditionsHealthyTimestamp != nil && !slices.ContainsFunc(t.Requests, func(q Request) bool { return !q.Deleting }) {
+		// Its last remediation ended when it was healthy again: its requests are deleted, or being deleted.
+		// Failing again is a new remediation, which starts once they are gone (one may still act on the
+		// host), through every gate of a first start (the back-off among them), not as that one's next step.
+		if len(t.Requests) > 0 {
+			o.Entry = t.Status
+			return o
+		}
+		t.Status.Remediations, t.Status.ConditionsHealthyTimestamp, t.Status.WaitingFor = nil, nil, ""
+		o.Target = t
+	}
 	w := Escalate(p.Steps, t.Name, Records(t.Status.Remediations), t.Requests, p.Now)
 	o.Walk = w
 	o.Entry = v1alpha1.RemediationProgress{Remediations: StatusRecords(w.Records), WaitingFor: w.WaitingFor}
@@ -219,8 +230,10 @@ func (p *Pass) Healthy(t Target, since time.Time, delay time.Duration, confirmed
 	}
 	o.Entry = v1alpha1.RemediationProgress{Remediations: Adopted(t.Status, t.Requests, p.Now),
 		ConditionsHealthyTimestamp: &metav1.Time{Time: o.HealthySince}}
+	// Requests every one of which is being deleted are a remediation already over: nothing to hold (a person
+	// confirmed it, or the delay passed, in an earlier pass), and no confirmation to wait for again.
 	hold, until := HealthyHold(o.HealthySince, delay, confirmed, p.Now)
-	if o.Hold = hold; hold {
+	if o.Hold = hold && !allDeleting(t.Requests); o.Hold {
 		p.at(until)
 		p.keepLease(o)
 		if since.IsZero() && delay < 0 {
@@ -231,6 +244,9 @@ func (p *Pass) Healthy(t Target, since time.Time, delay time.Duration, confirmed
 		return o
 	}
 	o.Unconfirm = confirmed
+	// The lease is kept while the requests live: one being deleted may still be acting on the host (a
+	// remediator's finalizer restoring it).
+	p.keepLease(o)
 	refs := make([]string, 0, len(t.Requests))
 	for _, q := range t.Requests {
 		refs = append(refs, q.Ref.String())
@@ -243,6 +259,16 @@ func (p *Pass) Healthy(t Target, since time.Time, delay time.Duration, confirmed
 			Note: fmt.Sprintf("%s is healthy again: deleting %s", t.Subject, strings.Join(refs, ", "))})
 	}
 	return o
+}
+
+// allDeleting reports whether there are requests and every one is being deleted.
+func allDeleting(rs []Request) bool {
+	for _, r := range rs {
+		if !r.Deleting {
+			return false
+		}
+	}
+	return len(rs) > 0
 }
 
 // KeepLease keeps the check's lease on the target's Node while its requests live: renewed once half of it

@@ -94,6 +94,11 @@ func Rows() []Row {
 				Targets: []Target{sick("a"), {Name: "b", NotReady: true, Since: at(-time.Minute)}, well("c")}},
 			Want: Outcome{Storm: StormTooManyUnhealthy, Restricted: true, Events: []Event{{Kind: StormBegan}},
 				Next: at(ConditionTimeout - time.Minute)}},
+		{Name: "storm: targets failing together, none for its whole timeout yet: the storm is said as it begins",
+			Scenario: Scenario{Policy: withBudget(oneStep(), 1),
+				Targets: []Target{{Name: "a", NotReady: true, Since: at(-time.Minute)}, {Name: "b", NotReady: true, Since: at(-time.Minute)}, well("c")}},
+			Want: Outcome{Storm: StormTooManyUnhealthy, Restricted: true, Events: []Event{{Kind: StormBegan}},
+				Next: at(ConditionTimeout - time.Minute)}},
 		{Name: "storm: a running step that runs out is still marked timed out, the next step waits",
 			Scenario: Scenario{Policy: withBudget(twoSteps(), 1),
 				Targets: []Target{remediating(sick("a"), at(-10*time.Minute)), sick("b"), well("c")}},
@@ -131,7 +136,29 @@ func Rows() []Row {
 		{Name: "healthyDelay: passed, the request is deleted",
 			Scenario: Scenario{Policy: withHealthyDelay(oneStep(), 2*time.Minute),
 				Targets: []Target{healthySince(healthyAgain("a", at(-3*time.Minute), at(-10*time.Minute)), at(-2*time.Minute))}},
-			Want: Outcome{Deletes: []Ref{{"a", 0}}}},
+			Want: Outcome{Deletes: []Ref{{"a", 0}}, Records: map[string][]Record{"a": {{Step: 0, Started: at(-10 * time.Minute)}}},
+				HealthySince: map[string]time.Time{"a": at(-2 * time.Minute)}, Next: at(LeaseDuration / 2)}},
+		{Name: "healthyDelay: passed, its request still being deleted: the entry is kept and nothing is said or counted again",
+			Scenario: Scenario{Policy: withBackoff(withHealthyDelay(oneStep(), 2*time.Minute)),
+				Targets: []Target{recent(healthySince(deleting(healthyAgain("a", at(-4*time.Minute), at(-10*time.Minute))), at(-3*time.Minute)),
+					at(-10*time.Minute))}},
+			Want: Outcome{Records: map[string][]Record{"a": {{Step: 0, Started: at(-10 * time.Minute)}}},
+				HealthySince: map[string]time.Time{"a": at(-3 * time.Minute)}, Next: at(LeaseDuration / 2)}},
+		{Name: "healthyDelay: negative, its request still being deleted and the confirmation removed: no second wait for one",
+			Scenario: Scenario{Policy: withHealthyDelay(oneStep(), -time.Second),
+				Targets: []Target{healthySince(deleting(healthyAgain("a", at(-time.Hour), at(-2*time.Hour))), at(-time.Hour))}},
+			Want: Outcome{HealthySince: map[string]time.Time{"a": at(-time.Hour)}, Next: at(LeaseDuration / 2)}},
+		{Name: "healthyDelay: failing again while the ended remediation's request is being deleted: nothing starts until it is gone",
+			Scenario: Scenario{Policy: withHealthyDelay(oneStep(), 2*time.Minute),
+				Targets: []Target{healthySince(deleting(remediating(sick("a"), at(-2*time.Hour))), at(-90*time.Minute))}},
+			Want: Outcome{Records: map[string][]Record{"a": {{Step: 0, Started: at(-2 * time.Hour)}}},
+				HealthySince: map[string]time.Time{"a": at(-90 * time.Minute)}, Next: at(LeaseDuration / 2)}},
+		{Name: "healthyDelay: failing again once the ended remediation's request is gone: a new remediation, through the back-off",
+			Scenario: Scenario{Policy: withBackoff(withHealthyDelay(oneStep(), 2*time.Minute)),
+				Targets: []Target{recent(healthySince(requestsGone(remediating(sick("a"), at(-8*time.Minute))), at(-6*time.Minute)),
+					at(-8*time.Minute))}},
+			Want: Outcome{Skips: map[string]string{"a": "BackingOff"}, Events: []Event{{BackingOff, "a"}}, Releases: []string{"a"},
+				Next: at(2 * time.Minute)}},
 		{Name: "healthyDelay: negative, a target healthy again keeps its request until a person confirms it",
 			Scenario: Scenario{Policy: withHealthyDelay(oneStep(), -time.Second),
 				Targets: []Target{healthyAgain("a", at(-30*time.Second), at(-10*time.Minute))}},
@@ -140,7 +167,7 @@ func Rows() []Row {
 		{Name: "healthyDelay: negative, a person's confirmation ends it, the request is deleted and then the confirmation",
 			Scenario: Scenario{Policy: withHealthyDelay(oneStep(), -time.Second),
 				Targets: []Target{confirmed(healthySince(healthyAgain("a", at(-time.Hour), at(-2*time.Hour)), at(-time.Hour)))}},
-			Want: Outcome{Deletes: []Ref{{"a", 0}}, Unconfirms: []string{"a"}}},
+			Want: Outcome{Deletes: []Ref{{"a", 0}}, Unconfirms: []string{"a"}, Next: at(LeaseDuration / 2)}},
 		{Name: "healthyDelay: the confirmation is removed once the requests it confirmed are gone",
 			Scenario: Scenario{Policy: withHealthyDelay(oneStep(), -time.Second), Targets: []Target{confirmed(Target{Name: "a", Since: at(-time.Hour),
 				Status: &Entry{Records: []Record{{Step: 0, Started: at(-2 * time.Hour)}}, HealthySince: at(-time.Hour)}})}},
@@ -362,6 +389,22 @@ func confirmed(t Target) Target {
 
 func excluded(t Target) Target {
 	t.Excluded = true
+	return t
+}
+
+// deleting is t whose requests are being deleted (a finalizer holds them).
+func deleting(t Target) Target {
+	rs := append([]Request(nil), t.Requests...)
+	for i := range rs {
+		rs[i].Deleting = true
+	}
+	t.Requests = rs
+	return t
+}
+
+// requestsGone is t whose requests are gone; its status still records them.
+func requestsGone(t Target) Target {
+	t.Requests = nil
 	return t
 }
 
