@@ -247,3 +247,53 @@ func TestPlanTimedOutControlPlaneStepHoldsTheControlPlane(t *testing.T) {
 	g.Expect(cp0.Blocked).To(Equal(blockedControlPlaneBusy))
 	g.Expect(cp1p.Lease).NotTo(BeNil(), "cp-1's lapsed lease is retaken")
 }
+
+// TestPlanChangingControlPlaneHoldsTheControlPlane: while a control-plane Machine is being deleted or has
+// no Node (a replacement joining, or one whose Node is gone), no other control-plane Machine's remediation
+// starts, by either path: the control plane is changing, and a Machine without a Node has no lease to
+// record it. The Node-less Machine itself is not held back by itself.
+func TestPlanChangingControlPlaneHoldsTheControlPlane(t *testing.T) {
+	cp := func(m *clusterv1.Machine) {
+		m.Labels = map[string]string{clusterv1.MachineControlPlaneLabel: "", "pool": "a"}
+		controlledBy("controlplane.cluster.x-k8s.io/v1beta2", "KubeadmControlPlane")(m)
+	}
+	joining := observedTarget{Machine: unitMachine("cp-new", cp, func(m *clusterv1.Machine) {
+		m.Status.NodeRef.Name, m.CreationTimestamp = "", metav1.NewTime(t0.Add(-2*time.Minute)) // within nodeStartupTimeout
+	})}
+	leaving := healthyTarget("cp-old", cp, func(m *clusterv1.Machine) {
+		m.DeletionTimestamp, m.Finalizers = &metav1.Time{Time: t0.Add(-time.Minute)}, []string{"machine.cluster.x-k8s.io"}
+	})
+	nodeGone := observedTarget{Machine: unitMachine("cp-2", cp), NodeMissing: true}
+	reboot := &v1alpha1.TemplateReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "PowerCycleRemediationTemplate", Name: "reboot"}
+	for name, tc := range map[string]struct {
+		template *v1alpha1.TemplateReference
+		machines []observedTarget
+		want     map[string]blocker // the unhealthy Machines' blockers
+	}{
+		"a replacement joining, owner remediation":    {machines: []observedTarget{joining, unhealthyTarget("cp-1", cp)}, want: map[string]blocker{"cp-1": blockedControlPlaneBusy}},
+		"a replacement joining, a template":           {template: reboot, machines: []observedTarget{joining, unhealthyTarget("cp-1", cp)}, want: map[string]blocker{"cp-1": blockedControlPlaneBusy}},
+		"a Machine being deleted, owner remediation":  {machines: []observedTarget{leaving, unhealthyTarget("cp-1", cp)}, want: map[string]blocker{"cp-1": blockedControlPlaneBusy}},
+		"a Machine whose Node is gone is remediated":  {machines: []observedTarget{nodeGone, healthyTarget("cp-1", cp)}, want: map[string]blocker{"cp-2": notBlocked}},
+		"a Machine whose Node is gone holds the rest": {machines: []observedTarget{nodeGone, unhealthyTarget("cp-1", cp)}, want: map[string]blocker{"cp-1": blockedControlPlaneBusy, "cp-2": notBlocked}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			mhc := unitCheck(func(c *v1alpha1.MachineHealthCheck) { c.Spec.RemediationTemplate = tc.template })
+			steps, err := stepsFor(mhc)
+			g.Expect(err).NotTo(HaveOccurred())
+			p, err := planChecks(planInput{Check: mhc, Spec: checkSpecFor(mhc), Steps: steps, Now: t0, Machines: tc.machines,
+				Safety: safetyInput{Holder: "MachineHealthCheck.remediation.metalheal.io-check", LeaseDuration: 10 * time.Minute,
+					Leases: map[string]gates.Lease{}}})
+			g.Expect(err).NotTo(HaveOccurred())
+			got := map[string]blocker{}
+			for _, tp := range p.Targets {
+				if tp.Verdict.State == stateUnhealthy {
+					got[tp.Machine.Name] = tp.Blocked
+					started := tp.MarkedForOwner || tp.create() != nil
+					g.Expect(started).To(Equal(tp.Blocked == notBlocked), "machine %s", tp.Machine.Name)
+				}
+			}
+			g.Expect(got).To(Equal(tc.want))
+		})
+	}
+}

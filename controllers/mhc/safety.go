@@ -295,11 +295,21 @@ func newSafety(in planInput, memory *backoff.Memory) *safety {
 		LeaseDuration: in.Safety.LeaseDuration, Gate: engine.Gate{Backoff: memory, DryRun: in.Check.Spec.DryRun,
 			Admission: gates.NewAdmission(in.Safety.Holder, in.Safety.Leases, in.Safety.BusyControlPlane, in.Now)}}}
 	for _, o := range in.Machines {
-		if holdsControlPlane(o) {
+		if holdsControlPlane(o) || changingControlPlane(o) {
 			s.pass.Gate.Admission.Busy(cpKey(o.Machine))
 		}
 	}
 	return s
+}
+
+// changingControlPlane reports whether the Machine is a control-plane Machine being deleted, or without a
+// Node: one joining (a replacement its owner is building), or whose Node is gone. The control plane is
+// changing (an etcd member leaving or joining), and, as Cluster API's control-plane controller counts it
+// before it remediates, no other control-plane Machine's remediation starts meanwhile: a replacement has
+// no Node, so no lease records it.
+func changingControlPlane(o observedTarget) bool {
+	_, cp := o.Machine.Labels[clusterv1.MachineControlPlaneLabel]
+	return cp && (!o.Machine.DeletionTimestamp.IsZero() || o.Node == nil)
 }
 
 // holdsControlPlane reports whether the Machine is a control-plane target the check acts on: a request of

@@ -153,7 +153,9 @@ func (e *Executor) Run(ctx context.Context, release []string, jobs []Job) error 
 // job makes job i's writes.
 func (x *execution) job(ctx context.Context, i int, j Job) {
 	o := cmp.Or(j.Outcome, &Outcome{})
-	if j.Lease && j.Node != nil && o.Create == nil {
+	// A start that is no request takes its Node's lease; a control-plane one without a Node goes through the
+	// control-plane claim all the same.
+	if o.Create == nil && (j.Lease && j.Node != nil || j.Starts && j.ControlPlane && j.Node == nil) {
 		region := trace.StartRegion(ctx, "lease")
 		skip, err := x.Starter.TakeLease(ctx, j.Node, j.Starts && j.ControlPlane, j.From...)
 		region.End()

@@ -164,6 +164,17 @@ func TestExecutorOrder(t *testing.T) {
 				{"create Lease/node-w-0", "after w-0"}},
 			reports: []string{"w-0 created", "w-1 created"},
 		},
+		"a control-plane Machine without a Node handed to its owner goes through the claim: another control-plane lease refuses it": {
+			heldByOther: []string{"cp-1"},
+			jobs:        []Job{{Outcome: &Outcome{Target: Target{Name: "cp-0", CPKey: "Machine ns/cp-0"}}, Starts: true, ControlPlane: true}},
+			before:      [][]string{{"leased cp-0 ControlPlaneBusy", "after cp-0"}},
+		},
+		"a request for a control-plane target without a Node goes through the claim: another control-plane lease refuses it": {
+			heldByOther: []string{"cp-1"},
+			jobs:        []Job{JobOf(&Outcome{Target: Target{Name: "cp-0", CPKey: "Machine ns/cp-0"}, Create: &Create{Step: 1}})},
+			absent:      []string{"create FenceRemediation/cp-0"},
+			reports:     []string{"cp-0 skip ControlPlaneBusy"},
+		},
 		"a lease someone else took meanwhile is the kind's to report; its request is deleted again": {
 			heldByOther: []string{"w-0", "w-1"},
 			jobs:        []Job{JobOf(&Outcome{Target: target("w-0", "w-0"), Lease: true}), create("w-1", 0)},
@@ -239,7 +250,7 @@ func TestExecutorOrder(t *testing.T) {
 				Template: func(_ context.Context, i int) (template.Request, error) {
 					o := tc.jobs[i].Outcome
 					return template.Request{Template: templates[o.Create.Step],
-						Target: metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: o.Target.Name, UID: o.Target.Node.UID}}, nil
+						Target: metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: o.Target.Name, UID: types.UID("uid-" + o.Target.Name)}}, nil
 				},
 				After:  func(_ context.Context, i int) error { note("after " + tc.jobs[i].Outcome.Target.Name); return nil },
 				Leased: func(i int, skip *Skip, _ error) { note("leased " + tc.jobs[i].Outcome.Target.Name + " " + skip.Reason) },

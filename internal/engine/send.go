@@ -54,7 +54,8 @@ func LeaseAfter(gvk schema.GroupVersionKind, controlPlane bool) bool {
 // made are a Skip; a lease taken for the latter is let go when it was taken for this request alone (Fresh).
 func (s Starter) Send(ctx context.Context, j Job, request *unstructured.Unstructured, check types.UID) Sent {
 	res := Sent{Ref: RefOf(request), job: j, request: request}
-	first := j.Node != nil && !LeaseAfter(request.GroupVersionKind(), j.ControlPlane)
+	// A control-plane target without a Node has no lease, but its request goes through the claim first.
+	first := j.Node != nil && !LeaseAfter(request.GroupVersionKind(), j.ControlPlane) || j.Node == nil && j.ControlPlane
 	if first {
 		if res.Skip, res.Err = s.TakeLease(ctx, j.Node, j.ControlPlane, j.From...); res.Skip != nil || res.Err != nil {
 			return res
@@ -66,7 +67,7 @@ func (s Starter) Send(ctx context.Context, j Job, request *unstructured.Unstruct
 		res.Err = err
 	case skip != nil:
 		res.Skip = skip
-		if first && j.Fresh {
+		if first && j.Fresh && j.Node != nil {
 			res.Err = s.Release(ctx, j.Node.Name)
 		}
 	default:

@@ -108,13 +108,24 @@ func ClaimChecks(reader client.Reader, kind string, newList func() client.Object
 // takes it under the manager's control-plane claim, and only while no other control-plane Node's lease is
 // held, read from the API server: checks deciding at the same moment from the same cache, of either kind,
 // do not start two control-plane Nodes. Nothing may act on a Node before its lease is held (medik8s'
-// contract): a lease someone else holds, or another control-plane Node's, is a Skip.
+// contract): a lease someone else holds, or another control-plane Node's, is a Skip. A target without a
+// Node (nil: a control-plane Machine whose Node is gone, or never joined) has no lease to take, but its
+// start goes through the claim all the same.
 func (s Starter) TakeLease(ctx context.Context, node *corev1.Node, cpStart bool, from ...string) (*Skip, error) {
-	take := func(ctx context.Context) error { return s.Leases.RequestLeaseFrom(ctx, node, s.Duration, from...) }
+	take := func(ctx context.Context) error {
+		if node == nil {
+			return nil
+		}
+		return s.Leases.RequestLeaseFrom(ctx, node, s.Duration, from...)
+	}
+	name := ""
+	if node != nil {
+		name = node.Name
+	}
 	var err error
 	if cpStart {
 		var refusal *gates.ControlPlaneRefusal
-		if refusal, err = s.Claim.Start(ctx, s.Cluster, s.Check, node.Name, take); refusal != nil {
+		if refusal, err = s.Claim.Start(ctx, s.Cluster, s.Check, name, take); refusal != nil {
 			return &Skip{Reason: gates.SkipControlPlaneBusy, Message: refusal.Message(), Retry: refusal.RetryAt}, nil
 		}
 	} else {
@@ -128,7 +139,7 @@ func (s Starter) TakeLease(ctx context.Context, node *corev1.Node, cpStart bool,
 		return &Skip{Reason: gates.SkipLeaseHeldByOther, Message: fmt.Sprintf("The node's lease is held by %q", held.Holder),
 			Holder: held.Holder, Until: held.Until}, nil
 	}
-	return nil, fmt.Errorf("taking the lease of node %s: %w", node.Name, err)
+	return nil, fmt.Errorf("taking the lease of node %s: %w", name, err)
 }
 
 // CreateRequest creates a remediation request the check (uid) made from a template. One of the same name

@@ -56,6 +56,9 @@ func TestStarterTakeLease(t *testing.T) {
 		"a control-plane renewal is not a start":         {held: map[string]string{"cp-1": "node-maintenance", "cp-0": self}, node: "cp-0"},
 		"a control-plane start beside a held worker":     {held: map[string]string{"w-0": "node-maintenance"}, node: "cp-0", cpStart: true},
 		"a control-plane start whose own lease is held":  {held: map[string]string{"cp-0": "node-maintenance"}, node: "cp-0", cpStart: true, want: gates.SkipLeaseHeldByOther},
+		// A control-plane Machine whose Node is gone, or never joined: no lease of its own, the claim all the same.
+		"a Node-less control-plane start while a cp is held": {held: map[string]string{"cp-1": "node-maintenance"}, cpStart: true, want: gates.SkipControlPlaneBusy},
+		"a Node-less control-plane start, none held":         {held: map[string]string{"w-0": "node-maintenance"}, cpStart: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -65,7 +68,11 @@ func TestStarterTakeLease(t *testing.T) {
 				g.Expect(err).NotTo(HaveOccurred())
 				g.Expect(other.RequestLease(t.Context(), node(n), time.Hour)).To(Succeed())
 			}
-			skip, err := starter(t, c).TakeLease(t.Context(), node(tc.node), tc.cpStart, tc.from...)
+			var n *corev1.Node
+			if tc.node != "" {
+				n = node(tc.node)
+			}
+			skip, err := starter(t, c).TakeLease(t.Context(), n, tc.cpStart, tc.from...)
 			g.Expect(err).NotTo(HaveOccurred())
 			if tc.want == "" {
 				g.Expect(skip).To(BeNil())
