@@ -97,6 +97,11 @@ func (m *Memory) Status() []v1alpha1.RecentRemediation {
 	for name, starts := range m.starts {
 		starts = Record(m.Policy, starts, time.Time{}, m.now)
 		until, held := m.held[name]
+		if old := m.old[name]; !held && old != nil && old.BackoffUntil != nil && m.now.Before(old.BackoffUntil.Time) {
+			// A hold said before that this decision did not look at (the target was held back for another
+			// reason: a storm, a pause): it stands, and is not said again when it is looked at next.
+			until, held = old.BackoffUntil.Time, true
+		}
 		if len(starts) == 0 && !held {
 			continue
 		}

@@ -3,6 +3,11 @@ package backoff
 import (
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/metalheal/metalheal/api/v1alpha1"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -134,5 +139,35 @@ func TestPolicyOfNilIsTheAPIDefault(t *testing.T) {
 	want := Policy{After: 3, Window: 6 * time.Hour, Initial: 15 * time.Minute, Max: 2 * time.Hour}
 	if got := PolicyOf(nil); got != want {
 		t.Errorf("PolicyOf(nil) = %+v, want %+v", got, want)
+	}
+}
+
+// TestMemoryKeepsAHoldNotLookedAt: a hold in status that a decision does not look at (the target held back
+// by a storm) stays in status until it ends, so that looking at it again after the storm is no new hold
+// (no second event, no second count).
+func TestMemoryKeepsAHoldNotLookedAt(t *testing.T) {
+	p := &v1alpha1.RemediationBackoff{After: ptr.To[int32](1)}
+	starts := []metav1.Time{metav1.NewTime(t0), metav1.NewTime(t0.Add(5 * time.Minute))}
+	m := NewMemory(PolicyOf(p), nil, t0.Add(6*time.Minute))
+	m.Started("a", starts[0].Time)
+	m.Started("a", starts[1].Time)
+	d, isNew := m.Hold("a")
+	if d.Allowed || !isNew {
+		t.Fatalf("first look: %+v new=%v, want a new hold", d, isNew)
+	}
+	status := m.Status()
+
+	during := NewMemory(PolicyOf(p), status, t0.Add(7*time.Minute)) // the storm: Hold is not asked
+	kept := during.Status()
+	if len(kept) != 1 || kept[0].BackoffUntil == nil || !kept[0].BackoffUntil.Equal(status[0].BackoffUntil) {
+		t.Fatalf("status during the storm = %+v, want the hold kept (%v)", kept, status[0].BackoffUntil)
+	}
+	after := NewMemory(PolicyOf(p), kept, t0.Add(8*time.Minute))
+	if d, isNew := after.Hold("a"); d.Allowed || isNew {
+		t.Fatalf("after the storm: %+v new=%v, want the same hold, not new", d, isNew)
+	}
+	ended := NewMemory(PolicyOf(p), kept, status[0].BackoffUntil.Add(time.Second)).Status()
+	if len(ended) != 1 || ended[0].BackoffUntil != nil {
+		t.Fatalf("status once the hold ended = %+v, want no backoffUntil", ended)
 	}
 }
