@@ -432,13 +432,7 @@ var _ = Describe("Template-based remediation", func() {
 
 		first := &w.powerCycleRemediations(ctx)[0]
 		Expect(first.GetName()).To(Equal("m"), "the first step has the contract name")
-		setProcessing := func(status string) {
-			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(first), first)).To(Succeed())
-			Expect(unstructured.SetNestedSlice(first.Object, []any{map[string]any{"type": "Processing", "status": status, "reason": "Test",
-				"message": "", "lastTransitionTime": w.clock.Now().UTC().Format(time.RFC3339)}}, "status", "conditions")).To(Succeed())
-			Expect(k8s.Status().Update(ctx, first)).To(Succeed())
-		}
-		setProcessing("True")
+		w.setRequestCondition(ctx, first, "Processing", "True", "Test")
 
 		w.clock.Step(10 * time.Minute)
 		res = w.reconcile(ctx, "workers")
@@ -453,7 +447,7 @@ var _ = Describe("Template-based remediation", func() {
 		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventWaitingForHandOver)))
 		Expect(res.RequeueAfter).To(Equal(template.HandOverBound), "requeued at the bound of the wait")
 
-		setProcessing("False")
+		w.setRequestCondition(ctx, first, "Processing", "False", "Test")
 		w.reconcile(ctx, "workers") // the request's change brings the check back
 		emrs = w.powerCycleRemediations(ctx)
 		Expect(emrs).To(HaveLen(2))
@@ -474,16 +468,10 @@ var _ = Describe("Template-based remediation", func() {
 	})
 
 	It("still sees, marks and waits for a running request whose kind the spec no longer names, before the new kind's step starts", func(ctx SpecContext) {
-		w := newWorld(ctx)
-		w.createTemplate(ctx, "reboot", "reboot")
-		w.createCheck(ctx, "workers", func(mhc *v1alpha1.MachineHealthCheck) { mhc.Spec.RemediationTemplate = ptr.To(templateRef("reboot")) })
-		w.createMachine(ctx, "m", withNodeRef(w.nodeName("gone")))
-		w.reconcile(ctx, "workers")
+		w := rebootingOne(ctx)
 		Expect(w.powerCycleRemediations(ctx)).To(HaveLen(1))
 		first := &w.powerCycleRemediations(ctx)[0]
-		Expect(unstructured.SetNestedSlice(first.Object, []any{map[string]any{"type": "Processing", "status": "True", "reason": "Test",
-			"message": "", "lastTransitionTime": w.clock.Now().UTC().Format(time.RFC3339)}}, "status", "conditions")).To(Succeed())
-		Expect(k8s.Status().Update(ctx, first)).To(Succeed())
+		w.setRequestCondition(ctx, first, "Processing", "True", "Test")
 
 		By("an admin moves the check to another remediator's template kind while the power cycle runs")
 		const group = "kindchange.example.com"
@@ -513,25 +501,15 @@ var _ = Describe("Template-based remediation", func() {
 		Expect(emrs[0].GetAnnotations()).To(HaveKey(template.AnnotationTimedOut), "its step left the spec: marked timed out")
 		Expect(w.check(ctx, "workers").Status.UnhealthyMachines[0].WaitingFor).To(Equal("PowerCycleRemediation " + w.ns + "/m"))
 
-		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(first), first)).To(Succeed())
-		Expect(unstructured.SetNestedSlice(first.Object, []any{map[string]any{"type": "Processing", "status": "False", "reason": "Test",
-			"message": "", "lastTransitionTime": w.clock.Now().UTC().Format(time.RFC3339)}}, "status", "conditions")).To(Succeed())
-		Expect(k8s.Status().Update(ctx, first)).To(Succeed())
+		w.setRequestCondition(ctx, first, "Processing", "False", "Test")
 		w.reconcile(ctx, "workers")
 		Expect(fences()).To(HaveLen(1), "the new kind's step starts once the host is handed over")
 	})
 
 	It("leaves the last step's request unmarked when the remediator gives up, and says no step is left", func(ctx SpecContext) {
-		w := newWorld(ctx)
-		w.createTemplate(ctx, "reboot", "reboot")
-		w.createCheck(ctx, "workers", func(mhc *v1alpha1.MachineHealthCheck) { mhc.Spec.RemediationTemplate = ptr.To(templateRef("reboot")) })
-		w.createMachine(ctx, "m", withNodeRef(w.nodeName("gone")))
-		w.reconcile(ctx, "workers")
+		w := rebootingOne(ctx)
 
-		emr := &w.powerCycleRemediations(ctx)[0]
-		Expect(unstructured.SetNestedSlice(emr.Object, []any{map[string]any{"type": "Succeeded", "status": "False", "reason": "RetriesExhausted",
-			"message": "gave up", "lastTransitionTime": w.clock.Now().UTC().Format(time.RFC3339)}}, "status", "conditions")).To(Succeed())
-		Expect(k8s.Status().Update(ctx, emr)).To(Succeed())
+		w.setRequestCondition(ctx, &w.powerCycleRemediations(ctx)[0], "Succeeded", "False", "RetriesExhausted")
 
 		w.reconcile(ctx, "workers")
 		emrs := w.powerCycleRemediations(ctx)
@@ -707,3 +685,15 @@ current-context: x
 		Expect(w.rec.all()).To(ContainElement(HaveField("Reason", EventWorkloadClusterUnreachable)))
 	})
 })
+
+// rebootingOne is a world whose check "workers" (one reboot step) has made its request for Machine m, whose
+// Node is gone.
+func rebootingOne(ctx context.Context) *world {
+	GinkgoHelper()
+	w := newWorld(ctx)
+	w.createTemplate(ctx, "reboot", "reboot")
+	w.createCheck(ctx, "workers", func(mhc *v1alpha1.MachineHealthCheck) { mhc.Spec.RemediationTemplate = ptr.To(templateRef("reboot")) })
+	w.createMachine(ctx, "m", withNodeRef(w.nodeName("gone")))
+	w.reconcile(ctx, "workers")
+	return w
+}

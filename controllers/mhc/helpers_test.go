@@ -168,6 +168,16 @@ func (w *world) createTemplate(ctx context.Context, name, strategy string) {
 	Expect(k8s.Create(ctx, tpl)).To(Succeed())
 }
 
+// setRequestCondition sets a remediation request's status.conditions to one condition, as its remediator
+// would.
+func (w *world) setRequestCondition(ctx context.Context, request *unstructured.Unstructured, typ, status, reason string) {
+	GinkgoHelper()
+	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(request), request)).To(Succeed())
+	Expect(unstructured.SetNestedSlice(request.Object, []any{map[string]any{"type": typ, "status": status, "reason": reason,
+		"message": "", "lastTransitionTime": w.clock.Now().UTC().Format(time.RFC3339)}}, "status", "conditions")).To(Succeed())
+	Expect(k8s.Status().Update(ctx, request)).To(Succeed())
+}
+
 func templateRef(name string) v1alpha1.TemplateReference {
 	return v1alpha1.TemplateReference{APIVersion: "remediation.metalheal.io/v1alpha1", Kind: "PowerCycleRemediationTemplate", Name: name}
 }
