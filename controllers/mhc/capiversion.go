@@ -312,6 +312,7 @@ func (r *Reconciler) disableFor(ctx context.Context, mhc *v1alpha1.MachineHealth
 		r.recorder.Eventf(mhc, nil, corev1.EventTypeWarning, EventDisabled, actionCheck, "No remediation can start: %s", message)
 	}
 	r.cpClaim.Looked(claimKey(mhc), r.clock.Now()) // it has looked: it can keep no lease until it works again
+	r.cpClaim.Forget(claimKey(mhc))                // nor tell of its Machines: the leases are the record again
 	return ctrl.Result{RequeueAfter: requeueAfter(retry, now)}, nil
 }
 

@@ -249,12 +249,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			forgetCheckMetrics(req.NamespacedName)
 			r.forgetKinds(ctx, req.NamespacedName)
 			r.statuses.Forget(req.NamespacedName)
+			r.cpClaim.Forget(engine.ClaimKey(holderKind, req.NamespacedName))
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("reading MachineHealthCheck %s: %w", req.NamespacedName, err)
 	}
 	if !mhc.DeletionTimestamp.IsZero() {
 		r.statuses.Forget(req.NamespacedName)
+		r.cpClaim.Forget(claimKey(mhc))
 		forgetCheckMetrics(req.NamespacedName)
 		r.forgetKinds(ctx, req.NamespacedName)
 		return ctrl.Result{}, nil
@@ -307,6 +309,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	} else if err != nil {
 		return ctrl.Result{}, err
 	}
+	// Before anything is written: the manager's other checks hold their control-plane starts back from now.
+	r.cpClaim.Changing(r.nodeCluster(in.Safety.Site).Key, claimKey(mhc), changingKeys(in.Machines))
 	execErr := r.execute(ctx, mhc, &p)
 	p.Status.RecentRemediations = p.recentRemediations()
 	writing := trace.StartRegion(ctx, "status")

@@ -357,3 +357,71 @@ var _ = Describe("After a restart", func() {
 			HaveField("SkipMessage", ContainSubstring(cp1.Name)))))
 	})
 })
+
+var _ = Describe("A control-plane Machine its owner is replacing", func() {
+	// Cluster API replaces control-plane Machine cp-1, which a MachineHealthCheck handed over: the old
+	// Machine and its Node go, and with the Node its lease; the replacement has no Node until it joins. No
+	// lease records the change, and a NodeHealthCheck reads no Machines: one that finds cp-0 failing
+	// meanwhile must not power-cycle it (one etcd member joining, another rebooting).
+	It("holds a NodeHealthCheck's control-plane starts back until the replacement has joined", func(ctx SpecContext) {
+		w := newWorld(ctx)
+		nodes, check := w.controlPlaneOfBothKinds(ctx, corev1.ConditionTrue)
+		cp0, cp1 := nodes[0], nodes[1]
+		claim := &gates.ControlPlaneClaim{}
+		nhcR, err := nhc.New(nhc.Options{Client: k8s, Cache: k8s, APIReader: k8s, Clock: w.clock, Recorder: w.rec,
+			ResyncPeriod: 24 * time.Hour, ControlPlaneClaim: claim})
+		Expect(err).NotTo(HaveOccurred())
+		mhcR, err := New(Options{Client: k8s, Reader: k8s, APIReader: k8s, Recorder: w.rec, Clock: w.clock,
+			Discovery: mgmtDiscovery, ControlPlaneClaim: claim})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { mhcR.remotes.StopAll() })
+		reconcileNHC := func() {
+			GinkgoHelper()
+			_, err := nhcR.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(check)})
+			Expect(err).NotTo(HaveOccurred())
+		}
+		reconcileMHC := func() {
+			GinkgoHelper()
+			_, err := mhcR.Reconcile(ctx, reconcileRequest(w.ns, "cp"))
+			Expect(err).NotTo(HaveOccurred())
+		}
+		DeferCleanup(func(ctx context.Context) {
+			// Deleted, the check is forgotten, its metrics too: this suite asserts on them.
+			Expect(k8s.Delete(ctx, check)).To(Succeed())
+			_, err := nhcR.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(check)})
+			Expect(err).NotTo(HaveOccurred())
+		})
+
+		By("the MachineHealthCheck hands cp-1 to its owner")
+		reconcileMHC()
+		Expect(condition(w.machine(ctx, "cp-1"), clusterv1.MachineOwnerRemediatedCondition)).To(HaveField("Status", metav1.ConditionFalse))
+
+		By("its owner deletes cp-1's Machine and Node, the Node's lease with it, and makes a replacement that has not joined yet")
+		Expect(k8s.Delete(ctx, w.machine(ctx, "cp-1"))).To(Succeed())
+		Expect(k8s.Delete(ctx, cp1)).To(Succeed())
+		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: leases.DefaultNamespace, Name: leases.LeaseName(cp1.Name)}}
+		Expect(k8s.Delete(ctx, lease)).To(Succeed()) // the garbage collector's part: the lease is the Node's
+		w.createMachine(ctx, "cp-1-new", asControlPlane)
+		reconcileMHC()
+
+		By("cp-0 fails: the NodeHealthCheck does not power-cycle it while the replacement has no Node")
+		w.setReady(ctx, k8s, cp0, corev1.ConditionFalse, 6*time.Minute)
+		reconcileNHC()
+		Expect(w.powerCycleRemediations(ctx)).To(BeEmpty())
+		Expect(cpLeaseHolders(ctx, nodes)).To(BeEmpty())
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(check), check)).To(Succeed())
+		Expect(check.Status.UnhealthyNodes).To(ConsistOf(And(HaveField("Name", cp0.Name), HaveField("SkipReason", nhc.SkipControlPlaneBusy),
+			HaveField("SkipMessage", ContainSubstring("Machine "+w.ns+"/cp-1-new")))))
+
+		By("the replacement joins, healthy: the NodeHealthCheck starts")
+		joined := w.createNode(ctx, k8s, w.nodeName("cp-1-new"), corev1.ConditionTrue, 0)
+		joined.Labels = map[string]string{gates.LabelControlPlane: "", "cp-pool": w.ns}
+		Expect(k8s.Update(ctx, joined)).To(Succeed())
+		m := w.machine(ctx, "cp-1-new")
+		m.Status.NodeRef.Name = joined.Name
+		Expect(k8s.Status().Update(ctx, m)).To(Succeed())
+		reconcileMHC()
+		reconcileNHC()
+		Expect(w.powerCycleRemediations(ctx)).To(ConsistOf(HaveField("Object", HaveKeyWithValue("metadata", HaveKeyWithValue("name", cp0.Name)))))
+	})
+})

@@ -312,6 +312,19 @@ func changingControlPlane(o observedTarget) bool {
 	return cp && (!o.Machine.DeletionTimestamp.IsZero() || o.Node == nil)
 }
 
+// changingKeys are the one-at-a-time keys of the changing control-plane Machines (changingControlPlane),
+// which the check tells the manager's control-plane claim: a NodeHealthCheck reads no Machines, and no
+// lease records them.
+func changingKeys(machines []observedTarget) []string {
+	var out []string
+	for _, o := range machines {
+		if changingControlPlane(o) {
+			out = append(out, cpKey(o.Machine))
+		}
+	}
+	return out
+}
+
 // holdsControlPlane reports whether the Machine is a control-plane target the check acts on: a request of
 // ours lives for it, whatever its step's state (one timed out may still be handing the host over, and its
 // lease may have lapsed while the manager was down), or its owner was asked to replace it. As a

@@ -3,6 +3,7 @@ package gates
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -46,6 +47,15 @@ type ControlPlaneClaim struct {
 	looked  map[string]bool
 	warm    bool
 	since   time.Time
+	// changing are, by the key of the check that sees them, the control-plane targets changing in its
+	// cluster of Nodes that no lease records (Changing).
+	changing map[string]changingTargets
+}
+
+// changingTargets are the control-plane targets a check sees changing in one cluster of Nodes.
+type changingTargets struct {
+	cluster string
+	targets []string
 }
 
 // WarmUpBound bounds the warm-up after a manager starts: a check whose reconcile keeps failing holds
@@ -111,6 +121,41 @@ func (c *ControlPlaneClaim) waiting(ctx context.Context, check string, now time.
 	return pending, nil
 }
 
+// Changing tells the claim which control-plane targets of the cluster of Nodes (its key) the check sees
+// changing now, none to clear them: a control-plane Machine being deleted, or without a Node (a
+// replacement joining, one whose Node is gone). No lease records those (a lease belongs to a Node), so
+// every other check of the manager learns of them here: until the check says otherwise (or Forget), no
+// other check's control-plane start in that cluster is admitted. The check's own starts are its own
+// rule's (it counts them busy itself).
+func (c *ControlPlaneClaim) Changing(cluster, check string, targets []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(targets) == 0 {
+		delete(c.changing, check)
+		return
+	}
+	if c.changing == nil {
+		c.changing = map[string]changingTargets{}
+	}
+	c.changing[check] = changingTargets{cluster: cluster, targets: slices.Sorted(slices.Values(targets))}
+}
+
+// Forget drops what the claim holds of a check that is gone.
+func (c *ControlPlaneClaim) Forget(check string) { c.Changing("", check, nil) }
+
+// changingElsewhere returns a control-plane target of cluster that a check other than check sees
+// changing, and that check ("", "": none), the first by check key.
+func (c *ControlPlaneClaim) changingElsewhere(cluster, check string) (target, by string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range slices.Sorted(maps.Keys(c.changing)) {
+		if ch := c.changing[k]; k != check && ch.cluster == cluster {
+			return ch.targets[0], k
+		}
+	}
+	return "", ""
+}
+
 // NodeCluster is one cluster of Nodes as the claim sees it.
 type NodeCluster struct {
 	// Key names the cluster: "" for the manager's own.
@@ -134,12 +179,18 @@ type ControlPlaneRefusal struct {
 	Node, Holder string
 	// WaitingFor are the checks the warm-up waits for.
 	WaitingFor []string
+	// Changing: Node is a control-plane target Holder (a check) sees changing (ControlPlaneClaim.Changing).
+	Changing bool
 	// RetryAt is when to look again.
 	RetryAt time.Time
 }
 
 // Message is the skip message of the refusal: the one-at-a-time rule's, or the warm-up's.
 func (r *ControlPlaneRefusal) Message() string {
+	if r.Changing {
+		return fmt.Sprintf("Control-plane %s is being deleted or has no Node (%s sees it): one control-plane node at a time, "+
+			"and the control plane is changing", r.Node, r.Holder)
+	}
 	if len(r.WaitingFor) == 0 {
 		return ControlPlaneBusyMessage("node", r.Node)
 	}
@@ -166,6 +217,9 @@ func (c *ControlPlaneClaim) Start(ctx context.Context, cluster NodeCluster, chec
 	}
 	if len(pending) > 0 {
 		return &ControlPlaneRefusal{WaitingFor: pending, RetryAt: now.Add(WarmUpRecheck)}, nil
+	}
+	if target, by := c.changingElsewhere(cluster.Key, check); target != "" {
+		return &ControlPlaneRefusal{Node: target, Holder: by, Changing: true, RetryAt: now.Add(ControlPlaneRecheck)}, nil
 	}
 	release, err := c.acquire(ctx, cluster.Key)
 	if err != nil {

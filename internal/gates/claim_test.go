@@ -252,3 +252,44 @@ func TestControlPlaneClaimWarmUp(t *testing.T) {
 		NewWithT(t).Expect(refusal).To(BeNil())
 	})
 }
+
+// TestControlPlaneClaimChanging: a control-plane Machine that a check sees being deleted or without a Node
+// is recorded by no lease; told to the claim, it holds every other check's control-plane start in its
+// cluster of Nodes back, not the telling check's own, nor another cluster's, until the check clears it or
+// is forgotten.
+func TestControlPlaneClaimChanging(t *testing.T) {
+	g := NewWithT(t)
+	clk := clocktesting.NewFakeClock(t0)
+	var lists atomic.Int32
+	cluster := claimCluster(fake.NewClientBuilder().Build(), clk, &lists)
+	claim := &ControlPlaneClaim{}
+	start := func(cluster NodeCluster, check string) (*ControlPlaneRefusal, bool) {
+		taken := false
+		refusal, err := claim.Start(t.Context(), cluster, check, "cp-0", func(context.Context) error { taken = true; return nil })
+		g.Expect(err).NotTo(HaveOccurred())
+		return refusal, taken
+	}
+
+	claim.Changing("", "MachineHealthCheck ns/cp", []string{"Machine ns/cp-1-new"})
+	refusal, taken := start(cluster, "NodeHealthCheck cp")
+	g.Expect(taken).To(BeFalse())
+	g.Expect(refusal).To(And(HaveField("Node", "Machine ns/cp-1-new"), HaveField("Holder", "MachineHealthCheck ns/cp"),
+		HaveField("RetryAt", t0.Add(ControlPlaneRecheck))))
+	g.Expect(refusal.Message()).To(ContainSubstring("Control-plane Machine ns/cp-1-new is being deleted or has no Node (MachineHealthCheck ns/cp sees it)"))
+
+	_, taken = start(cluster, "MachineHealthCheck ns/cp")
+	g.Expect(taken).To(BeTrue(), "its own rule's")
+	other := cluster
+	other.Key = "workload ns/c2"
+	_, taken = start(other, "NodeHealthCheck cp")
+	g.Expect(taken).To(BeTrue(), "another cluster's control plane")
+
+	claim.Changing("", "MachineHealthCheck ns/cp", nil)
+	_, taken = start(cluster, "NodeHealthCheck cp")
+	g.Expect(taken).To(BeTrue(), "cleared")
+
+	claim.Changing("", "MachineHealthCheck ns/cp", []string{"Machine ns/cp-1-new"})
+	claim.Forget("MachineHealthCheck ns/cp")
+	_, taken = start(cluster, "NodeHealthCheck cp")
+	g.Expect(taken).To(BeTrue(), "forgotten")
+}
