@@ -246,12 +246,42 @@ func (w *world) controlPlaneOfBothKinds(ctx context.Context, cp0 corev1.Conditio
 		},
 	}
 	Expect(k8s.Create(ctx, check)).To(Succeed())
+	DeferCleanup(func(ctx context.Context) {
+		// Deleted, the check is forgotten, its metrics too: this suite asserts on them.
+		Expect(client.IgnoreNotFound(k8s.Delete(ctx, check))).To(Succeed())
+		nhcR, err := nhc.New(nhc.Options{Client: k8s, Clock: w.clock, Recorder: w.rec})
+		Expect(err).NotTo(HaveOccurred())
+		_, err = nhcR.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(check)})
+		Expect(err).NotTo(HaveOccurred())
+	})
 	w.createCheck(ctx, "cp", func(mhc *v1alpha1.MachineHealthCheck) {
 		mhc.Spec.UnhealthyConditions = []v1alpha1.MachineUnhealthyCondition{
 			{Type: "Ready", Status: "Unknown", Timeout: metav1.Duration{Duration: 5 * time.Minute}}}
 		mhc.Spec.MaxUnhealthy = ptr.To(intstr.FromString("100%"))
 	})
 	return nodes, check
+}
+
+// checkersOnOneClaim are a manager's two checkers sharing claim, reading everything live: how to reconcile
+// the NodeHealthCheck check and the MachineHealthCheck "cp" of controlPlaneOfBothKinds once.
+func (w *world) checkersOnOneClaim(ctx context.Context, claim *gates.ControlPlaneClaim, check *v1alpha1.NodeHealthCheck) (reconcileNHC, reconcileMHC func()) {
+	GinkgoHelper()
+	nhcR, err := nhc.New(nhc.Options{Client: k8s, Cache: k8s, APIReader: k8s, Clock: w.clock, Recorder: w.rec,
+		ResyncPeriod: 24 * time.Hour, ControlPlaneClaim: claim})
+	Expect(err).NotTo(HaveOccurred())
+	mhcR, err := New(Options{Client: k8s, Reader: k8s, APIReader: k8s, Recorder: w.rec, Clock: w.clock,
+		Discovery: mgmtDiscovery, ControlPlaneClaim: claim})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() { mhcR.remotes.StopAll() })
+	return func() {
+			GinkgoHelper()
+			_, err := nhcR.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(check)})
+			Expect(err).NotTo(HaveOccurred())
+		}, func() {
+			GinkgoHelper()
+			_, err := mhcR.Reconcile(ctx, reconcileRequest(w.ns, "cp"))
+			Expect(err).NotTo(HaveOccurred())
+		}
 }
 
 // cpLeaseHolders maps each of nodes whose lease someone holds to its holder.
@@ -290,31 +320,8 @@ var _ = Describe("After a restart", func() {
 					})
 				}
 			}
-			nhcR, err := nhc.New(nhc.Options{Client: k8s, Cache: k8s, APIReader: k8s, Clock: w.clock, Recorder: w.rec,
-				ResyncPeriod: 24 * time.Hour, ControlPlaneClaim: claim})
-			Expect(err).NotTo(HaveOccurred())
-			mhcR, err := New(Options{Client: k8s, Reader: k8s, APIReader: k8s, Recorder: w.rec, Clock: w.clock,
-				Discovery: mgmtDiscovery, ControlPlaneClaim: claim})
-			Expect(err).NotTo(HaveOccurred())
-			DeferCleanup(func() { mhcR.remotes.StopAll() })
-			return func() {
-					GinkgoHelper()
-					_, err := nhcR.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(check)})
-					Expect(err).NotTo(HaveOccurred())
-				}, func() {
-					GinkgoHelper()
-					_, err := mhcR.Reconcile(ctx, reconcileRequest(w.ns, "cp"))
-					Expect(err).NotTo(HaveOccurred())
-				}
+			return w.checkersOnOneClaim(ctx, claim, check)
 		}
-		DeferCleanup(func(ctx context.Context) {
-			// Deleted, the check is forgotten, its metrics too: this suite asserts on them.
-			Expect(k8s.Delete(ctx, check)).To(Succeed())
-			nhcR, err := nhc.New(nhc.Options{Client: k8s, Clock: w.clock, Recorder: w.rec})
-			Expect(err).NotTo(HaveOccurred())
-			_, err = nhcR.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(check)})
-			Expect(err).NotTo(HaveOccurred())
-		})
 		validHolder := func(node *corev1.Node) string {
 			GinkgoHelper()
 			held, err := gates.ListLeases(ctx, k8s, leases.DefaultNamespace)
@@ -367,30 +374,7 @@ var _ = Describe("A control-plane Machine its owner is replacing", func() {
 		w := newWorld(ctx)
 		nodes, check := w.controlPlaneOfBothKinds(ctx, corev1.ConditionTrue)
 		cp0, cp1 := nodes[0], nodes[1]
-		claim := &gates.ControlPlaneClaim{}
-		nhcR, err := nhc.New(nhc.Options{Client: k8s, Cache: k8s, APIReader: k8s, Clock: w.clock, Recorder: w.rec,
-			ResyncPeriod: 24 * time.Hour, ControlPlaneClaim: claim})
-		Expect(err).NotTo(HaveOccurred())
-		mhcR, err := New(Options{Client: k8s, Reader: k8s, APIReader: k8s, Recorder: w.rec, Clock: w.clock,
-			Discovery: mgmtDiscovery, ControlPlaneClaim: claim})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() { mhcR.remotes.StopAll() })
-		reconcileNHC := func() {
-			GinkgoHelper()
-			_, err := nhcR.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(check)})
-			Expect(err).NotTo(HaveOccurred())
-		}
-		reconcileMHC := func() {
-			GinkgoHelper()
-			_, err := mhcR.Reconcile(ctx, reconcileRequest(w.ns, "cp"))
-			Expect(err).NotTo(HaveOccurred())
-		}
-		DeferCleanup(func(ctx context.Context) {
-			// Deleted, the check is forgotten, its metrics too: this suite asserts on them.
-			Expect(k8s.Delete(ctx, check)).To(Succeed())
-			_, err := nhcR.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(check)})
-			Expect(err).NotTo(HaveOccurred())
-		})
+		reconcileNHC, reconcileMHC := w.checkersOnOneClaim(ctx, &gates.ControlPlaneClaim{}, check)
 
 		By("the MachineHealthCheck hands cp-1 to its owner")
 		reconcileMHC()
