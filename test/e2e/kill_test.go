@@ -31,6 +31,10 @@ type killRow struct {
 	// phase (WaitingForNode: were it held there by the gate, the Node would be Ready and its check would
 	// delete the request before the kill).
 	slowBoot bool
+	// bootHeld: besides the phase gate, the host does not finish booting before the kill (PoweringOn: its
+	// BMC reads On, and a host that booted meanwhile would be Ready, its request deleted by its check, the
+	// phase gone before the kill).
+	bootHeld bool
 }
 
 var killTable = []killRow{
@@ -59,8 +63,9 @@ var killTable = []killRow{
 		},
 	},
 	{
-		phase: v1alpha1.PhasePoweringOn,
-		work:  "the power-on was recorded, sent, and the BMC reads On",
+		phase:    v1alpha1.PhasePoweringOn,
+		work:     "the power-on was recorded, sent, and the BMC reads On",
+		bootHeld: true,
 		done: func(ctx context.Context, g Gomega, node string) {
 			g.Expect(resets(node)).To(Equal(powerCycledOnce))
 			g.Expect(hostPower(node)).To(Equal(string(redfishmock.PowerOn)))
@@ -90,12 +95,14 @@ var _ = Describe("The manager killed mid-remediation", func() {
 		var held []string
 		for i, row := range killTable {
 			node := nodes[i]
-			if row.slowBoot {
+			if row.slowBoot || row.bootHeld {
 				onPower(node, func(to redfishmock.PowerState) {
 					if to == redfishmock.PowerOff {
 						_ = h.Sim.InjectFault(node, nodesim.FaultPersistent) // a hook: no assertions here
 					}
 				})
+			}
+			if row.slowBoot {
 				continue
 			}
 			gate.hold(ctx, pcrKey(node).Name, row.phase) // "": before its first phase
@@ -130,6 +137,7 @@ var _ = Describe("The manager killed mid-remediation", func() {
 		for i, row := range killTable {
 			p, err := getPCR(ctx, pcrKey(nodes[i]))
 			Expect(err).NotTo(HaveOccurred())
+			Expect(p).NotTo(BeNil(), "the remediation of %s is still there", nodes[i])
 			Expect(p.Status.Phase).To(Equal(row.phase), "what the next manager finds for %s", nodes[i])
 		}
 
@@ -139,7 +147,7 @@ var _ = Describe("The manager killed mid-remediation", func() {
 		next := mgrs.start(ctx)
 		mgrs.setShared(next)
 		for i, row := range killTable {
-			if row.slowBoot {
+			if row.slowBoot || row.bootHeld {
 				Expect(h.Sim.ClearFault(nodes[i])).To(Succeed()) // the host finishes booting
 			}
 		}
