@@ -41,6 +41,7 @@ import (
 	"github.com/metalheal/metalheal/internal/bmcaccess"
 	"github.com/metalheal/metalheal/internal/gates"
 	"github.com/metalheal/metalheal/internal/logging"
+	"github.com/metalheal/metalheal/internal/metrics"
 	"github.com/metalheal/metalheal/internal/metricsauth"
 	"github.com/metalheal/metalheal/internal/nodecache"
 	"github.com/metalheal/metalheal/internal/workload"
@@ -455,7 +456,10 @@ func setupMHC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
 	if err != nil {
 		return err
 	}
-	mhc.RegisterStateMetrics(mgr.GetCache(), deps.clock, mgr.Elected())
+	metrics.AddCheckKind(metrics.CheckerMHC, mgr.GetCache(), deps.clock, mgr.Elected(),
+		func(l *remediationv1alpha1.MachineHealthCheckList) []remediationv1alpha1.MachineHealthCheck {
+			return l.Items
+		}, mhc.CheckState)
 	return r.SetupWithManager(ctx, mgr)
 }
 
@@ -471,6 +475,7 @@ func setupNHC(ctx context.Context, mgr ctrl.Manager, deps *dependencies) error {
 	if err != nil {
 		return err
 	}
-	nhc.RegisterStateMetrics(mgr.GetCache(), deps.clock, mgr.Elected())
+	metrics.AddCheckKind(metrics.CheckerNHC, mgr.GetCache(), deps.clock, mgr.Elected(),
+		func(l *remediationv1alpha1.NodeHealthCheckList) []remediationv1alpha1.NodeHealthCheck { return l.Items }, nhc.CheckState)
 	return r.SetupWithManager(ctx, mgr)
 }

@@ -76,7 +76,7 @@ var _ = Describe("Dry run", func() {
 			HaveField("SkipMessage", ContainSubstring("would create PowerCycleRemediation "+w.ns+"/t from template reboot")),
 			HaveField("Remediations", BeEmpty())))
 		Expect(countReason(w.rec.all(), engine.EventWouldRemediate)).To(Equal(2), "once per Machine")
-		Expect(machineCheckState(w.check(ctx, "template"), w.clock.Now()).WouldRemediate).To(Equal(1))
+		Expect(CheckState(w.check(ctx, "template"), w.clock.Now()).WouldRemediate).To(Equal(1))
 
 		By("acting for real: the Machine gets its request")
 		c := w.check(ctx, "template")

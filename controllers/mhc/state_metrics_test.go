@@ -59,7 +59,7 @@ func TestMachineCheckState(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			NewWithT(t).Expect(machineCheckState(&tc.check, now.Time)).To(Equal(tc.want))
+			NewWithT(t).Expect(CheckState(&tc.check, now.Time)).To(Equal(tc.want))
 		})
 	}
 }

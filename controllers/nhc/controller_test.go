@@ -903,7 +903,7 @@ var _ = Describe("Dry run", func() {
 			Expect(e.SkipMessage).To(ContainSubstring("would create PowerCycleRemediation metalheal-system/" + n.Name))
 		}
 		Expect(w.rec.With(engine.EventWouldRemediate)).To(HaveLen(2), "once per Node")
-		Expect(checkState(check, w.clk.Now()).WouldRemediate).To(Equal(2))
+		Expect(CheckState(check, w.clk.Now()).WouldRemediate).To(Equal(2))
 
 		// Acting for real: the same Nodes are remediated.
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(check), check)).To(Succeed())

@@ -20,6 +20,6 @@ func TestCheckStateInFlight(t *testing.T) {
 			{Name: "w2", RemediationProgress: v1alpha1.RemediationProgress{Remediations: []v1alpha1.RequestRecord{{Kind: "A", TimedOut: &ended}}}},
 			{Name: "w3", RemediationProgress: v1alpha1.RemediationProgress{SkipReason: v1alpha1.SkipDryRun}},
 		}}}
-	st := checkState(c, ended.Time)
+	st := CheckState(c, ended.Time)
 	NewWithT(t).Expect([]int{st.InFlight, st.WouldRemediate}).To(Equal([]int{1, 1}))
 }
